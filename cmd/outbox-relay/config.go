@@ -1,0 +1,290 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+// envPrefix prefixes the environment fallback of every flag.
+const envPrefix = "OUTBOX_RELAY_"
+
+// config is the relay's configuration, from flags with OUTBOX_RELAY_*
+// environment fallbacks.
+type config struct {
+	DatabaseURL       string
+	KafkaBrokers      string
+	Slot              string
+	Publication       string
+	Table             string
+	TopicTemplate     string
+	MetricsAddr       string
+	LogLevel          string
+	LogFormat         string
+	HeartbeatInterval time.Duration
+	StatusInterval    time.Duration
+	ShutdownTimeout   time.Duration
+	MaxInflightEvents int
+	MaxInflightBytes  int64
+	MaxBatch          int
+	MaxBatchBytes     int
+	BatchTimeout      time.Duration
+	BackoffBase       time.Duration
+	BackoffMax        time.Duration
+	CreateTopics      bool
+	TopicPartitions   int
+	TopicReplication  int
+	PayloadType       string
+
+	// Derived by validate.
+	table    migrations.Table
+	brokers  []string
+	template publisher.TopicTemplate
+	level    zerolog.Level
+}
+
+// envName maps a flag name to its environment variable.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flagBinder registers flags whose defaults come from the environment, and
+// remembers malformed environment values to report them at validation.
+type flagBinder struct {
+	fs   *flag.FlagSet
+	errs []error
+}
+
+func (b *flagBinder) env(name string) (string, bool) { return os.LookupEnv(envName(name)) }
+
+func (b *flagBinder) usage(name, help string) string {
+	return fmt.Sprintf("%s (env %s)", help, envName(name))
+}
+
+func (b *flagBinder) str(p *string, name, def, help string) {
+	if v, ok := b.env(name); ok {
+		def = v
+	}
+	b.fs.StringVar(p, name, def, b.usage(name, help))
+}
+
+func (b *flagBinder) dur(p *time.Duration, name string, def time.Duration, help string) {
+	if v, ok := b.env(name); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a duration: use a value like 500ms, 10s or 1m", envName(name), v))
+		} else {
+			def = d
+		}
+	}
+	b.fs.DurationVar(p, name, def, b.usage(name, help))
+}
+
+func (b *flagBinder) int(p *int, name string, def int, help string) {
+	if v, ok := b.env(name); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
+		} else {
+			def = n
+		}
+	}
+	b.fs.IntVar(p, name, def, b.usage(name, help))
+}
+
+func (b *flagBinder) int64(p *int64, name string, def int64, help string) {
+	if v, ok := b.env(name); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
+		} else {
+			def = n
+		}
+	}
+	b.fs.Int64Var(p, name, def, b.usage(name, help))
+}
+
+func (b *flagBinder) bool(p *bool, name string, def bool, help string) {
+	if v, ok := b.env(name); ok {
+		t, err := strconv.ParseBool(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a boolean: use true or false", envName(name), v))
+		} else {
+			def = t
+		}
+	}
+	b.fs.BoolVar(p, name, def, b.usage(name, help))
+}
+
+// scope selects which flags a subcommand takes.
+type scope int
+
+const (
+	scopeDB      scope = 1 << iota // database, slot, publication, table
+	scopeKafka                     // brokers, topics, batching
+	scopeRun                       // run-only knobs
+	scopeMigrate                   // migrate-only knobs
+)
+
+// bind registers the flags of the given scopes on fs.
+func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
+	b := &flagBinder{fs: fs}
+	b.str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	b.str(&c.LogFormat, "log-format", "json", "log format: json or console")
+	if s&scopeDB != 0 {
+		b.str(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full")
+		b.str(&c.Slot, "slot", "outbox_relay", "logical replication slot name")
+		b.str(&c.Publication, "publication", "outbox_relay", "publication name")
+		b.str(&c.Table, "table", "public.outbox", "outbox table, optionally schema-qualified")
+	}
+	if s&scopeKafka != 0 {
+		b.str(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092")
+		b.str(&c.TopicTemplate, "topic-template", publisher.DefaultTopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}")
+		b.bool(&c.CreateTopics, "create-topics", false, "create missing topics")
+		b.int(&c.TopicPartitions, "topic-partitions", 6, "partitions of topics the relay creates")
+		b.int(&c.TopicReplication, "topic-replication-factor", -1, "replication factor of topics the relay creates (-1: broker default)")
+		b.int(&c.MaxBatch, "max-batch", 1000, "most events in one partition batch")
+		b.int(&c.MaxBatchBytes, "max-batch-bytes", 900<<10, "most bytes in one partition batch; keep under the broker's message.max.bytes")
+		b.dur(&c.BatchTimeout, "batch-timeout", 2*time.Millisecond, "wait for a partial batch to fill")
+		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
+		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
+	}
+	if s&scopeMigrate != 0 {
+		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
+	}
+	if s&scopeRun != 0 {
+		b.str(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
+		b.dur(&c.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables")
+		b.dur(&c.StatusInterval, "status-interval", time.Second, "cadence of standby status updates; keep well under wal_sender_timeout")
+		b.dur(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight events to be acknowledged")
+		b.int(&c.MaxInflightEvents, "max-inflight-events", 10000, "most unacknowledged events held in memory")
+		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
+	}
+	return b
+}
+
+// validate checks the configuration of scope s and derives typed values.
+// Each error says how to fix it.
+func (c *config) validate(b *flagBinder, s scope) error {
+	errs := append([]error(nil), b.errs...)
+	lvl, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel))
+	if err != nil || c.LogLevel == "" {
+		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel))
+	}
+	c.level = lvl
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		errs = append(errs, fmt.Errorf("--log-format %q: use json or console", c.LogFormat))
+	}
+	if s&scopeDB != 0 {
+		if c.DatabaseURL == "" {
+			errs = append(errs, errors.New("--database-url is required: set OUTBOX_RELAY_DATABASE_URL=postgres://user:pass@host:5432/db"))
+		} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			errs = append(errs, fmt.Errorf("--database-url must be a postgres:// URL, e.g. postgres://user:pass@host:5432/db"))
+		}
+		for _, n := range []struct{ flag, v string }{{"slot", c.Slot}, {"publication", c.Publication}} {
+			if !validName(n.v) {
+				errs = append(errs, fmt.Errorf("--%s %q: use 1-63 lower-case letters, digits and underscores", n.flag, n.v))
+			}
+		}
+		if t, err := migrations.ParseTable(c.Table); err != nil {
+			errs = append(errs, fmt.Errorf("--table: %w", err))
+		} else {
+			c.table = t
+		}
+	}
+	if s&scopeKafka != 0 {
+		c.brokers = nil
+		for _, br := range strings.Split(c.KafkaBrokers, ",") {
+			br = strings.TrimSpace(br)
+			if br == "" {
+				continue
+			}
+			if _, _, err := net.SplitHostPort(br); err != nil {
+				errs = append(errs, fmt.Errorf("--kafka-brokers: %q is not host:port", br))
+			}
+			c.brokers = append(c.brokers, br)
+		}
+		if len(c.brokers) == 0 {
+			errs = append(errs, errors.New("--kafka-brokers is required: set OUTBOX_RELAY_KAFKA_BROKERS=host:9092[,host2:9092]"))
+		}
+		if t, err := publisher.ParseTopicTemplate(c.TopicTemplate); err != nil {
+			errs = append(errs, fmt.Errorf("--topic-template: %w", err))
+		} else {
+			c.template = t
+		}
+		if c.MaxBatch < 1 || c.MaxBatch > 100000 {
+			errs = append(errs, fmt.Errorf("--max-batch %d: use 1..100000", c.MaxBatch))
+		}
+		if c.MaxBatchBytes < 1024 {
+			errs = append(errs, fmt.Errorf("--max-batch-bytes %d: use at least 1024", c.MaxBatchBytes))
+		}
+		if c.BatchTimeout <= 0 || c.BatchTimeout > time.Second {
+			errs = append(errs, fmt.Errorf("--batch-timeout %s: use a value in (0, 1s]", c.BatchTimeout))
+		}
+		if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
+			errs = append(errs, fmt.Errorf("--backoff-base %s / --backoff-max %s: need 0 < base <= max", c.BackoffBase, c.BackoffMax))
+		}
+		if c.TopicPartitions < 1 {
+			errs = append(errs, fmt.Errorf("--topic-partitions %d: use at least 1", c.TopicPartitions))
+		}
+	}
+	if s&scopeMigrate != 0 && c.PayloadType != migrations.PayloadJSONB && c.PayloadType != migrations.PayloadBytea {
+		errs = append(errs, fmt.Errorf("--payload-type %q: use jsonb or bytea", c.PayloadType))
+	}
+	if s&scopeRun != 0 {
+		if c.MetricsAddr != "" {
+			if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+				errs = append(errs, fmt.Errorf("--metrics-addr %q is not host:port (empty disables metrics)", c.MetricsAddr))
+			}
+		}
+		if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
+			errs = append(errs, fmt.Errorf("--status-interval %s: use a value in (0, 30s], well under wal_sender_timeout", c.StatusInterval))
+		}
+		if c.HeartbeatInterval < 0 {
+			errs = append(errs, fmt.Errorf("--heartbeat-interval %s: use 0 (off) or a positive duration", c.HeartbeatInterval))
+		}
+		if c.ShutdownTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--shutdown-timeout %s: use a positive duration", c.ShutdownTimeout))
+		}
+		if c.MaxInflightEvents < 1 {
+			errs = append(errs, fmt.Errorf("--max-inflight-events %d: use at least 1", c.MaxInflightEvents))
+		}
+		if c.MaxInflightBytes < int64(c.MaxBatchBytes) {
+			errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: use at least --max-batch-bytes (%d)", c.MaxInflightBytes, c.MaxBatchBytes))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// configError marks an invalid configuration (exit code 2).
+type configError struct{ err error }
+
+func (e configError) Error() string { return "invalid configuration:\n" + indent(e.err.Error()) }
+func (e configError) Unwrap() error { return e.err }
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}

@@ -1,0 +1,119 @@
+// Command outbox-relay relays a PostgreSQL transactional outbox to Kafka
+// through logical replication: at-least-once, in order per aggregate, with
+// the slot confirmed only past events Kafka has acknowledged.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `outbox-relay relays a PostgreSQL transactional outbox to Kafka.
+
+Usage:
+  outbox-relay <command> [flags]
+
+Commands:
+  migrate        create or upgrade the outbox table, its publication and the slot
+  run            stream outbox inserts from the slot to Kafka
+  slot status    show the slot's position, lag and WAL health
+  slot create    create the slot (pgoutput)
+  slot drop      drop the slot
+  version        print the version
+
+Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
+and OUTBOX_RELAY_DATABASE_URL. Run "outbox-relay <command> --help" for its flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code: 0 on success, 2
+// on invalid usage or configuration, 1 on a runtime error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "migrate":
+		err = cmdMigrate(ctx, args[1:], stdout, stderr)
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "slot":
+		err = cmdSlot(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "outbox-relay", version)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ce configError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ce), errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+var errUsage = errors.New("usage error")
+
+// parse parses a subcommand's flags and validates the configuration.
+func parse(name, summary string, args []string, s scope, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := &config{}
+	b := cfg.bind(fs, s)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: outbox-relay %s [flags]\n\n%s\n\nFlags:\n", name, summary)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())
+	}
+	if err := cfg.validate(b, s); err != nil {
+		return nil, configError{err}
+	}
+	return cfg, nil
+}
+
+// newLogger builds the process logger; JSON by default, never payloads.
+func newLogger(cfg *config, w io.Writer) zerolog.Logger {
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	var out io.Writer = w
+	if cfg.LogFormat == "console" {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
+}

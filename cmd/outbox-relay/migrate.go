@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parse("migrate",
+		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
+			"and the logical replication slot, so events committed from now on are retained until relayed.",
+		args, scopeDB|scopeMigrate, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := slot.CheckServer(ctx, pool, log); err != nil {
+		return err
+	}
+	applied, err := migrations.Apply(ctx, pool, cfg.table, migrations.ApplyOptions{PayloadType: cfg.PayloadType})
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
+		return err
+	}
+	m := slot.NewManager(pool, cfg.Slot, cfg.Publication)
+	if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
+		return err
+	}
+	st, err := m.Status(ctx)
+	if errors.Is(err, slot.ErrNotFound) {
+		st, err = m.Create(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if err := m.Check(ctx, st); err != nil {
+		var active *slot.ActiveError
+		if !errors.As(err, &active) { // a running relay is fine here
+			return err
+		}
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "table %s is up to date\n", cfg.table)
+	} else {
+		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
+	}
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN)
+	return nil
+}
+
+func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, configError{fmt.Errorf("--database-url: %w", err)}
+	}
+	pc.MaxConns = 4
+	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return pool, nil
+}

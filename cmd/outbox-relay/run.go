@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parse("run",
+		"Streams outbox inserts from the replication slot to Kafka (acks=all, keyed by aggregate_id,\n"+
+			"murmur2 partitioning) and confirms the slot only past events Kafka acknowledged.\n"+
+			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0.",
+		args, scopeDB|scopeKafka|scopeRun, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	r := &relay{cfg: cfg, log: log, m: metrics.New()}
+	return r.run(ctx)
+}
+
+// relay is one `outbox-relay run` process: start-up checks, then stream
+// attempts until SIGTERM or a permanent failure.
+type relay struct {
+	cfg     *config
+	log     zerolog.Logger
+	m       *metrics.Relay
+	pool    *pgxpool.Pool
+	slots   *slot.Manager
+	tracker atomic.Pointer[checkpoint.Tracker]
+}
+
+// permanentError stops the relay with exit code 1 instead of reconnecting.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func (r *relay) run(ctx context.Context) error {
+	if r.cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w (set --metrics-addr to a free address, or empty to disable)", r.cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", r.m.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		r.log.Info().Str("stage", "startup").Str("addr", ln.Addr().String()).Msg("serving /metrics")
+	}
+
+	pool, err := connectPool(ctx, r.cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r.pool = pool
+	if err := slot.CheckServer(ctx, pool, r.log); err != nil {
+		return err
+	}
+	if _, err := migrations.Validate(ctx, pool, r.cfg.table); err != nil {
+		return err
+	}
+	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
+	if err := r.slots.EnsurePublication(ctx, r.cfg.table.Quoted(), r.cfg.table.Schema, r.cfg.table.Name); err != nil {
+		return err
+	}
+	st, err := r.slots.Ensure(ctx)
+	if err != nil {
+		return err
+	}
+	r.log.Info().Str("stage", "startup").Str("slot", st.Name).Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
+		Int64("lag_bytes", st.LagBytes).Str("wal_status", st.WALStatus).Msg("slot ready")
+
+	if !r.waitForKafka(ctx) {
+		return nil // stopped before Kafka answered
+	}
+	go r.heartbeat(ctx)
+	go r.observe(ctx)
+
+	for attempt := 1; ; attempt++ {
+		started := time.Now()
+		err := r.stream(ctx)
+		if err == nil || ctx.Err() != nil && !isPermanent(err) {
+			r.log.Info().Str("stage", "shutdown").Msg("stopped")
+			return nil
+		}
+		if isPermanent(err) {
+			r.log.Error().Str("stage", "stream").Err(err).Msg("stopping: permanent failure, slot position held")
+			return err
+		}
+		if time.Since(started) > time.Minute {
+			attempt = 1
+		}
+		d := jitter(attempt, 200*time.Millisecond, 15*time.Second)
+		r.log.Warn().Str("stage", "stream").Int("attempt", attempt).Dur("backoff", d).Err(err).
+			Msg("replication stream ended, reconnecting")
+		if !sleepCtx(ctx, d) {
+			return nil
+		}
+	}
+}
+
+func isPermanent(err error) bool {
+	var pe permanentError
+	return errors.As(err, &pe)
+}
+
+// stream runs one replication connection with a fresh tracker and
+// publisher, from the slot's confirmed_flush_lsn. Anything in flight from
+// an earlier attempt was not confirmed and is redelivered.
+func (r *relay) stream(ctx context.Context) error {
+	st, err := r.slots.Status(ctx)
+	if err != nil {
+		if errors.Is(err, slot.ErrNotFound) {
+			return permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
+		}
+		return err
+	}
+	if err := r.slots.Check(ctx, st); err != nil {
+		var active *slot.ActiveError
+		if errors.As(err, &active) {
+			return err // likely our previous connection, still closing
+		}
+		return permanentError{err}
+	}
+	// Resume exactly at the slot's confirmed position: an earlier LSN is
+	// moved forward by the server anyway, a later one would skip events.
+	start := st.ConfirmedFlushLSN
+
+	conn, err := replication.Connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+
+	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.MaxInflightEvents, MaxBytes: r.cfg.MaxInflightBytes})
+	r.tracker.Store(tracker)
+	pub := publisher.New(publisher.Config{
+		Brokers: r.cfg.brokers, Template: r.cfg.template,
+		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes, BatchTimeout: r.cfg.BatchTimeout,
+		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
+		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
+	}, r.log, r.m)
+	defer pub.Close()
+
+	sink := &sink{tracker: tracker, pub: pub, m: r.m}
+	s := replication.NewStream(conn, replication.Config{
+		Slot: r.cfg.Slot, Publication: r.cfg.Publication,
+		Namespace: r.cfg.table.Schema, Table: r.cfg.table.Name,
+		StatusInterval: r.cfg.StatusInterval,
+	}, sink, tracker, r.log)
+	s.OnStatus(func(flush pglogrepl.LSN) {
+		r.m.StatusUpdates.Inc()
+		r.m.ConfirmedLSN.Set(float64(flush))
+		r.m.LastStatusTime.SetToCurrentTime()
+	})
+	if err := s.Start(ctx, start); err != nil {
+		return err
+	}
+	r.m.ReplicationStarts.Inc()
+	r.m.ReplicationUp.Set(1)
+	defer r.m.ReplicationUp.Set(0)
+	r.log.Info().Str("stage", "stream").Str("start_lsn", start.String()).Msg("streaming")
+
+	// A permanent publish failure cancels the stream; SIGTERM drains it.
+	streamCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var fatal error
+	go func() {
+		select {
+		case fatal = <-pub.Fatal():
+			cancel()
+		case <-streamCtx.Done():
+		}
+	}()
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			close(stop)
+		case <-streamCtx.Done():
+		}
+	}()
+	idle := func() bool { return tracker.Stats().Events == 0 }
+	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
+	cancel()
+	if fatal != nil {
+		return permanentError{fatal}
+	}
+	var schemaErr *replication.SchemaError
+	var rowErr *replication.RowError
+	var eventErr *publisher.EventError
+	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) {
+		return permanentError{err}
+	}
+	if err == nil {
+		r.log.Info().Str("stage", "shutdown").Str("confirmed_flush_lsn", tracker.Flushed().String()).Msg("final status sent")
+	}
+	return err
+}
+
+// sink connects the stream to the tracker and the publisher.
+type sink struct {
+	tracker *checkpoint.Tracker
+	pub     *publisher.Publisher
+	m       *metrics.Relay
+	tx      *checkpoint.Txn
+}
+
+func (s *sink) Begin(b replication.Begin) error {
+	s.tx = s.tracker.Begin(b.CommitTime)
+	return nil
+}
+
+func (s *sink) Insert(ev *replication.Event) error {
+	s.m.DecodedEvents.Inc()
+	size := ev.Size()
+	s.tracker.Track(s.tx, size)
+	return s.pub.Publish(ev, sizedAck{s.tx, size})
+}
+
+func (s *sink) Commit(c replication.Commit) error {
+	s.tracker.Commit(s.tx, c.EndLSN)
+	s.tx = nil
+	return nil
+}
+
+// sizedAck releases an event's window share; the publisher's own size
+// accounting differs (it counts Kafka framing), the tracker's must not.
+type sizedAck struct {
+	tx   *checkpoint.Txn
+	size int
+}
+
+func (a sizedAck) Ack(int) { a.tx.Ack(a.size) }
+
+// waitForKafka retries until a broker answers, so a relay started before
+// Kafka waits instead of crash-looping. It returns false on shutdown.
+func (r *relay) waitForKafka(ctx context.Context) bool {
+	pub := publisher.New(publisher.Config{Brokers: r.cfg.brokers, Template: r.cfg.template}, r.log, r.m)
+	defer pub.Close()
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := pub.Ping(pctx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				r.log.Info().Str("stage", "kafka_connect").Int("attempt", attempt).Msg("kafka reachable")
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d := jitter(attempt, 500*time.Millisecond, 30*time.Second)
+		r.log.Warn().Str("stage", "kafka_connect").Int("attempt", attempt).Dur("backoff", d).Err(err).
+			Msg("kafka unreachable, retrying")
+		if !sleepCtx(ctx, d) {
+			return false
+		}
+	}
+}
+
+// heartbeat writes a tiny non-transactional logical message now and then.
+// It reaches the relay through the slot; with nothing in flight the
+// relay confirms its position, so an idle outbox never pins WAL.
+func (r *relay) heartbeat(ctx context.Context) {
+	if r.cfg.HeartbeatInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := r.pool.Exec(hctx, `SELECT pg_logical_emit_message(false, $1, '')`, replication.HeartbeatPrefix)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			r.log.Debug().Str("stage", "heartbeat").Err(err).Msg("heartbeat failed")
+		}
+	}
+}
+
+// observe copies the window's state into gauges.
+func (r *relay) observe(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tr := r.tracker.Load()
+		if tr == nil {
+			continue
+		}
+		s := tr.Stats()
+		r.m.InflightEvents.Set(float64(s.Events))
+		r.m.InflightBytes.Set(float64(s.Bytes))
+		if s.OldestCommit.IsZero() {
+			r.m.OldestUnackedAge.Set(0)
+		} else {
+			r.m.OldestUnackedAge.Set(time.Since(s.OldestCommit).Seconds())
+		}
+	}
+}
+
+// jitter is exponential backoff with full jitter.
+func jitter(attempt int, base, max time.Duration) time.Duration {
+	d := base << min(attempt-1, 20)
+	if d > max || d <= 0 {
+		d = max
+	}
+	return time.Duration(rand.Int64N(int64(d))) + base/2
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,290 @@
+//go:build integration
+
+package migrations
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// testPool connects to OUTBOX_RELAY_DATABASE_URL or skips the test.
+func testPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	url := os.Getenv("OUTBOX_RELAY_DATABASE_URL")
+	if url == "" {
+		t.Skip("OUTBOX_RELAY_DATABASE_URL is not set")
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// testSchema returns a fresh schema name, dropped when the test ends, so
+// tests never touch the real public.outbox or each other.
+func testSchema(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "mig_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestIntegrationApplyFreshAndIdempotent(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	tbl := Table{Schema: testSchema(t, pool), Name: "outbox"}
+
+	applied, err := Apply(ctx, pool, tbl, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(applied, []int{1}) {
+		t.Fatalf("first Apply applied %v, want [1]", applied)
+	}
+	s, err := Validate(ctx, pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (Schema{PayloadType: "jsonb", HasHeaders: true, HasCreatedAt: true}) {
+		t.Fatalf("Schema = %+v", s)
+	}
+
+	applied, err = Apply(ctx, pool, tbl, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("second Apply applied %v, want none", applied)
+	}
+
+	var n int
+	err = pool.QueryRow(ctx, "SELECT count(*) FROM "+tbl.sibling(VersionTableName).Quoted()+
+		" WHERE table_name = $1 AND version = 1 AND applied_at <= now()", tbl.Name).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("version rows = %d, %v; want 1", n, err)
+	}
+}
+
+func TestIntegrationApplyWithConn(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	tbl := Table{Schema: testSchema(t, pool), Name: "events"}
+	conn, err := pgx.Connect(ctx, os.Getenv("OUTBOX_RELAY_DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := Apply(ctx, conn, tbl, ApplyOptions{PayloadType: "bytea"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Validate(ctx, conn, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PayloadType != "bytea" {
+		t.Fatalf("PayloadType = %q, want bytea", s.PayloadType)
+	}
+}
+
+func TestIntegrationApplyConcurrent(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	tbl := Table{Schema: testSchema(t, pool), Name: "outbox"}
+
+	const n = 8
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results [][]int
+		errs    []error
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applied, err := Apply(ctx, pool, tbl, ApplyOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, applied)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("concurrent Apply failed: %v", errs)
+	}
+	ones := 0
+	for _, r := range results {
+		switch {
+		case slices.Equal(r, []int{1}):
+			ones++
+		case len(r) == 0:
+		default:
+			t.Fatalf("unexpected applied %v", r)
+		}
+	}
+	if ones != 1 {
+		t.Fatalf("%d of %d concurrent Apply calls applied migration 1, want exactly 1", ones, n)
+	}
+}
+
+func TestIntegrationApplyExistingUserTable(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+	tbl := Table{Schema: schema, Name: "outbox"}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	// A hand-made table using the alternative accepted types, no optional
+	// columns and an extra column of its own.
+	_, err := pool.Exec(ctx, `CREATE TABLE `+tbl.Quoted()+` (
+		event_id uuid PRIMARY KEY, aggregate_type varchar(100), aggregate_id varchar,
+		aggregate_version int8, event_type varchar, schema_version int8, payload text,
+		tenant text)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := Apply(ctx, pool, tbl, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(applied, []int{1}) {
+		t.Fatalf("applied %v, want [1]", applied)
+	}
+	s, err := Validate(ctx, pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (Schema{PayloadType: "text"}) {
+		t.Fatalf("Schema = %+v", s)
+	}
+}
+
+func TestIntegrationApplyRejectsBadTable(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+	tbl := Table{Schema: schema, Name: "outbox"}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pool.Exec(ctx, `CREATE TABLE `+tbl.Quoted()+` (
+		event_id uuid, aggregate_type text, aggregate_version text, event_type text,
+		schema_version int, payload jsonb, headers text)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := Apply(ctx, pool, tbl, ApplyOptions{})
+	if len(applied) != 0 {
+		t.Fatalf("applied %v on a bad table", applied)
+	}
+	var se *SchemaError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v, want *SchemaError", err)
+	}
+	for _, want := range []string{
+		`missing column "aggregate_id"`,
+		`column "aggregate_version" has type text, want bigint`,
+		`column "headers" has type text, want jsonb or json`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err %q lacks %q", err, want)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tbl.sibling(VersionTableName).Quoted()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("bad table recorded as migrated: %d rows, %v", n, err)
+	}
+}
+
+func TestIntegrationValidateMissing(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+
+	// Schema does not exist either.
+	tbl := Table{Schema: schema, Name: "outbox"}
+	_, err := Validate(ctx, pool, tbl)
+	want := `table ` + schema + `.outbox does not exist (run "outbox-relay migrate")`
+	var se *SchemaError
+	if !errors.As(err, &se) || !se.TableMissing || err.Error() != want {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Validate(ctx, pool, tbl); err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+
+	if _, err := pool.Exec(ctx, "CREATE VIEW "+tbl.Quoted()+" AS SELECT 1 AS x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Validate(ctx, pool, tbl); err == nil || !strings.Contains(err.Error(), "is a view, not a table") {
+		t.Fatalf("view: err = %v", err)
+	}
+}
+
+func TestIntegrationApplyAfterDrop(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	tbl := Table{Schema: testSchema(t, pool), Name: "outbox"}
+	if _, err := Apply(ctx, pool, tbl, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP TABLE "+tbl.Quoted()); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := Apply(ctx, pool, tbl, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(applied, []int{1}) {
+		t.Fatalf("applied %v after drop, want [1]", applied)
+	}
+	if _, err := Validate(ctx, pool, tbl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIntegrationTwoTablesOneSchema(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+	for _, name := range []string{"outbox_a", "outbox_b"} {
+		applied, err := Apply(ctx, pool, Table{Schema: schema, Name: name}, ApplyOptions{})
+		if err != nil || !slices.Equal(applied, []int{1}) {
+			t.Fatalf("%s: applied %v, %v", name, applied, err)
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Class says whether retrying a failed write can succeed.
+type Class string
+
+// Error classes.
+const (
+	Transient Class = "transient"
+	Permanent Class = "permanent"
+)
+
+// classify sorts a write failure and names its reason for logs and
+// metrics. Unknown failures count as transient: retrying with backoff
+// risks a duplicate, giving up risks a loss.
+func classify(err error) (Class, string) {
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return Permanent, "message_too_large"
+	}
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		for _, e := range werrs {
+			if e != nil {
+				return classify(e)
+			}
+		}
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidTopic,
+			kafka.InvalidRecord, kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed,
+			kafka.InvalidMessage, kafka.UnsupportedForMessageFormat:
+			return Permanent, kerr.Title()
+		}
+		return Transient, kerr.Title()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Transient, "timeout"
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return Transient, "network"
+	}
+	return Transient, "other"
+}

@@ -1,0 +1,381 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/rs/zerolog"
+)
+
+// HeartbeatPrefix is the pg_logical_emit_message prefix of the relay's
+// heartbeats. A heartbeat that arrives while nothing is in flight lets the
+// slot advance on an idle outbox in a busy database.
+const HeartbeatPrefix = "outbox_relay.heartbeat"
+
+// Begin describes the start of a source transaction.
+type Begin struct {
+	FinalLSN   pglogrepl.LSN
+	CommitTime time.Time
+	Xid        uint32
+}
+
+// Commit describes the end of a source transaction.
+type Commit struct {
+	CommitLSN pglogrepl.LSN
+	// EndLSN is the TransactionEndLSN: once every event of this and all
+	// earlier transactions is acknowledged, the slot may be confirmed here.
+	EndLSN     pglogrepl.LSN
+	CommitTime time.Time
+}
+
+// Sink receives decoded transactions in WAL order. Calls come from the
+// stream's goroutine; an error stops the stream.
+type Sink interface {
+	Begin(b Begin) error
+	Insert(ev *Event) error
+	Commit(c Commit) error
+}
+
+// Progress is what the stream needs from the acknowledgement tracker.
+type Progress interface {
+	// Flushed is the position to confirm to PostgreSQL.
+	Flushed() pglogrepl.LSN
+	// AdvanceIdle moves Flushed to lsn when nothing is in flight.
+	AdvanceIdle(lsn pglogrepl.LSN) bool
+	// Full reports that the in-flight window is exhausted.
+	Full() bool
+	// Space is signalled when a full window gets room.
+	Space() <-chan struct{}
+}
+
+// Config configures a Stream.
+type Config struct {
+	Slot        string
+	Publication string
+	// Namespace and Table name the outbox relation; inserts of any other
+	// relation are ignored.
+	Namespace, Table string
+	// StatusInterval is the cadence of standby status updates. It must be
+	// well inside the server's wal_sender_timeout, also while Kafka blocks.
+	StatusInterval time.Duration
+}
+
+// Stream reads one logical replication connection. It owns the
+// connection: all reads and writes happen on the goroutine that calls Run,
+// which is what makes the pgconn usage safe.
+type Stream struct {
+	conn     *pgconn.PgConn
+	cfg      Config
+	sink     Sink
+	progress Progress
+	log      zerolog.Logger
+
+	relations map[uint32]*relation
+	cols      []tupleColumn
+	inTx      bool
+	commit    time.Time // current transaction's commit time
+	received  pglogrepl.LSN
+	sent      pglogrepl.LSN // flush position last confirmed to the server
+	sentAt    time.Time
+	onStatus  func(flush pglogrepl.LSN)
+}
+
+// NewStream prepares a stream on conn, a connection opened with
+// replication=database (see Connect).
+func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, log zerolog.Logger) *Stream {
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = time.Second
+	}
+	return &Stream{
+		conn: conn, cfg: cfg, sink: sink, progress: progress, log: log,
+		relations: make(map[uint32]*relation),
+	}
+}
+
+// OnStatus registers f, called after each standby status update with the
+// confirmed flush position (for metrics).
+func (s *Stream) OnStatus(f func(flush pglogrepl.LSN)) { s.onStatus = f }
+
+// Connect opens a logical replication connection to the database of dsn.
+func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "outbox-relay"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+// Start issues START_REPLICATION at start. start must not be later than the
+// slot's confirmed_flush_lsn: the server would silently skip the
+// transactions in between. The caller reads it from the slot.
+func (s *Stream) Start(ctx context.Context, start pglogrepl.LSN) error {
+	args := []string{
+		"proto_version '1'",
+		fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
+		"messages 'true'",
+	}
+	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
+	if err != nil {
+		return fmt.Errorf("START_REPLICATION slot %s at %s: %w", s.cfg.Slot, start, err)
+	}
+	s.received = start
+	s.sent = start
+	s.sentAt = time.Now()
+	return nil
+}
+
+// Run reads the stream until ctx is cancelled, the server ends it, or the
+// sink fails. When stop is closed it stops reading, waits up to drain for
+// in-flight events to be acknowledged while still answering the server,
+// sends a final status update and returns nil.
+func (s *Stream) Run(ctx context.Context, stop <-chan struct{}, drain time.Duration, idle func() bool) error {
+	for {
+		select {
+		case <-stop:
+			return s.shutdown(ctx, drain, idle)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		next := s.sentAt.Add(s.cfg.StatusInterval)
+		if !time.Now().Before(next) {
+			if err := s.sendStatus(false); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.progress.Full() {
+			// Backpressure: stop reading, keep confirming.
+			t := time.NewTimer(time.Until(next))
+			select {
+			case <-s.progress.Space():
+			case <-t.C:
+			case <-stop:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("replication receive: %w", err)
+		}
+		if err := s.handle(msg); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Stream) handle(msg pgproto3.BackendMessage) error {
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		if len(msg.Data) == 0 {
+			return errors.New("replication: empty CopyData")
+		}
+		switch msg.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+			if err != nil {
+				return fmt.Errorf("replication keepalive: %w", err)
+			}
+			if pkm.ServerWALEnd > s.received {
+				s.received = pkm.ServerWALEnd
+			}
+			// Everything before the server's send position has been sent
+			// already; with nothing in flight it is all acknowledged.
+			if !s.inTx {
+				s.progress.AdvanceIdle(pkm.ServerWALEnd)
+			}
+			if pkm.ReplyRequested {
+				return s.sendStatus(false)
+			}
+			return nil
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+			if err != nil {
+				return fmt.Errorf("replication XLogData: %w", err)
+			}
+			if xld.WALStart > s.received {
+				s.received = xld.WALStart
+			}
+			return s.decode(xld.WALStart, xld.WALData)
+		default:
+			return fmt.Errorf("replication: unexpected CopyData type %q", msg.Data[0])
+		}
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+	case *pgproto3.CopyDone:
+		return errors.New("replication: server ended the stream")
+	case *pgproto3.NoticeResponse:
+		s.log.Info().Str("stage", "replication").Str("notice", msg.Message).Msg("server notice")
+		return nil
+	default:
+		return fmt.Errorf("replication: unexpected message %T", msg)
+	}
+}
+
+// decode handles one pgoutput message at WAL position lsn.
+func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("pgoutput: empty message")
+	}
+	body := data[1:]
+	switch data[0] {
+	case msgBegin:
+		m, err := parseBegin(body)
+		if err != nil {
+			return err
+		}
+		if s.inTx {
+			return fmt.Errorf("pgoutput: Begin at %s inside a transaction", lsn)
+		}
+		s.inTx = true
+		s.commit = m.CommitTime
+		return s.sink.Begin(Begin{FinalLSN: m.FinalLSN, CommitTime: m.CommitTime, Xid: m.Xid})
+	case msgCommit:
+		m, err := parseCommit(body)
+		if err != nil {
+			return err
+		}
+		if !s.inTx {
+			return fmt.Errorf("pgoutput: Commit at %s outside a transaction", lsn)
+		}
+		s.inTx = false
+		return s.sink.Commit(Commit{CommitLSN: m.CommitLSN, EndLSN: m.EndLSN, CommitTime: m.CommitTime})
+	case msgRelation:
+		m, err := parseRelation(body)
+		if err != nil {
+			return err
+		}
+		if !s.isOutbox(m.Namespace, m.Name) {
+			delete(s.relations, m.ID)
+			return nil
+		}
+		rel, err := newRelation(m)
+		if err != nil {
+			return err
+		}
+		s.relations[m.ID] = rel
+		s.log.Debug().Str("stage", "replication").Uint32("relation_id", m.ID).
+			Str("table", m.Namespace+"."+m.Name).Int("columns", len(m.Columns)).Msg("relation")
+		return nil
+	case msgInsert:
+		if !s.inTx {
+			return fmt.Errorf("pgoutput: Insert at %s outside a transaction", lsn)
+		}
+		m, err := parseInsert(body, s.cols)
+		s.cols = m.Columns
+		if err != nil {
+			return err
+		}
+		rel := s.relations[m.RelationID]
+		if rel == nil {
+			// Not the outbox (the publication may hold more tables).
+			return nil
+		}
+		ev, err := decodeEvent(rel, m.Columns, lsn, s.commit)
+		if err != nil {
+			return err
+		}
+		return s.sink.Insert(ev)
+	case msgMessage:
+		m, err := parseLogicalMessage(body)
+		if err != nil {
+			return err
+		}
+		if !m.Transactional && !s.inTx {
+			s.progress.AdvanceIdle(m.LSN)
+		}
+		return nil
+	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin:
+		// Not ours to relay: the publication publishes inserts only, and
+		// these must never stop the stream.
+		return nil
+	default:
+		return fmt.Errorf("pgoutput: unknown message type %q at %s", data[0], lsn)
+	}
+}
+
+func (s *Stream) isOutbox(namespace, name string) bool {
+	return namespace == s.cfg.Namespace && name == s.cfg.Table
+}
+
+// sendStatus confirms the acknowledged position. All three positions are
+// set explicitly: pglogrepl replaces a zero flush with the write position,
+// which would confirm WAL Kafka never acknowledged.
+func (s *Stream) sendStatus(reply bool) error {
+	flush := s.progress.Flushed()
+	if flush < s.sent {
+		flush = s.sent // never move backwards
+	}
+	write := s.received
+	if write < flush {
+		write = flush
+	}
+	if flush == 0 {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: write,
+		WALFlushPosition: flush,
+		WALApplyPosition: flush,
+		ClientTime:       time.Now(),
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	s.sent = flush
+	s.sentAt = time.Now()
+	if s.onStatus != nil {
+		s.onStatus(flush)
+	}
+	return nil
+}
+
+// shutdown stops reading and waits, bounded, for the in-flight events to be
+// acknowledged, answering nothing but sending status updates meanwhile.
+func (s *Stream) shutdown(ctx context.Context, drain time.Duration, idle func() bool) error {
+	deadline := time.Now().Add(drain)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !idle() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if time.Since(s.sentAt) >= s.cfg.StatusInterval {
+			if err := s.sendStatus(false); err != nil {
+				return err
+			}
+		}
+	}
+	if !idle() {
+		s.log.Warn().Str("stage", "shutdown").Dur("waited", drain).
+			Msg("in-flight events not acknowledged before the shutdown timeout; they will be redelivered")
+	}
+	return s.sendStatus(false)
+}
+
+// Received is the last WAL position read from the server.
+func (s *Stream) Received() pglogrepl.LSN { return s.received }

@@ -1,0 +1,33 @@
+# shellcheck shell=bash
+# Helpers shared by scripts/*.sh (sourced, not executed).
+
+log() { printf '[stack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# tail_log FILE [LINES]: print the end of a log file to stderr, if it exists.
+tail_log() {
+	local f=$1 n=${2:-50}
+	if [ -f "$f" ]; then
+		printf -- '----- last %s lines of %s -----\n' "$n" "$f" >&2
+		tail -n "$n" "$f" >&2 || true
+		printf -- '----- end of %s -----\n' "$f" >&2
+	fi
+}
+
+# apt_install PKG...: apt-get update (once per process) then install, non-interactively.
+APT_UPDATED=${APT_UPDATED:-0}
+apt_install() {
+	is_root || die "need root to apt-get install $*"
+	if [ "$APT_UPDATED" != 1 ]; then
+		log "apt-get update"
+		apt-get update -q >&2
+		APT_UPDATED=1
+		export APT_UPDATED
+	fi
+	log "apt-get install $*"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
+}

@@ -1,0 +1,507 @@
+#!/usr/bin/env bash
+# Local test stack for outbox-relay: PostgreSQL 15 + Kafka 4.1.1 (KRaft), no Docker.
+# Ports, paths and verbs are fixed by docs/CONTRACT.md.
+#
+#   scripts/stack.sh up | down | status | env | clean
+#   scripts/stack.sh pg-start | pg-stop [fast|immediate|smart] | pg-restart
+#   scripts/stack.sh kafka-start | kafka-stop
+#   scripts/stack.sh kafka-class CLASS [ARGS...]   # run a class from the Kafka jars
+#
+# Everything lives in <repo>/.stack (pg/ and kafka/); Kafka jars are cached in
+# ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/kafka-4.1.1/libs.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
+
+STACK=$REPO/.stack
+PG_LINK=$STACK/pg
+KAFKA_DIR=$STACK/kafka
+KAFKA_DATA=$KAFKA_DIR/data
+KAFKA_PID=$KAFKA_DIR/kafka.pid
+KAFKA_PROPS=$KAFKA_DIR/server.properties
+
+PG_VERSION=15
+PG_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+PG_PORT=55432
+PG_DB=outbox
+DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"
+
+KAFKA_VERSION=4.1.1
+LOG4J_VERSION=2.24.3 # the log4j2 version kafka-server 4.1.1 depends on
+KAFKA_PORT=19092
+KAFKA_CONTROLLER_PORT=19093
+KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+KAFKA_READY_TIMEOUT=${KAFKA_READY_TIMEOUT:-90}
+KAFKA_STOP_TIMEOUT=20
+CACHE=${OUTBOX_RELAY_CACHE:-${HOME:-/root}/.cache/outbox-relay}
+KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
+KAFKA_LIBS=$KAFKA_HOME/libs
+KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
+
+# ---------------------------------------------------------------- locking
+
+# Serialise state-changing verbs of one checkout (tests may call kafka-stop while
+# another shell runs up). fd 9 is closed for every daemon we start.
+take_lock() {
+	mkdir -p "$STACK"
+	exec 9>"$STACK/.lock"
+	flock -w 600 9 || die "could not lock $STACK/.lock"
+}
+
+# ---------------------------------------------------------------- packages
+
+need_java() {
+	command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+}
+
+need_postgres() {
+	if [ ! -x "$PG_BIN/initdb" ]; then
+		log "PostgreSQL $PG_VERSION not found in $PG_BIN: installing"
+		apt_install "postgresql-$PG_VERSION" "postgresql-client-$PG_VERSION"
+	fi
+	[ -x "$PG_BIN/initdb" ] || die "$PG_BIN/initdb still missing after install"
+	if is_root && ! id postgres >/dev/null 2>&1; then
+		die "OS user 'postgres' does not exist (it comes with the postgresql-common package)"
+	fi
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+# Run a command as the OS user owning the cluster (postgres refuses to run as root).
+as_pg() {
+	if is_root; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		(cd / && "$@")
+	fi
+}
+
+# pg_dir_ok DIR: the postgres user can write DIR and the socket path fits (107 bytes).
+pg_dir_ok() {
+	[ $((${#1} + 24)) -lt 107 ] || return 1
+	as_pg test -w "$1" -a -x "$1"
+}
+
+# Resolve PG_DIR: normally <repo>/.stack/pg; if the postgres user cannot reach the
+# checkout (e.g. it lives under /root, mode 700), .stack/pg becomes a symlink to a
+# directory under /var/tmp keyed by the checkout path.
+pg_resolve() {
+	if [ -L "$PG_LINK" ]; then
+		PG_DIR=$(readlink "$PG_LINK")
+	else
+		PG_DIR=$PG_LINK
+	fi
+	PGDATA=$PG_DIR/data
+	PG_LOG=$PG_DIR/postgres.log
+}
+
+pg_prepare_dir() {
+	mkdir -p "$STACK"
+	pg_resolve
+	mkdir -p "$PG_DIR"
+	if is_root; then chown postgres:postgres "$PG_DIR"; fi
+	if ! pg_dir_ok "$PG_DIR"; then
+		[ ! -L "$PG_LINK" ] || die "postgres user cannot use $PG_DIR (target of $PG_LINK)"
+		local alt
+		alt=/var/tmp/outbox-relay-pg-$(printf %s "$REPO" | sha1sum | cut -c1-12)
+		log "postgres user cannot use $PG_LINK (checkout not reachable or path too long); using $alt"
+		rmdir "$PG_LINK" 2>/dev/null || die "$PG_LINK is not empty; run 'scripts/stack.sh clean'"
+		mkdir -p "$alt"
+		if is_root; then chown postgres:postgres "$alt"; fi
+		ln -s "$alt" "$PG_LINK"
+		pg_resolve
+		pg_dir_ok "$PG_DIR" || die "postgres user cannot use $PG_DIR either"
+	fi
+}
+
+pg_running() {
+	pg_resolve
+	[ -f "$PGDATA/postmaster.pid" ] || return 1
+	[ -x "$PG_BIN/pg_ctl" ] || return 1
+	as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1
+}
+
+pg_accepting() {
+	[ -x "$PG_BIN/pg_isready" ] || return 1
+	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2 &&
+		[ "$(pg_psql postgres -c 'select 1' 2>/dev/null)" = 1 ]
+}
+
+pg_psql() {
+	local db=$1
+	shift
+	PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -t -A -v ON_ERROR_STOP=1 \
+		-h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$db" "$@"
+}
+
+pg_write_config() {
+	local conf=$PGDATA/outbox-relay.conf tmp
+	tmp=$(mktemp)
+	cat >"$tmp" <<EOF
+# Written by scripts/stack.sh on every start; included from postgresql.conf.
+port = $PG_PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$PG_DIR'
+max_connections = 200
+shared_buffers = 256MB
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+wal_sender_timeout = 60s
+max_slot_wal_keep_size = 4GB
+# crash tests need real durability: never fsync = off
+fsync = on
+logging_collector = off
+log_destination = 'stderr'
+log_line_prefix = '%m [%p] %q%u@%d '
+log_timezone = 'UTC'
+timezone = 'UTC'
+EOF
+	PG_CONFIG_CHANGED=0
+	if ! cmp -s "$tmp" "$conf"; then
+		PG_CONFIG_CHANGED=1
+		cp "$tmp" "$conf"
+		chmod 600 "$conf"
+		if is_root; then chown postgres:postgres "$conf"; fi
+	fi
+	rm -f "$tmp"
+	if ! grep -q "^include_if_exists = 'outbox-relay.conf'" "$PGDATA/postgresql.conf"; then
+		printf "\n# outbox-relay stack settings (scripts/stack.sh)\ninclude_if_exists = 'outbox-relay.conf'\n" \
+			>>"$PGDATA/postgresql.conf"
+		PG_CONFIG_CHANGED=1
+	fi
+}
+
+pg_init() {
+	need_postgres
+	pg_prepare_dir
+	if [ ! -f "$PGDATA/PG_VERSION" ]; then
+		log "initdb $PGDATA"
+		as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+			>"$PG_DIR/initdb.log" 2>&1 || {
+			cat "$PG_DIR/initdb.log" >&2
+			die "initdb failed"
+		}
+	fi
+	pg_write_config
+}
+
+pg_wait_ready() {
+	local deadline=$((SECONDS + 60))
+	until pg_accepting; do
+		if [ $SECONDS -ge $deadline ]; then
+			tail_log "$PG_LOG" 40
+			die "PostgreSQL not ready on 127.0.0.1:$PG_PORT after 60 s"
+		fi
+		sleep 0.5
+	done
+	if [ "$(pg_psql postgres -c "select 1 from pg_database where datname = '$PG_DB'")" != 1 ]; then
+		log "creating database $PG_DB"
+		pg_psql postgres -c "create database $PG_DB" >/dev/null
+	fi
+	[ "$(pg_psql "$PG_DB" -c 'show wal_level')" = logical ] || die "wal_level is not logical"
+}
+
+pg_start() {
+	pg_init
+	if pg_running; then
+		if [ "$PG_CONFIG_CHANGED" = 1 ]; then
+			log "PostgreSQL config changed: restarting"
+			pg_stop fast
+		else
+			pg_wait_ready
+			log "PostgreSQL already up on 127.0.0.1:$PG_PORT"
+			return 0
+		fi
+	fi
+	log "starting PostgreSQL on 127.0.0.1:$PG_PORT (log: $PG_LOG)"
+	as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null 9>&- || {
+		tail_log "$PG_LOG" 40
+		die "pg_ctl start failed"
+	}
+	pg_wait_ready
+	log "PostgreSQL up"
+}
+
+pg_stop() {
+	local mode=${1:-fast}
+	case $mode in fast | immediate | smart) ;; *) die "pg-stop mode must be fast|immediate|smart" ;; esac
+	if ! pg_running; then
+		log "PostgreSQL already down"
+		return 0
+	fi
+	log "stopping PostgreSQL (-m $mode)"
+	as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m "$mode" -w -t 60 stop >/dev/null
+}
+
+# ---------------------------------------------------------------- Kafka
+
+kafka_pom() {
+	cat <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by outbox-relay scripts/stack.sh: fetches the Kafka $KAFKA_VERSION broker and tools jars. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.outbox-relay</groupId>
+  <artifactId>kafka-libs</artifactId>
+  <version>$KAFKA_VERSION</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <!-- Kafka 4.x logs through slf4j-api 1.7.36 -> log4j2; the distribution ships log4j-slf4j-impl (the SLF4J 1.x binding). -->
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+EOF
+}
+
+kafka_jars() {
+	need_java
+	local want
+	want=$(kafka_pom | sha1sum | cut -c1-40)
+	if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
+		return 0
+	fi
+	mkdir -p "$KAFKA_HOME"
+	(
+		exec 8>"$KAFKA_HOME/.lock"
+		flock -w 900 8 || die "could not lock $KAFKA_HOME/.lock"
+		if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
+			exit 0
+		fi
+		command -v mvn >/dev/null 2>&1 || apt_install maven
+		log "fetching Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS"
+		kafka_pom >"$KAFKA_HOME/pom.xml"
+		local tmp=$KAFKA_HOME/libs.tmp.$$
+		rm -rf "$tmp"
+		local t0=$SECONDS
+		mvn -q -B -Dstyle.color=never -f "$KAFKA_HOME/pom.xml" dependency:copy-dependencies \
+			-DoutputDirectory="$tmp" -DincludeScope=runtime 8>&- ||
+			die "mvn dependency:copy-dependencies failed"
+		local j
+		for j in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
+			"kafka-clients-$KAFKA_VERSION.jar" "log4j-slf4j-impl-$LOG4J_VERSION.jar"; do
+			[ -f "$tmp/$j" ] || die "Maven did not deliver $j"
+		done
+		rm -rf "$KAFKA_LIBS"
+		mv "$tmp" "$KAFKA_LIBS"
+		echo "$want" >"$KAFKA_MARKER"
+		log "fetched $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars in $((SECONDS - t0)) s"
+	)
+}
+
+kafka_java() {
+	java -cp "$KAFKA_LIBS/*" \
+		-Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" "$@"
+}
+
+kafka_pid() {
+	local pid=""
+	if [ -f "$KAFKA_PID" ]; then
+		pid=$(cat "$KAFKA_PID" 2>/dev/null || true)
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+			tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka $KAFKA_PROPS"; then
+			echo "$pid"
+			return 0
+		fi
+	fi
+	# pid file lost or stale: look for a broker of this checkout by its exact config path
+	pid=$(pgrep -f -- "kafka.Kafka $KAFKA_PROPS" | head -n1 || true)
+	[ -n "$pid" ] || return 1
+	echo "$pid" >"$KAFKA_PID" 2>/dev/null || true
+	echo "$pid"
+}
+
+kafka_port_open() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KAFKA_PORT" 2>/dev/null
+}
+
+kafka_prepare() {
+	kafka_jars
+	mkdir -p "$KAFKA_DATA"
+	sed "s#@KAFKA_DATA_DIR@#$KAFKA_DATA#g" "$REPO/scripts/kafka/server.properties.tmpl" >"$KAFKA_PROPS"
+	if [ ! -f "$KAFKA_DATA/meta.properties" ]; then
+		if [ ! -s "$KAFKA_DIR/cluster.id" ]; then
+			kafka_java kafka.tools.StorageTool random-uuid >"$KAFKA_DIR/cluster.id"
+		fi
+		log "formatting Kafka storage (cluster id $(cat "$KAFKA_DIR/cluster.id"))"
+		kafka_java kafka.tools.StorageTool format -t "$(cat "$KAFKA_DIR/cluster.id")" \
+			-c "$KAFKA_PROPS" --ignore-formatted >"$KAFKA_DIR/format.log" 2>&1 || {
+			cat "$KAFKA_DIR/format.log" >&2
+			die "kafka storage format failed"
+		}
+	fi
+}
+
+kafka_wait_ready() {
+	local pid=$1 deadline=$((SECONDS + KAFKA_READY_TIMEOUT))
+	while :; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail_log "$KAFKA_DIR/kafka.out" 20
+			tail_log "$KAFKA_DIR/server.log" 60
+			die "Kafka broker (pid $pid) exited during startup"
+		fi
+		if kafka_port_open &&
+			timeout 30 java -cp "$KAFKA_LIBS/*" -Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" \
+				org.apache.kafka.tools.TopicCommand --bootstrap-server "$KAFKA_BROKERS" --list \
+				>/dev/null 2>&1; then
+			return 0
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			tail_log "$KAFKA_DIR/server.log" 60
+			die "Kafka not ready on $KAFKA_BROKERS after $KAFKA_READY_TIMEOUT s"
+		fi
+		sleep 1
+	done
+}
+
+kafka_start() {
+	local pid
+	if pid=$(kafka_pid); then
+		kafka_wait_ready "$pid"
+		log "Kafka already up on $KAFKA_BROKERS (pid $pid)"
+		return 0
+	fi
+	kafka_prepare
+	local port
+	for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+		if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+			die "port 127.0.0.1:$port is already in use by a process that is not this checkout's broker"
+		fi
+	done
+	log "starting Kafka $KAFKA_VERSION on $KAFKA_BROKERS (log: $KAFKA_DIR/server.log)"
+	rm -f "$KAFKA_PID"
+	# setsid: the broker outlives the calling shell/job; the inner shell records its own
+	# pid and execs java, so the pid file holds the JVM's pid.
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	KAFKA_PID="$KAFKA_PID" setsid nohup bash -c 'echo $$ >"$KAFKA_PID"; exec "$@"' kafka \
+		java -Xms256m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
+		-Djava.awt.headless=true -Dkafka.logs.dir="$KAFKA_DIR" \
+		-Dlog4j2.configurationFile="$REPO/scripts/kafka/log4j2.xml" \
+		-cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_PROPS" \
+		>>"$KAFKA_DIR/kafka.out" 2>&1 </dev/null 9>&- &
+	local _
+	for _ in $(seq 50); do
+		[ -s "$KAFKA_PID" ] && break
+		sleep 0.1
+	done
+	pid=$(cat "$KAFKA_PID" 2>/dev/null) || die "Kafka did not start (see $KAFKA_DIR/kafka.out)"
+	kafka_wait_ready "$pid"
+	log "Kafka up (pid $pid)"
+}
+
+kafka_stop() {
+	local pid
+	if ! pid=$(kafka_pid); then
+		rm -f "$KAFKA_PID"
+		log "Kafka already down"
+		return 0
+	fi
+	log "stopping Kafka (pid $pid, SIGTERM)"
+	kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + KAFKA_STOP_TIMEOUT))
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ $SECONDS -ge $deadline ]; then
+			log "Kafka still running after $KAFKA_STOP_TIMEOUT s: SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.5
+			deadline=$((SECONDS + 10))
+			while kill -0 "$pid" 2>/dev/null; do
+				[ $SECONDS -lt $deadline ] || die "Kafka pid $pid survived SIGKILL"
+				sleep 0.2
+			done
+			break
+		fi
+		sleep 0.2
+	done
+	rm -f "$KAFKA_PID"
+	log "Kafka stopped"
+}
+
+# ---------------------------------------------------------------- verbs
+
+cmd_status() {
+	local pid
+	if pg_accepting && pg_running; then
+		echo "postgres: up   127.0.0.1:$PG_PORT db=$PG_DB data=$PGDATA"
+	elif pg_running; then
+		echo "postgres: starting (process running, not accepting queries) data=$PGDATA"
+	else
+		echo "postgres: down"
+	fi
+	if pid=$(kafka_pid); then
+		if kafka_port_open; then
+			echo "kafka:    up   $KAFKA_BROKERS pid=$pid data=$KAFKA_DATA"
+		else
+			echo "kafka:    starting (pid=$pid, port $KAFKA_PORT closed)"
+		fi
+	else
+		echo "kafka:    down"
+	fi
+}
+
+cmd_env() {
+	echo "export OUTBOX_RELAY_DATABASE_URL='$DATABASE_URL'"
+	echo "export OUTBOX_RELAY_KAFKA_BROKERS='$KAFKA_BROKERS'"
+}
+
+usage() {
+	sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+main() {
+	local verb=${1:-}
+	[ -n "$verb" ] || usage
+	shift
+	case $verb in
+	up)
+		take_lock
+		local t0=$SECONDS
+		pg_start
+		kafka_start
+		log "stack up in $((SECONDS - t0)) s"
+		;;
+	down)
+		take_lock
+		kafka_stop
+		pg_stop fast
+		;;
+	clean)
+		take_lock
+		kafka_stop
+		pg_stop fast
+		pg_resolve
+		if [ -L "$PG_LINK" ]; then rm -rf "$PG_DIR"; fi
+		rm -rf "$PG_LINK" "$KAFKA_DIR"
+		find "$STACK" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} +
+		rm -rf "$STACK"
+		log "removed $STACK"
+		;;
+	status) pg_resolve && cmd_status ;;
+	env) cmd_env ;;
+	pg-start) take_lock && pg_start ;;
+	pg-stop) take_lock && pg_stop "${1:-fast}" ;;
+	pg-restart) take_lock && pg_stop fast && pg_start ;;
+	kafka-start) take_lock && kafka_start ;;
+	kafka-stop) take_lock && kafka_stop ;;
+	kafka-class)
+		[ $# -ge 1 ] || die "usage: scripts/stack.sh kafka-class CLASS [ARGS...]"
+		kafka_jars
+		# shellcheck disable=SC2086
+		exec java ${KAFKA_CLASS_JAVA_OPTS:--Xmx512m} -cp "$KAFKA_LIBS/*" \
+			-Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" "$@"
+		;;
+	-h | --help | help) usage ;;
+	*)
+		log "unknown verb: $verb"
+		usage
+		;;
+	esac
+}
+
+main "$@"
