@@ -455,6 +455,14 @@ func (e *Env) cleanup() {
 			t.Logf("cleanup: %s: %v", stmt, err)
 		}
 	}
+	// migrate's bookkeeping rows for this table (best effort; the layout
+	// belongs to the migrations package).
+	var hasLedger bool
+	if err := e.DB.QueryRow(ctx, `select to_regclass('public.outbox_relay_schema_migrations') is not null`).Scan(&hasLedger); err == nil && hasLedger {
+		if _, err := e.DB.Exec(ctx, `delete from public.outbox_relay_schema_migrations where table_name in ($1, $2)`, e.TableName, e.Table); err != nil {
+			t.Logf("cleanup: schema migrations rows: %v", err)
+		}
+	}
 	e.DB.Close()
 	// Delete every topic of this env (the relay may have created others).
 	if md, err := kafkaClient().Metadata(ctx, &kafka.MetadataRequest{}); err == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/segmentio/kafka-go"
 
@@ -95,6 +96,12 @@ func parseHeaders(raw []byte) ([]kafka.Header, error) {
 			return nil, errors.New("empty header name")
 		}
 		out = append(out, kafka.Header{Key: key, Value: []byte(val)})
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("malformed JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the JSON object")
 	}
 	return out, nil
 }

@@ -10,7 +10,8 @@
 #
 # Assumes the stack is up: "make demo" runs scripts/stack.sh up first.
 # Tunables (env): DEMO_ORDERS_DURATION (5s), DEMO_TAIL_DURATION (8s),
-# OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187).
+# OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187); OUTBOX_RELAY_TABLE, _SLOT and
+# _PUBLICATION are honoured by the relay and (table) by examples/orders.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,7 +75,7 @@ kill -0 "$RELAY_PID" 2>/dev/null || {
 echo "relay running, pid $RELAY_PID"
 
 say "produce orders (examples/orders)"
-go run ./examples/orders --duration "${DEMO_ORDERS_DURATION:-5s}"
+go run ./examples/orders --table "${OUTBOX_RELAY_TABLE:-public.outbox}" --duration "${DEMO_ORDERS_DURATION:-5s}"
 
 say "read them back from Kafka (examples/tail)"
 go run ./examples/tail --from-beginning --duration "${DEMO_TAIL_DURATION:-8s}" | tee .stack/demo-tail.out
