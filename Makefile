@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build up down status env stack-clean clean unit integration test demo lint
+.PHONY: all build up down status env stack-clean clean unit integration test demo lint fuzz-short
 
 all: build
 
@@ -47,8 +47,15 @@ integration: up
 
 # Sequential on purpose (also under make -j): unit first, then integration.
 test:
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory fuzz-short
 	$(MAKE) --no-print-directory integration
+
+# A short, bounded run of every fuzz target (corpus in testdata/fuzz).
+FUZZTIME ?= 10s
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -parallel 2 ./replication/
 
 demo: up build
 	bash scripts/demo.sh
@@ -59,3 +66,4 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags integration ./...

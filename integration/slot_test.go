@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,15 +34,6 @@ func ParseLSN(s string) (LSN, error) {
 }
 
 func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint32(l)) }
-
-func mustLSN(t testing.TB, s string) LSN {
-	t.Helper()
-	l, err := ParseLSN(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // SlotInfo is a row of pg_replication_slots.
 type SlotInfo struct {

@@ -57,9 +57,3 @@ func (q *queue) take(ctx context.Context, maxCount, maxBytes int, dst []*record)
 		}
 	}
 }
-
-func (q *queue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items)
-}

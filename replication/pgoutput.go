@@ -123,32 +123,16 @@ func (r *reader) bytes(n int) []byte {
 	return v
 }
 
-// beginMsg is pgoutput's Begin.
-type beginMsg struct {
-	FinalLSN   pglogrepl.LSN
-	CommitTime time.Time
-	Xid        uint32
-}
-
-func parseBegin(b []byte) (beginMsg, error) {
+func parseBegin(b []byte) (Begin, error) {
 	r := reader{b: b}
-	m := beginMsg{FinalLSN: r.lsn(), CommitTime: r.time(), Xid: r.u32()}
+	m := Begin{FinalLSN: r.lsn(), CommitTime: r.time(), Xid: r.u32()}
 	return m, r.err
 }
 
-// commitMsg is pgoutput's Commit.
-type commitMsg struct {
-	CommitLSN pglogrepl.LSN
-	// EndLSN is TransactionEndLSN: the position to confirm once the
-	// transaction is fully acknowledged.
-	EndLSN     pglogrepl.LSN
-	CommitTime time.Time
-}
-
-func parseCommit(b []byte) (commitMsg, error) {
+func parseCommit(b []byte) (Commit, error) {
 	r := reader{b: b}
 	r.u8() // flags, unused
-	m := commitMsg{CommitLSN: r.lsn(), EndLSN: r.lsn(), CommitTime: r.time()}
+	m := Commit{CommitLSN: r.lsn(), EndLSN: r.lsn(), CommitTime: r.time()}
 	return m, r.err
 }
 

@@ -75,7 +75,6 @@ type recSink struct {
 func (r *recSink) Begin(b Begin) error    { r.begins = append(r.begins, b); return nil }
 func (r *recSink) Insert(ev *Event) error { r.events = append(r.events, ev); return nil }
 func (r *recSink) Commit(c Commit) error  { r.commits = append(r.commits, c); return nil }
-func (r *recSink) reset()                 { *r = recSink{} }
 func newTestStream(sink Sink) *Stream {
 	return NewStream(nil, Config{Namespace: "public", Table: "outbox"}, sink, nil, nopLogger())
 }

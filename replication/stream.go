@@ -250,7 +250,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		}
 		s.inTx = true
 		s.commit = m.CommitTime
-		return s.sink.Begin(Begin{FinalLSN: m.FinalLSN, CommitTime: m.CommitTime, Xid: m.Xid})
+		return s.sink.Begin(m)
 	case msgCommit:
 		m, err := parseCommit(body)
 		if err != nil {
@@ -260,7 +260,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 			return fmt.Errorf("pgoutput: Commit at %s outside a transaction", lsn)
 		}
 		s.inTx = false
-		return s.sink.Commit(Commit{CommitLSN: m.CommitLSN, EndLSN: m.EndLSN, CommitTime: m.CommitTime})
+		return s.sink.Commit(m)
 	case msgRelation:
 		m, err := parseRelation(body)
 		if err != nil {
