@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092, b:9092")
+	t.Setenv("OUTBOX_RELAY_HEARTBEAT_INTERVAL", "3s")
+	t.Setenv("OUTBOX_RELAY_SLOT", "from_env")
+	cfg, err := parse("run", "", []string{"--slot", "from_flag"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Slot != "from_flag" || cfg.HeartbeatInterval != 3*time.Second || len(cfg.brokers) != 2 || cfg.table.String() != "public.outbox" {
+		t.Fatalf("config %+v", cfg)
+	}
+	if cfg.template.Render("order", "x") != "outbox.event.order" {
+		t.Fatal("default topic template")
+	}
+}
+
+func TestInvalidConfigSaysHowToFix(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_STATUS_INTERVAL", "soon")
+	_, err := parse("run", "", []string{
+		"--database-url", "mysql://x", "--kafka-brokers", "nohost", "--topic-template", "t.{oops}",
+		"--log-format", "xml", "--slot", "Bad-Name",
+	}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("invalid configuration accepted")
+	}
+	if _, ok := err.(configError); !ok {
+		t.Fatalf("error type %T", err)
+	}
+	for _, want := range []string{
+		"OUTBOX_RELAY_STATUS_INTERVAL=\"soon\" is not a duration", "postgres:// URL", `"nohost" is not host:port`,
+		"unknown placeholder {oops}", "use json or console", `--slot "Bad-Name"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestMissingRequiredConfig(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
+	_, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL=postgres://") ||
+		!strings.Contains(err.Error(), "OUTBOX_RELAY_KAFKA_BROKERS=") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "outbox-relay") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	if code := run([]string{"bogus"}, &out, &errOut); code != 2 {
+		t.Fatalf("unknown command exit %d", code)
+	}
+	if code := run([]string{"run", "--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("run --help exit %d", code)
+	}
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
+	if code := run([]string{"migrate"}, &out, &errOut); code != 2 {
+		t.Fatalf("invalid config exit %d", code)
+	}
+}
