@@ -17,6 +17,10 @@ import (
 // slot advance on an idle outbox in a busy database.
 const HeartbeatPrefix = "outbox_relay.heartbeat"
 
+// eagerStatus is the shortest gap between two status updates sent because
+// the acknowledged position moved.
+const eagerStatus = 100 * time.Millisecond
+
 // Begin describes the start of a source transaction.
 type Begin struct {
 	FinalLSN   pglogrepl.LSN
@@ -149,6 +153,11 @@ func (s *Stream) Run(ctx context.Context, stop <-chan struct{}, drain time.Durat
 		default:
 		}
 		next := s.sentAt.Add(s.cfg.StatusInterval)
+		// Confirm soon after acknowledgements move the position, so a
+		// crash redelivers less; the full interval still bounds quiet times.
+		if eager := s.sentAt.Add(eagerStatus); eager.Before(next) && s.progress.Flushed() > s.sent {
+			next = eager
+		}
 		if !time.Now().Before(next) {
 			if err := s.sendStatus(false); err != nil {
 				return err
