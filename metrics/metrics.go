@@ -32,6 +32,9 @@ type Relay struct {
 	ReplicationUp     prometheus.Gauge
 	ReplicationStarts prometheus.Counter
 	DecodedEvents     prometheus.Counter
+	DeadLettered      prometheus.Counter
+	Parked            prometheus.Counter
+	Quarantined       prometheus.Gauge
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -96,6 +99,18 @@ func New() *Relay {
 			Namespace: namespace, Name: "events_decoded_total",
 			Help: "Outbox rows decoded from the WAL (redelivered ones included).",
 		}),
+		DeadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_dead_lettered_total",
+			Help: "Poison events written to the dead-letter table.",
+		}),
+		Parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_parked_total",
+			Help: "Events parked behind a poison event of their aggregate.",
+		}),
+		Quarantined: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "quarantined_aggregates",
+			Help: "Aggregates whose events are parked until an operator retries or discards their poison event.",
+		}),
 	}
 	r.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -103,6 +118,7 @@ func New() *Relay {
 		r.EventsPublished, r.BatchesPublished, r.PublishAttempts, r.PublishErrors, r.CommitToAck,
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
+		r.DeadLettered, r.Parked, r.Quarantined,
 	)
 	return r
 }

@@ -70,6 +70,11 @@ type templateData struct {
 	Table string
 	// PayloadType is "jsonb" or "bytea"; validated before rendering.
 	PayloadType string
+	// DeadLetter is the quoted dead-letter table beside the outbox table.
+	DeadLetter string
+	// OutboxTable is the outbox table's unquoted name, as recorded in
+	// dead-letter rows.
+	OutboxTable string
 }
 
 var migrationFileName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
@@ -152,7 +157,7 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 	if err != nil {
 		return nil, err
 	}
-	data := templateData{Table: t.Quoted(), PayloadType: payloadType}
+	data := templateData{Table: t.Quoted(), PayloadType: payloadType, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String()}
 	versions := t.sibling(VersionTableName)
 
 	if err := inLockedTx(ctx, db, func(tx pgx.Tx) error {

@@ -99,3 +99,13 @@ func (t Table) String() string {
 func (t Table) sibling(name string) Table {
 	return Table{Schema: t.Schema, Name: name}
 }
+
+// DeadLetterTableName is the relay's dead-letter table, created by
+// migration 2 in the outbox table's schema and shared by every outbox
+// table there (rows carry the outbox table's name).
+const DeadLetterTableName = "outbox_dead_letter"
+
+// DeadLetterTable returns the dead-letter table that serves outbox table t.
+func DeadLetterTable(t Table) Table {
+	return t.sibling(DeadLetterTableName)
+}

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -15,9 +16,22 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// Acker is told once Kafka has acknowledged an event of size bytes.
+// Acker is told once an event is taken care of: acknowledged by Kafka, or
+// durably dead-lettered or parked.
 type Acker interface {
 	Ack(bytes int)
+}
+
+// Quarantine decides the fate of events that must not or cannot be
+// published (see package deadletter). Both methods commit their row
+// before returning, so the event may be acknowledged afterwards.
+type Quarantine interface {
+	// Hold parks ev if its aggregate is quarantined before it and
+	// reports whether ev is taken care of.
+	Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error)
+	// Poison dead-letters ev and quarantines its aggregate; an error
+	// (such as the halt policy's) stops the relay.
+	Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error
 }
 
 // Config configures a Publisher.
@@ -41,6 +55,15 @@ type Config struct {
 	TopicReplicationFactor int
 	// WriteTimeout bounds one produce request.
 	WriteTimeout time.Duration
+	// MetadataTTL is how stale kafka-go's metadata may get. kafka-go does
+	// not refresh on NotLeaderForPartition, so this bounds the stall
+	// after a leader change.
+	MetadataTTL time.Duration
+	// UnknownTopicTimeout is how long a missing topic (CreateTopics off)
+	// is retried before its events count as poison.
+	UnknownTopicTimeout time.Duration
+	// Quarantine handles poison events; nil stops the relay on the first.
+	Quarantine Quarantine
 }
 
 func (c *Config) defaults() {
@@ -68,10 +91,17 @@ func (c *Config) defaults() {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.MetadataTTL <= 0 {
+		c.MetadataTTL = time.Second
+	}
+	if c.UnknownTopicTimeout <= 0 {
+		c.UnknownTopicTimeout = time.Minute
+	}
 }
 
 // record is one event on its way to Kafka.
 type record struct {
+	ev     *replication.Event
 	msg    kafka.Message
 	size   int
 	ack    Acker
@@ -100,7 +130,7 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	transport := &kafka.Transport{
 		ClientID:    "outbox-relay",
 		DialTimeout: 5 * time.Second,
-		MetadataTTL: 10 * time.Second,
+		MetadataTTL: cfg.MetadataTTL,
 	}
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,22 +168,27 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // position held.
 func (p *Publisher) Fatal() <-chan error { return p.fatal }
 
-// Publish queues ev for its topic. It returns an *EventError for an event
-// that can never be written; ack is called once Kafka acknowledged it.
-func (p *Publisher) Publish(ev *replication.Event, ack Acker) error {
+// Publish queues ev for its topic; ack is called once ev is taken care of.
+// An event that can never become a record, or whose aggregate is
+// quarantined, is handed to the Quarantine here, synchronously, in stream
+// order. The error is for failures the relay must stop on.
+func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
 	topic := p.cfg.Template.Render(ev.AggregateType, ev.EventType)
-	if err := ValidTopic(topic); err != nil {
-		return &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: err.Error()}
+	if q := p.cfg.Quarantine; q != nil {
+		held, err := q.Hold(ctx, ev, topic)
+		if err != nil {
+			return err
+		}
+		if held {
+			ack.Ack(0)
+			return nil
+		}
 	}
-	msg, err := buildMessage(topic, ev)
+	msg, reason, err := p.message(topic, ev)
 	if err != nil {
-		return err
+		return p.poison(ctx, ev, topic, reason, err, ack)
 	}
-	rec := &record{msg: msg, size: messageSize(&msg), ack: ack, commit: ev.CommitTime}
-	if rec.size > p.cfg.MaxBatchBytes {
-		return &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID,
-			Reason: fmt.Sprintf("record of %d bytes exceeds the maximum batch of %d bytes", rec.size, p.cfg.MaxBatchBytes)}
-	}
+	rec := &record{ev: ev, msg: msg, size: messageSize(&msg), ack: ack, commit: ev.CommitTime}
 	p.mu.Lock()
 	r := p.routers[topic]
 	if r == nil {
@@ -165,6 +200,77 @@ func (p *Publisher) Publish(ev *replication.Event, ack Acker) error {
 	p.mu.Unlock()
 	r.q.push(rec)
 	return nil
+}
+
+// message builds ev's record or says, with a metric-friendly reason, why
+// it cannot exist.
+func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message, string, error) {
+	fail := func(reason, detail string) (kafka.Message, string, error) {
+		return kafka.Message{}, reason, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: detail}
+	}
+	if ev.Invalid != "" {
+		return fail("invalid_row", ev.Invalid)
+	}
+	if ev.AggregateID == "" {
+		return fail("empty_aggregate_id", "aggregate_id is empty")
+	}
+	if err := ValidTopic(topic); err != nil {
+		return fail("invalid_topic", err.Error())
+	}
+	msg, err := buildMessage(topic, ev)
+	if err != nil {
+		return fail("invalid_headers", err.Error())
+	}
+	if n := messageSize(&msg); n > p.cfg.MaxBatchBytes {
+		return fail("message_too_large", fmt.Sprintf("record of %d bytes exceeds --max-batch-bytes %d", n, p.cfg.MaxBatchBytes))
+	}
+	return msg, "", nil
+}
+
+// poison hands ev to the Quarantine, or fails without one.
+func (p *Publisher) poison(ctx context.Context, ev *replication.Event, topic, reason string, cause error, ack Acker) error {
+	p.m.PublishErrors.WithLabelValues(reason, string(Permanent)).Inc()
+	q := p.cfg.Quarantine
+	if q == nil {
+		return cause
+	}
+	detail := cause.Error()
+	var ee *EventError
+	if errors.As(cause, &ee) {
+		detail = ee.Reason
+	}
+	if err := q.Poison(ctx, ev, topic, string(Permanent), reason+": "+detail); err != nil {
+		return err
+	}
+	ack.Ack(0)
+	return nil
+}
+
+// durably retries a dead-letter operation while PostgreSQL is unavailable;
+// giving up would lose the event, skipping it would reorder its aggregate.
+// It returns false when the publisher is closing or the operation failed
+// for good (then the publisher is failed).
+func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool {
+	for attempt := 1; ; attempt++ {
+		err := f(p.ctx)
+		if err == nil {
+			return true
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		var fatal interface{ Fatal() bool }
+		if errors.As(err, &fatal) && fatal.Fatal() {
+			p.fail(err)
+			return false
+		}
+		d := p.backoff(attempt)
+		p.log.Warn().Str("stage", "quarantine").Str("op", what).Int("attempt", attempt).Dur("backoff", d).Err(err).
+			Msg("dead-letter write failed, retrying")
+		if !p.sleep(d) {
+			return false
+		}
+	}
 }
 
 // Close stops all lanes; records not yet acknowledged are abandoned (the
@@ -210,6 +316,8 @@ type router struct {
 	lanes      map[int]*lane
 	partitions []int
 	fetched    time.Time
+	// unknownSince is when the topic was first reported unknown.
+	unknownSince time.Time
 }
 
 func (r *router) run() {
@@ -221,8 +329,26 @@ func (r *router) run() {
 		if batch == nil {
 			return
 		}
-		if !r.resolve() {
+		switch r.resolve() {
+		case topicClosing:
 			return
+		case topicMissing:
+			// The topic stayed unknown past UnknownTopicTimeout: its
+			// events are poison, in order, until it appears.
+			for _, rec := range batch {
+				held, ok := r.p.hold(rec)
+				if !ok {
+					return
+				}
+				if held {
+					continue
+				}
+				if !r.p.settle(rec, "unknown_topic", fmt.Errorf("topic %s does not exist (create it, or run with --create-topics)", r.topic)) {
+					return
+				}
+			}
+			clear(batch)
+			continue
 		}
 		for _, rec := range batch {
 			part := balancer.Balance(rec.msg, r.partitions...)
@@ -240,12 +366,22 @@ func (r *router) run() {
 	}
 }
 
+// topicState is the outcome of router.resolve.
+type topicState int
+
+const (
+	topicReady topicState = iota
+	topicMissing
+	topicClosing
+)
+
 // resolve makes sure the topic's partition count is known, retrying with
-// backoff while the topic or the cluster is unavailable. It refreshes the
-// count periodically so added partitions are used.
-func (r *router) resolve() bool {
+// backoff while the topic or the cluster is unavailable. A topic that stays
+// unknown longer than UnknownTopicTimeout is reported missing. The count is
+// refreshed periodically so added partitions are used.
+func (r *router) resolve() topicState {
 	if r.partitions != nil && time.Since(r.fetched) < time.Minute {
-		return true
+		return topicReady
 	}
 	for attempt := 1; ; attempt++ {
 		n, err := r.p.partitionCount(r.p.ctx, r.topic)
@@ -258,19 +394,28 @@ func (r *router) resolve() bool {
 				r.p.log.Info().Str("stage", "publish").Str("topic", r.topic).Int("partitions", n).Msg("topic metadata")
 			}
 			r.fetched = time.Now()
-			return true
+			r.unknownSince = time.Time{}
+			return topicReady
 		}
 		if r.p.ctx.Err() != nil {
-			return false
+			return topicClosing
 		}
 		if r.partitions != nil {
-			return true // keep the known layout
+			return topicReady // keep the known layout
+		}
+		if errors.Is(err, kafka.UnknownTopicOrPartition) && !r.p.cfg.CreateTopics {
+			if r.unknownSince.IsZero() {
+				r.unknownSince = time.Now()
+			}
+			if time.Since(r.unknownSince) >= r.p.cfg.UnknownTopicTimeout {
+				return topicMissing
+			}
 		}
 		d := r.p.backoff(attempt)
 		r.p.log.Warn().Str("stage", "publish").Str("topic", r.topic).Int("attempt", attempt).
 			Dur("backoff", d).Err(err).Msg("topic metadata unavailable, retrying")
 		if !r.p.sleep(d) {
-			return false
+			return topicClosing
 		}
 	}
 }
@@ -325,85 +470,173 @@ type lane struct {
 	topic     string
 	partition int
 	q         *queue
+	msgs      []kafka.Message
+	lastErr   error
 }
 
 func (l *lane) run() {
 	p := l.p
 	defer p.wg.Done()
-	var batch []*record
-	var msgs []kafka.Message
+	var batch, send []*record
 	for {
 		batch = l.q.take(p.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
 		if batch == nil {
 			return
 		}
-		msgs = msgs[:0]
+		// Events whose aggregate got quarantined after they were routed
+		// (a poison event earlier in this lane) are parked, not sent.
+		send = send[:0]
 		for _, rec := range batch {
-			msgs = append(msgs, rec.msg)
+			held, ok := p.hold(rec)
+			if !ok {
+				return
+			}
+			if !held {
+				send = append(send, rec)
+			}
 		}
-		if !l.write(msgs, batch) {
+		if len(send) > 0 && !l.write(send) {
 			return
 		}
-		now := time.Now()
-		published := p.m.EventsPublished.WithLabelValues(l.topic)
-		for _, rec := range batch {
-			rec.ack.Ack(rec.size)
-			p.m.CommitToAck.Observe(now.Sub(rec.commit).Seconds())
-		}
-		published.Add(float64(len(batch)))
-		p.m.BatchesPublished.Inc()
 		clear(batch)
 	}
 }
 
-// write retries the batch until Kafka acknowledges it. It returns false
-// when the publisher is closing or the failure is permanent.
-func (l *lane) write(msgs []kafka.Message, batch []*record) bool {
+// write delivers records (one partition batch) and acknowledges them. It
+// returns false when the publisher is closing or failed.
+func (l *lane) write(recs []*record) bool {
+	switch l.send(recs) {
+	case sent:
+		l.acked(recs)
+		return true
+	case closing:
+		return false
+	}
+	// A permanent failure of a batch: find the poison records by sending
+	// one at a time, in order, so everything before a poison record is
+	// delivered and everything of its aggregate after it is parked.
 	p := l.p
+	for _, rec := range recs {
+		held, ok := p.hold(rec)
+		if !ok {
+			return false
+		}
+		if held {
+			continue
+		}
+		switch l.send([]*record{rec}) {
+		case sent:
+			l.acked([]*record{rec})
+		case closing:
+			return false
+		case rejected:
+			_, reason := classify(l.lastErr)
+			if !p.settle(rec, reason, l.lastErr) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sendResult is the outcome of lane.send.
+type sendResult int
+
+const (
+	sent sendResult = iota
+	rejected
+	closing
+)
+
+// send writes one partition batch, retrying transient failures with
+// backoff until it is acknowledged, rejected for good, or the publisher
+// closes.
+func (l *lane) send(recs []*record) sendResult {
+	p := l.p
+	l.msgs = l.msgs[:0]
+	for _, rec := range recs {
+		l.msgs = append(l.msgs, rec.msg)
+	}
 	for attempt := 1; ; attempt++ {
 		p.m.PublishAttempts.Inc()
-		err := p.w.WriteMessages(p.ctx, msgs...)
+		err := p.w.WriteMessages(p.ctx, l.msgs...)
 		if err == nil {
 			if attempt > 1 {
 				p.log.Info().Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
 					Int("attempt", attempt).Msg("partition batch delivered after retries")
 			}
-			return true
+			return sent
 		}
 		if p.ctx.Err() != nil {
-			return false
+			return closing
 		}
 		class, reason := classify(err)
 		p.m.PublishErrors.WithLabelValues(reason, string(class)).Inc()
-		first := batch[0]
+		first := recs[0].ev
 		ev := p.log.Warn()
 		if class == Permanent {
 			ev = p.log.Error()
 		}
 		ev = ev.Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
-			Int("attempt", attempt).Int("batch", len(msgs)).Str("class", string(class)).Str("reason", reason).
-			Str("event_id", headerValue(&first.msg, HeaderEventID)).Str("aggregate_id", string(first.msg.Key)).Err(err)
+			Int("attempt", attempt).Int("batch", len(recs)).Str("class", string(class)).Str("reason", reason).
+			Str("event_id", first.EventID).Str("aggregate_id", first.AggregateID).Str("event_type", first.EventType).Err(err)
 		if class == Permanent {
-			ev.Msg("permanent publish failure; stopping with the slot position held")
-			p.fail(fmt.Errorf("publish to %s[%d] (event %s): %s: %w", l.topic, l.partition,
-				headerValue(&first.msg, HeaderEventID), reason, err))
-			return false
+			ev.Msg("publish rejected permanently")
+			l.lastErr = err
+			return rejected
 		}
 		d := p.backoff(attempt)
 		ev.Dur("backoff", d).Msg("publish failed, retrying")
 		if !p.sleep(d) {
-			return false
+			return closing
 		}
 	}
 }
 
-func headerValue(m *kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
+func (l *lane) acked(recs []*record) {
+	p := l.p
+	now := time.Now()
+	for _, rec := range recs {
+		rec.ack.Ack(rec.size)
+		p.m.CommitToAck.Observe(now.Sub(rec.commit).Seconds())
 	}
-	return ""
+	p.m.EventsPublished.WithLabelValues(l.topic).Add(float64(len(recs)))
+	p.m.BatchesPublished.Inc()
+}
+
+// hold asks the Quarantine whether rec must be parked, retrying while
+// PostgreSQL is unavailable. ok is false when the publisher stops.
+func (p *Publisher) hold(rec *record) (held, ok bool) {
+	q := p.cfg.Quarantine
+	if q == nil {
+		return false, true
+	}
+	ok = p.durably("park", func(ctx context.Context) error {
+		var err error
+		held, err = q.Hold(ctx, rec.ev, rec.msg.Topic)
+		return err
+	})
+	if ok && held {
+		rec.ack.Ack(rec.size)
+	}
+	return held, ok
+}
+
+// settle dead-letters a record Kafka rejected for good (or fails the
+// publisher without a Quarantine) and acknowledges it.
+func (p *Publisher) settle(rec *record, reason string, cause error) bool {
+	q := p.cfg.Quarantine
+	if q == nil {
+		p.fail(fmt.Errorf("publish to %s (event %s): %s: %w", rec.msg.Topic, rec.ev.EventID, reason, cause))
+		return false
+	}
+	ok := p.durably("dead-letter", func(ctx context.Context) error {
+		return q.Poison(ctx, rec.ev, rec.msg.Topic, string(Permanent), reason+": "+cause.Error())
+	})
+	if ok {
+		rec.ack.Ack(rec.size)
+	}
+	return ok
 }
 
 // assignedBalancer keeps the partition the router chose (murmur2 over the

@@ -32,6 +32,31 @@ type Event struct {
 	// Headers is the raw JSON of the headers column, nil when NULL or
 	// when the table has no such column.
 	Headers []byte
+
+	// TxLSN (the transaction's commit LSN, from Begin) and Ordinal (the
+	// event's index among the transaction's outbox rows) order events
+	// stably across redeliveries, unlike the insert's LSN, which a
+	// multi-row insert shares between rows.
+	TxLSN   pglogrepl.LSN
+	Ordinal int
+
+	// Invalid, when set, says why the row cannot become a record (a NULL
+	// in a required column, say); the relay dead-letters such events.
+	Invalid string
+}
+
+// Position is an event's stable place in the commit order.
+type Position struct {
+	TxLSN   pglogrepl.LSN
+	Ordinal int
+}
+
+// Pos returns the event's position.
+func (e *Event) Pos() Position { return Position{e.TxLSN, e.Ordinal} }
+
+// Before reports whether p comes before q in commit order.
+func (p Position) Before(q Position) bool {
+	return p.TxLSN < q.TxLSN || p.TxLSN == q.TxLSN && p.Ordinal < q.Ordinal
 }
 
 // Size is the event's accounted size in the in-flight window.
@@ -40,9 +65,8 @@ func (e *Event) Size() int {
 		len(e.EventType) + len(e.SchemaVersion) + len(e.Payload) + len(e.Headers)
 }
 
-// RowError is a row that cannot become an event: a NULL in a required
-// column or a value that does not decode. The stream stops on it with the
-// LSN held, so nothing is skipped.
+// RowError is a row whose shape contradicts its relation: the stream
+// stops on it with the LSN held, so nothing is skipped.
 type RowError struct {
 	LSN     pglogrepl.LSN
 	EventID string
@@ -59,16 +83,15 @@ func (e *RowError) Error() string {
 }
 
 // decodeEvent maps an insert's tuple to an Event through rel's column
-// positions, which come from the Relation message by name.
+// positions, which come from the Relation message by name. A value that
+// cannot be mapped (a NULL in a required column, undecodable bytea) does
+// not stop the stream: the event is returned with Invalid set, so the
+// relay can dead-letter it with everything else the row held.
 func decodeEvent(rel *relation, cols []tupleColumn, lsn pglogrepl.LSN, commit time.Time) (*Event, error) {
 	if len(cols) != rel.numColumns {
 		return nil, &RowError{LSN: lsn, Column: "*", Reason: fmt.Sprintf("tuple has %d columns, relation %d", len(cols), rel.numColumns)}
 	}
 	ev := &Event{LSN: lsn, CommitTime: commit}
-	var eventID []byte
-	if c := cols[rel.idx[colEventID]]; c.Kind == colText {
-		eventID = c.Data
-	}
 	// One buffer for every field; bytea payloads shrink by half when
 	// hex-decoded, so the text length is an upper bound.
 	total := 0
@@ -78,68 +101,63 @@ func decodeEvent(rel *relation, cols []tupleColumn, lsn pglogrepl.LSN, commit ti
 		}
 	}
 	buf := make([]byte, 0, total)
-	field := func(col int, required bool) (string, error) {
+	invalid := func(col int, reason string) {
+		if ev.Invalid == "" {
+			ev.Invalid = fmt.Sprintf("column %q %s", columnNames[col], reason)
+		}
+	}
+	// raw copies a column's text into buf; nil for NULL or an absent column.
+	raw := func(col int) []byte {
 		i := rel.idx[col]
 		if i < 0 {
-			return "", nil
+			return nil
 		}
 		c := cols[i]
 		switch c.Kind {
 		case colText:
 		case colNull:
-			if required {
-				return "", &RowError{LSN: lsn, EventID: string(eventID), Column: columnNames[col], Reason: "is NULL"}
+			if col != colHeaders {
+				invalid(col, "is NULL")
 			}
-			return "", nil
+			return nil
 		default:
-			return "", &RowError{LSN: lsn, EventID: string(eventID), Column: columnNames[col], Reason: fmt.Sprintf("unexpected value kind %q", c.Kind)}
+			invalid(col, fmt.Sprintf("has unexpected value kind %q", c.Kind))
+			return nil
 		}
 		start := len(buf)
 		buf = append(buf, c.Data...)
-		b := buf[start:]
-		return unsafe.String(unsafe.SliceData(b), len(b)), nil
+		return buf[start:len(buf):len(buf)]
 	}
-	var err error
-	set := func(dst *string, col int) {
-		if err == nil {
-			*dst, err = field(col, true)
-		}
+	str := func(col int) string {
+		b := raw(col)
+		return unsafe.String(unsafe.SliceData(b), len(b))
 	}
-	set(&ev.EventID, colEventID)
-	set(&ev.AggregateType, colAggregateType)
-	set(&ev.AggregateID, colAggregateID)
-	set(&ev.AggregateVersion, colAggregateVersion)
-	set(&ev.EventType, colEventType)
-	set(&ev.SchemaVersion, colSchemaVersion)
-	if err != nil {
-		return nil, err
-	}
-	if i := rel.idx[colHeaders]; i >= 0 && cols[i].Kind == colText {
-		start := len(buf)
-		buf = append(buf, cols[i].Data...)
-		ev.Headers = buf[start:len(buf):len(buf)]
-	}
+	ev.EventID = str(colEventID)
+	ev.AggregateType = str(colAggregateType)
+	ev.AggregateID = str(colAggregateID)
+	ev.AggregateVersion = str(colAggregateVersion)
+	ev.EventType = str(colEventType)
+	ev.SchemaVersion = str(colSchemaVersion)
+	ev.Headers = raw(colHeaders)
 	p := cols[rel.idx[colPayload]]
-	switch p.Kind {
-	case colText:
-	case colNull:
-		return nil, &RowError{LSN: lsn, EventID: ev.EventID, Column: "payload", Reason: "is NULL"}
-	default:
-		return nil, &RowError{LSN: lsn, EventID: ev.EventID, Column: "payload", Reason: fmt.Sprintf("unexpected value kind %q", p.Kind)}
+	if !rel.payloadBytea || p.Kind != colText {
+		ev.Payload = raw(colPayload)
+		return ev, nil
+	}
+	// bytea's text output is "\x" followed by hex digits.
+	if len(p.Data) < 2 || p.Data[0] != '\\' || p.Data[1] != 'x' || len(p.Data)%2 != 0 {
+		ev.Payload = raw(colPayload)
+		invalid(colPayload, "is not bytea hex output (set bytea_output = 'hex')")
+		return ev, nil
 	}
 	start := len(buf)
-	if rel.payloadBytea {
-		// bytea's text output is "\x" followed by hex digits.
-		if len(p.Data) < 2 || p.Data[0] != '\\' || p.Data[1] != 'x' {
-			return nil, &RowError{LSN: lsn, EventID: ev.EventID, Column: "payload", Reason: "bytea value not in hex format (set bytea_output = 'hex')"}
-		}
-		hx := p.Data[2:]
-		buf = buf[:start+len(hx)/2]
-		if _, err := hex.Decode(buf[start:], hx); err != nil {
-			return nil, &RowError{LSN: lsn, EventID: ev.EventID, Column: "payload", Reason: "bytea hex: " + err.Error()}
-		}
-	} else {
-		buf = append(buf, p.Data...)
+	hx := p.Data[2:]
+	buf = buf[:start+len(hx)/2]
+	if _, err := hex.Decode(buf[start:], hx); err != nil {
+		buf = buf[:start]
+		ev.Payload = raw(colPayload)
+		invalid(colPayload, "bytea hex: "+err.Error())
+		return ev, nil
 	}
 	ev.Payload = buf[start:len(buf):len(buf)]
 	return ev, nil

@@ -83,6 +83,8 @@ type Stream struct {
 	cols      []tupleColumn
 	inTx      bool
 	commit    time.Time // current transaction's commit time
+	txLSN     pglogrepl.LSN
+	ordinal   int
 	received  pglogrepl.LSN
 	sent      pglogrepl.LSN // flush position last confirmed to the server
 	sentAt    time.Time
@@ -259,6 +261,8 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		}
 		s.inTx = true
 		s.commit = m.CommitTime
+		s.txLSN = m.FinalLSN
+		s.ordinal = 0
 		return s.sink.Begin(m)
 	case msgCommit:
 		m, err := parseCommit(body)
@@ -305,6 +309,8 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		if err != nil {
 			return err
 		}
+		ev.TxLSN, ev.Ordinal = s.txLSN, s.ordinal
+		s.ordinal++
 		return s.sink.Insert(ev)
 	case msgMessage:
 		m, err := parseLogicalMessage(body)

@@ -160,11 +160,17 @@ func (m *Manager) Check(ctx context.Context, s Status) error {
 	if s.Active {
 		return &ActiveError{Slot: m.slot, PID: s.ActivePID}
 	}
-	if s.WALStatus == "lost" {
-		return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
-			"recreate the slot and back-fill from the outbox table", m.slot)
+	return s.LostError()
+}
+
+// LostError reports a slot invalidated by max_slot_wal_keep_size: it can
+// never resume, and the WAL it lost may have held events.
+func (s Status) LostError() error {
+	if s.WALStatus != "lost" {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
+		"recreate the slot and back-fill from the outbox table, and raise max_slot_wal_keep_size", s.Name)
 }
 
 // ActiveError reports a slot streamed by another process.

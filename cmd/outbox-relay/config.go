@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/deadletter"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -46,12 +47,17 @@ type config struct {
 	TopicPartitions   int
 	TopicReplication  int
 	PayloadType       string
+	PoisonPolicy      string
+	MetadataTTL       time.Duration
+	UnknownTopicWait  time.Duration
+	SlotCheckInterval time.Duration
 
 	// Derived by validate.
 	table    migrations.Table
 	brokers  []string
 	template publisher.TopicTemplate
 	level    zerolog.Level
+	policy   deadletter.Policy
 }
 
 // envName maps a flag name to its environment variable.
@@ -159,6 +165,8 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.BatchTimeout, "batch-timeout", 2*time.Millisecond, "wait for a partial batch to fill")
 		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
+		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
+		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics)")
 	}
 	if s&scopeMigrate != 0 {
 		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
@@ -170,6 +178,8 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight events to be acknowledged")
 		b.int(&c.MaxInflightEvents, "max-inflight-events", 10000, "most unacknowledged events held in memory")
 		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
+		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
+		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
 	}
 	return b
 }
@@ -235,6 +245,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
 			errs = append(errs, fmt.Errorf("--backoff-base %s / --backoff-max %s: need 0 < base <= max", c.BackoffBase, c.BackoffMax))
 		}
+		if c.MetadataTTL <= 0 || c.UnknownTopicWait <= 0 {
+			errs = append(errs, fmt.Errorf("--metadata-ttl %s / --unknown-topic-timeout %s: use positive durations", c.MetadataTTL, c.UnknownTopicWait))
+		}
 		if c.TopicPartitions < 1 {
 			errs = append(errs, fmt.Errorf("--topic-partitions %d: use at least 1", c.TopicPartitions))
 		}
@@ -256,6 +269,14 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}
 		if c.ShutdownTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("--shutdown-timeout %s: use a positive duration", c.ShutdownTimeout))
+		}
+		if p, err := deadletter.ParsePolicy(c.PoisonPolicy); err != nil {
+			errs = append(errs, fmt.Errorf("--poison-policy: %w", err))
+		} else {
+			c.policy = p
+		}
+		if c.SlotCheckInterval <= 0 {
+			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))
 		}
 		if c.MaxInflightEvents < 1 {
 			errs = append(errs, fmt.Errorf("--max-inflight-events %d: use at least 1", c.MaxInflightEvents))

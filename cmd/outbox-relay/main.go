@@ -31,6 +31,10 @@ Commands:
   slot status    show the slot's position, lag and WAL health
   slot create    create the slot (pgoutput)
   slot drop      drop the slot
+  dlq list       list poison and parked events (dead-letter table)
+  dlq show       show one dead-letter entry
+  dlq retry      re-publish a quarantined aggregate's events in order
+  dlq discard    discard a poison event (with a reason); its aggregate continues
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
@@ -61,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args[1:], stderr)
 	case "slot":
 		err = cmdSlot(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		err = cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0
@@ -85,27 +91,46 @@ var errUsage = errors.New("usage error")
 
 // parse parses a subcommand's flags and validates the configuration.
 func parse(name, summary string, args []string, s scope, stderr io.Writer) (*config, error) {
+	cfg, rest, err := parseWith(name, "", summary, args, s, stderr, nil)
+	if err == nil && len(rest) > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
+	}
+	return cfg, err
+}
+
+// parseWith is parse for subcommands with their own flags (registered by
+// extra) and positional arguments (returned; described by argsUsage).
+func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*flag.FlagSet)) (*config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
 	b := cfg.bind(fs, s)
+	if extra != nil {
+		extra(fs)
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: outbox-relay %s [flags]\n\n%s\n\nFlags:\n", name, summary)
+		fmt.Fprintf(stderr, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	// Flags may follow positional arguments (dlq show ID --json).
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, err
+			}
+			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
 	if err := cfg.validate(b, s); err != nil {
-		return nil, configError{err}
+		return nil, nil, configError{err}
 	}
-	return cfg, nil
+	return cfg, rest, nil
 }
 
 // newLogger builds the process logger; JSON by default, never payloads.

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/deadletter"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -45,6 +46,7 @@ type relay struct {
 	m       *metrics.Relay
 	pool    *pgxpool.Pool
 	slots   *slot.Manager
+	quar    *deadletter.Quarantine
 	tracker atomic.Pointer[checkpoint.Tracker]
 }
 
@@ -88,6 +90,15 @@ func (r *relay) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	store := deadletter.NewStore(pool, r.cfg.table)
+	if err := store.Check(ctx); err != nil {
+		return err
+	}
+	if r.quar, err = deadletter.NewQuarantine(ctx, store, r.cfg.policy, r.log); err != nil {
+		return err
+	}
+	r.quar.OnPark = r.m.Parked.Inc
+	r.quar.OnDead = r.m.DeadLettered.Inc
 	r.log.Info().Str("stage", "startup").Str("slot", st.Name).Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
 		Int64("lag_bytes", st.LagBytes).Str("wal_status", st.WALStatus).Msg("slot ready")
 
@@ -160,10 +171,16 @@ func (r *relay) stream(ctx context.Context) error {
 		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes, BatchTimeout: r.cfg.BatchTimeout,
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
+		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
+		Quarantine: r.quar,
 	}, r.log, r.m)
 	defer pub.Close()
 
-	sink := &sink{tracker: tracker, pub: pub, m: r.m}
+	// A permanent publish failure or an invalidated slot cancels the
+	// stream; SIGTERM drains it.
+	streamCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m}
 	s := replication.NewStream(conn, replication.Config{
 		Slot: r.cfg.Slot, Publication: r.cfg.Publication,
 		Namespace: r.cfg.table.Schema, Table: r.cfg.table.Name,
@@ -182,17 +199,19 @@ func (r *relay) stream(ctx context.Context) error {
 	defer r.m.ReplicationUp.Set(0)
 	r.log.Info().Str("stage", "stream").Str("start_lsn", start.String()).Msg("streaming")
 
-	// A permanent publish failure cancels the stream; SIGTERM drains it.
-	streamCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var fatal error
+	var fatal atomic.Pointer[error]
+	setFatal := func(err error) {
+		fatal.CompareAndSwap(nil, &err)
+		cancel()
+	}
 	go func() {
 		select {
-		case fatal = <-pub.Fatal():
-			cancel()
+		case err := <-pub.Fatal():
+			setFatal(err)
 		case <-streamCtx.Done():
 		}
 	}()
+	go r.watchSlot(streamCtx, setFatal)
 	stop := make(chan struct{})
 	go func() {
 		select {
@@ -204,13 +223,14 @@ func (r *relay) stream(ctx context.Context) error {
 	idle := func() bool { return tracker.Stats().Events == 0 }
 	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
 	cancel()
-	if fatal != nil {
-		return permanentError{fatal}
+	if f := fatal.Load(); f != nil {
+		return permanentError{*f}
 	}
 	var schemaErr *replication.SchemaError
 	var rowErr *replication.RowError
 	var eventErr *publisher.EventError
-	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) {
+	var haltErr *deadletter.HaltError
+	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) {
 		return permanentError{err}
 	}
 	if err == nil {
@@ -221,6 +241,7 @@ func (r *relay) stream(ctx context.Context) error {
 
 // sink connects the stream to the tracker and the publisher.
 type sink struct {
+	ctx     context.Context
 	tracker *checkpoint.Tracker
 	pub     *publisher.Publisher
 	m       *metrics.Relay
@@ -236,7 +257,7 @@ func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	size := ev.Size()
 	s.tracker.Track(s.tx, size)
-	return s.pub.Publish(ev, sizedAck{s.tx, size})
+	return s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size})
 }
 
 func (s *sink) Commit(c replication.Commit) error {
@@ -253,6 +274,36 @@ type sizedAck struct {
 }
 
 func (a sizedAck) Ack(int) { a.tx.Ack(a.size) }
+
+// watchSlot re-reads the slot while streaming: a slot invalidated by
+// max_slot_wal_keep_size or dropped can never deliver the WAL it lost, and
+// streaming on would hide that events may be missing.
+func (r *relay) watchSlot(ctx context.Context, fail func(error)) {
+	t := time.NewTicker(r.cfg.SlotCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := r.slots.Status(ctx)
+		switch {
+		case errors.Is(err, slot.ErrNotFound):
+			fail(fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err))
+			return
+		case err != nil:
+			r.log.Debug().Str("stage", "slot_check").Err(err).Msg("slot check failed")
+		case st.LostError() != nil:
+			fail(st.LostError())
+			return
+		default:
+			if r.quar != nil {
+				r.m.Quarantined.Set(float64(r.quar.Quarantined()))
+			}
+		}
+	}
+}
 
 // waitForKafka retries until a broker answers, so a relay started before
 // Kafka waits instead of crash-looping. It returns false on shutdown.

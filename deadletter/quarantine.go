@@ -1,0 +1,176 @@
+package deadletter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// Policy says what a poison event does to the relay.
+type Policy string
+
+// Policies.
+const (
+	// PolicyQuarantine dead-letters the poison event, parks the later
+	// events of its aggregate and keeps every other aggregate flowing.
+	PolicyQuarantine Policy = "quarantine"
+	// PolicyHalt stops the relay with the slot position held before the
+	// poison event, for teams that want a human on every such event.
+	PolicyHalt Policy = "halt"
+)
+
+// ParsePolicy validates a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	switch Policy(s) {
+	case PolicyQuarantine, PolicyHalt:
+		return Policy(s), nil
+	}
+	return "", fmt.Errorf("poison policy %q: use quarantine or halt", s)
+}
+
+// HaltError stops the relay under PolicyHalt.
+type HaltError struct {
+	EventID, AggregateID, Reason string
+}
+
+// Fatal tells the publisher not to retry.
+func (e *HaltError) Fatal() bool { return true }
+
+func (e *HaltError) Error() string {
+	return fmt.Sprintf("poison event %s (aggregate %s): %s; policy is halt, so the relay stops with the slot position held "+
+		"(fix the event or the configuration, or run with --poison-policy quarantine)", e.EventID, e.AggregateID, e.Reason)
+}
+
+// Quarantine is the relay's view of quarantined aggregates, backed by the
+// dead-letter table. Safe for concurrent use by the stream and the lanes.
+type Quarantine struct {
+	store  *Store
+	policy Policy
+	log    zerolog.Logger
+
+	mu   sync.Mutex
+	open map[Aggregate]replication.Position // earliest open row per aggregate
+
+	// OnPark and OnDead, if set, are called after a row is written.
+	OnPark, OnDead func()
+}
+
+// NewQuarantine loads the quarantined aggregates of store.
+func NewQuarantine(ctx context.Context, store *Store, policy Policy, log zerolog.Logger) (*Quarantine, error) {
+	open, err := store.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(open) > 0 {
+		log.Warn().Str("stage", "quarantine").Int("aggregates", len(open)).
+			Msg("aggregates are quarantined; their new events are parked until an operator runs outbox-relay dlq retry or discard")
+	}
+	return &Quarantine{store: store, policy: policy, log: log, open: open}, nil
+}
+
+// Quarantined returns the number of quarantined aggregates.
+func (q *Quarantine) Quarantined() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.open)
+}
+
+// Hold parks ev if its aggregate is quarantined at an earlier position and
+// reports whether ev is taken care of (parked now, or the poison event
+// itself redelivered). The row is committed before Hold returns, so the
+// caller may acknowledge ev.
+func (q *Quarantine) Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error) {
+	agg := Aggregate{ev.AggregateType, ev.AggregateID}
+	q.mu.Lock()
+	pos, ok := q.open[agg]
+	q.mu.Unlock()
+	if !ok || ev.Pos().Before(pos) {
+		return false, nil
+	}
+	if ev.Pos() == pos {
+		return true, nil // the poison event again, after a redelivery
+	}
+	parked := false
+	err := q.inAggregateLock(ctx, agg, func(tx pgx.Tx) error {
+		var stillOpen bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+q.store.table+` WHERE outbox_table = $1
+			AND aggregate_type = $2 AND aggregate_id = $3 AND status IN ('dead', 'parked'))`,
+			q.store.outbox, agg.Type, agg.ID).Scan(&stillOpen)
+		if err != nil || !stillOpen {
+			return err
+		}
+		parked = true
+		return q.store.insert(ctx, tx, ev, topic, StatusParked, "permanent", "aggregate quarantined behind an earlier poison event")
+	})
+	if err != nil {
+		return false, err
+	}
+	if !parked {
+		// An operator lifted the quarantine: publish again from here on.
+		q.mu.Lock()
+		if q.open[agg] == pos {
+			delete(q.open, agg)
+		}
+		q.mu.Unlock()
+		q.log.Info().Str("stage", "quarantine").Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).
+			Msg("quarantine lifted; publishing again")
+		return false, nil
+	}
+	if q.OnPark != nil {
+		q.OnPark()
+	}
+	q.log.Warn().Str("stage", "quarantine").Str("event_id", ev.EventID).Str("aggregate_id", ev.AggregateID).
+		Str("event_type", ev.EventType).Msg("event parked behind its aggregate's poison event")
+	return true, nil
+}
+
+// Poison writes ev as dead with its reason and quarantines its aggregate.
+// Under PolicyHalt it writes nothing and returns a *HaltError.
+func (q *Quarantine) Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error {
+	if q.policy == PolicyHalt {
+		return &HaltError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason}
+	}
+	agg := Aggregate{ev.AggregateType, ev.AggregateID}
+	err := q.inAggregateLock(ctx, agg, func(tx pgx.Tx) error {
+		return q.store.insert(ctx, tx, ev, topic, StatusDead, class, reason)
+	})
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if pos, ok := q.open[agg]; !ok || ev.Pos().Before(pos) {
+		q.open[agg] = ev.Pos()
+	}
+	q.mu.Unlock()
+	if q.OnDead != nil {
+		q.OnDead()
+	}
+	q.log.Error().Str("stage", "quarantine").Str("event_id", ev.EventID).Str("aggregate_type", ev.AggregateType).
+		Str("aggregate_id", ev.AggregateID).Str("event_type", ev.EventType).Str("class", class).Str("reason", reason).
+		Msg("poison event dead-lettered; its aggregate is quarantined (outbox-relay dlq list)")
+	return nil
+}
+
+// inAggregateLock runs f in a transaction holding agg's advisory lock.
+func (q *Quarantine) inAggregateLock(ctx context.Context, agg Aggregate, f func(pgx.Tx) error) error {
+	tx, err := q.store.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`)`, q.store.outbox, agg.Type, agg.ID); err != nil {
+		return fmt.Errorf("dead-letter: lock aggregate %s: %w", agg, err)
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("dead-letter: commit: %w", err)
+	}
+	return nil
+}
