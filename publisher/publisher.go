@@ -412,7 +412,7 @@ func (r *router) resolve() topicState {
 			}
 		}
 		d := r.p.backoff(attempt)
-		r.p.log.Warn().Str("stage", "publish").Str("topic", r.topic).Int("attempt", attempt).
+		retryLog(r.p.log, attempt).Str("stage", "publish").Str("topic", r.topic).Int("attempt", attempt).
 			Dur("backoff", d).Err(err).Msg("topic metadata unavailable, retrying")
 		if !r.p.sleep(d) {
 			return topicClosing
@@ -573,7 +573,7 @@ func (l *lane) send(recs []*record) sendResult {
 		class, reason := classify(err)
 		p.m.PublishErrors.WithLabelValues(reason, string(class)).Inc()
 		first := recs[0].ev
-		ev := p.log.Warn()
+		ev := retryLog(p.log, attempt)
 		if class == Permanent {
 			ev = p.log.Error()
 		}
@@ -637,6 +637,16 @@ func (p *Publisher) settle(rec *record, reason string, cause error) bool {
 		rec.ack.Ack(rec.size)
 	}
 	return ok
+}
+
+// retryLog returns the log event for a retry: a warning when a failure
+// starts and every tenth attempt after, debug in between, so a long outage
+// is visible without a line per partition per backoff.
+func retryLog(log zerolog.Logger, attempt int) *zerolog.Event {
+	if attempt == 1 || attempt%10 == 0 {
+		return log.Warn()
+	}
+	return log.Debug()
 }
 
 // assignedBalancer keeps the partition the router chose (murmur2 over the
