@@ -167,3 +167,17 @@ func TestQueueTakeRespectsLimits(t *testing.T) {
 		t.Fatal("take on an empty queue with a done context")
 	}
 }
+
+func BenchmarkBuildMessage(b *testing.B) {
+	ev := &replication.Event{
+		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001",
+		AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1",
+		Payload: make([]byte, 300), Headers: []byte(`{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}`),
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := buildMessage("outbox.event.order", ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

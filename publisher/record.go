@@ -1,11 +1,10 @@
 package publisher
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"unsafe"
 
 	"github.com/segmentio/kafka-go"
 
@@ -36,71 +35,158 @@ func (e *EventError) Error() string {
 // buildMessage maps an event to a Kafka message: key = aggregate_id, value =
 // payload, time = commit time, the standard headers then the row's headers.
 func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
-	n := 5
-	var rowHeaders []kafka.Header
+	h := make([]kafka.Header, 5, 6)
+	h[0] = kafka.Header{Key: HeaderEventID, Value: bytesOf(ev.EventID)}
+	h[1] = kafka.Header{Key: HeaderEventType, Value: bytesOf(ev.EventType)}
+	h[2] = kafka.Header{Key: HeaderSchemaVersion, Value: bytesOf(ev.SchemaVersion)}
+	h[3] = kafka.Header{Key: HeaderAggregateType, Value: bytesOf(ev.AggregateType)}
+	h[4] = kafka.Header{Key: HeaderAggregateVersion, Value: bytesOf(ev.AggregateVersion)}
 	if len(ev.Headers) > 0 {
 		var err error
-		rowHeaders, err = parseHeaders(ev.Headers)
-		if err != nil {
+		if h, err = appendHeaders(h, ev.Headers); err != nil {
 			return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: "headers: " + err.Error()}
 		}
-		n += len(rowHeaders)
 	}
-	h := make([]kafka.Header, 0, n)
-	h = append(h,
-		kafka.Header{Key: HeaderEventID, Value: []byte(ev.EventID)},
-		kafka.Header{Key: HeaderEventType, Value: []byte(ev.EventType)},
-		kafka.Header{Key: HeaderSchemaVersion, Value: []byte(ev.SchemaVersion)},
-		kafka.Header{Key: HeaderAggregateType, Value: []byte(ev.AggregateType)},
-		kafka.Header{Key: HeaderAggregateVersion, Value: []byte(ev.AggregateVersion)},
-	)
-	h = append(h, rowHeaders...)
 	return kafka.Message{
 		Topic:   topic,
-		Key:     []byte(ev.AggregateID),
+		Key:     bytesOf(ev.AggregateID),
 		Value:   ev.Payload,
 		Headers: h,
 		Time:    ev.CommitTime,
 	}, nil
 }
 
+// bytesOf returns s's bytes without copying. The event's strings share one
+// immutable buffer per event (replication.Event), and kafka-go only reads
+// message bytes, so aliasing saves an allocation per header per event.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
 // parseHeaders reads a JSON object of string values, keeping key order.
 func parseHeaders(raw []byte) ([]kafka.Header, error) {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil, nil
+	return appendHeaders(nil, raw)
+}
+
+// appendHeaders appends the members of raw, a JSON object of string
+// values, to out. Plain ASCII strings (the common case) alias raw instead
+// of being copied; strings with escapes or other bytes go through
+// encoding/json. raw must not change afterwards (an event's buffer doesn't).
+func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
+	p := headerParser{b: raw}
+	p.ws()
+	if p.literal("null") {
+		return p.end(out)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if !p.next('{') {
 		return nil, errors.New("not a JSON object")
 	}
-	var out []kafka.Header
-	for dec.More() {
-		kt, err := dec.Token()
+	p.ws()
+	if p.next('}') {
+		return p.end(out)
+	}
+	for {
+		p.ws()
+		key, err := p.str()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("header name: %w", err)
 		}
-		key, _ := kt.(string)
-		vt, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		val, ok := vt.(string)
-		if !ok {
-			return nil, fmt.Errorf("value of %q is not a string", key)
-		}
-		if key == "" {
+		if len(key) == 0 {
 			return nil, errors.New("empty header name")
 		}
-		out = append(out, kafka.Header{Key: key, Value: []byte(val)})
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		p.ws()
+		if !p.next(':') {
+			return nil, errors.New("malformed JSON object")
+		}
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] != '"' {
+			return nil, fmt.Errorf("value of %q is not a string", key)
+		}
+		val, err := p.str()
+		if err != nil {
+			return nil, fmt.Errorf("value of %q: %w", key, err)
+		}
+		out = append(out, kafka.Header{Key: unsafe.String(unsafe.SliceData(key), len(key)), Value: val})
+		p.ws()
+		if p.next(',') {
+			continue
+		}
+		if p.next('}') {
+			return p.end(out)
+		}
 		return nil, errors.New("malformed JSON object")
 	}
-	if _, err := dec.Token(); err != io.EOF {
+}
+
+// headerParser is a minimal JSON scanner for a flat object of strings.
+type headerParser struct {
+	b []byte
+	i int
+}
+
+func (p *headerParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *headerParser) next(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *headerParser) literal(s string) bool {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// str reads a JSON string token.
+func (p *headerParser) str() ([]byte, error) {
+	if !p.next('"') {
+		return nil, errors.New("expected a JSON string")
+	}
+	start := p.i
+	plain := true
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			tok := p.b[start:p.i]
+			p.i++
+			if plain {
+				return tok[:len(tok):len(tok)], nil
+			}
+			var s string
+			if err := json.Unmarshal(p.b[start-1:p.i], &s); err != nil {
+				return nil, err
+			}
+			return []byte(s), nil
+		case c == '\\':
+			plain = false
+			p.i += 2
+			continue
+		case c < 0x20 || c >= 0x80:
+			plain = false
+		}
+		p.i++
+	}
+	return nil, errors.New("unterminated JSON string")
+}
+
+func (p *headerParser) end(out []kafka.Header) ([]kafka.Header, error) {
+	p.ws()
+	if p.i != len(p.b) {
 		return nil, errors.New("trailing data after the JSON object")
 	}
 	return out, nil
