@@ -16,6 +16,10 @@ type Class string
 const (
 	Transient Class = "transient"
 	Permanent Class = "permanent"
+	// Fatal failures concern the relay, not an event (credentials,
+	// cluster authorization): dead-lettering would quarantine every
+	// aggregate, so the relay stops with the slot position held.
+	Fatal Class = "fatal"
 )
 
 // classify sorts a write failure and names its reason for logs and
@@ -38,10 +42,14 @@ func classify(err error) (Class, string) {
 	if errors.As(err, &kerr) {
 		switch kerr {
 		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidTopic,
-			kafka.InvalidRecord, kafka.TopicAuthorizationFailed, kafka.ClusterAuthorizationFailed,
-			kafka.InvalidMessage, kafka.UnsupportedForMessageFormat:
+			kafka.InvalidRecord, kafka.TopicAuthorizationFailed, kafka.UnsupportedForMessageFormat:
 			return Permanent, kerr.Title()
+		case kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism,
+			kafka.IllegalSASLState, kafka.InvalidRequiredAcks, kafka.TransactionalIDAuthorizationFailed:
+			return Fatal, kerr.Title()
 		}
+		// Temporary errors are retried; so are the rest, since giving up
+		// on an error nobody classified would risk a loss.
 		return Transient, kerr.Title()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

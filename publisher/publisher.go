@@ -574,12 +574,17 @@ func (l *lane) send(recs []*record) sendResult {
 		p.m.PublishErrors.WithLabelValues(reason, string(class)).Inc()
 		first := recs[0].ev
 		ev := retryLog(p.log, attempt)
-		if class == Permanent {
+		if class != Transient {
 			ev = p.log.Error()
 		}
 		ev = ev.Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
 			Int("attempt", attempt).Int("batch", len(recs)).Str("class", string(class)).Str("reason", reason).
 			Str("event_id", first.EventID).Str("aggregate_id", first.AggregateID).Str("event_type", first.EventType).Err(err)
+		if class == Fatal {
+			ev.Msg("publish failed for a reason no retry can fix; stopping with the slot position held")
+			p.fail(fmt.Errorf("publish to %s[%d]: %s: %w", l.topic, l.partition, reason, err))
+			return closing
+		}
 		if class == Permanent {
 			ev.Msg("publish rejected permanently")
 			l.lastErr = err

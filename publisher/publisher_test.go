@@ -102,6 +102,8 @@ func TestClassify(t *testing.T) {
 		{kafka.MessageTooLargeError{}, Permanent},
 		{kafka.MessageSizeTooLarge, Permanent},
 		{kafka.TopicAuthorizationFailed, Permanent},
+		{kafka.SASLAuthenticationFailed, Fatal},
+		{kafka.InvalidMessage, Transient},
 		{kafka.NotLeaderForPartition, Transient},
 		{kafka.LeaderNotAvailable, Transient},
 		{kafka.RequestTimedOut, Transient},

@@ -3,6 +3,8 @@ package replication
 import (
 	"fmt"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // Outbox column roles, found by name in each Relation message.
@@ -19,32 +21,53 @@ const (
 )
 
 var columnNames = [numRoles]string{
-	"event_id", "aggregate_type", "aggregate_id", "aggregate_version",
-	"event_type", "schema_version", "payload", "headers",
+	migrations.ColEventID, migrations.ColAggregateType, migrations.ColAggregateID, migrations.ColAggregateVersion,
+	migrations.ColEventType, migrations.ColSchemaVersion, migrations.ColPayload, migrations.ColHeaders,
 }
 
-// PostgreSQL type OIDs the decoder accepts per role.
+// PostgreSQL's fixed type OIDs of the types package migrations accepts.
 const (
-	oidBytea   = 17
-	oidInt8    = 20
-	oidInt4    = 23
-	oidInt2    = 21
-	oidText    = 25
-	oidJSON    = 114
-	oidVarchar = 1043
-	oidUUID    = 2950
-	oidJSONB   = 3802
+	oidBytea       = 17
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidText        = 25
+	oidJSON        = 114
+	oidVarchar     = 1043
+	oidTimestamp   = 1114
+	oidTimestamptz = 1184
+	oidUUID        = 2950
+	oidJSONB       = 3802
 )
 
-var acceptedTypes = [numRoles][]uint32{
-	colEventID:          {oidUUID, oidText, oidVarchar},
-	colAggregateType:    {oidText, oidVarchar},
-	colAggregateID:      {oidText, oidVarchar},
-	colAggregateVersion: {oidInt8, oidInt4},
-	colEventType:        {oidText, oidVarchar},
-	colSchemaVersion:    {oidInt4, oidInt2, oidInt8},
-	colPayload:          {oidJSONB, oidJSON, oidBytea, oidText},
-	colHeaders:          {oidJSONB, oidJSON},
+var typeOIDs = map[string]uint32{
+	"bytea": oidBytea, "int8": oidInt8, "int2": oidInt2, "int4": oidInt4, "text": oidText, "json": oidJSON,
+	"varchar": oidVarchar, "timestamp": oidTimestamp, "timestamptz": oidTimestamptz, "uuid": oidUUID, "jsonb": oidJSONB,
+}
+
+// acceptedTypes is, per role, the type OIDs the relay maps: the same set
+// start-up validation (migrations.Columns) accepts, so a table that passes
+// there decodes here.
+var acceptedTypes = func() (out [numRoles][]uint32) {
+	for _, c := range migrations.Columns() {
+		for role, name := range columnNames {
+			if c.Name == name {
+				for _, t := range c.Types {
+					out[role] = append(out[role], typeOIDs[t])
+				}
+			}
+		}
+	}
+	return out
+}()
+
+func typeName(oid uint32) string {
+	for name, o := range typeOIDs {
+		if o == oid {
+			return migrations.TypeDisplayName(name)
+		}
+	}
+	return fmt.Sprintf("oid %d", oid)
 }
 
 // relation is the cached shape of one relation: where each role's column
@@ -95,7 +118,7 @@ func newRelation(m relationMsg) (*relation, error) {
 			ok = ok || oid == types[role]
 		}
 		if !ok {
-			problems = append(problems, fmt.Sprintf("column %q has type oid %d, not one the relay maps", columnNames[role], types[role]))
+			problems = append(problems, fmt.Sprintf("column %q has type %s, not one the relay maps", columnNames[role], typeName(types[role])))
 		}
 	}
 	if len(problems) > 0 {

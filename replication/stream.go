@@ -21,6 +21,38 @@ const HeartbeatPrefix = "outbox_relay.heartbeat"
 // the acknowledged position moved.
 const eagerStatus = 100 * time.Millisecond
 
+// StopError is a failure on one message of an intact stream: a message that
+// does not decode, a relation the relay cannot map, or a sink error. The
+// stream delivers (bounded by the drain time) what it read before the
+// message, confirms, and returns it.
+type StopError struct {
+	LSN pglogrepl.LSN
+	Err error
+}
+
+func (e *StopError) Error() string { return fmt.Sprintf("at WAL %s: %v", e.LSN, e.Err) }
+func (e *StopError) Unwrap() error { return e.Err }
+
+// DecodeError is a message that is not valid pgoutput protocol version 1:
+// a bug or a protocol mismatch that reconnecting cannot cure.
+type DecodeError struct{ Err error }
+
+func (e *DecodeError) Error() string { return "decode: " + e.Err.Error() }
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// sinkError marks an error of the Sink, so it is not taken for a decode
+// error; it never leaves the package.
+type sinkError struct{ err error }
+
+func (e *sinkError) Error() string { return e.err.Error() }
+
+func sinkErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &sinkError{err}
+}
+
 // Begin describes the start of a source transaction.
 type Begin struct {
 	FinalLSN   pglogrepl.LSN
@@ -191,6 +223,14 @@ func (s *Stream) Run(ctx context.Context, stop <-chan struct{}, drain time.Durat
 			return fmt.Errorf("replication receive: %w", err)
 		}
 		if err := s.handle(msg); err != nil {
+			var stop *StopError
+			if errors.As(err, &stop) {
+				// The connection is fine; what was read before the
+				// failing message is delivered before stopping.
+				if derr := s.shutdown(ctx, drain, idle); derr != nil {
+					s.log.Warn().Str("stage", "shutdown").Err(derr).Msg("drain before stopping failed")
+				}
+			}
 			return err
 		}
 	}
@@ -228,7 +268,20 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 			if xld.WALStart > s.received {
 				s.received = xld.WALStart
 			}
-			return s.decode(xld.WALStart, xld.WALData)
+			if err := s.decode(xld.WALStart, xld.WALData); err != nil {
+				var se *sinkError
+				var schema *SchemaError
+				var row *RowError
+				switch {
+				case errors.As(err, &se):
+					err = se.err
+				case errors.As(err, &schema), errors.As(err, &row):
+				default:
+					err = &DecodeError{Err: err}
+				}
+				return &StopError{LSN: xld.WALStart, Err: err}
+			}
+			return nil
 		default:
 			return fmt.Errorf("replication: unexpected CopyData type %q", msg.Data[0])
 		}
@@ -263,7 +316,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		s.commit = m.CommitTime
 		s.txLSN = m.FinalLSN
 		s.ordinal = 0
-		return s.sink.Begin(m)
+		return sinkErr(s.sink.Begin(m))
 	case msgCommit:
 		m, err := parseCommit(body)
 		if err != nil {
@@ -273,7 +326,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 			return fmt.Errorf("pgoutput: Commit at %s outside a transaction", lsn)
 		}
 		s.inTx = false
-		return s.sink.Commit(m)
+		return sinkErr(s.sink.Commit(m))
 	case msgRelation:
 		m, err := parseRelation(body)
 		if err != nil {
@@ -311,7 +364,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		}
 		ev.TxLSN, ev.Ordinal = s.txLSN, s.ordinal
 		s.ordinal++
-		return s.sink.Insert(ev)
+		return sinkErr(s.sink.Insert(ev))
 	case msgMessage:
 		m, err := parseLogicalMessage(body)
 		if err != nil {

@@ -32,6 +32,10 @@ KAFKA_VERSION=4.1.1
 LOG4J_VERSION=2.24.3 # the log4j2 version kafka-server 4.1.1 depends on
 KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
+# PROXIED listener: the broker listens on 19094 and advertises 127.0.0.1:19095, where
+# network-cut tests run their own TCP proxy to 19094 (docs/CONTRACT.md).
+KAFKA_PROXIED_PORT=19094
+KAFKA_PROXIED_ADVERTISED_PORT=19095
 KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 KAFKA_READY_TIMEOUT=${KAFKA_READY_TIMEOUT:-90}
 KAFKA_STOP_TIMEOUT=20
@@ -320,10 +324,21 @@ kafka_port_open() {
 	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KAFKA_PORT" 2>/dev/null
 }
 
+# kafka_render: the broker config this checkout wants, on stdout.
+kafka_render() {
+	sed "s#@KAFKA_DATA_DIR@#$KAFKA_DATA#g" "$REPO/scripts/kafka/server.properties.tmpl"
+}
+
+# kafka_config_changed: the running broker was started from a config that differs from
+# what the template renders now (it reads $KAFKA_PROPS only at start).
+kafka_config_changed() {
+	! kafka_render | cmp -s - "$KAFKA_PROPS"
+}
+
 kafka_prepare() {
 	kafka_jars
 	mkdir -p "$KAFKA_DATA"
-	sed "s#@KAFKA_DATA_DIR@#$KAFKA_DATA#g" "$REPO/scripts/kafka/server.properties.tmpl" >"$KAFKA_PROPS"
+	kafka_render >"$KAFKA_PROPS"
 	if [ ! -f "$KAFKA_DATA/meta.properties" ]; then
 		if [ ! -s "$KAFKA_DIR/cluster.id" ]; then
 			kafka_java kafka.tools.StorageTool random-uuid >"$KAFKA_DIR/cluster.id"
@@ -362,13 +377,18 @@ kafka_wait_ready() {
 kafka_start() {
 	local pid
 	if pid=$(kafka_pid); then
-		kafka_wait_ready "$pid"
-		log "Kafka already up on $KAFKA_BROKERS (pid $pid)"
-		return 0
+		if kafka_config_changed; then
+			log "Kafka config changed (scripts/kafka/server.properties.tmpl): restarting"
+			kafka_stop
+		else
+			kafka_wait_ready "$pid"
+			log "Kafka already up on $KAFKA_BROKERS (pid $pid)"
+			return 0
+		fi
 	fi
 	kafka_prepare
 	local port
-	for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+	for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_PROXIED_PORT"; do
 		if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
 			die "port 127.0.0.1:$port is already in use by a process that is not this checkout's broker"
 		fi
@@ -435,7 +455,10 @@ cmd_status() {
 	fi
 	if pid=$(kafka_pid); then
 		if kafka_port_open; then
-			echo "kafka:    up   $KAFKA_BROKERS pid=$pid data=$KAFKA_DATA"
+			echo "kafka:    up   $KAFKA_BROKERS pid=$pid data=$KAFKA_DATA proxied=127.0.0.1:$KAFKA_PROXIED_PORT (advertised 127.0.0.1:$KAFKA_PROXIED_ADVERTISED_PORT)"
+			if kafka_config_changed; then
+				echo "kafka:    config changed since start; 'scripts/stack.sh up' restarts it"
+			fi
 		else
 			echo "kafka:    starting (pid=$pid, port $KAFKA_PORT closed)"
 		fi

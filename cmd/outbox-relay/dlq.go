@@ -110,7 +110,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if (eventID == "") == (aggregate == "") || len(rest) > 1 {
 			return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
 		}
-		agg := deadletter.Aggregate{Type: aggType, ID: aggregate}
+		var agg deadletter.Aggregate
 		if eventID != "" {
 			e, err := store.Get(ctx, eventID)
 			if err != nil {

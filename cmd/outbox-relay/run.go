@@ -122,7 +122,7 @@ func (r *relay) run(ctx context.Context) error {
 		if time.Since(started) > time.Minute {
 			attempt = 1
 		}
-		d := jitter(attempt, 200*time.Millisecond, 15*time.Second)
+		d := jitter(attempt, 200*time.Millisecond, r.cfg.BackoffMax)
 		r.log.Warn().Str("stage", "stream").Int("attempt", attempt).Dur("backoff", d).Err(err).
 			Msg("replication stream ended, reconnecting")
 		if !sleepCtx(ctx, d) {
@@ -230,7 +230,9 @@ func (r *relay) stream(ctx context.Context) error {
 	var rowErr *replication.RowError
 	var eventErr *publisher.EventError
 	var haltErr *deadletter.HaltError
-	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) {
+	var decodeErr *replication.DecodeError
+	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
+		errors.As(err, &decodeErr) {
 		return permanentError{err}
 	}
 	if err == nil {
@@ -257,7 +259,13 @@ func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	size := ev.Size()
 	s.tracker.Track(s.tx, size)
-	return s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size})
+	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size}); err != nil {
+		// Free its window share so the drain before stopping can finish;
+		// its transaction never commits here, so the slot stays before it.
+		s.tx.Ack(size)
+		return err
+	}
+	return nil
 }
 
 func (s *sink) Commit(c replication.Commit) error {

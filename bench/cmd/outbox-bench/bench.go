@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+)
+
+// prefixBase starts the name of everything a run creates: schema, slots,
+// publications, topics. The run id after it is the start time in base 36.
+const prefixBase = "outbox_bench_"
+
+func runIDTime(name string) (time.Time, bool) {
+	rest := strings.TrimPrefix(name, prefixBase)
+	if i := strings.IndexAny(rest, "_."); i >= 0 {
+		rest = rest[:i]
+	}
+	sec, err := strconv.ParseInt(rest, 36, 64)
+	if err != nil || sec < 1_600_000_000 || sec > 4_000_000_000 {
+		return time.Time{}, false
+	}
+	return time.Unix(sec, 0), true
+}
+
+type bench struct {
+	cfg    *config
+	logw   io.Writer
+	pool   *pgxpool.Pool
+	kafka  *kafka.Client
+	id     string
+	prefix string
+	schema string
+	topic  string
+
+	mu      sync.Mutex
+	relays  []*relayProc
+	targets []*target
+	topics  []string
+	cleaned bool
+}
+
+func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) {
+	if _, err := os.Stat(cfg.RelayBin); err != nil && !cfg.CleanupOnly {
+		return nil, fmt.Errorf("relay binary: %w (go build -o bin/outbox-relay ./cmd/outbox-relay)", err)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = 6
+	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-bench"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL: %w (is the stack up? scripts/stack.sh up)", err)
+	}
+	id := strconv.FormatInt(time.Now().Unix(), 36)
+	b := &bench{
+		cfg: cfg, logw: logw, pool: pool,
+		kafka:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 20 * time.Second},
+		id:     id,
+		prefix: prefixBase + id,
+	}
+	b.schema = b.prefix
+	b.topic = b.prefix + "_events"
+	return b, nil
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.logw, "%s outbox-bench: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) close() {
+	b.cleanup()
+	b.pool.Close()
+}
+
+// cleanup stops every relay of the run, drops the ceiling slots always and
+// the rest unless -keep. Idempotent; runs on its own deadline so it also
+// works after the run's context ended.
+func (b *bench) cleanup() {
+	b.mu.Lock()
+	if b.cleaned {
+		b.mu.Unlock()
+		return
+	}
+	b.cleaned = true
+	relays, targets, topics := b.relays, b.targets, b.topics
+	b.mu.Unlock()
+	for _, r := range relays {
+		_ = r.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, t := range targets {
+		if err := b.dropTarget(ctx, t); err != nil {
+			b.logf("cleanup: %v", err)
+		}
+	}
+	if b.cfg.Keep {
+		b.logf("-keep: left schema %s, slots and publications %s_*, topics %v", b.schema, b.prefix, topics)
+		return
+	}
+	if len(targets) > 0 {
+		if _, err := b.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+b.schema+` CASCADE`); err != nil {
+			b.logf("cleanup: drop schema %s: %v", b.schema, err)
+		}
+	}
+	if err := b.deleteTopics(ctx, topics); err != nil {
+		b.logf("cleanup: %v", err)
+	}
+	b.logf("cleaned up schema %s, slots/publications %s_*, topics %v", b.schema, b.prefix, topics)
+}
+
+// run executes the selected phases; a failing phase is reported and the
+// next one still runs.
+func (b *bench) run(ctx context.Context) *results {
+	res := &results{RunID: b.id, Started: time.Now(), Host: b.hostInfo(ctx), Config: b.configSummary()}
+	b.logf("run %s: logs in %s", b.id, b.cfg.LogDir)
+	fail := func(phase string, err error) {
+		msg := fmt.Sprintf("%s: %v", phase, err)
+		if ctx.Err() != nil {
+			msg += fmt.Sprintf(" (run stopped: %v)", context.Cause(ctx))
+		}
+		b.logf("phase failed: %s", msg)
+		res.Errors = append(res.Errors, msg)
+	}
+	if err := b.createTopic(ctx, b.topic); err != nil {
+		fail("setup", err)
+		res.Finished = time.Now()
+		return res
+	}
+	if b.cfg.Phases["drain"] {
+		for _, mode := range b.cfg.Modes {
+			if ctx.Err() != nil {
+				break
+			}
+			d, err := b.drain(ctx, mode)
+			if d != nil {
+				res.Drains = append(res.Drains, *d)
+			}
+			if err != nil {
+				fail(fmt.Sprintf("drain (%d-event transactions)", mode), err)
+			}
+		}
+	}
+	if b.cfg.Phases["kafka"] && ctx.Err() == nil {
+		k, err := b.kafkaCeiling(ctx)
+		res.Kafka = k
+		if err != nil {
+			fail("kafka ceiling", err)
+		}
+	}
+	if b.cfg.Phases["latency"] && ctx.Err() == nil {
+		l, err := b.latency(ctx)
+		res.Latency = l
+		if err != nil {
+			fail("latency", err)
+		}
+	}
+	if b.cfg.Phases["bigtx"] && b.cfg.BigTx > 0 && ctx.Err() == nil {
+		bt, err := b.bigTx(ctx)
+		res.BigTx = bt
+		if err != nil {
+			fail("large transaction", err)
+		}
+	}
+	res.Finished = time.Now()
+	res.Host.LoadEnd = loadavg()
+	return res
+}
+
+func (b *bench) hostInfo(ctx context.Context) hostInfo {
+	h := hostInfo{CPUs: runtime.NumCPU(), LoadStart: loadavg(), GoVersion: runtime.Version(), KafkaVersion: "4.1.1"}
+	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				h.CPUModel = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
+				break
+			}
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		h.Commit = strings.TrimSpace(string(out))
+		if out, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+			h.Commit += " (+ uncommitted changes)"
+		}
+	}
+	return h
+}
+
+func (b *bench) configSummary() string {
+	c := b.cfg
+	s := fmt.Sprintf("-n %d -modes %s -rates %s -duration %s -bigtx %d -preload-conns %d",
+		c.N, joinInts(c.Modes), joinInts(c.Rates), c.Duration, c.BigTx, c.Parallel)
+	if c.Quick {
+		s += " (-quick)"
+	}
+	return s
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

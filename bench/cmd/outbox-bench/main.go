@@ -1,0 +1,239 @@
+// Command outbox-bench measures outbox-relay against ceilings taken in the
+// same run on the same machine: pg_recvlogical draining the same WAL
+// through a second pgoutput slot, and Kafka's own ProducerPerformance. It
+// also measures commit-to-ack latency at fixed offered rates, the relay's
+// peak RSS and CPU per event, prints a markdown report with PASS/FAIL
+// lines for the targets, and draws a PNG.
+//
+//	eval "$(scripts/stack.sh env)"
+//	go build -o bin/outbox-relay ./cmd/outbox-relay
+//	go run ./bench/cmd/outbox-bench -report docs/benchmarks.md -png docs/benchmarks.png
+//
+// (`make bench` does exactly that; `make bench BENCH_ARGS="-n 20000 -quick"`
+// is a run of about a minute.) Every object the bench creates (a schema,
+// slots, publications, topics) carries the run id and is removed at the
+// end, also after an error or Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	N           int
+	Modes       []int
+	Rates       []int
+	Duration    time.Duration
+	BigTx       int
+	Parallel    int
+	Quick       bool
+	Phases      map[string]bool
+	RelayBin    string
+	PGBin       string
+	Stack       string
+	Report      string
+	PNG         string
+	DatabaseURL string
+	Brokers     []string
+	KafkaBatch  int
+	KafkaRate   int
+	Timeout     time.Duration
+	Keep        bool
+	Strict      bool
+	CleanupOnly bool
+	LogDir      string
+}
+
+var allPhases = []string{"drain", "kafka", "latency", "bigtx"}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "outbox-bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+
+	b, err := newBench(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "outbox-bench:", err)
+		return 1
+	}
+	defer b.close()
+	if cfg.CleanupOnly {
+		b.dropStale(ctx, 0)
+		return 0
+	}
+	b.dropStale(ctx, cfg.Timeout+5*time.Minute)
+
+	res := b.run(ctx)
+	b.cleanup()
+
+	if cfg.PNG != "" {
+		if err := drawPNG(res, cfg.PNG); err != nil {
+			res.Notes = append(res.Notes, "plot: "+err.Error())
+			b.logf("plot: %v", err)
+		} else {
+			res.PNGPath = cfg.PNG
+		}
+	}
+	md := renderMarkdown(res, cfg)
+	fmt.Fprint(stdout, md)
+	if cfg.Report != "" {
+		if err := spliceReport(cfg.Report, md, res); err != nil {
+			fmt.Fprintln(stderr, "outbox-bench: report:", err)
+			return 1
+		}
+		b.logf("report written to %s", cfg.Report)
+	}
+	if err := writeJSON(filepath.Join(cfg.LogDir, "results.json"), res); err == nil {
+		b.logf("raw results and logs in %s", cfg.LogDir)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "outbox-bench: stopped early:", context.Cause(ctx))
+		return 1
+	}
+	if cfg.Strict && !res.allPass() {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := &config{}
+	var modes, rates, phases, brokers string
+	fs.IntVar(&cfg.N, "n", 200000, "events preloaded per drain mode")
+	fs.StringVar(&modes, "modes", "1,10", "events per transaction of the drain modes, comma-separated")
+	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s, one event per transaction) of the latency phase")
+	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "length of each latency window")
+	fs.IntVar(&cfg.BigTx, "bigtx", 1000000, "rows of the single large transaction of the memory phase")
+	fs.IntVar(&cfg.Parallel, "preload-conns", 2, "connections preloading the backlog")
+	fs.BoolVar(&cfg.Quick, "quick", false, "short run: 5 s windows at 1000 and 5000 events/s, a 100,000-row large transaction")
+	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run: "+strings.Join(allPhases, ","))
+	fs.StringVar(&cfg.RelayBin, "relay", "bin/outbox-relay", "outbox-relay binary (go build -o bin/outbox-relay ./cmd/outbox-relay)")
+	fs.StringVar(&cfg.PGBin, "pg-bin", "/usr/lib/postgresql/15/bin", "directory of pg_recvlogical")
+	fs.StringVar(&cfg.Stack, "stack", "scripts/stack.sh", "stack script (runs Kafka's ProducerPerformance via kafka-class)")
+	fs.StringVar(&cfg.Report, "report", "", "markdown file whose generated section (between the markers) is replaced")
+	fs.StringVar(&cfg.PNG, "png", "", "PNG plot to write")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("OUTBOX_RELAY_DATABASE_URL"), "PostgreSQL URL (default $OUTBOX_RELAY_DATABASE_URL)")
+	fs.StringVar(&brokers, "kafka-brokers", os.Getenv("OUTBOX_RELAY_KAFKA_BROKERS"), "Kafka brokers (default $OUTBOX_RELAY_KAFKA_BROKERS)")
+	fs.IntVar(&cfg.KafkaBatch, "kafka-batch-size", 921600, "ProducerPerformance batch.size (the relay's --max-batch-bytes default)")
+	fs.IntVar(&cfg.KafkaRate, "kafka-rate", 5000, "fixed rate of the second ProducerPerformance run (latency ceiling); 0 skips it")
+	fs.DurationVar(&cfg.Timeout, "timeout", 40*time.Minute, "bound on the whole run")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the schema, slots, publications and topics (debugging; the ceiling slot is always dropped)")
+	fs.BoolVar(&cfg.Strict, "strict", false, "exit 1 when a target FAILs")
+	fs.BoolVar(&cfg.CleanupOnly, "cleanup", false, "only drop leftovers of earlier runs (outbox_bench_* slots, publications, schemas, topics) and exit")
+	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for relay logs and raw results (default: a new one under $TMPDIR)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.Quick {
+		if !set["rates"] {
+			rates = "1000,5000"
+		}
+		if !set["duration"] {
+			cfg.Duration = 5 * time.Second
+		}
+		if !set["bigtx"] {
+			cfg.BigTx = 100000
+		}
+		if !set["timeout"] {
+			cfg.Timeout = 10 * time.Minute
+		}
+	}
+	var err error
+	if cfg.Modes, err = intList(modes); err != nil {
+		return nil, fmt.Errorf("-modes: %w", err)
+	}
+	if cfg.Rates, err = intList(rates); err != nil {
+		return nil, fmt.Errorf("-rates: %w", err)
+	}
+	cfg.Phases = map[string]bool{}
+	for _, p := range strings.Split(phases, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !contains(allPhases, p) {
+			return nil, fmt.Errorf("-phases: unknown phase %q (want %s)", p, strings.Join(allPhases, ","))
+		}
+		cfg.Phases[p] = true
+	}
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.Brokers = append(cfg.Brokers, b)
+		}
+	}
+	switch {
+	case cfg.DatabaseURL == "" || len(cfg.Brokers) == 0:
+		return nil, errors.New(`set OUTBOX_RELAY_DATABASE_URL and OUTBOX_RELAY_KAFKA_BROKERS (eval "$(scripts/stack.sh env)") or -database-url and -kafka-brokers`)
+	case cfg.N <= 0 || cfg.BigTx < 0 || cfg.Parallel <= 0:
+		return nil, errors.New("-n and -preload-conns must be positive, -bigtx not negative")
+	case cfg.Duration < time.Second:
+		return nil, errors.New("-duration must be at least 1s")
+	}
+	if cfg.LogDir == "" {
+		if cfg.LogDir, err = os.MkdirTemp("", "outbox-bench-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

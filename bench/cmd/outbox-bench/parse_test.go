@@ -1,0 +1,103 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParsePerf(t *testing.T) {
+	out := "100 records sent, 20.0 records/sec (0.01 MB/sec), 3.0 ms avg latency, 30.0 ms max latency.\n" +
+		"200000 records sent, 105263.2 records/sec (30.12 MB/sec), 180.21 ms avg latency, 350.00 ms max latency, " +
+		"170 ms 50th, 300 ms 95th, 340 ms 99th, 349 ms 99.9th.\n"
+	r, err := parsePerf(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Records != 200000 || r.RecPerSec != 105263.2 || r.MBPerSec != 30.12 || r.AvgMs != 180.21 || r.MaxMs != 350 ||
+		r.P50Ms != 170 || r.P95Ms != 300 || r.P99Ms != 340 || r.P999Ms != 349 {
+		t.Fatalf("parsed %+v", r)
+	}
+	if _, err := parsePerf("no summary"); err == nil {
+		t.Fatal("want an error without a summary line")
+	}
+}
+
+func TestParseMetricsAndHistogram(t *testing.T) {
+	text := `# HELP outbox_relay_events_published_total x
+outbox_relay_events_published_total{topic="a"} 10
+outbox_relay_events_published_total{topic="b"} 5
+outbox_relay_replication_connected 1
+h_bucket{le="0.01"} 50
+h_bucket{le="0.025"} 90
+h_bucket{le="+Inf"} 100
+h_count 100
+`
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.sum("outbox_relay_events_published_total"); got != 15 {
+		t.Fatalf("sum = %v", got)
+	}
+	if m.value("outbox_relay_replication_connected") != 1 {
+		t.Fatal("gauge not parsed")
+	}
+	b := m.histogram("h")
+	if len(b) != 3 || b[0].LE != 0.01 || !math.IsInf(b[2].LE, 1) {
+		t.Fatalf("buckets %+v", b)
+	}
+	if v, lo, hi := histQuantile(b, 0.5); v != 0.005 || lo != 0 || hi != 0.01 {
+		t.Fatalf("p50 = %v in [%v, %v]", v, lo, hi)
+	}
+	if v, _, _ := histQuantile(b, 0.7); math.Abs(v-0.0175) > 1e-12 {
+		t.Fatalf("p70 = %v", v)
+	}
+	if v, lo, hi := histQuantile(b, 0.99); v != 0.025 || lo != 0.025 || !math.IsInf(hi, 1) {
+		t.Fatalf("p99 in +Inf bucket = %v [%v, %v]", v, lo, hi)
+	}
+	d := diffBuckets(b, []bucket{{0.01, 10}, {0.025, 10}, {math.Inf(1), 10}})
+	if d[0].Count != 40 || d[2].Count != 90 {
+		t.Fatalf("diff %+v", d)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	stat := "1234 (outbox relay (x)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9 0 100 0 0"
+	cpu, err := parseStatCPU(stat)
+	if err != nil || cpu != 3 {
+		t.Fatalf("cpu = %v, %v", cpu, err)
+	}
+}
+
+func TestPercentileAndRunID(t *testing.T) {
+	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if percentile(s, 0.5) != 5 || percentile(s, 0.99) != 10 || percentile(s, 0.1) != 1 {
+		t.Fatal("nearest-rank percentile")
+	}
+	ts, ok := runIDTime(prefixBase + "tpfh34_m1_ceiling")
+	if !ok || ts.Year() < 2025 {
+		t.Fatalf("run id time %v %v", ts, ok)
+	}
+	if _, ok := runIDTime("outbox_bench_zz"); ok {
+		t.Fatal("a short id is not a run id")
+	}
+}
+
+func TestSpliceReport(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.md")
+	head := "# Title\n\nhand-written\n\n"
+	if err := os.WriteFile(path, []byte(head+beginMarker+"\nold\n"+endMarker+"\ntail\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := spliceReport(path, "new results\n", &results{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	s := string(got)
+	if !strings.HasPrefix(s, head) || !strings.Contains(s, "new results") || strings.Contains(s, "old") || !strings.HasSuffix(s, "tail\n") {
+		t.Fatalf("spliced:\n%s", s)
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	beginMarker = "<!-- BEGIN outbox-bench generated section: `make bench` rewrites everything down to the END marker -->"
+	endMarker   = "<!-- END outbox-bench generated section -->"
+)
+
+// spliceReport replaces the generated section of path with md, keeping
+// the hand-written text around it; a file without markers gets them
+// appended.
+func spliceReport(path, md string, res *results) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if res.PNGPath != "" {
+		rel, err := filepath.Rel(filepath.Dir(path), res.PNGPath)
+		if err != nil {
+			rel = res.PNGPath
+		}
+		md += fmt.Sprintf("\n![relay vs ceilings, latency distribution, memory](%s)\n", filepath.ToSlash(rel))
+	}
+	section := beginMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker
+	s := string(old)
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	switch {
+	case i >= 0 && j > i:
+		s = s[:i] + section + s[j+len(endMarker):]
+	case len(s) == 0:
+		s = "# Benchmarks\n\n" + section + "\n"
+	default:
+		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func num(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func f1(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func f2(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func pct(part, whole float64) string {
+	if whole <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", 100*part/whole)
+}
+
+func renderMarkdown(r *results, cfg *config) string {
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
+	h := r.Host
+	p("## Results of run `%s` (%s UTC, %.1f min)\n\n", r.RunID, r.Started.UTC().Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Minutes())
+	p("%d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
+		"PostgreSQL %s, Kafka %s (single KRaft node), %s, commit %s. Arguments: `%s`.\n\n",
+		h.CPUs, h.CPUModel, h.LoadStart, h.LoadEnd, h.PGVersion, h.KafkaVersion, h.GoVersion, h.Commit, r.Config)
+
+	p("### Targets\n\n```\n")
+	checks := r.checks()
+	for _, c := range checks {
+		p("%s\n", c)
+	}
+	if len(checks) == 0 {
+		p("(no target measured)\n")
+	}
+	p("```\n\n")
+	if len(r.Errors) > 0 {
+		p("**Phases that failed** (a concurrent chaos test stopping Kafka or restarting PostgreSQL does this; rerun):\n\n")
+		for _, e := range r.Errors {
+			p("- %s\n", e)
+		}
+		p("\n")
+	}
+
+	if len(r.Drains) > 0 {
+		p("### 1. Drain: the relay against pg_recvlogical on the same WAL\n\n")
+		p("| events / tx | events | WAL | payload | pg_recvlogical | relay | relay / ceiling | walsender busy (ceiling / relay) | relay CPU | relay cores | relay peak RSS |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, d := range r.Drains {
+			if !d.complete() {
+				p("| %d | %s | %s MiB | | %s | – | – | | | | |\n", d.Mode, num(float64(d.Events)), f1(mib(d.WALBytes)), secRate(d.CeilingSec, d.CeilingRate()))
+				continue
+			}
+			p("| %d | %s | %s MiB | %s B | %s | %s | **%s** | %s / %s | %s s (%s s per 100k) | %s | %s MiB |\n",
+				d.Mode, num(float64(d.Events)), f1(mib(d.WALBytes)), num(d.PayloadBytes),
+				secRate(d.CeilingSec, d.CeilingRate()), secRate(d.RelaySec, d.RelayRate()), f2(d.Ratio()),
+				pct(d.CeilingWalsenderCPU, d.CeilingSec), pct(d.RelayWalsenderCPU, d.RelaySec),
+				f2(d.RelayCPU), f2(d.RelayCPU/float64(d.Events)*1e5), f2(d.RelayCPU/d.RelaySec), f1(mib(d.PeakRSS)))
+		}
+		p("\nBoth readers start from slots created at the same WAL position and stop at the same end LSN, one after the other. "+
+			"pg_recvlogical: process start to exit at `--endpos`. Relay: process start (start-up, about %s s, included) until the slot's "+
+			"`confirmed_flush_lsn` ≥ the end LSN, polled every 25 ms; the relay confirms at most every 100 ms while acknowledgements advance. "+
+			"\"walsender busy\" is the walsender's CPU time (pgoutput decoding, server side) over the reader's wall time; "+
+			"\"relay cores\" is the relay's CPU time over its wall time.\n\n", f2(avgStartup(r.Drains)))
+		for _, d := range r.Drains {
+			for _, n := range d.Notes {
+				p("- %d-event transactions: %s\n", d.Mode, n)
+			}
+		}
+	}
+
+	if k := r.Kafka; k != nil && k.Max != nil {
+		p("### 2. Kafka ceiling: ProducerPerformance on the same broker\n\n")
+		p("300-byte records, `acks=all linger.ms=2 batch.size=%d compression.type=none`, a 6-partition topic.\n\n", cfg.KafkaBatch)
+		p("| offered | records | records/s | MB/s | avg | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, pr := range []*perfResult{k.Max, k.Fixed} {
+			if pr == nil {
+				continue
+			}
+			offered := "as fast as possible"
+			if pr.Target > 0 {
+				offered = num(float64(pr.Target)) + " records/s"
+			}
+			p("| %s | %s | **%s** | %s | %s ms | %s ms | %s ms | %s ms | %s ms |\n", offered, num(float64(pr.Records)), num(pr.RecPerSec), f1(pr.MBPerSec),
+				f1(pr.AvgMs), num(pr.P50Ms), num(pr.P99Ms), num(pr.P999Ms), num(pr.MaxMs))
+		}
+		if len(r.Drains) > 0 {
+			p("\nFor comparison, the relay's drain rate above is %s of this producer ceiling.\n", relayShareOfKafka(r))
+		}
+		p("\n")
+	}
+
+	if len(r.Latency) > 0 {
+		p("### 3. Latency at fixed offered rates (relay caught up, one-event transactions)\n\n")
+		p("| offered events/s | achieved | writer conns | insert+commit p50 / p99 | samples | receipt p50 | receipt p99 | receipt p99.9 | receipt max | ack p50 ≈ | ack p99 ≈ | ack p99.9 ≈ | acks ≤ 25 ms | relay CPU per 100k |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, l := range r.Latency {
+			ach := num(l.Achieved)
+			if !l.Held {
+				ach += " (writer could not keep up)"
+			}
+			p("| %s | %s | %d | %s / %s ms | %s | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s | %s s |\n",
+				num(float64(l.Target)), ach, l.Workers, f1(l.InsertP50), f1(l.InsertP99), num(float64(l.Samples)),
+				f1(l.ConsP50), f1(l.ConsP99), f1(l.ConsP999), f1(l.ConsMax),
+				f1(l.HistP50), f1(l.HistP99), f1(l.HistP999), pctf(l.HistUnder25), f2(l.RelayCPUPer100k))
+		}
+		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT (synchronous_commit on, so it includes the WAL flush). " +
+			"*receipt*: commit time to receipt by a plain kafka-go consumer (one reader per partition), exact percentiles over every record " +
+			"committed in the window. The commit time is the record timestamp, which Kafka keeps in whole milliseconds, so these values " +
+			"are over-stated by up to 1 ms. *ack ≈*: the relay's `outbox_relay_commit_to_ack_seconds` histogram, bucket counts before and after the window, " +
+			"**percentiles interpolated linearly inside a bucket**; its bounds are 1, 2.5, 5, 10, 25, 50, 100 ms …, so a p99 between 10 and 25 ms " +
+			"is only known to lie in that bucket. *acks ≤ 25 ms* is exact (25 ms is a bucket bound).\n\n")
+		for _, l := range r.Latency {
+			if l.Samples > 0 && int64(l.Samples) != l.Committed {
+				p("- %s events/s: %s events committed, %s records received in the window\n", num(float64(l.Target)), num(float64(l.Committed)), num(float64(l.Samples)))
+			}
+			for _, n := range l.Notes {
+				p("- %s events/s: %s\n", num(float64(l.Target)), n)
+			}
+		}
+		for _, l := range r.Latency {
+			if l.Samples > 0 {
+				p("\nHistogram buckets, %s events/s: %s", num(float64(l.Target)), bucketLine(l.Buckets))
+			}
+		}
+		p("\n\n")
+	}
+
+	if len(r.Drains) > 0 || r.BigTx != nil {
+		p("### 4. Memory and CPU of the relay\n\n")
+		p("| phase | events | relay time | peak RSS (VmHWM) | relay CPU | CPU per 100k events |\n|---|---:|---:|---:|---:|---:|\n")
+		for _, d := range r.Drains {
+			if d.complete() {
+				p("| drain, %d-event transactions | %s | %s s | %s MiB | %s s | %s s |\n", d.Mode, num(float64(d.Events)), f2(d.RelaySec),
+					f1(mib(d.PeakRSS)), f2(d.RelayCPU), f2(d.RelayCPU/float64(d.Events)*1e5))
+			}
+		}
+		if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
+			p("| one %s-row transaction | %s | %s s after commit | %s MiB (%s MiB before) | %s s | %s s |\n",
+				num(float64(bt.Rows)), num(bt.Published), f2(bt.DrainSec), f1(mib(bt.PeakRSS)), f1(mib(bt.BaselineRSS)),
+				f2(bt.RelayCPU), f2(bt.RelayCPU/math.Max(bt.Published, 1)*1e5))
+		}
+		if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
+			p("\nThe large transaction: `INSERT … SELECT generate_series(1, %d)` took %s s (%s MiB of WAL); PostgreSQL decodes it only after the commit "+
+				"(protocol version 1, no streaming of in-progress transactions), spilling to disk past `logical_decoding_work_mem`; "+
+				"the walsender used %s s of CPU and the relay acknowledged the last event %s s after the commit (%s events/s). "+
+				"Peak RSS is that of a fresh relay process started for this phase.\n",
+				bt.Rows, f1(bt.InsertSec), f1(mib(bt.WALBytes)), f2(bt.WalsenderCPU), f2(bt.DrainSec), num(rate(int(bt.Published), bt.DrainSec)))
+			for _, n := range bt.Notes {
+				p("- %s\n", n)
+			}
+		}
+		p("\nCPU is utime + stime from `/proc/<pid>/stat` (CLK_TCK 100), for the relay process since its start.\n\n")
+	}
+	if len(r.Notes) > 0 {
+		p("### Notes\n\n")
+		for _, n := range r.Notes {
+			p("- %s\n", n)
+		}
+		p("\n")
+	}
+	return w.String()
+}
+
+func secRate(sec, rate float64) string {
+	if sec <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s s, %s/s", f2(sec), num(rate))
+}
+
+func pctf(f float64) string {
+	if f <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f %%", 100*f)
+}
+
+func avgStartup(ds []drainResult) float64 {
+	t, n := 0.0, 0
+	for _, d := range ds {
+		if d.RelayStartupSec > 0 {
+			t += d.RelayStartupSec
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return t / float64(n)
+}
+
+func relayShareOfKafka(r *results) string {
+	var parts []string
+	for _, d := range r.Drains {
+		if d.complete() && r.Kafka.Max.RecPerSec > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f %% (%d-event transactions)", 100*d.RelayRate()/r.Kafka.Max.RecPerSec, d.Mode))
+		}
+	}
+	if len(parts) == 0 {
+		return "–"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func bucketLine(b []bucket) string {
+	var parts []string
+	prev := 0.0
+	for _, bk := range b {
+		n := bk.Count - prev
+		prev = bk.Count
+		if n == 0 {
+			continue
+		}
+		le := "+Inf"
+		if !math.IsInf(bk.LE, 1) {
+			le = fmt.Sprintf("%g ms", ms(bk.LE))
+		}
+		parts = append(parts, fmt.Sprintf("≤ %s: %s", le, num(n)))
+	}
+	return strings.Join(parts, ", ")
+}

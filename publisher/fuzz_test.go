@@ -1,0 +1,178 @@
+package publisher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// headerSeeds are headers column values: what PostgreSQL renders for jsonb
+// and json, and the malformed shapes the relay must refuse.
+var headerSeeds = []string{
+	`{"trace_id": "t-1", "tenant": "acme"}`,
+	`{}`,
+	`null`,
+	` {"a":"b"} `,
+	`{"a": "b", "a": "c"}`,
+	`{"k\u00e9y": "v\n\"q\"", "x": ""}`,
+	`{"": "v"}`,
+	`{"a": 1}`,
+	`{"a": null}`,
+	`{"a": {"b": "c"}}`,
+	`{"a": ["b"]}`,
+	`["a", "b"]`,
+	`"a"`,
+	`{"a": "b"} {"c": "d"}`,
+	`{"a": "b",}`,
+	`{"a" "b"}`,
+	`{"a": "b"`,
+	"{\"a\": \"\xff\"}",
+	"",
+}
+
+// FuzzParseHeaders: parseHeaders never panics, and it accepts exactly the
+// JSON objects whose values are all strings and whose keys are non-empty
+// (cross-checked with encoding/json into map[string]any), plus a bare JSON
+// null, which means "no headers" like SQL NULL. On success the headers are
+// the object's members in order (duplicates kept, so the last one is the
+// value encoding/json keeps). Header bytes may alias the input (by design:
+// the event's buffer outlives its record), so that is not checked.
+func FuzzParseHeaders(f *testing.F) {
+	for _, s := range headerSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, input []byte) {
+		raw := bytes.Clone(input)
+		hs, err := parseHeaders(raw)
+		if !bytes.Equal(input, raw) {
+			t.Fatalf("parseHeaders modified its input")
+		}
+
+		var v any
+		jerr := json.Unmarshal(raw, &v)
+		obj, isObj := v.(map[string]any)
+		wantOK := jerr == nil && (v == nil || isObj)
+		if isObj {
+			for k, val := range obj {
+				if _, isStr := val.(string); !isStr || k == "" {
+					wantOK = false
+				}
+			}
+		}
+		if err != nil {
+			if wantOK {
+				t.Fatalf("parseHeaders(%q) = %v, but it is a JSON object of strings", raw, err)
+			}
+			return
+		}
+		if !wantOK {
+			t.Fatalf("parseHeaders(%q) accepted %d headers, but it is not a JSON object of strings (json: %v, %T)", raw, len(hs), jerr, v)
+		}
+		if v == nil {
+			if len(hs) != 0 {
+				t.Fatalf("parseHeaders(%q) = %d headers for a JSON null", raw, len(hs))
+			}
+			return
+		}
+		last := map[string]string{}
+		for _, h := range hs {
+			if h.Key == "" {
+				t.Fatalf("parseHeaders(%q) returned an empty header name", raw)
+			}
+			last[h.Key] = string(h.Value)
+		}
+		if len(last) != len(obj) {
+			t.Fatalf("parseHeaders(%q): %d distinct keys, encoding/json %d", raw, len(last), len(obj))
+		}
+		for k, val := range obj {
+			if got, ok := last[k]; !ok || got != val.(string) {
+				t.Fatalf("parseHeaders(%q): header %q = %q (present %v), encoding/json %q", raw, k, got, ok, val)
+			}
+		}
+	})
+}
+
+// kafkaTotalSize is kafka-go v0.4.51's Message.totalSize (message.go,
+// write.go): the size the Writer compares with BatchBytes before sending
+// (MessageTooLargeError) and accumulates per batch.
+func kafkaTotalSize(m *kafka.Message) int {
+	varint := func(i int64) int {
+		u := uint64((i << 1) ^ (i >> 63))
+		n := 1
+		for ; u >= 0x80; u >>= 7 {
+			n++
+		}
+		return n
+	}
+	n := 4 + 1 + 1 + (4 + len(m.Key)) + (4 + len(m.Value)) + 8
+	n += varint(int64(len(m.Headers)))
+	for _, h := range m.Headers {
+		n += varint(int64(len(h.Key))) + len(h.Key) + varint(int64(len(h.Value))) + len(h.Value)
+	}
+	return n
+}
+
+// FuzzBuildMessage: buildMessage never panics; it fails exactly when the
+// headers do not parse, with an *EventError naming the event; otherwise the
+// record is key = aggregate_id, value = payload, time = commit time, the
+// five standard headers first and then the row's, and messageSize bounds
+// kafka-go's own accounting, so a lane batch of at most MaxBatchBytes by
+// messageSize is never refused or split by the Writer.
+func FuzzBuildMessage(f *testing.F) {
+	f.Add("0190a1b2-0000-7000-8000-000000000001", "order", "o-1", "3", "order.confirmed", "1", []byte(`{"total": 10}`), []byte(`{"trace_id": "t-1"}`))
+	f.Add("e", "t", "", "", "", "", []byte{}, []byte{})
+	f.Add("e", "t", "a", "1", "e", "1", []byte{0, 0xff}, []byte(`{"event_id": "spoofed"}`))
+	f.Add("e", "t", "a", "1", "e", "1", []byte(`{}`), []byte(`{"a": 1}`))
+	f.Add("e", "t", "a", "1", "e", "1", bytes.Repeat([]byte("p"), 300), []byte(`{"`+string(bytes.Repeat([]byte("k"), 200))+`": "v"}`))
+	f.Fuzz(func(t *testing.T, eventID, aggType, aggID, aggVersion, eventType, schemaVersion string, payload, headers []byte) {
+		ev := &replication.Event{
+			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
+			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
+			CommitTime: time.Unix(1700000000, 123000),
+		}
+		msg, err := buildMessage("topic", ev)
+		var rowHeaders []kafka.Header
+		var herr error
+		if len(headers) > 0 {
+			rowHeaders, herr = parseHeaders(headers)
+		}
+		if herr != nil {
+			var ee *EventError
+			if !errors.As(err, &ee) || ee.EventID != eventID || ee.AggregateID != aggID {
+				t.Fatalf("headers %q fail to parse (%v), buildMessage returned %v", headers, herr, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("buildMessage: %v (headers %q parse)", err, headers)
+		}
+		if msg.Topic != "topic" || string(msg.Key) != aggID || !bytes.Equal(msg.Value, payload) || !msg.Time.Equal(ev.CommitTime) {
+			t.Fatalf("message %+v", msg)
+		}
+		std := []kafka.Header{
+			{Key: HeaderEventID, Value: []byte(eventID)},
+			{Key: HeaderEventType, Value: []byte(eventType)},
+			{Key: HeaderSchemaVersion, Value: []byte(schemaVersion)},
+			{Key: HeaderAggregateType, Value: []byte(aggType)},
+			{Key: HeaderAggregateVersion, Value: []byte(aggVersion)},
+		}
+		want := append(std, rowHeaders...)
+		if len(msg.Headers) != len(want) {
+			t.Fatalf("%d headers, want %d", len(msg.Headers), len(want))
+		}
+		for i := range want {
+			if msg.Headers[i].Key != want[i].Key || !bytes.Equal(msg.Headers[i].Value, want[i].Value) {
+				t.Fatalf("header %d = %q=%q, want %q=%q", i, msg.Headers[i].Key, msg.Headers[i].Value, want[i].Key, want[i].Value)
+			}
+		}
+		if got, kafkaSize := messageSize(&msg), kafkaTotalSize(&msg); got < kafkaSize {
+			t.Fatalf("messageSize %d < kafka-go's totalSize %d: a full lane batch would be refused by the Writer", got, kafkaSize)
+		}
+	})
+}
