@@ -43,9 +43,6 @@ type Config struct {
 	// message.max.bytes, which applies to a whole record batch.
 	MaxBatch      int
 	MaxBatchBytes int
-	// BatchTimeout is the Writer's wait for a partial batch. kafka-go's
-	// default of 1 s would put a second on every quiet event.
-	BatchTimeout time.Duration
 	// BackoffBase and BackoffMax bound the retry delay (full jitter).
 	BackoffBase, BackoffMax time.Duration
 	// CreateTopics creates missing topics with TopicPartitions and
@@ -72,9 +69,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 900 << 10
-	}
-	if c.BatchTimeout <= 0 {
-		c.BatchTimeout = 2 * time.Millisecond
 	}
 	if c.BackoffBase <= 0 {
 		c.BackoffBase = 100 * time.Millisecond
@@ -111,17 +105,19 @@ type record struct {
 // Publisher routes events to per-partition lanes. Publish never blocks;
 // the caller bounds what is in flight.
 type Publisher struct {
-	cfg     Config
-	log     zerolog.Logger
-	m       *metrics.Relay
-	w       *kafka.Writer
-	client  *kafka.Client
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	fatal   chan error
-	mu      sync.Mutex
-	routers map[string]*router
+	cfg Config
+	log zerolog.Logger
+	m   *metrics.Relay
+	// transport and client carry metadata and produce requests; one
+	// connection pool per broker, shared by every lane.
+	transport *kafka.Transport
+	client    *kafka.Client
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	fatal     chan error
+	mu        sync.Mutex
+	routers   map[string]*router
 }
 
 // New returns a Publisher; it does not contact Kafka until used.
@@ -136,22 +132,10 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel,
-		fatal:   make(chan error, 1),
-		routers: make(map[string]*router),
-		client:  &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
-		w: &kafka.Writer{
-			Addr:         addr,
-			Transport:    transport,
-			Balancer:     assignedBalancer{},
-			RequiredAcks: kafka.RequireAll,
-			BatchSize:    cfg.MaxBatch,
-			BatchBytes:   int64(cfg.MaxBatchBytes),
-			BatchTimeout: cfg.BatchTimeout,
-			WriteTimeout: cfg.WriteTimeout,
-			// Retries are the lane's, with jittered backoff and logs.
-			MaxAttempts:            1,
-			AllowAutoTopicCreation: cfg.CreateTopics,
-		},
+		fatal:     make(chan error, 1),
+		routers:   make(map[string]*router),
+		transport: transport,
+		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
 	}
 }
 
@@ -278,7 +262,8 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 func (p *Publisher) Close() error {
 	p.cancel()
 	p.wg.Wait()
-	return p.w.Close()
+	p.transport.CloseIdleConnections()
+	return nil
 }
 
 func (p *Publisher) fail(err error) {
@@ -470,8 +455,41 @@ type lane struct {
 	topic     string
 	partition int
 	q         *queue
-	msgs      []kafka.Message
+	records   []kafka.Record
 	lastErr   error
+}
+
+// produce sends the lane's records as one produce request to the
+// partition's leader and waits for acks=all. The lane has already formed
+// the batch, so it goes straight to kafka-go's Client: the Writer would
+// re-batch it, wait its BatchTimeout on a partial batch and allocate a
+// full-size batch buffer for every call.
+func (l *lane) produce(recs []*record) error {
+	p := l.p
+	// Built per attempt: the record readers are consumed by a request.
+	l.records = l.records[:0]
+	for _, rec := range recs {
+		m := &rec.msg
+		l.records = append(l.records, kafka.Record{Time: m.Time, Key: kafka.NewBytes(m.Key), Value: kafka.NewBytes(m.Value), Headers: m.Headers})
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.WriteTimeout)
+	defer cancel()
+	res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
+		Topic:        l.topic,
+		Partition:    l.partition,
+		RequiredAcks: kafka.RequireAll,
+		Records:      kafka.NewRecordReader(l.records...),
+	})
+	if err != nil {
+		return err
+	}
+	if res.Error != nil {
+		return res.Error
+	}
+	for _, e := range res.RecordErrors {
+		return fmt.Errorf("record rejected: %w", e)
+	}
+	return nil
 }
 
 func (l *lane) run() {
@@ -553,13 +571,9 @@ const (
 // closes.
 func (l *lane) send(recs []*record) sendResult {
 	p := l.p
-	l.msgs = l.msgs[:0]
-	for _, rec := range recs {
-		l.msgs = append(l.msgs, rec.msg)
-	}
 	for attempt := 1; ; attempt++ {
 		p.m.PublishAttempts.Inc()
-		err := p.w.WriteMessages(p.ctx, l.msgs...)
+		err := l.produce(recs)
 		if err == nil {
 			if attempt > 1 {
 				p.log.Info().Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
@@ -652,18 +666,4 @@ func retryLog(log zerolog.Logger, attempt int) *zerolog.Event {
 		return log.Warn()
 	}
 	return log.Debug()
-}
-
-// assignedBalancer keeps the partition the router chose (murmur2 over the
-// partition count the router knows), so that a lane and the Writer always
-// agree on where a record goes.
-type assignedBalancer struct{}
-
-func (assignedBalancer) Balance(msg kafka.Message, partitions ...int) int {
-	for _, p := range partitions {
-		if p == msg.Partition {
-			return p
-		}
-	}
-	return kafka.Murmur2Balancer{}.Balance(msg, partitions...)
 }

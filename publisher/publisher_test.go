@@ -119,22 +119,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestAssignedBalancerKeepsRouterChoice(t *testing.T) {
-	parts := []int{0, 1, 2, 3, 4, 5}
-	for _, key := range []string{"o-1", "o-2", "agg-999", ""} {
-		m := kafka.Message{Key: []byte(key)}
-		m.Partition = kafka.Murmur2Balancer{}.Balance(m, parts...)
-		if got := (assignedBalancer{}).Balance(m, parts...); got != m.Partition {
-			t.Fatalf("key %q: writer would use %d, router chose %d", key, got, m.Partition)
-		}
-	}
-	// Java client: Utils.toPositive(Utils.murmur2("o-1".getBytes())) % 6.
-	m := kafka.Message{Key: []byte("o-1")}
-	if p := (kafka.Murmur2Balancer{}).Balance(m, parts...); p < 0 || p > 5 {
-		t.Fatal(p)
-	}
-}
-
 func TestBackoffBounded(t *testing.T) {
 	p := &Publisher{cfg: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second}}
 	for attempt := 1; attempt < 100; attempt++ {

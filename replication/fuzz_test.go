@@ -33,5 +33,6 @@ type nopProgress struct{}
 
 func (nopProgress) Flushed() pglogrepl.LSN         { return 0 }
 func (nopProgress) AdvanceIdle(pglogrepl.LSN) bool { return false }
+func (nopProgress) Idle() bool                     { return true }
 func (nopProgress) Full() bool                     { return false }
 func (nopProgress) Space() <-chan struct{}         { return nil }

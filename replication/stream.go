@@ -83,6 +83,8 @@ type Progress interface {
 	Flushed() pglogrepl.LSN
 	// AdvanceIdle moves Flushed to lsn when nothing is in flight.
 	AdvanceIdle(lsn pglogrepl.LSN) bool
+	// Idle reports that no transaction is open or awaiting acknowledgement.
+	Idle() bool
 	// Full reports that the in-flight window is exhausted.
 	Full() bool
 	// Space is signalled when a full window gets room.
@@ -210,7 +212,14 @@ func (s *Stream) Run(ctx context.Context, stop <-chan struct{}, drain time.Durat
 			t.Stop()
 			continue
 		}
-		rctx, cancel := context.WithDeadline(ctx, next)
+		// While events are in flight their acknowledgements may move the
+		// position at any moment; wake up soon to confirm it, so the slot
+		// follows Kafka closely instead of once per status interval.
+		deadline := next
+		if soon := time.Now().Add(eagerStatus); soon.Before(deadline) && !s.progress.Idle() {
+			deadline = soon
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := s.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {

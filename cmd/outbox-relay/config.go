@@ -40,7 +40,6 @@ type config struct {
 	MaxInflightBytes  int64
 	MaxBatch          int
 	MaxBatchBytes     int
-	BatchTimeout      time.Duration
 	BackoffBase       time.Duration
 	BackoffMax        time.Duration
 	CreateTopics      bool
@@ -162,7 +161,6 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.int(&c.TopicReplication, "topic-replication-factor", -1, "replication factor of topics the relay creates (-1: broker default)")
 		b.int(&c.MaxBatch, "max-batch", 1000, "most events in one partition batch")
 		b.int(&c.MaxBatchBytes, "max-batch-bytes", 900<<10, "most bytes in one partition batch; keep under the broker's message.max.bytes")
-		b.dur(&c.BatchTimeout, "batch-timeout", 2*time.Millisecond, "wait for a partial batch to fill")
 		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
@@ -238,9 +236,6 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}
 		if c.MaxBatchBytes < 1024 {
 			errs = append(errs, fmt.Errorf("--max-batch-bytes %d: use at least 1024", c.MaxBatchBytes))
-		}
-		if c.BatchTimeout <= 0 || c.BatchTimeout > time.Second {
-			errs = append(errs, fmt.Errorf("--batch-timeout %s: use a value in (0, 1s]", c.BatchTimeout))
 		}
 		if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
 			errs = append(errs, fmt.Errorf("--backoff-base %s / --backoff-max %s: need 0 < base <= max", c.BackoffBase, c.BackoffMax))

@@ -168,7 +168,7 @@ func (r *relay) stream(ctx context.Context) error {
 	r.tracker.Store(tracker)
 	pub := publisher.New(publisher.Config{
 		Brokers: r.cfg.brokers, Template: r.cfg.template,
-		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes, BatchTimeout: r.cfg.BatchTimeout,
+		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes,
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,

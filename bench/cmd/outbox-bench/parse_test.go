@@ -49,8 +49,8 @@ h_count 100
 	if len(b) != 3 || b[0].LE != 0.01 || !math.IsInf(b[2].LE, 1) {
 		t.Fatalf("buckets %+v", b)
 	}
-	if v, lo, hi := histQuantile(b, 0.5); v != 0.005 || lo != 0 || hi != 0.01 {
-		t.Fatalf("p50 = %v in [%v, %v]", v, lo, hi)
+	if v, lo, hi := histQuantile(b, 0.25); v != 0.005 || lo != 0 || hi != 0.01 {
+		t.Fatalf("p25 = %v in [%v, %v]", v, lo, hi)
 	}
 	if v, _, _ := histQuantile(b, 0.7); math.Abs(v-0.0175) > 1e-12 {
 		t.Fatalf("p70 = %v", v)

@@ -27,7 +27,7 @@ func payloadSQL(j string) string {
 func insertSQL(table, lo, hi string) string {
 	return fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload)
 SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1, %s
-FROM generate_series(%s, %s) AS j`, table, payloadSQL("j"), lo, hi)
+FROM generate_series((%s)::bigint, (%s)::bigint) AS j`, table, payloadSQL("j"), lo, hi)
 }
 
 // target is one outbox table with its slot and publication (and, for a

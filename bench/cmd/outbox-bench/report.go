@@ -214,7 +214,7 @@ func renderMarkdown(r *results, cfg *config) string {
 				f2(bt.RelayCPU), f2(bt.RelayCPU/math.Max(bt.Published, 1)*1e5))
 		}
 		if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
-			p("\nThe large transaction: `INSERT … SELECT generate_series(1, %d)` took %s s (%s MiB of WAL); PostgreSQL decodes it only after the commit "+
+			p("\nThe large transaction: `INSERT … SELECT generate_series(1, %d)` took %s s (%s MiB of WAL); PostgreSQL sends it only after the commit "+
 				"(protocol version 1, no streaming of in-progress transactions), spilling to disk past `logical_decoding_work_mem`; "+
 				"the walsender used %s s of CPU and the relay acknowledged the last event %s s after the commit (%s events/s). "+
 				"Peak RSS is that of a fresh relay process started for this phase.\n",
