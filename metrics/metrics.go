@@ -61,7 +61,7 @@ func New() *Relay {
 		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "commit_to_ack_seconds",
 			Help:    "Time from the source transaction's commit to Kafka's acknowledgement of its event.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+			Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .025, .03, .04, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
 		InflightEvents: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "inflight_events",
