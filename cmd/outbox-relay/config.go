@@ -50,6 +50,7 @@ type config struct {
 	MetadataTTL       time.Duration
 	UnknownTopicWait  time.Duration
 	SlotCheckInterval time.Duration
+	PProf             bool
 
 	// Derived by validate.
 	table    migrations.Table
@@ -178,6 +179,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
 		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
 		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
+		b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
 	}
 	return b
 }

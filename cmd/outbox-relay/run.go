@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,12 @@ func (r *relay) run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", r.m.Handler())
+		if r.cfg.PProf {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -248,15 +255,18 @@ type sink struct {
 	pub     *publisher.Publisher
 	m       *metrics.Relay
 	tx      *checkpoint.Txn
+	events  int // in tx
 }
 
 func (s *sink) Begin(b replication.Begin) error {
 	s.tx = s.tracker.Begin(b.CommitTime)
+	s.events = 0
 	return nil
 }
 
 func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
+	s.events++
 	size := ev.Size()
 	s.tracker.Track(s.tx, size)
 	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size}); err != nil {
@@ -269,6 +279,9 @@ func (s *sink) Insert(ev *replication.Event) error {
 }
 
 func (s *sink) Commit(c replication.Commit) error {
+	if s.events > 0 {
+		s.m.CommitToDecode.Observe(time.Since(s.tx.CommitTime).Seconds())
+	}
 	s.tracker.Commit(s.tx, c.EndLSN)
 	s.tx = nil
 	return nil

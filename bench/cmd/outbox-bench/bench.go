@@ -167,6 +167,13 @@ func (b *bench) run(ctx context.Context) *results {
 		}
 	}
 	if b.cfg.Phases["latency"] && ctx.Err() == nil {
+		c, err := b.latencyCeiling(ctx)
+		res.LatencyCeiling = c
+		if err != nil {
+			fail("latency ceiling", err)
+		}
+	}
+	if b.cfg.Phases["latency"] && ctx.Err() == nil {
 		l, err := b.latency(ctx)
 		res.Latency = l
 		if err != nil {

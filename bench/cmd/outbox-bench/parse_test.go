@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParsePerf(t *testing.T) {
@@ -99,5 +101,31 @@ func TestSpliceReport(t *testing.T) {
 	s := string(got)
 	if !strings.HasPrefix(s, head) || !strings.Contains(s, "new results") || strings.Contains(s, "old") || !strings.HasSuffix(s, "tail\n") {
 		t.Fatalf("spliced:\n%s", s)
+	}
+}
+
+func TestParseCommitTime(t *testing.T) {
+	ts, ok := parseCommitTime("COMMIT 1234 (at 2026-12-02 18:50:03.123456+00)")
+	if !ok || !ts.Equal(time.Date(2026, 12, 2, 18, 50, 3, 123456000, time.UTC)) {
+		t.Fatalf("got %v %v", ts, ok)
+	}
+	if ts, ok := parseCommitTime("COMMIT 7 (at 2026-12-02 20:20:03.5+05:30)"); !ok || ts.UTC().Hour() != 14 {
+		t.Fatalf("offset: got %v %v", ts, ok)
+	}
+	for _, bad := range []string{"BEGIN 1234", "COMMIT 1234", "table public.t: INSERT: x[integer]:1", "COMMIT 1 (at nonsense)"} {
+		if _, ok := parseCommitTime(bad); ok {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+}
+
+func TestParseListeners(t *testing.T) {
+	in := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: 0100007F:4AA4 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 12345 1 0 100 0 0 10 0\n" +
+		"   1: 0100007F:4AA4 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000  1000        0 12399 1 0 100 0 0 10 0\n" +
+		"   2: 0100007F:4AA5 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 22222 1 0 100 0 0 10 0\n"
+	got := parseListeners(bufio.NewScanner(strings.NewReader(in)), 19108)
+	if len(got) != 1 || got[0] != "12345" {
+		t.Fatalf("got %v", got)
 	}
 }

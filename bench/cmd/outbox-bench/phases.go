@@ -24,6 +24,7 @@ const (
 	mStarts      = "outbox_relay_replication_starts_total"
 	mPubErrors   = "outbox_relay_publish_errors_total"
 	mCommitToAck = "outbox_relay_commit_to_ack_seconds"
+	mCommitToDec = "outbox_relay_commit_to_decode_seconds"
 )
 
 // drainTimeout bounds one reader of an n-event backlog (generously: a
@@ -336,8 +337,11 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 			return out, err
 		}
 		cpu0, _ := procCPU(r.pid)
+		others0 := b.otherCPU(ctx, t.slot)
 		b.logf("latency: %d events/s for %s", rate, b.cfg.Duration)
+		profiled := b.profileWindow(ctx, r, rate)
 		w, err := b.runWriter(ctx, t, rate, b.cfg.Duration)
+		profiled()
 		if err != nil {
 			return out, fmt.Errorf("writer at %d events/s: %w", rate, err)
 		}
@@ -367,8 +371,12 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 			return out, err
 		}
 		cpu1, _ := procCPU(r.pid)
+		others1 := b.otherCPU(ctx, t.slot)
+		l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
+		l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
 		l.setConsumer(lat)
 		l.setHistogram(diffBuckets(m1.histogram(mCommitToAck), m0.histogram(mCommitToAck)))
+		l.setDecode(diffBuckets(m1.histogram(mCommitToDec), m0.histogram(mCommitToDec)))
 		l.RelayCPUPer100k = (cpu1 - cpu0) / float64(max(w.committed, 1)) * 1e5
 		if n := m1.value(mStarts) - m0.value(mStarts); n > 0 {
 			l.Notes = append(l.Notes, fmt.Sprintf("relay reconnected %.0f times: disturbed window, rerun", n))
@@ -382,14 +390,72 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 		if !l.Held {
 			l.Notes = append(l.Notes, fmt.Sprintf("the writer could not keep up: %.0f of %d events/s (max lateness %.0f ms)", l.Achieved, rate, l.MaxLateMs))
 		}
-		b.logf("latency: %d events/s (achieved %.0f): receipt p50 %.1f p99 %.1f p99.9 %.1f ms; ack p99 ≈ %.1f ms (histogram); %d samples",
-			rate, l.Achieved, l.ConsP50, l.ConsP99, l.ConsP999, l.HistP99, l.Samples)
+		b.logf("latency: %d events/s (achieved %.0f): receipt p50 %.1f p99 %.1f p99.9 %.1f ms; ack p99 ≈ %.1f ms, decode p99 ≈ %.1f ms (histograms); %d samples",
+			rate, l.Achieved, l.ConsP50, l.ConsP99, l.ConsP999, l.HistP99, l.DecodeP99, l.Samples)
 		out = append(out, l)
 	}
 	if err := r.stop(); err != nil {
 		b.logf("latency: relay stop: %v", err)
 	}
 	return out, nil
+}
+
+// cpuSample is the CPU seconds of the processes beside the relay that a
+// latency window loads: the Kafka broker (when local) and the slot's WAL
+// sender, by pid, so a restarted process is not mistaken for a busy one.
+type cpuSample map[string][2]float64 // name → {pid, seconds}
+
+func (b *bench) otherCPU(ctx context.Context, slot string) cpuSample {
+	s := cpuSample{}
+	if pid := listenerPID(b.cfg.Brokers[0]); pid > 0 {
+		if cpu, err := procCPU(pid); err == nil {
+			s["broker"] = [2]float64{float64(pid), cpu}
+		}
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, pid, err := b.slotInfo(qctx, slot); err == nil && pid > 0 {
+		if cpu, err := procCPU(pid); err == nil {
+			s["walsender"] = [2]float64{float64(pid), cpu}
+		}
+	}
+	return s
+}
+
+// per100k is name's CPU seconds since before, per 100k events; 0 when not
+// measured in both samples by the same process.
+func (s cpuSample) per100k(before cpuSample, name string, events int64) float64 {
+	a, ok1 := before[name]
+	z, ok2 := s[name]
+	if !ok1 || !ok2 || a[0] != z[0] || events <= 0 {
+		return 0
+	}
+	return (z[1] - a[1]) / float64(events) * 1e5
+}
+
+// profileWindow starts a CPU profile of the relay covering the coming
+// latency window (when -pprof is set); the returned func waits for it and
+// saves the allocation profile too.
+func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate int) func() {
+	if !b.cfg.PProf {
+		return func() {}
+	}
+	secs := max(1, int(b.cfg.Duration.Seconds())-1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("cpu-%d.pprof", rate))
+		if err := r.profile(ctx, fmt.Sprintf("profile?seconds=%d", secs), path); err != nil {
+			b.logf("latency: CPU profile at %d events/s: %v", rate, err)
+		}
+	}()
+	return func() {
+		<-done
+		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("allocs-%d.pprof", rate))
+		if err := r.profile(ctx, "allocs", path); err != nil {
+			b.logf("latency: allocation profile at %d events/s: %v", rate, err)
+		}
+	}
 }
 
 func diffBuckets(after, before []bucket) []bucket {

@@ -54,6 +54,7 @@ func (b *bench) relayEnv(t *target, metricsAddr string) []string {
 		"OUTBOX_RELAY_CREATE_TOPICS=false",
 		"OUTBOX_RELAY_METRICS_ADDR="+metricsAddr,
 		"OUTBOX_RELAY_LOG_LEVEL=info",
+		fmt.Sprintf("OUTBOX_RELAY_PPROF=%t", b.cfg.PProf),
 	)
 }
 
@@ -194,6 +195,33 @@ func (r *relayProc) scrape(ctx context.Context) (metrics, error) {
 		return nil, fmt.Errorf("GET %s: %s", r.url, resp.Status)
 	}
 	return parseMetrics(resp.Body)
+}
+
+// profile saves the relay's pprof profile kind (e.g. "profile?seconds=5",
+// "allocs") to path.
+func (r *relayProc) profile(ctx context.Context, kind, path string) error {
+	url := strings.TrimSuffix(r.url, "/metrics") + "/debug/pprof/" + kind
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // parseMetrics reads the Prometheus text format (samples only).

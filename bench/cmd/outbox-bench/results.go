@@ -27,10 +27,12 @@ type results struct {
 	Drains   []drainResult   `json:"drains"`
 	Kafka    *kafkaResult    `json:"kafka,omitempty"`
 	Latency  []latencyResult `json:"latency"`
-	BigTx    *bigTxResult    `json:"big_tx,omitempty"`
-	Errors   []string        `json:"errors"`
-	Notes    []string        `json:"notes"`
-	PNGPath  string          `json:"png,omitempty"`
+	// LatencyCeiling is pg_recvlogical's commit-to-receipt at the same rates.
+	LatencyCeiling []replicationCeiling `json:"latency_ceiling"`
+	BigTx          *bigTxResult         `json:"big_tx,omitempty"`
+	Errors         []string             `json:"errors"`
+	Notes          []string             `json:"notes"`
+	PNGPath        string               `json:"png,omitempty"`
 }
 
 type hostInfo struct {
@@ -114,8 +116,15 @@ type latencyResult struct {
 	HistP99Range string   `json:"ack_p99_bucket"`
 	HistUnder25  float64  `json:"ack_fraction_le_25ms"`
 
-	RelayCPUPer100k float64  `json:"relay_cpu_s_per_100k"`
-	Notes           []string `json:"notes,omitempty"`
+	// Commit → decode (the replication part of commit → ack), from the
+	// relay's commit_to_decode_seconds histogram, interpolated (ms).
+	DecodeP50 float64 `json:"decode_p50_ms"`
+	DecodeP99 float64 `json:"decode_p99_ms"`
+
+	RelayCPUPer100k     float64  `json:"relay_cpu_s_per_100k"`
+	BrokerCPUPer100k    float64  `json:"broker_cpu_s_per_100k"`
+	WalsenderCPUPer100k float64  `json:"walsender_cpu_s_per_100k"`
+	Notes               []string `json:"notes,omitempty"`
 }
 
 type bigTxResult struct {
@@ -182,6 +191,15 @@ func (l *latencyResult) setHistogram(b []bucket) {
 			l.HistUnder25 = bk.Count / l.HistCount
 		}
 	}
+}
+
+func (l *latencyResult) setDecode(b []bucket) {
+	if len(b) == 0 || b[len(b)-1].Count <= 0 {
+		return
+	}
+	p50, _, _ := histQuantile(b, 0.50)
+	p99, _, _ := histQuantile(b, 0.99)
+	l.DecodeP50, l.DecodeP99 = ms(p50), ms(p99)
 }
 
 // histQuantile interpolates quantile q linearly inside its bucket, as
@@ -258,6 +276,11 @@ func (r *results) checks() []check {
 			100*l.HistUnder25, l.HistCount, l.HistP99, l.HistP99Range, l.ConsP99)
 		if !l.Held {
 			c.Detail += fmt.Sprintf("; the writer reached only %.0f events/s", l.Achieved)
+		}
+		for _, rc := range r.LatencyCeiling {
+			if rc.Target == l.Target && rc.Samples > 0 {
+				c.Detail += fmt.Sprintf("; replication ceiling (pg_recvlogical alone) p99 %.1f ms", rc.P99)
+			}
 		}
 		out = append(out, c)
 	}
