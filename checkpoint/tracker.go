@@ -30,6 +30,16 @@ type Tracker struct {
 	space    chan struct{}
 	onFlush  func(lsn pglogrepl.LSN)
 	released int // acknowledged events, for metrics and tests
+	last     Acked
+}
+
+// Acked describes the flushed position: LSN, and the commit time and xid
+// of the last fully acknowledged transaction (zero when the position moved
+// by keepalives only). It is what the relay saves as its checkpoint.
+type Acked struct {
+	LSN        pglogrepl.LSN
+	CommitTime time.Time
+	Xid        uint32
 }
 
 // Txn is one source transaction as seen by the tracker. Events of a
@@ -38,6 +48,7 @@ type Txn struct {
 	t          *Tracker
 	CommitTime time.Time
 	endLSN     pglogrepl.LSN
+	xid        uint32
 	pending    int
 	committed  bool
 }
@@ -65,7 +76,13 @@ func (t *Tracker) OnFlush(f func(lsn pglogrepl.LSN)) {
 // Begin records the start of a transaction. Transactions must be begun in
 // WAL order, which is the order the walsender sends them.
 func (t *Tracker) Begin(commitTime time.Time) *Txn {
-	tx := &Txn{t: t, CommitTime: commitTime}
+	return t.BeginXid(commitTime, 0)
+}
+
+// BeginXid is Begin for a transaction whose xid is known (from pgoutput's
+// Begin message), so Last can report it.
+func (t *Tracker) BeginXid(commitTime time.Time, xid uint32) *Txn {
+	tx := &Txn{t: t, CommitTime: commitTime, xid: xid}
 	t.mu.Lock()
 	t.txs = append(t.txs, tx)
 	t.mu.Unlock()
@@ -132,6 +149,7 @@ func (t *Tracker) advanceLocked() {
 			t.flushed = tx.endLSN
 			moved = true
 		}
+		t.last.CommitTime, t.last.Xid = tx.CommitTime, tx.xid
 		t.txs[t.head] = nil
 		t.head++
 	}
@@ -172,6 +190,16 @@ func (t *Tracker) AdvanceIdle(lsn pglogrepl.LSN) bool {
 		t.onFlush(lsn)
 	}
 	return true
+}
+
+// Last returns the flushed position with the last acknowledged
+// transaction's commit time and xid.
+func (t *Tracker) Last() Acked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.last
+	a.LSN = t.flushed
+	return a
 }
 
 // Idle reports whether no transaction is open or waiting for acknowledgements.

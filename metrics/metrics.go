@@ -36,6 +36,9 @@ type Relay struct {
 	DeadLettered      prometheus.Counter
 	Parked            prometheus.Counter
 	Quarantined       prometheus.Gauge
+	CheckpointSaves   prometheus.Counter
+	CheckpointLSN     prometheus.Gauge
+	CheckpointSkipped prometheus.Counter
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -118,6 +121,18 @@ func New() *Relay {
 			Namespace: namespace, Name: "quarantined_aggregates",
 			Help: "Aggregates whose events are parked until an operator retries or discards their poison event.",
 		}),
+		CheckpointSaves: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "checkpoint_saves_total",
+			Help: "Checkpoints (acknowledged positions) saved to the checkpoint table.",
+		}),
+		CheckpointLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "checkpoint_lsn",
+			Help: "LSN of the last saved checkpoint, as a number.",
+		}),
+		CheckpointSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "checkpoint_skipped_events_total",
+			Help: "Events not re-published at start because a checkpoint showed Kafka had acknowledged them (duplicates avoided).",
+		}),
 	}
 	r.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -126,6 +141,7 @@ func New() *Relay {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped,
 	)
 	return r
 }

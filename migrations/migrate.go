@@ -75,6 +75,8 @@ type templateData struct {
 	// OutboxTable is the outbox table's unquoted name, as recorded in
 	// dead-letter rows.
 	OutboxTable string
+	// Checkpoint is the quoted checkpoint table beside the outbox table.
+	Checkpoint string
 }
 
 var migrationFileName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
@@ -157,7 +159,8 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 	if err != nil {
 		return nil, err
 	}
-	data := templateData{Table: t.Quoted(), PayloadType: payloadType, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String()}
+	data := templateData{Table: t.Quoted(), PayloadType: payloadType, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String(),
+		Checkpoint: CheckpointTable(t).Quoted()}
 	versions := t.sibling(VersionTableName)
 
 	if err := inLockedTx(ctx, db, func(tx pgx.Tx) error {

@@ -109,3 +109,13 @@ const DeadLetterTableName = "outbox_dead_letter"
 func DeadLetterTable(t Table) Table {
 	return t.sibling(DeadLetterTableName)
 }
+
+// CheckpointTableName is the relay's checkpoint table, created by
+// migration 3 in the outbox table's schema and shared by every outbox
+// table there (rows carry the outbox table's name and the slot).
+const CheckpointTableName = "outbox_relay_checkpoint"
+
+// CheckpointTable returns the checkpoint table that serves outbox table t.
+func CheckpointTable(t Table) Table {
+	return t.sibling(CheckpointTableName)
+}

@@ -170,7 +170,7 @@ func (s Status) LostError() error {
 		return nil
 	}
 	return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
-		"recreate the slot and back-fill from the outbox table, and raise max_slot_wal_keep_size", s.Name)
+		"recreate the slot and back-fill from the outbox table (outbox-relay recover), and raise max_slot_wal_keep_size", s.Name)
 }
 
 // ActiveError reports a slot streamed by another process.

@@ -51,6 +51,13 @@ type config struct {
 	UnknownTopicWait  time.Duration
 	SlotCheckInterval time.Duration
 	PProf             bool
+	// CheckpointInterval is the cadence of checkpoint saves (0: off);
+	// CheckpointRetention bounds the checkpoint history.
+	CheckpointInterval  time.Duration
+	CheckpointRetention time.Duration
+	// testStatusHold delays standby status updates (tests only, from
+	// OUTBOX_RELAY_TEST_STATUS_HOLD; see testhook.go).
+	testStatusHold time.Duration
 
 	// Derived by validate.
 	table    migrations.Table
@@ -180,6 +187,9 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
 		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
 		b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
+		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
+		b.dur(&c.CheckpointRetention, "checkpoint-retention", 30*24*time.Hour, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention")
+		c.testStatusHold = testStatusHold(b)
 	}
 	return b
 }
@@ -271,6 +281,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 			errs = append(errs, fmt.Errorf("--poison-policy: %w", err))
 		} else {
 			c.policy = p
+		}
+		if c.CheckpointInterval < 0 || c.CheckpointRetention < 0 {
+			errs = append(errs, fmt.Errorf("--checkpoint-interval %s / --checkpoint-retention %s: use 0 (off) or a positive duration", c.CheckpointInterval, c.CheckpointRetention))
 		}
 		if c.SlotCheckInterval <= 0 {
 			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))

@@ -35,6 +35,10 @@ Commands:
   dlq show       show one dead-letter entry
   dlq retry      re-publish a quarantined aggregate's events in order
   dlq discard    discard a poison event (with a reason); its aggregate continues
+  checkpoint     show or reset the saved position (checkpoint show|reset)
+  recover        recreate a missing or lost slot and back-fill from the outbox table
+  replay         re-publish events still in the outbox table (marked as replayed)
+  cleanup        delete delivered outbox rows older than a duration, in small batches
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
@@ -67,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSlot(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr)
+	case "checkpoint":
+		err = cmdCheckpoint(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0

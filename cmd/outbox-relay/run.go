@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/deadletter"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/position"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -49,6 +50,8 @@ type relay struct {
 	slots   *slot.Manager
 	quar    *deadletter.Quarantine
 	tracker atomic.Pointer[checkpoint.Tracker]
+	// positions holds the saved checkpoints (skip-ahead, recover, replay).
+	positions *position.Store
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -91,6 +94,13 @@ func (r *relay) run(ctx context.Context) error {
 	}
 	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
 	if err := r.slots.EnsurePublication(ctx, r.cfg.table.Quoted(), r.cfg.table.Schema, r.cfg.table.Name); err != nil {
+		return err
+	}
+	r.positions = position.NewStore(pool, r.cfg.table, r.cfg.Slot)
+	if err := r.positions.Check(ctx); err != nil {
+		return err
+	}
+	if err := r.refuseLostSlot(ctx); err != nil {
 		return err
 	}
 	st, err := r.slots.Ensure(ctx)
@@ -170,6 +180,10 @@ func (r *relay) stream(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	resume, err := r.resume(ctx, conn, st)
+	if err != nil {
+		return err
+	}
 
 	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.MaxInflightEvents, MaxBytes: r.cfg.MaxInflightBytes})
 	r.tracker.Store(tracker)
@@ -187,12 +201,18 @@ func (r *relay) stream(ctx context.Context) error {
 	// stream; SIGTERM drains it.
 	streamCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m}
+	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m)}
+	var progress replication.Progress = tracker
+	if r.cfg.testStatusHold > 0 {
+		progress = newHeldProgress(tracker, r.cfg.testStatusHold)
+	}
 	s := replication.NewStream(conn, replication.Config{
 		Slot: r.cfg.Slot, Publication: r.cfg.Publication,
 		Namespace: r.cfg.table.Schema, Table: r.cfg.table.Name,
 		StatusInterval: r.cfg.StatusInterval,
-	}, sink, tracker, r.log)
+	}, sink, progress, r.log)
+	stopSaver := r.startSaver(resume, tracker)
+	defer stopSaver()
 	s.OnStatus(func(flush pglogrepl.LSN) {
 		r.m.StatusUpdates.Inc()
 		r.m.ConfirmedLSN.Set(float64(flush))
@@ -230,6 +250,7 @@ func (r *relay) stream(ctx context.Context) error {
 	idle := func() bool { return tracker.Stats().Events == 0 }
 	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
 	cancel()
+	stopSaver()
 	if f := fatal.Load(); f != nil {
 		return permanentError{*f}
 	}
@@ -256,17 +277,23 @@ type sink struct {
 	m       *metrics.Relay
 	tx      *checkpoint.Txn
 	events  int // in tx
+	// skip drops transactions a checkpoint says Kafka acknowledged already.
+	skip *skipper
 }
 
 func (s *sink) Begin(b replication.Begin) error {
-	s.tx = s.tracker.Begin(b.CommitTime)
+	s.tx = s.tracker.BeginXid(b.CommitTime, b.Xid)
 	s.events = 0
+	s.skip.begin(b)
 	return nil
 }
 
 func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
+	if s.skip.skipping() {
+		return nil // acknowledged before the crash: not published again
+	}
 	size := ev.Size()
 	s.tracker.Track(s.tx, size)
 	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size}); err != nil {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+const checkpointUsage = `Usage: outbox-relay checkpoint show|reset [flags]
+
+  checkpoint show     the newest saved position of the slot (JSON), compared with the slot and the server
+  checkpoint reset    delete the slot's checkpoints (after a deliberate restore or re-initialisation)
+`
+
+func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "reset") {
+		fmt.Fprint(stderr, checkpointUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return errUsage
+	}
+	verb := args[0]
+	cfg, err := parse("checkpoint "+verb, checkpointUsage, args[1:], scopeDB, stderr)
+	if err != nil {
+		return err
+	}
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := position.NewStore(pool, cfg.table, cfg.Slot)
+	if err := store.Check(ctx); err != nil {
+		return err
+	}
+	if verb == "reset" {
+		n, err := store.Reset(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted %d checkpoint rows of slot %s (%s)\n", n, cfg.Slot, cfg.table)
+		return nil
+	}
+	cp, err := store.Latest(ctx)
+	if err != nil {
+		return err
+	}
+	id, err := identify(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	out := checkpointJSON(cp)
+	out["server_system_identifier"] = id.SystemID
+	out["server_timeline"] = id.Timeline
+	if verr := cp.Verify(id); verr != nil {
+		out["usable"] = false
+		out["refused"] = verr.Error()
+	} else {
+		out["usable"] = true
+	}
+	st, err := slot.NewManager(pool, cfg.Slot, cfg.Publication).Status(ctx)
+	switch {
+	case errors.Is(err, slot.ErrNotFound):
+		out["slot_exists"] = false
+	case err != nil:
+		return err
+	default:
+		out["slot_exists"] = true
+		out["slot_confirmed_flush_lsn"] = st.ConfirmedFlushLSN.String()
+		out["slot_wal_status"] = st.WALStatus
+		out["ahead_of_slot_bytes"] = int64(cp.LSN) - int64(st.ConfirmedFlushLSN)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func checkpointJSON(cp position.Checkpoint) map[string]any {
+	m := map[string]any{
+		"outbox_table": cp.OutboxTable, "slot": cp.Slot, "lsn": cp.LSN.String(),
+		"system_identifier": cp.Identity.SystemID, "timeline": cp.Identity.Timeline,
+		"started_at": cp.StartedAt, "saved_at": cp.SavedAt, "age_seconds": time.Since(cp.SavedAt).Seconds(),
+	}
+	if !cp.CommitTime.IsZero() {
+		m["commit_time"] = cp.CommitTime
+	}
+	if cp.Xid != 0 {
+		m["xid"] = cp.Xid
+	}
+	if f := cp.Fence; f != nil {
+		m["fence"] = map[string]any{"lsn": f.LSN.String(), "xmin": f.Xmin, "xmax": f.Xmax, "at": f.At}
+	}
+	return m
+}
+
+// identify runs IDENTIFY_SYSTEM on a short-lived replication connection.
+func identify(ctx context.Context, dsn string) (position.Identity, error) {
+	conn, err := replication.Connect(ctx, dsn)
+	if err != nil {
+		return position.Identity{}, err
+	}
+	defer conn.Close(context.Background())
+	id, _, err := position.Identify(ctx, conn)
+	return id, err
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+// refuseLostSlot stops a start on a missing slot once the relay has run
+// before (a checkpoint exists): creating a fresh slot would silently skip
+// every event committed since the old one was lost. recover handles it.
+func (r *relay) refuseLostSlot(ctx context.Context) error {
+	_, err := r.slots.Status(ctx)
+	if !errors.Is(err, slot.ErrNotFound) {
+		return nil // Ensure reports other problems
+	}
+	cp, err := r.positions.Latest(ctx)
+	if errors.Is(err, position.ErrNoCheckpoint) {
+		return nil // first start: Ensure creates the slot
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("slot %q does not exist, but this relay saved a checkpoint at %s (%s): the slot was dropped or lost, "+
+		"so events committed since may be missing from Kafka; run \"outbox-relay recover\" to recreate it and back-fill "+
+		"from the outbox table (or \"outbox-relay checkpoint reset\" to start fresh, accepting the gap)",
+		r.cfg.Slot, cp.LSN, cp.SavedAt.Format("2006-01-02 15:04:05Z07:00"))
+}
+
+// resumeState is what a stream attempt knows about its saved position.
+type resumeState struct {
+	id         position.Identity
+	prev       *position.Checkpoint
+	skipBefore pglogrepl.LSN
+}
+
+// resume identifies the server and compares the newest checkpoint with the
+// slot. A checkpoint of another cluster or timeline stops the relay.
+func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status) (resumeState, error) {
+	id, walEnd, err := position.Identify(ctx, conn)
+	if err != nil {
+		return resumeState{}, err
+	}
+	prev, skip, err := r.positions.Resume(ctx, id, st.ConfirmedFlushLSN, walEnd)
+	if err != nil {
+		var mismatch *position.MismatchError
+		var ahead *position.AheadError
+		if errors.As(err, &mismatch) || errors.As(err, &ahead) {
+			return resumeState{}, permanentError{err}
+		}
+		return resumeState{}, err
+	}
+	if skip != 0 {
+		r.log.Info().Str("stage", "checkpoint").Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
+			Str("checkpoint_lsn", skip.String()).Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)).
+			Msg("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published")
+	}
+	return resumeState{id: id, prev: prev, skipBefore: skip}, nil
+}
+
+func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
+	if rs.skipBefore == 0 {
+		return nil
+	}
+	return &skipper{before: rs.skipBefore, log: log, m: m}
+}
+
+// skipper drops the transactions that commit before a checkpoint. A
+// transaction whose commit LSN is before the checkpoint (a
+// TransactionEndLSN) ended at or before it, so Kafka acknowledged it. Its
+// methods are no-ops on nil. Only the stream goroutine calls it.
+type skipper struct {
+	before pglogrepl.LSN
+	active bool
+	events int
+	log    zerolog.Logger
+	m      *metrics.Relay
+}
+
+func (k *skipper) begin(b replication.Begin) {
+	if k == nil || k.before == 0 {
+		return
+	}
+	if b.FinalLSN < k.before {
+		k.active = true
+		return
+	}
+	k.log.Info().Str("stage", "checkpoint").Int("skipped_events", k.events).Str("checkpoint_lsn", k.before.String()).
+		Msg("caught up with the checkpoint; publishing again")
+	k.before, k.active = 0, false
+}
+
+func (k *skipper) skipping() bool {
+	if k == nil || !k.active {
+		return false
+	}
+	k.events++
+	k.m.CheckpointSkipped.Inc()
+	return true
+}
+
+// startSaver saves the tracker's acknowledged position at the configured
+// cadence until the returned stop is called (idempotent; it waits for the
+// final save).
+func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func()) {
+	if r.cfg.CheckpointInterval <= 0 {
+		return func() {}
+	}
+	sv := position.NewSaver(r.positions, r.pool, rs.id, rs.prev,
+		func() position.Acked { return position.Acked(tr.Last()) },
+		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
+	sv.OnSave = func(cp position.Checkpoint) {
+		r.m.CheckpointSaves.Inc()
+		r.m.CheckpointLSN.Set(float64(cp.LSN))
+		r.log.Debug().Str("stage", "checkpoint").Str("lsn", cp.LSN.String()).Msg("checkpoint saved")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sv.Run(ctx)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+}

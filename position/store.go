@@ -1,0 +1,227 @@
+package position
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+// DB is the subset of pgx.Conn / pgxpool.Pool the store uses.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Segment is how long one checkpoint row is updated in place before a new
+// one starts; the rows before the newest are the history that maps replay
+// positions to table rows, one per Segment.
+const Segment = time.Minute
+
+// Store reads and writes the checkpoints of one outbox table and slot.
+type Store struct {
+	db     DB
+	table  string // quoted checkpoint table
+	outbox string
+	slot   string
+}
+
+// NewStore returns the store for outbox table t and slot.
+func NewStore(db DB, t migrations.Table, slot string) *Store {
+	return &Store{db: db, table: migrations.CheckpointTable(t).Quoted(), outbox: t.String(), slot: slot}
+}
+
+// Check verifies the checkpoint table exists.
+func (s *Store) Check(ctx context.Context) error {
+	var ok bool
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.table).Scan(&ok); err != nil {
+		return fmt.Errorf("check checkpoint table: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("checkpoint table %s does not exist (run \"outbox-relay migrate\")", s.table)
+	}
+	return nil
+}
+
+const columns = `outbox_table, slot, lsn::text, commit_time, xid, system_identifier, timeline,
+	fence_lsn::text, fence_xmin, fence_xmax, fence_at, started_at, saved_at`
+
+func scan(row pgx.Row) (Checkpoint, error) {
+	var cp Checkpoint
+	var lsn string
+	var commit, fenceAt *time.Time
+	var xid, fxmin, fxmax *int64
+	var flsn *string
+	err := row.Scan(&cp.OutboxTable, &cp.Slot, &lsn, &commit, &xid, &cp.Identity.SystemID, &cp.Identity.Timeline,
+		&flsn, &fxmin, &fxmax, &fenceAt, &cp.StartedAt, &cp.SavedAt)
+	if err != nil {
+		return cp, err
+	}
+	if cp.LSN, err = pglogrepl.ParseLSN(lsn); err != nil {
+		return cp, err
+	}
+	if commit != nil {
+		cp.CommitTime = *commit
+	}
+	if xid != nil {
+		cp.Xid = uint32(*xid)
+	}
+	if flsn != nil && fxmin != nil && fxmax != nil && fenceAt != nil {
+		f := &Fence{Xmin: uint64(*fxmin), Xmax: uint64(*fxmax), At: *fenceAt}
+		if f.LSN, err = pglogrepl.ParseLSN(*flsn); err != nil {
+			return cp, err
+		}
+		cp.Fence = f
+	}
+	return cp, nil
+}
+
+// Latest returns the newest checkpoint, or ErrNoCheckpoint.
+func (s *Store) Latest(ctx context.Context) (Checkpoint, error) {
+	cp, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM `+s.table+`
+		WHERE outbox_table = $1 AND slot = $2 ORDER BY id DESC LIMIT 1`, s.outbox, s.slot))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return cp, fmt.Errorf("slot %q of %s: %w", s.slot, s.outbox, ErrNoCheckpoint)
+	}
+	if err != nil {
+		return cp, fmt.Errorf("read checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+// Save records cp (OutboxTable and Slot are the store's). The newest row is
+// updated while it is younger than Segment and of the same identity, and
+// never moved backwards; otherwise a new row starts and rows saved before
+// retention (0: keep all) are pruned, except the newest.
+func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration) error {
+	var commit any
+	if !cp.CommitTime.IsZero() {
+		commit = cp.CommitTime
+	}
+	var xid any
+	if cp.Xid != 0 {
+		xid = int64(cp.Xid)
+	}
+	var flsn, fxmin, fxmax, fat any
+	if f := cp.Fence; f != nil {
+		flsn, fxmin, fxmax, fat = f.LSN.String(), int64(f.Xmin), int64(f.Xmax), f.At
+	}
+	args := []any{s.outbox, s.slot, cp.LSN.String(), commit, xid, cp.Identity.SystemID, cp.Identity.Timeline,
+		flsn, fxmin, fxmax, fat, Segment.Seconds()}
+	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET lsn = $3::text::pg_lsn, commit_time = coalesce($4, commit_time),
+			xid = coalesce($5, xid), fence_lsn = coalesce($8::text::pg_lsn, fence_lsn), fence_xmin = coalesce($9, fence_xmin),
+			fence_xmax = coalesce($10, fence_xmax), fence_at = coalesce($11, fence_at), saved_at = now()
+		WHERE id = (SELECT max(id) FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2)
+		  AND system_identifier = $6 AND timeline = $7 AND lsn <= $3::text::pg_lsn
+		  AND started_at > now() - make_interval(secs => $12)`, args...)
+	if err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (outbox_table, slot, lsn, commit_time, xid, system_identifier, timeline,
+			fence_lsn, fence_xmin, fence_xmax, fence_at)
+		VALUES ($1, $2, $3::text::pg_lsn, $4, $5, $6, $7, $8::text::pg_lsn, $9, $10, $11)`, args[:11]...); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if retention > 0 {
+		if _, err := s.db.Exec(ctx, `DELETE FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2
+			AND saved_at < now() - make_interval(secs => $3)
+			AND id < (SELECT max(id) FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2)`,
+			s.outbox, s.slot, retention.Seconds()); err != nil {
+			return fmt.Errorf("prune checkpoints: %w", err)
+		}
+	}
+	return nil
+}
+
+// Reset deletes every checkpoint of the slot and returns how many rows.
+func (s *Store) Reset(ctx context.Context) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2`, s.outbox, s.slot)
+	if err != nil {
+		return 0, fmt.Errorf("reset checkpoints: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// FenceBefore returns the newest fence of identity id at or before lsn:
+// every transaction that committed after lsn has xid >= its Xmin. ok is
+// false when the history holds none (the caller must then scan all rows).
+func (s *Store) FenceBefore(ctx context.Context, id Identity, lsn pglogrepl.LSN) (Fence, bool, error) {
+	return s.fence(ctx, id, `fence_lsn <= $5::text::pg_lsn ORDER BY fence_lsn DESC`, lsn.String())
+}
+
+// FenceAfter returns the oldest fence of identity id at or after lsn:
+// every transaction that committed at or before lsn has xid < its Xmax.
+func (s *Store) FenceAfter(ctx context.Context, id Identity, lsn pglogrepl.LSN) (Fence, bool, error) {
+	return s.fence(ctx, id, `fence_lsn >= $5::text::pg_lsn ORDER BY fence_lsn`, lsn.String())
+}
+
+// FenceBeforeTime returns the newest fence taken at or before t: every
+// transaction that committed after t has xid >= its Xmin.
+func (s *Store) FenceBeforeTime(ctx context.Context, id Identity, t time.Time) (Fence, bool, error) {
+	return s.fence(ctx, id, `fence_at <= $5 ORDER BY fence_at DESC`, t)
+}
+
+func (s *Store) fence(ctx context.Context, id Identity, cond string, arg any) (Fence, bool, error) {
+	var f Fence
+	var lsn string
+	err := s.db.QueryRow(ctx, `SELECT fence_lsn::text, fence_xmin, fence_xmax, fence_at FROM `+s.table+`
+		WHERE outbox_table = $1 AND slot = $2 AND system_identifier = $3 AND timeline = $4 AND fence_lsn IS NOT NULL
+		AND `+cond+` LIMIT 1`, s.outbox, s.slot, id.SystemID, id.Timeline, arg).Scan(&lsn, &f.Xmin, &f.Xmax, &f.At)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return f, false, nil
+	}
+	if err != nil {
+		return f, false, fmt.Errorf("read checkpoint history: %w", err)
+	}
+	f.LSN, err = pglogrepl.ParseLSN(lsn)
+	return f, err == nil, err
+}
+
+// AheadError is a checkpoint past the server's WAL: it cannot have been
+// written by this server's history (a restored backup without a timeline
+// switch, say), so it is refused.
+type AheadError struct {
+	Slot     string
+	LSN, WAL pglogrepl.LSN
+}
+
+func (e *AheadError) Error() string {
+	return fmt.Sprintf("checkpoint of slot %q is at %s, past the server's WAL end %s: it belongs to another history, so it is refused; "+
+		"run \"outbox-relay checkpoint reset\" (or \"outbox-relay recover\") after checking what happened", e.Slot, e.LSN, e.WAL)
+}
+
+// Resume decides where a relay starting on a slot confirmed at confirmed,
+// on server id whose WAL ends at walEnd, stands. It returns the newest
+// checkpoint (nil when none) and, when that checkpoint is ahead of the
+// slot, its LSN: transactions that commit before it were acknowledged by
+// Kafka already (the relay crashed before confirming them, or PostgreSQL
+// lost the slot's in-memory position), so they may be skipped instead of
+// re-published. A checkpoint of another identity is a *MismatchError.
+func (s *Store) Resume(ctx context.Context, id Identity, confirmed, walEnd pglogrepl.LSN) (*Checkpoint, pglogrepl.LSN, error) {
+	cp, err := s.Latest(ctx)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := cp.Verify(id); err != nil {
+		return nil, 0, err
+	}
+	if walEnd != 0 && cp.LSN > walEnd {
+		return nil, 0, &AheadError{Slot: s.slot, LSN: cp.LSN, WAL: walEnd}
+	}
+	if cp.LSN > confirmed {
+		return &cp, cp.LSN, nil
+	}
+	return &cp, 0, nil
+}
