@@ -20,7 +20,9 @@ type Identity struct {
 	Timeline int32
 }
 
-func (id Identity) String() string { return fmt.Sprintf("system %s timeline %d", id.SystemID, id.Timeline) }
+func (id Identity) String() string {
+	return fmt.Sprintf("system %s timeline %d", id.SystemID, id.Timeline)
+}
 
 // Identify runs IDENTIFY_SYSTEM on a replication connection. It also returns
 // the server's current WAL flush position.
