@@ -165,11 +165,7 @@ func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 // slot's confirmed_flush_lsn: the server would silently skip the
 // transactions in between. The caller reads it from the slot.
 func (s *Stream) Start(ctx context.Context, start pglogrepl.LSN) error {
-	args := []string{
-		"proto_version '1'",
-		fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
-		"messages 'true'",
-	}
+	args := PluginArgs(s.cfg.Publication)
 	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return fmt.Errorf("START_REPLICATION slot %s at %s: %w", s.cfg.Slot, start, err)

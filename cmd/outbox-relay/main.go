@@ -73,6 +73,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
 		err = cmdCheckpoint(ctx, args[1:], stdout, stderr)
+	case "replay":
+		err = cmdReplay(ctx, args[1:], stdout, stderr)
+	case "recover":
+		err = cmdRecover(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0
