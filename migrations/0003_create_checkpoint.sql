@@ -7,8 +7,8 @@
 -- the LSN belongs to. An LSN means nothing on another cluster or timeline,
 -- so such a checkpoint is refused, never applied.
 --
--- One row per slot and minute: the newest row is updated in place until it
--- is a minute old, then a new row starts. The older rows are the history
+-- One row per slot and 10 seconds: the newest row is updated in place until
+-- it is 10 s old (keeping its first fence), then a new row starts. The older rows are the history
 -- that replay --from-lsn / --since maps to table rows, and are pruned
 -- after the retention (outbox-relay run --checkpoint-retention).
 --

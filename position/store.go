@@ -20,9 +20,11 @@ type DB interface {
 }
 
 // Segment is how long one checkpoint row is updated in place before a new
-// one starts; the rows before the newest are the history that maps replay
-// positions to table rows, one per Segment.
-const Segment = time.Minute
+// one starts. A row keeps the first fence of its segment (valid for every
+// position saved in it), so the rows are the history that maps replay
+// positions to table rows with a granularity of one Segment: a replay or
+// recover starts at most a Segment (plus the fence's lag) early.
+const Segment = 10 * time.Second
 
 // Store reads and writes the checkpoints of one outbox table and slot.
 type Store struct {
@@ -96,8 +98,8 @@ func (s *Store) Latest(ctx context.Context) (Checkpoint, error) {
 }
 
 // Save records cp (OutboxTable and Slot are the store's). The newest row is
-// updated while it is younger than Segment and of the same identity, and
-// never moved backwards; otherwise a new row starts and rows saved before
+// updated while it is younger than Segment and of the same identity (its
+// first fence is kept), and never moved backwards; otherwise a new row starts and rows saved before
 // retention (0: keep all) are pruned, except the newest.
 func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration) error {
 	var commit any
@@ -115,8 +117,8 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration
 	args := []any{s.outbox, s.slot, cp.LSN.String(), commit, xid, cp.Identity.SystemID, cp.Identity.Timeline,
 		flsn, fxmin, fxmax, fat, Segment.Seconds()}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET lsn = $3::text::pg_lsn, commit_time = coalesce($4, commit_time),
-			xid = coalesce($5, xid), fence_lsn = coalesce($8::text::pg_lsn, fence_lsn), fence_xmin = coalesce($9, fence_xmin),
-			fence_xmax = coalesce($10, fence_xmax), fence_at = coalesce($11, fence_at), saved_at = now()
+			xid = coalesce($5, xid), fence_lsn = coalesce(fence_lsn, $8::text::pg_lsn), fence_xmin = coalesce(fence_xmin, $9),
+			fence_xmax = coalesce(fence_xmax, $10), fence_at = coalesce(fence_at, $11), saved_at = now()
 		WHERE id = (SELECT max(id) FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2)
 		  AND system_identifier = $6 AND timeline = $7 AND lsn <= $3::text::pg_lsn
 		  AND started_at > now() - make_interval(secs => $12)`, args...)
