@@ -38,7 +38,6 @@ Commands:
   checkpoint     show or reset the saved position (checkpoint show|reset)
   recover        recreate a missing or lost slot and back-fill from the outbox table
   replay         re-publish events still in the outbox table (marked as replayed)
-  cleanup        delete delivered outbox rows older than a duration, in small batches
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
