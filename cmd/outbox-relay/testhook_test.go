@@ -1,0 +1,28 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+)
+
+func TestHeldProgressLagsFlushed(t *testing.T) {
+	tr := checkpoint.New(100, checkpoint.Limits{})
+	h := newHeldProgress(tr, 50*time.Millisecond)
+	if got := h.Flushed(); got != 0 {
+		t.Fatalf("fresh: %s, want 0 (nothing old enough)", got)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if got := h.Flushed(); got != 100 {
+		t.Fatalf("after the hold: %s, want 100", got)
+	}
+	tr.AdvanceIdle(500)
+	if got := h.Flushed(); got != 100 {
+		t.Fatalf("just advanced: %s, want still 100", got)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if got := h.Flushed(); got != 500 {
+		t.Fatalf("after the hold: %s, want 500", got)
+	}
+}
