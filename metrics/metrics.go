@@ -36,6 +36,12 @@ type Relay struct {
 	DeadLettered      prometheus.Counter
 	Parked            prometheus.Counter
 	Quarantined       prometheus.Gauge
+
+	// Leader is 1 while this process holds the slot's leader lock (and
+	// streams or is about to), 0 as a standby.
+	Leader prometheus.Gauge
+	// LeaderAcquisitions counts the times this process became leader.
+	LeaderAcquisitions prometheus.Counter
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -118,6 +124,14 @@ func New() *Relay {
 			Namespace: namespace, Name: "quarantined_aggregates",
 			Help: "Aggregates whose events are parked until an operator retries or discards their poison event.",
 		}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "leader",
+			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
+		}),
+		LeaderAcquisitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leader_acquisitions_total",
+			Help: "Times this process acquired the slot's leader lock.",
+		}),
 	}
 	r.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -126,6 +140,7 @@ func New() *Relay {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
+		r.Leader, r.LeaderAcquisitions,
 	)
 	return r
 }
