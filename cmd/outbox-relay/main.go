@@ -35,6 +35,7 @@ Commands:
   dlq show       show one dead-letter entry
   dlq retry      re-publish a quarantined aggregate's events in order
   dlq discard    discard a poison event (with a reason); its aggregate continues
+  doctor         check PostgreSQL settings, publication and slot; print fixes
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSlot(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		err = cmdDoctor(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0
