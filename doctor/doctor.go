@@ -56,9 +56,9 @@ func (r *Report) Write(w io.Writer) {
 	counts := map[Level]int{}
 	for _, f := range r.Findings {
 		counts[f.Level]++
-		fmt.Fprintf(w, "%-4s  %-24s %s\n", f.Level, f.Check, f.Detail)
+		fmt.Fprintf(w, "%-4s  %-28s %s\n", f.Level, f.Check, f.Detail)
 		if f.Fix != "" {
-			fmt.Fprintf(w, "      %-24s fix: %s\n", "", f.Fix)
+			fmt.Fprintf(w, "      %-28s fix: %s\n", "", f.Fix)
 		}
 	}
 	fmt.Fprintf(w, "\n%d passed, %d warnings, %d failed\n", counts[Pass], counts[Warn], counts[Fail])
