@@ -39,6 +39,12 @@ type Relay struct {
 	CheckpointSaves   prometheus.Counter
 	CheckpointLSN     prometheus.Gauge
 	CheckpointSkipped prometheus.Counter
+
+	// Leader is 1 while this process holds the slot's leader lock (and
+	// streams or is about to), 0 as a standby.
+	Leader prometheus.Gauge
+	// LeaderAcquisitions counts the times this process became leader.
+	LeaderAcquisitions prometheus.Counter
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -133,6 +139,14 @@ func New() *Relay {
 			Namespace: namespace, Name: "checkpoint_skipped_events_total",
 			Help: "Events not re-published at start because a checkpoint showed Kafka had acknowledged them (duplicates avoided).",
 		}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "leader",
+			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
+		}),
+		LeaderAcquisitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "leader_acquisitions_total",
+			Help: "Times this process acquired the slot's leader lock.",
+		}),
 	}
 	r.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -142,6 +156,7 @@ func New() *Relay {
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
 		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped,
+		r.Leader, r.LeaderAcquisitions,
 	)
 	return r
 }

@@ -146,14 +146,28 @@ func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, lo
 // confirmed flush position (for metrics).
 func (s *Stream) OnStatus(f func(flush pglogrepl.LSN)) { s.onStatus = f }
 
+// ApplicationName is the application_name of the relay's replication
+// connections. A new leader recognises a former relay's walsender by it.
+const ApplicationName = "outbox-relay"
+
 // Connect opens a logical replication connection to the database of dsn.
 func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	return ConnectParams(ctx, dsn, nil)
+}
+
+// ConnectParams is Connect with extra run-time parameters for the session,
+// e.g. wal_sender_timeout, which bounds how long the server keeps the
+// walsender of a client that went silent (and so the slot busy).
+func ConnectParams(ctx context.Context, dsn string, params map[string]string) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
 	}
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
 	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "outbox-relay"
+	cfg.RuntimeParams["application_name"] = ApplicationName
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open replication connection: %w", err)

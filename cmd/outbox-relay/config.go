@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/deadletter"
+	"github.com/outbox-relay/outbox-relay/leader"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -58,6 +59,12 @@ type config struct {
 	// testStatusHold delays standby status updates (tests only, from
 	// OUTBOX_RELAY_TEST_STATUS_HOLD; see testhook.go).
 	testStatusHold time.Duration
+
+	// Leader election and liveness of the connections (leader.Config).
+	LeaderPollInterval      time.Duration
+	LeaderKeepaliveInterval time.Duration
+	LeaderTimeout           time.Duration
+	WALSenderTimeout        time.Duration
 
 	// Derived by validate.
 	table    migrations.Table
@@ -190,6 +197,10 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
 		b.dur(&c.CheckpointRetention, "checkpoint-retention", 7*24*time.Hour, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention")
 		c.testStatusHold = testStatusHold(b)
+		b.dur(&c.LeaderPollInterval, "leader-poll-interval", 2*time.Second, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
+		b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", time.Second, "how often the leader checks its lock connection")
+		b.dur(&c.LeaderTimeout, "leader-timeout", 10*time.Second, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
+		b.dur(&c.WALSenderTimeout, "wal-sender-timeout", 0, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting")
 	}
 	return b
 }
@@ -288,6 +299,14 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		if c.SlotCheckInterval <= 0 {
 			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))
 		}
+		if err := c.leaderConfig().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--leader-timeout %s, --leader-keepalive-interval %s, --leader-poll-interval %s: %w",
+				c.LeaderTimeout, c.LeaderKeepaliveInterval, c.LeaderPollInterval, err))
+		}
+		if c.WALSenderTimeout != 0 && (c.WALSenderTimeout < time.Second || c.WALSenderTimeout < 3*c.StatusInterval) {
+			errs = append(errs, fmt.Errorf("--wal-sender-timeout %s: use 0 (the server's setting) or at least 1s and 3 x --status-interval (%s)",
+				c.WALSenderTimeout, 3*c.StatusInterval))
+		}
 		if c.MaxInflightEvents < 1 {
 			errs = append(errs, fmt.Errorf("--max-inflight-events %d: use at least 1", c.MaxInflightEvents))
 		}
@@ -318,4 +337,12 @@ func (e configError) Unwrap() error { return e.err }
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// leaderConfig is the election configuration of run.
+func (c *config) leaderConfig() leader.Config {
+	return leader.Config{
+		DatabaseURL: c.DatabaseURL, Slot: c.Slot,
+		PollInterval: c.LeaderPollInterval, KeepaliveInterval: c.LeaderKeepaliveInterval, Timeout: c.LeaderTimeout,
+	}
 }

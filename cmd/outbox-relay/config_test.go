@@ -71,3 +71,26 @@ func TestExitCodes(t *testing.T) {
 		t.Fatalf("invalid config exit %d", code)
 	}
 }
+
+func TestLeaderConfig(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	t.Setenv("OUTBOX_RELAY_LEADER_TIMEOUT", "4s")
+	cfg, err := parse("run", "", []string{"--leader-keepalive-interval", "500ms", "--leader-poll-interval", "1s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc := cfg.leaderConfig(); lc.Timeout != 4*time.Second || lc.KeepaliveInterval != 500*time.Millisecond || lc.PollInterval != time.Second || lc.Slot != "outbox_relay" {
+		t.Fatalf("leader config %+v", lc)
+	}
+	_, err = parse("run", "", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"},
+		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("inconsistent leader timeouts accepted")
+	}
+	for _, want := range []string{"keepalive interval 3s", "poll interval 3s", "--wal-sender-timeout 500ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}

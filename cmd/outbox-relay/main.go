@@ -38,6 +38,7 @@ Commands:
   checkpoint     show or reset the saved position (checkpoint show|reset)
   recover        recreate a missing or lost slot and back-fill from the outbox table
   replay         re-publish events still in the outbox table (marked as replayed)
+  doctor         check PostgreSQL settings, publication and slot; print fixes
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
@@ -76,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr)
 	case "recover":
 		err = cmdRecover(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		err = cmdDoctor(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0

@@ -9,15 +9,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/deadletter"
+	"github.com/outbox-relay/outbox-relay/leader"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/position"
@@ -52,6 +55,9 @@ type relay struct {
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// positions holds the saved checkpoints (skip-ahead, recover, replay).
 	positions *position.Store
+	elector   *leader.Elector
+	// streaming is true while a replication stream runs (for /readyz).
+	streaming atomic.Bool
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -61,6 +67,11 @@ func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
 func (r *relay) run(ctx context.Context) error {
+	el, err := leader.NewElector(r.cfg.leaderConfig(), r.log)
+	if err != nil {
+		return configError{err}
+	}
+	r.elector = el // before the health endpoints read it
 	if r.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
 		if err != nil {
@@ -74,10 +85,12 @@ func (r *relay) run(ctx context.Context) error {
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
+		mux.HandleFunc("/healthz", r.healthz)
+		mux.HandleFunc("/readyz", r.readyz)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
-		r.log.Info().Str("stage", "startup").Str("addr", ln.Addr().String()).Msg("serving /metrics")
+		r.log.Info().Str("stage", "startup").Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 	}
 
 	pool, err := connectPool(ctx, r.cfg)
@@ -104,9 +117,12 @@ func (r *relay) run(ctx context.Context) error {
 		return err
 	}
 	st, err := r.slots.Ensure(ctx)
-	if err != nil {
+	var active *slot.ActiveError
+	if err != nil && !errors.As(err, &active) {
 		return err
 	}
+	// An active slot is usually the leader's: the stream checks it again,
+	// as leader, and fails then if another kind of client holds it.
 	store := deadletter.NewStore(pool, r.cfg.table)
 	if err := store.Check(ctx); err != nil {
 		return err
@@ -122,15 +138,70 @@ func (r *relay) run(ctx context.Context) error {
 	if !r.waitForKafka(ctx) {
 		return nil // stopped before Kafka answered
 	}
-	go r.heartbeat(ctx)
 	go r.observe(ctx)
+
+	// Standby until the lock is ours, lead until SIGTERM or a lost lock;
+	// after a loss the relay is a standby again (no restart needed).
+	for {
+		lease, err := r.elector.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				r.log.Info().Str("stage", "shutdown").Msg("stopped as standby")
+				return nil
+			}
+			return err
+		}
+		r.m.LeaderAcquisitions.Inc()
+		r.m.Leader.Set(1)
+		err = r.lead(ctx, lease)
+		r.m.Leader.Set(0)
+		if rerr := lease.Release(context.Background()); rerr != nil {
+			r.log.Debug().Str("stage", "leader").Err(rerr).Msg("releasing the lock failed; closing its session frees it")
+		}
+		if !errors.Is(err, errLeadershipLost) {
+			return err
+		}
+		r.log.Warn().Str("stage", "leader").Err(lease.Err()).Msg("stopped streaming after losing the lock; standby again")
+	}
+}
+
+// errLeadershipLost ends lead when the lease ends before SIGTERM.
+var errLeadershipLost = errors.New("leadership lost")
+
+// lead streams while lease holds: stream attempts with reconnects, as
+// before leader election, plus the WAL heartbeat. Losing the lease cancels
+// the stream at once (nothing more is drained or published).
+func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
+	lctx := lease.Context()
+	hctx, cancel := context.WithCancel(lctx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	go r.heartbeat(hctx)
 
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
-		err := r.stream(ctx)
+		err := r.stream(ctx, lctx)
 		if err == nil || ctx.Err() != nil && !isPermanent(err) {
 			r.log.Info().Str("stage", "shutdown").Msg("stopped")
 			return nil
+		}
+		if lctx.Err() != nil {
+			return errLeadershipLost
+		}
+		var fence *fenceError
+		if errors.As(err, &fence) {
+			// A former leader's walsender still holds the slot; the server
+			// ends it within its wal_sender_timeout. Poll, don't back off.
+			r.log.Info().Str("stage", "leader").Int32("pid", fence.pid).
+				Msg("waiting for the former leader's walsender to release the slot")
+			if !sleepCtx(hctx, r.cfg.LeaderPollInterval) {
+				if lctx.Err() != nil && ctx.Err() == nil {
+					return errLeadershipLost
+				}
+				return nil
+			}
+			attempt = 0
+			continue
 		}
 		if isPermanent(err) {
 			r.log.Error().Str("stage", "stream").Err(err).Msg("stopping: permanent failure, slot position held")
@@ -142,10 +213,40 @@ func (r *relay) run(ctx context.Context) error {
 		d := jitter(attempt, 200*time.Millisecond, r.cfg.BackoffMax)
 		r.log.Warn().Str("stage", "stream").Int("attempt", attempt).Dur("backoff", d).Err(err).
 			Msg("replication stream ended, reconnecting")
-		if !sleepCtx(ctx, d) {
+		if !sleepCtx(hctx, d) {
+			if lctx.Err() != nil && ctx.Err() == nil {
+				return errLeadershipLost
+			}
 			return nil
 		}
 	}
+}
+
+// fenceError is a slot still held by a relay's walsender (a former leader
+// or our own previous connection): it ends by itself, so the new leader
+// waits instead of failing.
+type fenceError struct {
+	pid int32
+	err error
+}
+
+func (e *fenceError) Error() string { return e.err.Error() }
+func (e *fenceError) Unwrap() error { return e.err }
+
+// fence classifies an active slot: held by a relay's walsender, the leader
+// waits for it (the slot's one-consumer rule is what keeps a stale leader
+// from streaming on); held by any other client, the relay stops, as
+// without leader election.
+func (r *relay) fence(ctx context.Context, active *slot.ActiveError) error {
+	var app string
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(application_name, '') FROM pg_stat_activity WHERE pid = $1`, active.PID).Scan(&app)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && app == replication.ApplicationName {
+		return &fenceError{pid: active.PID, err: active}
+	}
+	if err != nil {
+		return fmt.Errorf("%w (and its application_name could not be read: %v)", active, err)
+	}
+	return permanentError{active}
 }
 
 func isPermanent(err error) bool {
@@ -156,18 +257,25 @@ func isPermanent(err error) bool {
 // stream runs one replication connection with a fresh tracker and
 // publisher, from the slot's confirmed_flush_lsn. Anything in flight from
 // an earlier attempt was not confirmed and is redelivered.
-func (r *relay) stream(ctx context.Context) error {
-	st, err := r.slots.Status(ctx)
+//
+// lctx is the leadership: its end cancels the stream at once, while ctx
+// (SIGTERM) drains it.
+func (r *relay) stream(ctx, lctx context.Context) error {
+	// Start-up queries end with either context.
+	sctx, scancel := context.WithCancel(lctx)
+	defer scancel()
+	defer context.AfterFunc(ctx, scancel)()
+	st, err := r.slots.Status(sctx)
 	if err != nil {
 		if errors.Is(err, slot.ErrNotFound) {
 			return permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
 		}
 		return err
 	}
-	if err := r.slots.Check(ctx, st); err != nil {
+	if err := r.slots.Check(sctx, st); err != nil {
 		var active *slot.ActiveError
 		if errors.As(err, &active) {
-			return err // likely our previous connection, still closing
+			return r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
 		}
 		return permanentError{err}
 	}
@@ -175,11 +283,20 @@ func (r *relay) stream(ctx context.Context) error {
 	// moved forward by the server anyway, a later one would skip events.
 	start := st.ConfirmedFlushLSN
 
-	conn, err := replication.Connect(ctx, r.cfg.DatabaseURL)
+	var params map[string]string
+	if r.cfg.WALSenderTimeout > 0 {
+		params = map[string]string{"wal_sender_timeout": strconv.FormatInt(r.cfg.WALSenderTimeout.Milliseconds(), 10)}
+	}
+	conn, err := replication.ConnectParams(sctx, r.cfg.DatabaseURL, params)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		// Bounded: a cut network must not hold up the return to standby.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
 	resume, err := r.resume(ctx, conn, st)
 	if err != nil {
 		return err
@@ -197,9 +314,9 @@ func (r *relay) stream(ctx context.Context) error {
 	}, r.log, r.m)
 	defer pub.Close()
 
-	// A permanent publish failure or an invalidated slot cancels the
-	// stream; SIGTERM drains it.
-	streamCtx, cancel := context.WithCancel(context.Background())
+	// A permanent publish failure, an invalidated slot or lost leadership
+	// cancels the stream; SIGTERM drains it.
+	streamCtx, cancel := context.WithCancel(lctx)
 	defer cancel()
 	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m)}
 	var progress replication.Progress = tracker
@@ -218,12 +335,14 @@ func (r *relay) stream(ctx context.Context) error {
 		r.m.ConfirmedLSN.Set(float64(flush))
 		r.m.LastStatusTime.SetToCurrentTime()
 	})
-	if err := s.Start(ctx, start); err != nil {
+	if err := s.Start(sctx, start); err != nil {
 		return err
 	}
 	r.m.ReplicationStarts.Inc()
 	r.m.ReplicationUp.Set(1)
 	defer r.m.ReplicationUp.Set(0)
+	r.streaming.Store(true)
+	defer r.streaming.Store(false)
 	r.log.Info().Str("stage", "stream").Str("start_lsn", start.String()).Msg("streaming")
 
 	var fatal atomic.Pointer[error]

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/doctor"
+)
+
+// cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
+// Kafka topics and prints pass/warn/fail findings with their fixes; a fail
+// exits 1.
+func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var topics string
+	var dedupe time.Duration
+	var binder *flagBinder
+	cfg, rest, err := parseWith("doctor", "",
+		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
+			"the publication (table set, publish = 'insert'), the slot (plugin, wal_status, lag), Kafka reachability\n"+
+			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
+			"each finding with its fix. Exit code 1 when any check fails.",
+		args, scopeDB|scopeKafka, stderr, func(fs *flag.FlagSet) {
+			binder = &flagBinder{fs: fs}
+			binder.str(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
+			binder.dur(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
+		})
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
+	}
+	if err := errors.Join(binder.errs...); err != nil {
+		return configError{err}
+	}
+	rep := &doctor.Report{}
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	doctor.CheckPostgres(ctx, pool, doctor.Target{
+		Slot: cfg.Slot, Publication: cfg.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
+	}, rep)
+
+	var names []string
+	for _, t := range strings.Split(topics, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		// A bounded sample of the outbox names the topics in use.
+		rows, err := pool.Query(ctx, `SELECT DISTINCT aggregate_type, event_type FROM (SELECT aggregate_type, event_type FROM `+
+			cfg.table.Quoted()+` LIMIT 10000) s LIMIT 100`)
+		if err == nil {
+			seen := map[string]bool{}
+			for rows.Next() {
+				var at, et string
+				if rows.Scan(&at, &et) == nil {
+					if n := cfg.template.Render(at, et); !seen[n] {
+						seen[n] = true
+						names = append(names, n)
+					}
+				}
+			}
+			rows.Close()
+		}
+	}
+	doctor.CheckKafka(ctx, doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe}, rep)
+	rep.Write(stdout)
+	if rep.Failed() {
+		return errors.New("some checks failed (see the fixes above)")
+	}
+	return nil
+}

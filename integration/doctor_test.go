@@ -1,0 +1,83 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestDoctor runs `outbox-relay doctor` on a migrated env of the shared
+// stack (no fail, exit 0), then with a publication that also publishes
+// updates (a warning with its fix), with a topic whose min.insync.replicas
+// exceeds its replication factor and an unreachable broker (fails), and on a temp cluster with
+// wal_level=replica (a fail with its fix, exit 1).
+func TestDoctor(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	res := env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic)
+	t.Logf("doctor on the shared stack: exit %d\n%s", res.Code, res.Stdout)
+	if res.Code != 0 || strings.Contains(res.Stdout, "FAIL") {
+		t.Fatalf("doctor on a migrated env: exit %d, want 0 without FAIL\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"PASS  wal_level", "PASS  publication", "PASS  slot", "slot lag", "PASS  kafka",
+		"WARN  topic " + env.Topic, "replication factor 1"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor output lacks %q", want)
+		}
+	}
+
+	env.Exec(`alter publication ` + env.Publication + ` set (publish = 'insert, update')`)
+	res = env.RunCLI(30*time.Second, nil, "doctor")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "WARN  publication") ||
+		!strings.Contains(res.Stdout, `fix: ALTER PUBLICATION "`+env.Publication+`" SET (publish = 'insert')`) {
+		t.Errorf("publication publishing updates: exit %d, want 0 with a WARN and its fix\n%s", res.Code, res.Stdout)
+	}
+
+	// Kafka: min.insync.replicas above the replication factor fails every
+	// acks=all write; a retention longer than the dedupe window warns; an
+	// unreachable broker fails.
+	bad := "it." + env.Sfx + ".badisr"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := kafkaClient().CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: bad, NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}},
+	}}}); err != nil {
+		t.Fatalf("create topic %s: %v", bad, err)
+	}
+	res = env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic+","+bad, "--consumer-dedupe-retention", "1h")
+	t.Logf("doctor with a bad topic: exit %d\n%s", res.Code, res.Stdout)
+	if res.Code != 1 {
+		t.Errorf("exit %d, want 1", res.Code)
+	}
+	for _, want := range []string{"FAIL  topic " + bad, "NOT_ENOUGH_REPLICAS", "lower min.insync.replicas",
+		"exceeds the consumers' dedupe retention 1h0m0s"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor output lacks %q", want)
+		}
+	}
+	res = env.RunCLI(30*time.Second, []string{fmt.Sprintf("OUTBOX_RELAY_KAFKA_BROKERS=127.0.0.1:%d", freePort(t))}, "doctor")
+	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  kafka") || !strings.Contains(res.Stdout, "fix: check --kafka-brokers") {
+		t.Errorf("unreachable Kafka: exit %d, want 1 with FAIL kafka and its fix\n%s", res.Code, res.Stdout)
+	}
+
+	pg := StartTempCluster(t, "wal_level=replica")
+	res = env.RunCLI(30*time.Second, []string{"OUTBOX_RELAY_DATABASE_URL=" + pg.URL}, "doctor")
+	t.Logf("doctor on wal_level=replica: exit %d\n%s", res.Code, res.Stdout)
+	if res.Code != 1 {
+		t.Errorf("exit %d, want 1 on a fail", res.Code)
+	}
+	for _, want := range []string{`is "replica"; logical replication needs logical`, "fix: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor output lacks %q", want)
+		}
+	}
+	if !strings.Contains(res.Stderr, "some checks failed") {
+		t.Errorf("stderr lacks the failure summary: %s", res.Stderr)
+	}
+}

@@ -1,0 +1,379 @@
+package leader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+)
+
+// ApplicationName is the application_name of lock sessions; a standby names
+// the session that holds the lock by it in its logs.
+const ApplicationName = "outbox-relay-leader"
+
+// ErrLost is the cause of a Lease's context when the leader could no longer
+// confirm that it holds the lock.
+var ErrLost = errors.New("leadership lost")
+
+// ErrReleased is the cause of a Lease's context after Release.
+var ErrReleased = errors.New("leadership released")
+
+// Key returns the advisory lock key of slot in database (see the package
+// documentation for why both are part of it).
+func Key(database, slot string) int64 {
+	h := sha256.Sum256([]byte("outbox-relay/leader\x00" + database + "\x00" + slot))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+// Config configures an Elector.
+type Config struct {
+	// DatabaseURL is the PostgreSQL URL of the lock connection. It must
+	// reach PostgreSQL directly: a transaction-pooling proxy would lose the
+	// session lock.
+	DatabaseURL string
+	// Slot is the replication slot the election is for.
+	Slot string
+	// PollInterval is how often a standby tries to take the lock. It bounds
+	// the takeover after a leader releases the lock (SIGTERM).
+	PollInterval time.Duration
+	// KeepaliveInterval is how often the leader checks its lock connection.
+	KeepaliveInterval time.Duration
+	// Timeout bounds silence on the lock connection: the leader gives up
+	// after Timeout/2 without a successful keepalive, and the server ends a
+	// lock session idle for Timeout (idle_session_timeout), releasing the
+	// lock for a standby.
+	Timeout time.Duration
+}
+
+// Validate checks the intervals against each other; each error says how to
+// fix it.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Timeout < time.Second {
+		errs = append(errs, fmt.Errorf("leader timeout %s: use at least 1s", c.Timeout))
+	}
+	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.Timeout/4 {
+		errs = append(errs, fmt.Errorf("leader keepalive interval %s: use a positive value of at most a quarter of the leader timeout (%s)",
+			c.KeepaliveInterval, c.Timeout/4))
+	}
+	if c.PollInterval <= 0 || c.PollInterval > c.Timeout/2 {
+		errs = append(errs, fmt.Errorf("leader poll interval %s: use a positive value of at most half the leader timeout (%s)",
+			c.PollInterval, c.Timeout/2))
+	}
+	return errors.Join(errs...)
+}
+
+// Role is what an Elector currently is.
+type Role int32
+
+const (
+	// RoleConnecting: no working lock connection yet (or again).
+	RoleConnecting Role = iota
+	// RoleStandby: connected, the lock is held by another process.
+	RoleStandby
+	// RoleLeader: this process holds the lock.
+	RoleLeader
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleConnecting:
+		return "connecting"
+	case RoleStandby:
+		return "standby"
+	case RoleLeader:
+		return "leader"
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Status is a snapshot of an Elector, for health checks.
+type Status struct {
+	Role Role
+	// LastContact is when the lock connection last answered (a try-lock
+	// poll or a keepalive); zero before the first answer.
+	LastContact time.Time
+}
+
+// Elector campaigns for the lock of one slot. Campaign is called by one
+// goroutine at a time; Status is safe for concurrent use.
+type Elector struct {
+	cfg     Config
+	conn    *pgx.ConnConfig
+	log     zerolog.Logger
+	role    atomic.Int32
+	contact atomic.Int64 // unix nanoseconds
+}
+
+// NewElector returns an elector for cfg.
+func NewElector(cfg Config, log zerolog.Logger) (*Elector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cc, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("leader: parse database URL: %w", err)
+	}
+	cc.RuntimeParams["application_name"] = ApplicationName
+	// The server ends a lock session that stayed silent this long, which
+	// releases a cut-off or frozen leader's lock.
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(cfg.Timeout.Milliseconds(), 10)
+	// Connecting through a hung network must not block a standby for long.
+	cc.ConnectTimeout = cfg.Timeout / 2
+	probe := max(cfg.KeepaliveInterval, time.Second)
+	d := &net.Dialer{
+		Timeout: cfg.Timeout / 2,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: probe, Interval: probe, Count: 3,
+		},
+	}
+	cc.DialFunc = d.DialContext
+	e := &Elector{cfg: cfg, conn: cc, log: log.With().Str("stage", "leader").Logger()}
+	return e, nil
+}
+
+// Status returns the elector's current role and last contact.
+func (e *Elector) Status() Status {
+	s := Status{Role: Role(e.role.Load())}
+	if n := e.contact.Load(); n != 0 {
+		s.LastContact = time.Unix(0, n)
+	}
+	return s
+}
+
+func (e *Elector) touch() { e.contact.Store(time.Now().UnixNano()) }
+
+// Campaign blocks as a standby until this process holds the lock, and
+// returns the Lease. It returns ctx.Err() when ctx ends first.
+func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
+	var conn *pgx.Conn
+	var key int64
+	closeConn := func() {
+		if conn != nil {
+			closeBounded(conn)
+			conn = nil
+		}
+	}
+	defer closeConn()
+	failures := 0
+	var holderLogged int32 // backend pid of the holder last logged
+	for {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if conn == nil {
+			e.role.Store(int32(RoleConnecting))
+			c, k, err := e.connect(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				failures++
+				d := e.backoff(failures)
+				e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock connection failed, retrying")
+				if !sleep(ctx, d) {
+					return nil, ctx.Err()
+				}
+				continue
+			}
+			conn, key = c, k
+		}
+		sent := time.Now()
+		qctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout/2)
+		var got bool
+		err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got)
+		cancel()
+		if err != nil {
+			closeConn()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			failures++
+			d := e.backoff(failures)
+			e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock poll failed, reconnecting")
+			if !sleep(ctx, d) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		failures = 0
+		e.touch()
+		if got {
+			l := newLease(e, conn, key, sent)
+			conn = nil // the lease owns it now
+			e.role.Store(int32(RoleLeader))
+			e.log.Info().Int64("lock_key", key).Msg("lock acquired: leading")
+			return l, nil
+		}
+		if e.role.Swap(int32(RoleStandby)) != int32(RoleStandby) || holderLogged == 0 {
+			pid, app, addr := holder(ctx, conn, key)
+			if pid != holderLogged {
+				holderLogged = pid
+				e.log.Info().Int64("lock_key", key).Int32("holder_pid", pid).Str("holder_application", app).
+					Str("holder_addr", addr).Dur("poll_interval", e.cfg.PollInterval).Msg("standby: another relay holds the lock")
+			}
+		}
+		if !sleep(ctx, e.cfg.PollInterval) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// connect opens the lock connection and derives the key from the database
+// it is connected to.
+func (e *Elector) connect(ctx context.Context) (*pgx.Conn, int64, error) {
+	conn, err := pgx.ConnectConfig(ctx, e.conn)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open lock connection: %w", err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout/2)
+	defer cancel()
+	var db string
+	if err := conn.QueryRow(qctx, `SELECT current_database()`).Scan(&db); err != nil {
+		closeBounded(conn)
+		return nil, 0, fmt.Errorf("lock connection: read current database: %w", err)
+	}
+	return conn, Key(db, e.cfg.Slot), nil
+}
+
+// holder names the session holding the lock, best effort, for the logs.
+func holder(ctx context.Context, conn *pgx.Conn, key int64) (pid int32, app, addr string) {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	hi, lo := split(key)
+	_ = conn.QueryRow(qctx, `SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), '')
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1
+		LIMIT 1`, hi, lo).Scan(&pid, &app, &addr)
+	return pid, app, addr
+}
+
+// split maps a bigint advisory key to pg_locks' classid (high 32 bits) and
+// objid (low 32 bits).
+func split(key int64) (hi, lo int64) {
+	return int64(uint64(key) >> 32), int64(uint64(key) & 0xffffffff)
+}
+
+func (e *Elector) backoff(failures int) time.Duration {
+	d := e.cfg.PollInterval << min(failures-1, 6)
+	return min(d, max(e.cfg.Timeout, e.cfg.PollInterval))
+}
+
+// Lease is held leadership. Its context is cancelled, with ErrLost as the
+// cause, as soon as the leader can no longer confirm it holds the lock.
+type Lease struct {
+	e      *Elector
+	conn   *pgx.Conn
+	key    int64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newLease(e *Elector, conn *pgx.Conn, key int64, acquired time.Time) *Lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+	go l.keepalive(acquired)
+	return l
+}
+
+// Context is cancelled when leadership ends (lost or released); streaming
+// must stop with it. It is not cancelled by the caller's own shutdown.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease holds, else ErrLost (wrapping the reason) or
+// ErrReleased.
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// keepalive confirms the lock every KeepaliveInterval. The deadline of each
+// check is Timeout/2 after the last successful one was sent, so a silent
+// connection is given up well before the server frees the lock.
+func (l *Lease) keepalive(last time.Time) {
+	defer close(l.done)
+	hi, lo := split(l.key)
+	t := time.NewTicker(l.e.cfg.KeepaliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), last.Add(l.e.cfg.Timeout/2))
+		var held bool
+		err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND pid = pg_backend_pid() AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`, hi, lo).Scan(&held)
+		cancel()
+		if err == nil && !held {
+			err = errors.New("the advisory lock is no longer held by this session")
+		}
+		if err != nil {
+			l.cancel(fmt.Errorf("%w: lock connection unconfirmed for %s: %v", ErrLost, time.Since(last).Round(time.Millisecond), err))
+			l.e.role.Store(int32(RoleConnecting))
+			l.e.log.Warn().Err(err).Dur("since_last_keepalive", time.Since(last)).Msg("leadership lost: stopping the stream")
+			return
+		}
+		l.e.touch()
+		last = sent
+	}
+}
+
+// Release gives the lock up (after the stream has stopped) and closes the
+// lock connection, so a standby takes over within its poll interval. It is
+// idempotent; the error is informational (closing the session frees the lock
+// in any case).
+func (l *Lease) Release(ctx context.Context) error {
+	var err error
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		lost := l.ctx.Err() != nil
+		l.cancel(ErrReleased)
+		if !lost {
+			uctx, cancel := context.WithTimeout(ctx, l.e.cfg.Timeout/2)
+			var ok bool
+			if err = l.conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, l.key).Scan(&ok); err == nil && !ok {
+				err = errors.New("pg_advisory_unlock: lock was not held")
+			}
+			cancel()
+			l.e.log.Info().Msg("lock released")
+		}
+		closeBounded(l.conn)
+		l.e.role.Store(int32(RoleConnecting))
+	})
+	return err
+}
+
+func closeBounded(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
