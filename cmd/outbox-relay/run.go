@@ -153,7 +153,11 @@ func (r *relay) run(ctx context.Context) error {
 		}
 		r.m.LeaderAcquisitions.Inc()
 		r.m.Leader.Set(1)
+		// The gauge drops the moment the lease ends, when publishing
+		// stops, not after the stream's bounded clean-up.
+		unwatch := context.AfterFunc(lease.Context(), func() { r.m.Leader.Set(0) })
 		err = r.lead(ctx, lease)
+		unwatch()
 		r.m.Leader.Set(0)
 		if rerr := lease.Release(context.Background()); rerr != nil {
 			r.log.Debug().Str("stage", "leader").Err(rerr).Msg("releasing the lock failed; closing its session frees it")
