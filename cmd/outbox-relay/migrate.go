@@ -53,6 +53,20 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
+	if cfg.GrantRole != "" {
+		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table)
+		if err != nil {
+			return err
+		}
+		verb := "exists, has REPLICATION"
+		if created {
+			verb = "created (LOGIN REPLICATION, no password: ALTER ROLE " + cfg.GrantRole + " PASSWORD '...' or use certificates)"
+		}
+		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
+		for _, g := range grants {
+			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, g.Why)
+		}
+	}
 	if len(applied) == 0 {
 		fmt.Fprintf(stdout, "table %s is up to date\n", cfg.table)
 	} else {
