@@ -15,7 +15,9 @@ import (
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse("migrate",
 		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
-			"and the logical replication slot, so events committed from now on are retained until relayed.",
+			"and the logical replication slot, so events committed from now on are retained until relayed.\n"+
+			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
+			"grants it exactly the table privileges listed in the README; run it as a superuser for that.",
 		args, scopeDB|scopeMigrate, stderr)
 	if err != nil {
 		return err
