@@ -120,6 +120,8 @@ func TestSecurity(t *testing.T) {
 		}{
 			{env.Table, "SELECT", true}, {env.Table, "INSERT", false}, {env.Table, "UPDATE", false}, {env.Table, "DELETE", false},
 			{env.Table, "TRUNCATE", false}, {dl, "SELECT", true}, {dl, "INSERT", true}, {dl, "UPDATE", true}, {dl, "DELETE", false},
+			{"public.outbox_relay_checkpoint", "SELECT", true}, {"public.outbox_relay_checkpoint", "DELETE", true},
+			{"public.outbox_relay_checkpoint", "TRUNCATE", false},
 			{"public.outbox_relay_schema_migrations", "SELECT", false},
 		} {
 			var got bool

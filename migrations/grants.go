@@ -36,6 +36,8 @@ var runtimeGrants = []struct {
 		"validate the outbox table at start-up; its rows arrive through the slot, never by query"},
 	{"SELECT, INSERT, UPDATE", func(t Table, _ string) string { return "TABLE " + DeadLetterTable(t).Quoted() },
 		"dead-letter poison events and park their aggregates (quarantine); the dlq commands resolve them"},
+	{"SELECT, INSERT, UPDATE, DELETE", func(t Table, _ string) string { return "TABLE " + CheckpointTable(t).Quoted() },
+		"read and save the relay's checkpoint, prune old rows (its id is an identity column: no sequence grant)"},
 }
 
 // RuntimeGrants returns the privileges of the relay's runtime role on
