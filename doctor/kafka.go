@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/kafkaconn"
 )
 
 // KafkaTarget names what the relay uses in Kafka.
@@ -16,13 +18,15 @@ type KafkaTarget struct {
 	// DedupeRetention is how long consumers remember event ids; 0 skips
 	// the retention check.
 	DedupeRetention time.Duration
+	// Security is the TLS/SASL setup of the connection (the relay's own).
+	Security kafkaconn.Security
 }
 
 // CheckKafka checks that a broker answers, and per topic its partitions,
 // replication factor, min.insync.replicas (the relay writes with acks=all)
 // and retention.ms against the consumers' dedupe retention.
 func CheckKafka(ctx context.Context, t KafkaTarget, r *Report) {
-	tr := &kafka.Transport{MetadataTTL: time.Second}
+	tr := t.Security.Transport("outbox-relay-doctor", 5*time.Second, time.Second)
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(t.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)

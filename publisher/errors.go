@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/kafkaconn"
 )
 
 // Class says whether retrying a failed write can succeed.
@@ -26,6 +28,11 @@ const (
 // metrics. Unknown failures count as transient: retrying with backoff
 // risks a duplicate, giving up risks a loss.
 func classify(err error) (Class, string) {
+	// An unverifiable certificate or rejected credentials concern every
+	// event: the relay stops (slot held) with a message naming the fix.
+	if f := kafkaconn.Classify(err); f != kafkaconn.FailureNone {
+		return Fatal, string(f)
+	}
 	var tooLarge kafka.MessageTooLargeError
 	if errors.As(err, &tooLarge) {
 		return Permanent, "message_too_large"

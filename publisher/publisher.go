@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -61,6 +62,8 @@ type Config struct {
 	UnknownTopicTimeout time.Duration
 	// Quarantine handles poison events; nil stops the relay on the first.
 	Quarantine Quarantine
+	// Security is the TLS and SASL setup of every broker connection.
+	Security kafkaconn.Security
 }
 
 func (c *Config) defaults() {
@@ -123,11 +126,7 @@ type Publisher struct {
 // New returns a Publisher; it does not contact Kafka until used.
 func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	cfg.defaults()
-	transport := &kafka.Transport{
-		ClientID:    "outbox-relay",
-		DialTimeout: 5 * time.Second,
-		MetadataTTL: cfg.MetadataTTL,
-	}
+	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Publisher{
@@ -383,6 +382,12 @@ func (r *router) resolve() topicState {
 			return topicReady
 		}
 		if r.p.ctx.Err() != nil {
+			return topicClosing
+		}
+		if f := kafkaconn.Classify(err); f != kafkaconn.FailureNone {
+			r.p.log.Error().Str("stage", "publish").Str("topic", r.topic).Str("reason", string(f)).Err(err).
+				Msg("topic metadata refused for a reason no retry can fix; stopping with the slot position held")
+			r.p.fail(fmt.Errorf("topic %s metadata: %s: %w", r.topic, f, err))
 			return topicClosing
 		}
 		if r.partitions != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/deadletter"
+	"github.com/outbox-relay/outbox-relay/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/leader"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -66,6 +67,19 @@ type config struct {
 	LeaderTimeout           time.Duration
 	WALSenderTimeout        time.Duration
 
+	// Security: Kafka TLS/SASL, the least-privilege role (issue 5).
+	KafkaTLS           bool
+	KafkaTLSCAFile     string
+	KafkaTLSCertFile   string
+	KafkaTLSKeyFile    string
+	KafkaTLSServerName string
+	KafkaTLSInsecure   bool
+	KafkaSASLMechanism string
+	KafkaSASLUsername  string
+	KafkaSASLPassword  string
+	GrantRole          string
+	kafkaSecurity      kafkaconn.Security
+
 	// Derived by validate.
 	table    migrations.Table
 	brokers  []string
@@ -97,6 +111,25 @@ func (b *flagBinder) str(p *string, name, def, help string) {
 		def = v
 	}
 	b.fs.StringVar(p, name, def, b.usage(name, help))
+}
+
+// secret is str for a secret: its value may also come from the file
+// named by <ENV>_FILE (trailing newlines dropped), so it need not sit in
+// the environment or on the command line (visible in ps).
+func (b *flagBinder) secret(p *string, name, def, help string) {
+	env := envName(name)
+	if path, ok := os.LookupEnv(env + "_FILE"); ok {
+		if _, both := b.env(name); both {
+			b.errs = append(b.errs, fmt.Errorf("both %s and %s_FILE are set: keep one", env, env))
+		} else if v, err := os.ReadFile(path); err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s_FILE: %w (point it at a readable file holding the value)", env, err))
+		} else {
+			def = strings.TrimRight(string(v), "\r\n")
+		}
+	} else if v, ok := b.env(name); ok {
+		def = v
+	}
+	b.fs.StringVar(p, name, def, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
 }
 
 func (b *flagBinder) dur(p *time.Duration, name string, def time.Duration, help string) {
@@ -163,7 +196,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 	b.str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.str(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.str(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full")
+		b.secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem")
 		b.str(&c.Slot, "slot", "outbox_relay", "logical replication slot name")
 		b.str(&c.Publication, "publication", "outbox_relay", "publication name")
 		b.str(&c.Table, "table", "public.outbox", "outbox table, optionally schema-qualified")
@@ -180,6 +213,22 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
 		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics)")
+	}
+	// Security: Kafka TLS and SASL (every Kafka connection), the
+	// least-privilege role migrate can grant.
+	if s&scopeKafka != 0 {
+		b.bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
+		b.str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)")
+		b.str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required")
+		b.str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file")
+		b.str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
+		b.bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)")
+		b.str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+		b.str(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username")
+		b.secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password")
+	}
+	if s&scopeMigrate != 0 {
+		b.str(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
 	}
 	if s&scopeMigrate != 0 {
 		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
@@ -269,6 +318,22 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		if c.TopicPartitions < 1 {
 			errs = append(errs, fmt.Errorf("--topic-partitions %d: use at least 1", c.TopicPartitions))
 		}
+	}
+	// Security: build the Kafka TLS/SASL setup now, so a missing file or
+	// a certificate without its key is a configuration error (exit 2).
+	if s&scopeKafka != 0 {
+		sec, err := kafkaconn.Config{
+			TLS: kafkaconn.TLSConfig{
+				Enabled: c.KafkaTLS, CAFile: c.KafkaTLSCAFile, CertFile: c.KafkaTLSCertFile, KeyFile: c.KafkaTLSKeyFile,
+				ServerName: c.KafkaTLSServerName, InsecureSkipVerify: c.KafkaTLSInsecure,
+			},
+			SASL: kafkaconn.SASLConfig{Mechanism: c.KafkaSASLMechanism, Username: c.KafkaSASLUsername, Password: c.KafkaSASLPassword},
+		}.Build()
+		errs = append(errs, securityFlagErrors(err)...)
+		c.kafkaSecurity = sec
+	}
+	if s&scopeMigrate != 0 && c.GrantRole != "" && !validName(c.GrantRole) {
+		errs = append(errs, fmt.Errorf("--grant-role %q: use 1-63 lower-case letters, digits and underscores, e.g. outbox_relay", c.GrantRole))
 	}
 	if s&scopeMigrate != 0 && c.PayloadType != migrations.PayloadJSONB && c.PayloadType != migrations.PayloadBytea {
 		errs = append(errs, fmt.Errorf("--payload-type %q: use jsonb or bytea", c.PayloadType))

@@ -102,6 +102,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	w := publisher.NewSyncWriter(publisher.Config{
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatchBytes: cfg.MaxBatchBytes,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
+		Security: cfg.kafkaSecurity,
 	})
 	defer w.Close()
 	var res deadletter.Result

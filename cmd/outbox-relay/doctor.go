@@ -72,7 +72,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			rows.Close()
 		}
 	}
-	doctor.CheckKafka(ctx, doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe}, rep)
+	doctor.CheckKafka(ctx, doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe, Security: cfg.kafkaSecurity}, rep)
 	rep.Write(stdout)
 	if rep.Failed() {
 		return errors.New("some checks failed (see the fixes above)")

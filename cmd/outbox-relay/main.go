@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -59,6 +61,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	// Secrets are registered once the configuration is parsed; from then
+	// on nothing printed to stderr (logs, errors) can show them.
+	redacted := redact.NewWriter(stderr)
+	stderr = redacted
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	var err error
@@ -94,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], withHint(err))
 		return 1
 	}
 }
@@ -138,6 +144,9 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 		}
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if sink, ok := stderr.(secretSink); ok {
+		sink.Add(cfg.secrets()...)
 	}
 	if err := cfg.validate(b, s); err != nil {
 		return nil, nil, configError{err}

@@ -15,7 +15,9 @@ import (
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse("migrate",
 		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
-			"and the logical replication slot, so events committed from now on are retained until relayed.",
+			"and the logical replication slot, so events committed from now on are retained until relayed.\n"+
+			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
+			"grants it exactly the table privileges listed in the README; run it as a superuser for that.",
 		args, scopeDB|scopeMigrate, stderr)
 	if err != nil {
 		return err
@@ -51,6 +53,20 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var active *slot.ActiveError
 		if !errors.As(err, &active) { // a running relay is fine here
 			return err
+		}
+	}
+	if cfg.GrantRole != "" {
+		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table)
+		if err != nil {
+			return err
+		}
+		verb := "exists, has REPLICATION"
+		if created {
+			verb = "created (LOGIN REPLICATION, no password: ALTER ROLE " + cfg.GrantRole + " PASSWORD '...' or use certificates)"
+		}
+		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
+		for _, g := range grants {
+			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, g.Why)
 		}
 	}
 	if len(applied) == 0 {

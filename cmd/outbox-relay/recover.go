@@ -230,7 +230,7 @@ func backfillSlot(ctx context.Context, cfg *config, pool interface {
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
-		UnknownTopicTimeout: cfg.UnknownTopicWait, Quarantine: quar,
+		UnknownTopicTimeout: cfg.UnknownTopicWait, Quarantine: quar, Security: cfg.kafkaSecurity,
 	}, log, metrics.New())
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: progressPrinter(stderr, "recover")}

@@ -228,7 +228,7 @@ func runReplay(ctx context.Context, pool *pgxpool.Pool, cfg *config, src *backfi
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
-		UnknownTopicTimeout: cfg.UnknownTopicWait,
+		UnknownTopicTimeout: cfg.UnknownTopicWait, Security: cfg.kafkaSecurity,
 	}, log, metrics.New())
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: progressPrinter(stderr, "replay")}

@@ -39,6 +39,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	cfg.warnInsecure(log, true)
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	return r.run(ctx)
 }
@@ -135,7 +136,10 @@ func (r *relay) run(ctx context.Context) error {
 	r.log.Info().Str("stage", "startup").Str("slot", st.Name).Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
 		Int64("lag_bytes", st.LagBytes).Str("wal_status", st.WALStatus).Msg("slot ready")
 
-	if !r.waitForKafka(ctx) {
+	if up, err := r.waitForKafka(ctx); err != nil {
+		r.log.Error().Str("stage", "kafka_connect").Err(withHint(err)).Msg("stopping: kafka refused the connection, no retry can fix it")
+		return err
+	} else if !up {
 		return nil // stopped before Kafka answered
 	}
 	go r.observe(ctx)
@@ -208,7 +212,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 			continue
 		}
 		if isPermanent(err) {
-			r.log.Error().Str("stage", "stream").Err(err).Msg("stopping: permanent failure, slot position held")
+			r.log.Error().Str("stage", "stream").Err(withHint(err)).Msg("stopping: permanent failure, slot position held")
 			return err
 		}
 		if time.Since(started) > time.Minute {
@@ -303,6 +307,9 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	}()
 	resume, err := r.resume(ctx, conn, st)
 	if err != nil {
+		if unfixable(err) { // e.g. a role without REPLICATION: reconnecting cannot help
+			return permanentError{err}
+		}
 		return err
 	}
 
@@ -314,7 +321,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
-		Quarantine: r.quar,
+		Quarantine: r.quar, Security: r.cfg.kafkaSecurity,
 	}, r.log, r.m)
 	defer pub.Close()
 
@@ -477,9 +484,11 @@ func (r *relay) watchSlot(ctx context.Context, fail func(error)) {
 }
 
 // waitForKafka retries until a broker answers, so a relay started before
-// Kafka waits instead of crash-looping. It returns false on shutdown.
-func (r *relay) waitForKafka(ctx context.Context) bool {
-	pub := publisher.New(publisher.Config{Brokers: r.cfg.brokers, Template: r.cfg.template}, r.log, r.m)
+// Kafka waits instead of crash-looping. It returns false on shutdown, and
+// an error for a failure no retry can cure (a certificate that does not
+// verify, wrong credentials).
+func (r *relay) waitForKafka(ctx context.Context) (bool, error) {
+	pub := publisher.New(publisher.Config{Brokers: r.cfg.brokers, Template: r.cfg.template, Security: r.cfg.kafkaSecurity}, r.log, r.m)
 	defer pub.Close()
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -489,16 +498,19 @@ func (r *relay) waitForKafka(ctx context.Context) bool {
 			if attempt > 1 {
 				r.log.Info().Str("stage", "kafka_connect").Int("attempt", attempt).Msg("kafka reachable")
 			}
-			return true
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, nil
+		}
+		if unfixable(err) {
+			return false, permanentError{err}
 		}
 		d := jitter(attempt, 500*time.Millisecond, 30*time.Second)
 		r.log.Warn().Str("stage", "kafka_connect").Int("attempt", attempt).Dur("backoff", d).Err(err).
 			Msg("kafka unreachable, retrying")
 		if !sleepCtx(ctx, d) {
-			return false
+			return false, nil
 		}
 	}
 }

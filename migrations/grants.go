@@ -1,0 +1,90 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Grant is one privilege the role that runs `outbox-relay run` needs.
+type Grant struct {
+	// Privileges and Object form GRANT <Privileges> ON <Object>, e.g.
+	// SELECT and TABLE "public"."outbox".
+	Privileges string
+	Object     string
+	// Why the relay needs it, for the migrate output and the README.
+	Why string
+}
+
+// runtimeGrants lists, per object the relay uses while it runs, what it
+// does there. It is the only place these privileges are decided: when a
+// migration adds a table the relay reads or writes at run time, add its
+// line here (and nothing broader). Slot and publication need no grant:
+// the role's REPLICATION attribute covers streaming from the slot, and
+// migrate (run by an admin) creates both.
+var runtimeGrants = []struct {
+	privileges string
+	object     func(t Table, database string) string
+	why        string
+}{
+	{"CONNECT", func(_ Table, db string) string { return "DATABASE " + pgx.Identifier{db}.Sanitize() },
+		"connect (PUBLIC usually has it; granted in case it was revoked)"},
+	{"USAGE", func(t Table, _ string) string { return "SCHEMA " + pgx.Identifier{t.Schema}.Sanitize() },
+		"look up the outbox and dead-letter tables"},
+	{"SELECT", func(t Table, _ string) string { return "TABLE " + t.Quoted() },
+		"validate the outbox table at start-up; its rows arrive through the slot, never by query"},
+	{"SELECT, INSERT, UPDATE", func(t Table, _ string) string { return "TABLE " + DeadLetterTable(t).Quoted() },
+		"dead-letter poison events and park their aggregates (quarantine); the dlq commands resolve them"},
+	{"SELECT, INSERT, UPDATE, DELETE", func(t Table, _ string) string { return "TABLE " + CheckpointTable(t).Quoted() },
+		"read and save the relay's checkpoint, prune old rows (its id is an identity column: no sequence grant)"},
+}
+
+// RuntimeGrants returns the privileges of the relay's runtime role on
+// outbox table t in database.
+func RuntimeGrants(t Table, database string) []Grant {
+	out := make([]Grant, len(runtimeGrants))
+	for i, g := range runtimeGrants {
+		out[i] = Grant{Privileges: g.privileges, Object: g.object(t, database), Why: g.why}
+	}
+	return out
+}
+
+// GrantRuntimeRole creates role (LOGIN REPLICATION, no password: set one
+// with ALTER ROLE ... PASSWORD, or use certificate authentication) unless
+// it exists, makes sure it has REPLICATION, and grants it RuntimeGrants -
+// nothing else. It runs in one transaction under the migration lock and
+// reports whether it created the role. Creating a REPLICATION role takes
+// a superuser (PostgreSQL 15 and older) or a CREATEROLE role that has
+// REPLICATION itself (16 and later).
+func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table) (created bool, grants []Grant, err error) {
+	err = inLockedTx(ctx, db, func(tx pgx.Tx) error {
+		var database string
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT current_database(), EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1)`, role).
+			Scan(&database, &exists); err != nil {
+			return fmt.Errorf("look up role %q: %w", role, err)
+		}
+		r := pgx.Identifier{role}.Sanitize()
+		stmt := "ALTER ROLE " + r + " REPLICATION"
+		if !exists {
+			stmt = "CREATE ROLE " + r + " LOGIN REPLICATION"
+		}
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w (run migrate as a superuser, or create the role yourself with LOGIN REPLICATION)", stmt, err)
+		}
+		grants = RuntimeGrants(t, database)
+		for _, g := range grants {
+			sql := "GRANT " + g.Privileges + " ON " + g.Object + " TO " + r
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		created = !exists
+		return nil
+	})
+	if err != nil {
+		return false, nil, fmt.Errorf("grant role %q: %w", role, err)
+	}
+	return created, grants, nil
+}

@@ -1,0 +1,162 @@
+// Package redact keeps secrets (database passwords, SASL passwords) out of
+// everything the relay prints. The relay never logs a secret on purpose;
+// Writer is the backstop for the ones a library echoes, such as an error
+// that quotes a connection string.
+package redact
+
+import (
+	"encoding/json"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// Mask replaces every secret.
+const Mask = "xxxxx"
+
+// MinLen is the shortest secret Writer masks: masking a one- or
+// two-character secret would garble every line without hiding much.
+const MinLen = 4
+
+// Writer masks registered secrets in everything written through it. Each
+// Write is masked on its own, so secrets must not be split across writes;
+// zerolog writes one event per call.
+type Writer struct {
+	w  io.Writer
+	mu sync.RWMutex
+	r  *strings.Replacer
+	s  []string
+}
+
+// NewWriter returns a Writer on w with no secrets yet.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Add registers secrets; empty and short ones are ignored. The forms in
+// which a secret may appear are added too: URL-escaped, as in a
+// connection string, and JSON-escaped, as in a log line.
+func (w *Writer) Add(secrets ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range secrets {
+		if len(s) < MinLen {
+			continue
+		}
+		w.s = append(w.s, variants(s)...)
+	}
+	pairs := make([]string, 0, 2*len(w.s))
+	for _, s := range w.s {
+		pairs = append(pairs, s, Mask)
+	}
+	w.r = strings.NewReplacer(pairs...)
+}
+
+func variants(s string) []string {
+	out := []string{s}
+	add := func(v string) {
+		for _, o := range out {
+			if o == v {
+				return
+			}
+		}
+		out = append(out, v)
+	}
+	add(url.QueryEscape(s))
+	add(url.PathEscape(s))
+	add(url.UserPassword("u", s).String()[2:])
+	if b, err := json.Marshal(s); err == nil {
+		add(string(b[1 : len(b)-1]))
+	}
+	return out
+}
+
+// String masks the registered secrets in s.
+func (w *Writer) String(s string) string {
+	w.mu.RLock()
+	r := w.r
+	w.mu.RUnlock()
+	if r == nil {
+		return s
+	}
+	return r.Replace(s)
+}
+
+// Write masks p and writes it. It reports len(p) on success, as callers
+// expect, although the masked text may be shorter or longer.
+func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.RLock()
+	r := w.r
+	w.mu.RUnlock()
+	if r == nil {
+		return w.w.Write(p)
+	}
+	if _, err := io.WriteString(w.w, r.Replace(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// DSNSecrets returns the passwords in a PostgreSQL connection string (URL
+// or key=value form): the user's password and sslpassword.
+func DSNSecrets(dsn string) []string {
+	var out []string
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil
+		}
+		if p, ok := u.User.Password(); ok {
+			out = append(out, p)
+		}
+		q := u.Query()
+		for _, k := range []string{"password", "sslpassword"} {
+			if v := q.Get(k); v != "" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	for k, v := range keyValues(dsn) {
+		if (k == "password" || k == "sslpassword") && v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// keyValues parses the key=value connection string form: values may be
+// single-quoted, with \' and \\ escapes.
+func keyValues(s string) func(yield func(k, v string) bool) {
+	return func(yield func(k, v string) bool) {
+		for {
+			s = strings.TrimLeft(s, " \t\n")
+			eq := strings.IndexByte(s, '=')
+			if eq < 0 {
+				return
+			}
+			k := strings.TrimSpace(s[:eq])
+			s = strings.TrimLeft(s[eq+1:], " ")
+			var v strings.Builder
+			if strings.HasPrefix(s, "'") {
+				i := 1
+				for ; i < len(s) && s[i] != '\''; i++ {
+					if s[i] == '\\' && i+1 < len(s) {
+						i++
+					}
+					v.WriteByte(s[i])
+				}
+				s = s[min(i+1, len(s)):]
+			} else {
+				end := strings.IndexAny(s, " \t\n")
+				if end < 0 {
+					end = len(s)
+				}
+				v.WriteString(s[:end])
+				s = s[end:]
+			}
+			if !yield(k, v.String()) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package redact
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+func TestWriterMasksEveryForm(t *testing.T) {
+	const secret = `p@ss w"rd/1`
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	w.Add(secret, "", "ab") // empty and short ones are ignored
+	log := zerolog.New(w)
+	log.Error().Str("dsn", "postgres://relay:p%40ss%20w%22rd%2F1@db/x").Str("raw", secret).
+		Msg("failed: password " + secret)
+	out := buf.String()
+	for _, form := range []string{secret, `p%40ss%20w%22rd%2F1`, `w\"rd`} {
+		if strings.Contains(out, form) {
+			t.Errorf("log line contains %q: %s", form, out)
+		}
+	}
+	if !strings.Contains(out, Mask) {
+		t.Errorf("no mask in %s", out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Errorf("masked line is not JSON any more: %v: %s", err, out)
+	}
+}
+
+func TestWriterWithoutSecretsPassesThrough(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	if _, err := w.Write([]byte("hello")); err != nil || buf.String() != "hello" {
+		t.Fatalf("got %q, %v", buf.String(), err)
+	}
+	if got := w.String("x"); got != "x" {
+		t.Fatalf("String = %q", got)
+	}
+}
+
+func TestDSNSecrets(t *testing.T) {
+	cases := map[string][]string{
+		"postgres://u:secret1@h:5432/db?sslmode=verify-full":       {"secret1"},
+		"postgres://u@h/db?password=qpass&sslpassword=keypass":     {"qpass", "keypass"},
+		"postgresql://u:p%2Fw@h/db":                                {"p/w"},
+		"host=h user=u password='kv secret' dbname=d":              {"kv secret"},
+		`password='it\'s' user=u`:                                  {"it's"},
+		"host=h user=u password=kvsecret sslpassword=kp2 dbname=d": {"kvsecret", "kp2"},
+		"postgres://u@h/db":                                        nil,
+	}
+	for dsn, want := range cases {
+		got := DSNSecrets(dsn)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("DSNSecrets(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+}
