@@ -1,0 +1,168 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+)
+
+func record(headers ...string) kafka.Message {
+	m := kafka.Message{Topic: "t", Partition: 2, Offset: 7, Key: []byte("order-1"), Value: []byte(`{"a":1}`), Time: time.Unix(100, 0)}
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Headers = append(m.Headers, kafka.Header{Key: headers[i], Value: []byte(headers[i+1])})
+	}
+	return m
+}
+
+var good = []string{
+	"event_id", "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", "event_type", "order.confirmed", "schema_version", "1",
+	"aggregate_type", "order", "aggregate_version", "3", "trace_id", "abc",
+}
+
+func TestDecode(t *testing.T) {
+	ev, err := Decode(record(append(good, "event_id", "ffffffff-7c4e-7d1a-8b3e-0a1b2c3d4e5f")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f" || ev.AggregateID != "order-1" || ev.AggregateVersion != 3 ||
+		ev.EventType != "order.confirmed" || ev.SchemaVersion != 1 || ev.AggregateType != "order" ||
+		ev.Headers["trace_id"] != "abc" || len(ev.Headers) != 1 || ev.Partition != 2 || ev.Offset != 7 || string(ev.Payload) != `{"a":1}` {
+		t.Fatalf("decoded %+v", ev)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	with := func(key, val string) []string {
+		out := append([]string(nil), good...)
+		for i := 0; i < len(out); i += 2 {
+			if out[i] == key {
+				out[i+1] = val
+			}
+		}
+		return out
+	}
+	cases := map[string]kafka.Message{
+		"no event_id":       record(with("event_id", "")...),
+		"not a UUID":        record(with("event_id", "nope")...),
+		"aggregate_version": record(with("aggregate_version", "x")...),
+		"schema_version":    record(with("schema_version", "")...),
+		"event_type":        record(with("event_type", "")...),
+	}
+	noKey := record(good...)
+	noKey.Key = nil
+	cases["empty key"] = noKey
+	for want, m := range cases {
+		_, err := Decode(m)
+		var de *DecodeError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), want) || !isDecodeError(err) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	if recordID("t", 1, 2) != recordID("t", 1, 2) || recordID("t", 1, 2) == recordID("t", 1, 3) {
+		t.Error("recordID must be deterministic and distinct")
+	}
+}
+
+func TestCheckRetention(t *testing.T) {
+	for _, c := range []struct {
+		ret, win time.Duration
+		ok       bool
+	}{
+		{0, 0, true}, {0, time.Hour, true}, {48 * time.Hour, 24 * time.Hour, true}, {24 * time.Hour, 24 * time.Hour, true},
+		{time.Hour, 24 * time.Hour, false}, {time.Hour, 0, false}, {-1, 0, false},
+	} {
+		err := CheckRetention(c.ret, c.win)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckRetention(%s, %s) = %v", c.ret, c.win, err)
+		}
+	}
+}
+
+func validConfig() Config {
+	return Config{Name: "shipping", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: &pgxpool.Pool{},
+		Handler: func(context.Context, pgx.Tx, *Event) error { return nil }}
+}
+
+func TestNewValidates(t *testing.T) {
+	c, err := New(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.cfg.GroupID != "shipping" || c.cfg.Policy != PolicyWait || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset {
+		t.Fatalf("defaults: %+v", c.cfg)
+	}
+	bad := validConfig()
+	bad.Name, bad.Topics, bad.Handler, bad.Schema, bad.Policy = "", nil, nil, "Bad-Schema", "sometimes"
+	bad.Retention = time.Hour
+	bad.ReplayWindow = 2 * time.Hour
+	_, err = New(bad)
+	for _, want := range []string{"Name is required", "Topics", "Handler", "Schema", `policy "sometimes"`, "shorter than ReplayWindow"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New: want %q in %v", want, err)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	c, _ := New(validConfig())
+	for attempt := 1; attempt < 20; attempt++ {
+		d := c.backoff(attempt)
+		if d <= 0 || d > c.cfg.BackoffMax {
+			t.Fatalf("backoff(%d) = %s", attempt, d)
+		}
+	}
+}
+
+func TestExpectRows(t *testing.T) {
+	if err := ExpectRows(pgconn.NewCommandTag("UPDATE 1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	err := ExpectRows(pgconn.NewCommandTag("UPDATE 0"), 1)
+	if !errors.Is(err, ErrExpectation) || !IsPermanent(err) {
+		t.Fatalf("ExpectRows mismatch: %v", err)
+	}
+	if Permanent(nil) != nil || IsPermanent(errors.New("x")) {
+		t.Fatal("Permanent")
+	}
+}
+
+func TestTransientPG(t *testing.T) {
+	for code, want := range map[string]bool{"40001": true, "40P01": true, "08006": true, "57P01": true, "53300": true, "23505": false, "42P01": false} {
+		if got := isTransientPG(&pgconn.PgError{Code: code}); got != want {
+			t.Errorf("%s: %v", code, got)
+		}
+	}
+}
+
+type captureExec struct {
+	sql  string
+	args []any
+}
+
+func (c *captureExec) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.NewCommandTag("INSERT 0 1"), nil
+}
+
+func TestApplyNewerSQL(t *testing.T) {
+	var db captureExec
+	ok, err := ApplyNewer(context.Background(), &db, Projection{Table: "app.order_view", KeyColumn: "order_id", VersionColumn: "version"},
+		&Event{AggregateID: "o1", AggregateVersion: 4}, map[string]any{"status": "confirmed", "amount": 12})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	want := `INSERT INTO "app"."order_view" AS t ("order_id", "version", "amount", "status") VALUES ($1, $2, $3, $4) ON CONFLICT ("order_id") DO UPDATE SET "version" = EXCLUDED."version", "amount" = EXCLUDED."amount", "status" = EXCLUDED."status" WHERE t."version" < EXCLUDED."version"`
+	if db.sql != want {
+		t.Fatalf("sql:\n%s\nwant\n%s", db.sql, want)
+	}
+	if _, err := ApplyNewer(context.Background(), &db, Projection{Table: "x; drop", KeyColumn: "k", VersionColumn: "v"}, &Event{}, nil); err == nil {
+		t.Fatal("bad table accepted")
+	}
+}
