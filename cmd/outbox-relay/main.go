@@ -41,6 +41,7 @@ Commands:
   recover        recreate a missing or lost slot and back-fill from the outbox table
   replay         re-publish events still in the outbox table (marked as replayed)
   doctor         check PostgreSQL settings, publication and slot; print fixes
+  reconcile      compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing
   version        print the version
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
@@ -85,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRecover(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		err = cmdDoctor(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		err = cmdReconcile(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outbox-relay", version)
 		return 0
@@ -99,6 +102,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ce), errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
 		return 2
+	case errors.Is(err, errMissing):
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		return 3
 	default:
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], withHint(err))
 		return 1
