@@ -6,10 +6,14 @@
 #   2. start "outbox-relay run" in the background (log: .stack/demo-relay.log);
 #   3. produce orders with examples/orders (one order.confirmed event each);
 #   4. read the topic back with examples/tail;
-#   5. show "outbox-relay slot status", then stop the relay with SIGTERM.
+#   5. examples/shipping (package inbox) creates one shipment per confirmed
+#      order, then replays the topic under a fresh consumer group (a forced
+#      redelivery): every event is absorbed as a duplicate, none applied twice;
+#   6. outbox-relay reconcile over the last 10 minutes (outbox vs Kafka vs shipping);
+#   7. show "outbox-relay slot status", then stop the relay with SIGTERM.
 #
 # Assumes the stack is up: "make demo" runs scripts/stack.sh up first.
-# Tunables (env): DEMO_ORDERS_DURATION (5s), DEMO_TAIL_DURATION (8s),
+# Tunables (env): DEMO_ORDERS_DURATION (5s), DEMO_TAIL_DURATION (8s), DEMO_SHIPPING_IDLE (4s),
 # OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187); OUTBOX_RELAY_TABLE, _SLOT and
 # _PUBLICATION are honoured by the relay and (table) by examples/orders.
 set -euo pipefail
@@ -81,6 +85,20 @@ say "read them back from Kafka (examples/tail)"
 go run ./examples/tail --from-beginning --duration "${DEMO_TAIL_DURATION:-8s}" | tee .stack/demo-tail.out
 records=$(sed -n 's/^tail: \([0-9]*\) records from .*/\1/p' .stack/demo-tail.out)
 [ "${records:-0}" -gt 0 ] || die "no records reached Kafka"
+
+say "ship the confirmed orders (examples/shipping, effects applied once via the inbox)"
+go run ./examples/shipping --until-idle "${DEMO_SHIPPING_IDLE:-4s}" | tee .stack/demo-shipping.out
+grep -q 'shipping: done:' .stack/demo-shipping.out || die "shipping did not finish"
+
+say "forced redelivery: replay the topic under a fresh consumer group (same inbox)"
+go run ./examples/shipping --group "shipping-replay-$(date +%s)" --until-idle "${DEMO_SHIPPING_IDLE:-4s}" | tee .stack/demo-replay.out
+grep -Eq 'shipping: done: applied 0, duplicates absorbed [1-9]' .stack/demo-replay.out ||
+	die "the replay applied events again or absorbed none"
+echo "replay: every redelivered event was absorbed; shipments and counter unchanged"
+
+say "outbox-relay reconcile --since 10m --consumer shipping"
+"$RELAY_BIN" reconcile --since 10m --settle 5s --aggregate-type order \
+	--consumer shipping --consumer-schema shipping || die "reconcile reports missing events (exit $?)"
 
 say "outbox-relay slot status"
 "$RELAY_BIN" slot status
