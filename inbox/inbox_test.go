@@ -65,7 +65,7 @@ func TestDecodeErrors(t *testing.T) {
 			t.Errorf("%s: got %v", want, err)
 		}
 	}
-	if recordID("t", 1, 2) != recordID("t", 1, 2) || recordID("t", 1, 2) == recordID("t", 1, 3) {
+	if a, b := recordID("t", 1, 2), recordID("t", 1, 2); a != b || a == recordID("t", 1, 3) {
 		t.Error("recordID must be deterministic and distinct")
 	}
 }
