@@ -76,10 +76,11 @@ type Target struct {
 	Schema, Table     string
 }
 
-// CheckPostgres runs the server, publication and slot checks.
+// CheckPostgres runs the server, publication, role privilege and slot checks.
 func CheckPostgres(ctx context.Context, db DB, t Target, r *Report) {
 	settings(ctx, db, r)
 	publication(ctx, db, t, r)
+	privileges(ctx, db, t, r)
 	replicationSlot(ctx, db, t, r)
 }
 

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,44 @@ func TestDoctor(t *testing.T) {
 	res = env.RunCLI(30*time.Second, []string{fmt.Sprintf("OUTBOX_RELAY_KAFKA_BROKERS=127.0.0.1:%d", freePort(t))}, "doctor")
 	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  kafka") || !strings.Contains(res.Stdout, "fix: check --kafka-brokers") {
 		t.Errorf("unreachable Kafka: exit %d, want 1 with FAIL kafka and its fix\n%s", res.Code, res.Stdout)
+	}
+
+	// Privileges: the superuser warns; the role migrate --grant-role creates
+	// passes; the same role missing one grant fails with the GRANT to run.
+	if !strings.Contains(res.Stdout, "WARN  role") || !strings.Contains(res.Stdout, "is a superuser") {
+		t.Errorf("doctor as the superuser lacks the role warning\n%s", res.Stdout)
+	}
+	role := "it_doctor_" + env.Sfx
+	if r := env.RunCLI(60*time.Second, nil, "migrate", "--grant-role", role); r.Code != 0 {
+		t.Fatalf("migrate --grant-role: exit %d\n%s%s", r.Code, r.Stdout, tail(r.Stderr, 10))
+	}
+	t.Cleanup(func() {
+		env.Exec(`drop owned by ` + role)
+		env.Exec(`drop role ` + role)
+	})
+	u, err := url.Parse(env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	asRole := []string{"OUTBOX_RELAY_DATABASE_URL=" + u.String()}
+	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic)
+	t.Logf("doctor as %s: exit %d\n%s", role, res.Code, res.Stdout)
+	if res.Code != 0 || !strings.Contains(res.Stdout, "PASS  role") || !strings.Contains(res.Stdout, "PASS  privileges") {
+		t.Errorf("doctor as the granted role: exit %d, want 0 with PASS role and PASS privileges\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	env.Exec(`revoke insert on public.outbox_dead_letter from ` + role)
+	env.Exec(`alter role ` + role + ` noreplication`)
+	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic)
+	if res.Code != 1 {
+		t.Errorf("doctor as a role missing a grant: exit %d, want 1\n%s", res.Code, res.Stdout)
+	}
+	for _, want := range []string{"FAIL  role", "lacks the REPLICATION attribute", `ALTER ROLE "` + role + `" REPLICATION`,
+		"FAIL  privileges", `lacks INSERT on TABLE "public"."outbox_dead_letter"`,
+		`GRANT INSERT ON TABLE "public"."outbox_dead_letter" TO "` + role + `"`} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor as a role missing a grant: output lacks %q\n%s", want, res.Stdout)
+		}
 	}
 
 	pg := StartTempCluster(t, "wal_level=replica")

@@ -13,6 +13,12 @@ type Grant struct {
 	// SELECT and TABLE "public"."outbox".
 	Privileges string
 	Object     string
+	// Kind ("DATABASE", "SCHEMA" or "TABLE") and Name say which
+	// has_<kind>_privilege function checks it and with what name: the
+	// database or schema name as is, a table's schema-qualified quoted
+	// name. doctor uses them to check a role against this list.
+	Kind string
+	Name string
 	// Why the relay needs it, for the migrate output and the README.
 	Why string
 }
@@ -25,18 +31,19 @@ type Grant struct {
 // migrate (run by an admin) creates both.
 var runtimeGrants = []struct {
 	privileges string
-	object     func(t Table, database string) string
+	kind       string
+	name       func(t Table, database string) string
 	why        string
 }{
-	{"CONNECT", func(_ Table, db string) string { return "DATABASE " + pgx.Identifier{db}.Sanitize() },
+	{"CONNECT", "DATABASE", func(_ Table, db string) string { return db },
 		"connect (PUBLIC usually has it; granted in case it was revoked)"},
-	{"USAGE", func(t Table, _ string) string { return "SCHEMA " + pgx.Identifier{t.Schema}.Sanitize() },
+	{"USAGE", "SCHEMA", func(t Table, _ string) string { return t.Schema },
 		"look up the outbox and dead-letter tables"},
-	{"SELECT", func(t Table, _ string) string { return "TABLE " + t.Quoted() },
+	{"SELECT", "TABLE", func(t Table, _ string) string { return t.Quoted() },
 		"validate the outbox table at start-up; its rows arrive through the slot, never by query"},
-	{"SELECT, INSERT, UPDATE", func(t Table, _ string) string { return "TABLE " + DeadLetterTable(t).Quoted() },
+	{"SELECT, INSERT, UPDATE", "TABLE", func(t Table, _ string) string { return DeadLetterTable(t).Quoted() },
 		"dead-letter poison events and park their aggregates (quarantine); the dlq commands resolve them"},
-	{"SELECT, INSERT, UPDATE, DELETE", func(t Table, _ string) string { return "TABLE " + CheckpointTable(t).Quoted() },
+	{"SELECT, INSERT, UPDATE, DELETE", "TABLE", func(t Table, _ string) string { return CheckpointTable(t).Quoted() },
 		"read and save the relay's checkpoint, prune old rows (its id is an identity column: no sequence grant)"},
 }
 
@@ -45,7 +52,12 @@ var runtimeGrants = []struct {
 func RuntimeGrants(t Table, database string) []Grant {
 	out := make([]Grant, len(runtimeGrants))
 	for i, g := range runtimeGrants {
-		out[i] = Grant{Privileges: g.privileges, Object: g.object(t, database), Why: g.why}
+		name := g.name(t, database)
+		object := name
+		if g.kind != "TABLE" {
+			object = pgx.Identifier{name}.Sanitize()
+		}
+		out[i] = Grant{Privileges: g.privileges, Object: g.kind + " " + object, Kind: g.kind, Name: name, Why: g.why}
 	}
 	return out
 }

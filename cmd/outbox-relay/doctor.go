@@ -21,7 +21,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var binder *flagBinder
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
-			"the publication (table set, publish = 'insert'), the slot (plugin, wal_status, lag), Kafka reachability\n"+
+			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
+			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
 			"each finding with its fix. Exit code 1 when any check fails.",
 		args, scopeDB|scopeKafka, stderr, func(fs *flag.FlagSet) {
