@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -86,7 +87,7 @@ func (c *Config) defaults() {
 		c.TopicReplicationFactor = -1
 	}
 	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 30 * time.Second
+		c.WriteTimeout = 10 * time.Second
 	}
 	if c.MetadataTTL <= 0 {
 		c.MetadataTTL = time.Second
@@ -115,6 +116,7 @@ type Publisher struct {
 	// connection pool per broker, shared by every lane.
 	transport *kafka.Transport
 	client    *kafka.Client
+	combiner  *combiner
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -129,13 +131,16 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Publisher{
+	p := &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel,
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
 		transport: transport,
 		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
+		combiner:  newCombiner(ctx, transport, addr, cfg.WriteTimeout),
 	}
+	p.combiner.run(&p.wg)
+	return p
 }
 
 // Ping checks that a broker answers a metadata request.
@@ -299,6 +304,7 @@ type router struct {
 	q          *queue
 	lanes      map[int]*lane
 	partitions []int
+	leaders    []int // broker id per partition, -1 unknown
 	fetched    time.Time
 	// unknownSince is when the topic was first reported unknown.
 	unknownSince time.Time
@@ -340,6 +346,7 @@ func (r *router) run() {
 			l := r.lanes[part]
 			if l == nil {
 				l = &lane{p: r.p, topic: r.topic, partition: part, q: newQueue()}
+				l.leader.Store(int32(r.leader(part)))
 				r.lanes[part] = l
 				r.p.wg.Add(1)
 				go l.run()
@@ -368,8 +375,13 @@ func (r *router) resolve() topicState {
 		return topicReady
 	}
 	for attempt := 1; ; attempt++ {
-		n, err := r.p.partitionCount(r.p.ctx, r.topic)
+		leaders, err := r.p.partitionLeaders(r.p.ctx, r.topic)
 		if err == nil {
+			n := len(leaders)
+			r.leaders = leaders
+			for part, l := range r.lanes {
+				l.leader.Store(int32(r.leader(part)))
+			}
 			if n != len(r.partitions) {
 				r.partitions = make([]int, n)
 				for i := range r.partitions {
@@ -410,12 +422,23 @@ func (r *router) resolve() topicState {
 	}
 }
 
-func (p *Publisher) partitionCount(ctx context.Context, topic string) (int, error) {
+// leader returns the broker id leading partition part, -1 if unknown.
+func (r *router) leader(part int) int {
+	if part < len(r.leaders) {
+		return r.leaders[part]
+	}
+	return -1
+}
+
+// partitionLeaders returns the leader's broker id of each of topic's
+// partitions (-1 for a partition without a leader), creating the topic
+// if configured to.
+func (p *Publisher) partitionLeaders(ctx context.Context, topic string) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, t := range resp.Topics {
 		if t.Name != topic {
@@ -423,19 +446,31 @@ func (p *Publisher) partitionCount(ctx context.Context, topic string) (int, erro
 		}
 		if t.Error != nil {
 			if t.Error == kafka.UnknownTopicOrPartition && p.cfg.CreateTopics {
-				return 0, p.createTopic(ctx, topic)
+				return nil, p.createTopic(ctx, topic)
 			}
-			return 0, fmt.Errorf("topic %s: %w", topic, t.Error)
+			return nil, fmt.Errorf("topic %s: %w", topic, t.Error)
 		}
 		if len(t.Partitions) == 0 {
-			return 0, fmt.Errorf("topic %s has no partitions yet", topic)
+			return nil, fmt.Errorf("topic %s has no partitions yet", topic)
 		}
-		return len(t.Partitions), nil
+		leaders := make([]int, len(t.Partitions))
+		for i := range leaders {
+			leaders[i] = -1
+		}
+		for _, part := range t.Partitions {
+			if part.ID < 0 || part.ID >= len(leaders) {
+				return nil, fmt.Errorf("topic %s: partition %d outside 0..%d", topic, part.ID, len(leaders)-1)
+			}
+			if part.Leader.Host != "" {
+				leaders[part.ID] = part.Leader.ID
+			}
+		}
+		return leaders, nil
 	}
 	if p.cfg.CreateTopics {
-		return 0, p.createTopic(ctx, topic)
+		return nil, p.createTopic(ctx, topic)
 	}
-	return 0, fmt.Errorf("topic %s: %w", topic, kafka.UnknownTopicOrPartition)
+	return nil, fmt.Errorf("topic %s: %w", topic, kafka.UnknownTopicOrPartition)
 }
 
 // createTopic creates topic and reports it as not yet usable, so the
@@ -459,42 +494,31 @@ type lane struct {
 	p         *Publisher
 	topic     string
 	partition int
-	q         *queue
-	records   []kafka.Record
-	lastErr   error
+	// leader is the partition leader's broker id (-1 unknown), kept
+	// current by the router; the combiner groups batches by it.
+	leader  atomic.Int32
+	q       *queue
+	records []kafka.Record
+	lastErr error
 }
 
-// produce sends the lane's records as one produce request to the
-// partition's leader and waits for acks=all. The lane has already formed
-// the batch, so it goes straight to kafka-go's Client: the Writer would
-// re-batch it, wait its BatchTimeout on a partial batch and allocate a
-// full-size batch buffer for every call.
+// produce sends the lane's records as one partition batch of a combined
+// produce request (see combiner) and waits for acks=all. The lane has
+// already formed the batch, so it goes straight to the protocol: kafka-go's
+// Writer would re-batch it, wait its BatchTimeout on a partial batch and
+// allocate a full-size batch buffer for every call.
 func (l *lane) produce(recs []*record) error {
-	p := l.p
 	// Built per attempt: the record readers are consumed by a request.
 	l.records = l.records[:0]
+	size := 0
 	for _, rec := range recs {
 		m := &rec.msg
 		l.records = append(l.records, kafka.Record{Time: m.Time, Key: kafka.NewBytes(m.Key), Value: kafka.NewBytes(m.Value), Headers: m.Headers})
+		size += rec.size
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.WriteTimeout)
-	defer cancel()
-	res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
-		Topic:        l.topic,
-		Partition:    l.partition,
-		RequiredAcks: kafka.RequireAll,
-		Records:      kafka.NewRecordReader(l.records...),
+	return l.p.combiner.produce(&batch{
+		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.records,
 	})
-	if err != nil {
-		return err
-	}
-	if res.Error != nil {
-		return res.Error
-	}
-	for _, e := range res.RecordErrors {
-		return fmt.Errorf("record rejected: %w", e)
-	}
-	return nil
 }
 
 func (l *lane) run() {

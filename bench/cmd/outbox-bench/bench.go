@@ -214,8 +214,8 @@ func (b *bench) hostInfo(ctx context.Context) hostInfo {
 
 func (b *bench) configSummary() string {
 	c := b.cfg
-	s := fmt.Sprintf("-n %d -modes %s -rates %s -duration %s -bigtx %d -preload-conns %d",
-		c.N, joinInts(c.Modes), joinInts(c.Rates), c.Duration, c.BigTx, c.Parallel)
+	s := fmt.Sprintf("-n %d -modes %s -rates %s -latency-tx %s -duration %s -bigtx %d -preload-conns %d",
+		c.N, joinInts(c.Modes), joinInts(c.Rates), joinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
 	if c.Quick {
 		s += " (-quick)"
 	}

@@ -20,6 +20,7 @@ import (
 // this machine (WAL flush wake-up, the WAL sender's decoding, scheduling).
 type replicationCeiling struct {
 	Target   int     `json:"offered_per_s"`
+	TxSize   int     `json:"events_per_tx"`
 	Achieved float64 `json:"achieved_per_s"`
 	Samples  int     `json:"samples"`
 	P50      float64 `json:"receipt_p50_ms"`
@@ -135,37 +136,50 @@ func (b *bench) latencyCeiling(ctx context.Context) ([]replicationCeiling, error
 	}()
 
 	// Warm-up, like the relay's: connections, the slot reaching the tip.
-	if _, err := b.runWriter(ctx, t, 200, 2*time.Second); err != nil {
+	if _, err := b.runWriter(ctx, t, 200, 1, 2*time.Second); err != nil {
 		return nil, fmt.Errorf("latency ceiling warm-up: %w", err)
 	}
 	var out []replicationCeiling
-	for _, rate := range b.cfg.Rates {
-		time.Sleep(time.Second)
-		w, err := b.runWriter(ctx, t, rate, b.cfg.Duration)
-		if err != nil {
-			return out, fmt.Errorf("latency ceiling writer at %d events/s: %w", rate, err)
-		}
-		var lat []float64
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			lat = rc.window(w.start, w.end)
-			if int64(len(lat)) >= w.committed || time.Now().After(deadline) {
-				break
+	for _, txSize := range b.cfg.LatencyTx {
+		for _, rate := range b.cfg.Rates {
+			c, err := b.ceilingWindow(ctx, t, rc, readDone, &stderr, rate, txSize)
+			if err != nil {
+				return out, err
 			}
-			select {
-			case <-readDone:
-				return out, fmt.Errorf("pg_recvlogical exited: %s", lastLines(stderr.String(), 5))
-			case <-time.After(50 * time.Millisecond):
-			}
+			out = append(out, c)
 		}
-		c := replicationCeiling{Target: rate, Achieved: float64(w.committed) / w.end.Sub(w.start).Seconds(), Samples: len(lat)}
-		sort.Float64s(lat)
-		if len(lat) > 0 {
-			c.P50, c.P99, c.P999 = ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(percentile(lat, 0.999))
-			c.Max = ms(lat[len(lat)-1])
-		}
-		b.logf("latency ceiling: %d events/s (achieved %.0f): pg_recvlogical receipt p50 %.1f p99 %.1f p99.9 %.1f ms; %d samples",
-			rate, c.Achieved, c.P50, c.P99, c.P999, c.Samples)
-		out = append(out, c)
 	}
 	return out, nil
+}
+
+// ceilingWindow offers rate events/s in transactions of txSize events and
+// collects pg_recvlogical's receipts of their commits (one per transaction).
+func (b *bench) ceilingWindow(ctx context.Context, t *target, rc *receipts, readDone <-chan struct{}, stderr *strings.Builder,
+	rate, txSize int) (replicationCeiling, error) {
+	time.Sleep(time.Second)
+	w, err := b.runWriter(ctx, t, rate, txSize, b.cfg.Duration)
+	if err != nil {
+		return replicationCeiling{}, fmt.Errorf("latency ceiling writer at %d events/s: %w", rate, err)
+	}
+	var lat []float64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		lat = rc.window(w.start, w.end)
+		if int64(len(lat)) >= w.txs || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-readDone:
+			return replicationCeiling{}, fmt.Errorf("pg_recvlogical exited: %s", lastLines(stderr.String(), 5))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c := replicationCeiling{Target: rate, TxSize: txSize, Achieved: float64(w.committed) / w.end.Sub(w.start).Seconds(), Samples: len(lat)}
+	sort.Float64s(lat)
+	if len(lat) > 0 {
+		c.P50, c.P99, c.P999 = ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(percentile(lat, 0.999))
+		c.Max = ms(lat[len(lat)-1])
+	}
+	b.logf("latency ceiling: %d events/s, %d-event tx (achieved %.0f): pg_recvlogical receipt p50 %.1f p99 %.1f p99.9 %.1f ms; %d samples",
+		rate, txSize, c.Achieved, c.P50, c.P99, c.P999, c.Samples)
+	return c, nil
 }

@@ -34,6 +34,7 @@ type config struct {
 	N           int
 	Modes       []int
 	Rates       []int
+	LatencyTx   []int // events per transaction of the latency windows
 	Duration    time.Duration
 	BigTx       int
 	Parallel    int
@@ -125,10 +126,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var modes, rates, phases, brokers string
+	var modes, rates, latencyTx, phases, brokers string
 	fs.IntVar(&cfg.N, "n", 200000, "events preloaded per drain mode")
 	fs.StringVar(&modes, "modes", "1,10", "events per transaction of the drain modes, comma-separated")
-	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s, one event per transaction) of the latency phase")
+	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s) of the latency phase")
+	fs.StringVar(&latencyTx, "latency-tx", "1,10", "events per transaction of the latency windows, comma-separated (every rate runs once per size)")
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "length of each latency window")
 	fs.IntVar(&cfg.BigTx, "bigtx", 1000000, "rows of the single large transaction of the memory phase")
 	fs.IntVar(&cfg.Parallel, "preload-conns", 2, "connections preloading the backlog")
@@ -177,6 +179,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if cfg.Rates, err = intList(rates); err != nil {
 		return nil, fmt.Errorf("-rates: %w", err)
+	}
+	if cfg.LatencyTx, err = intList(latencyTx); err != nil {
+		return nil, fmt.Errorf("-latency-tx: %w", err)
 	}
 	cfg.Phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {

@@ -206,7 +206,8 @@ func (b *bench) kafkaCeiling(ctx context.Context) (*kafkaResult, error) {
 // writerStats describes one latency window's writers.
 type writerStats struct {
 	start, end time.Time
-	committed  int64
+	committed  int64 // events
+	txs        int64 // transactions
 	errors     int64
 	workers    int
 	maxLate    time.Duration
@@ -216,14 +217,17 @@ type writerStats struct {
 
 var seq atomic.Int64
 
-// runWriter commits one-event transactions at rate events/s for dur, from
-// enough connections to absorb the commit (fsync) latency. Event k is due
-// at start + k/rate; a late writer does not skip events, so a writer that
-// cannot keep up shows as a lower achieved rate.
-func (b *bench) runWriter(ctx context.Context, t *target, rate int, dur time.Duration) (*writerStats, error) {
-	w := &writerStats{workers: max(4, min(48, rate/400))}
+// runWriter commits transactions of txSize events at rate events/s for
+// dur, from enough connections to absorb the commit (fsync) latency.
+// Transaction k is due at start + k·txSize/rate; a late writer does not
+// skip any, so a writer that cannot keep up shows as a lower achieved rate.
+func (b *bench) runWriter(ctx context.Context, t *target, rate, txSize int, dur time.Duration) (*writerStats, error) {
+	txSize = max(txSize, 1)
+	txRate := max(rate/txSize, 1)
+	w := &writerStats{workers: max(4, min(48, txRate/400))}
 	sql := fmt.Sprintf(`INSERT INTO %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload)
-SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1, %s FROM (SELECT $1::bigint AS j) AS s`, t.table, payloadSQL("j"))
+SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1, %s FROM generate_series($1::bigint, $1::bigint + %d) AS j`,
+		t.table, payloadSQL("j"), txSize-1)
 	conns := make([]*pgx.Conn, w.workers)
 	defer func() {
 		for _, c := range conns {
@@ -242,9 +246,9 @@ SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1,
 			return nil, err
 		}
 	}
-	total := int64(float64(rate) * dur.Seconds())
-	interval := float64(time.Second) / float64(rate)
-	base := seq.Add(total) - total
+	total := int64(float64(txRate) * dur.Seconds())
+	interval := float64(time.Second) / float64(txRate)
+	base := seq.Add(total*int64(txSize)) - total*int64(txSize)
 	var next atomic.Int64
 	var mu sync.Mutex
 	w.start = time.Now().Add(20 * time.Millisecond)
@@ -267,7 +271,7 @@ SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1,
 					late = max(late, -d)
 				}
 				t0 := time.Now()
-				if _, err := c.Exec(ctx, "ins", base+k); err != nil {
+				if _, err := c.Exec(ctx, "ins", base+k*int64(txSize)); err != nil {
 					mu.Lock()
 					w.errors++
 					if w.firstErr == nil {
@@ -280,7 +284,8 @@ SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1,
 					continue
 				}
 				lat = append(lat, time.Since(t0).Seconds())
-				atomic.AddInt64(&w.committed, 1)
+				atomic.AddInt64(&w.committed, int64(txSize))
+				atomic.AddInt64(&w.txs, 1)
 			}
 			mu.Lock()
 			w.commitLat = append(w.commitLat, lat...)
@@ -317,7 +322,7 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 	}
 	defer c.close()
 	// Warm-up: topic metadata, partition lanes, broker connections.
-	w, err := b.runWriter(ctx, t, 200, 2*time.Second)
+	w, err := b.runWriter(ctx, t, 200, 1, 2*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("warm-up writer: %w", err)
 	}
@@ -326,78 +331,91 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	var out []latencyResult
-	for _, rate := range b.cfg.Rates {
-		if ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Second)
-		pgStart := b.pgStartTime(ctx)
-		m0, err := r.scrape(ctx)
-		if err != nil {
-			return out, err
-		}
-		cpu0, _ := procCPU(r.pid)
-		others0 := b.otherCPU(ctx, t.slot)
-		b.logf("latency: %d events/s for %s", rate, b.cfg.Duration)
-		profiled := b.profileWindow(ctx, r, rate)
-		w, err := b.runWriter(ctx, t, rate, b.cfg.Duration)
-		profiled()
-		if err != nil {
-			return out, fmt.Errorf("writer at %d events/s: %w", rate, err)
-		}
-		l := latencyResult{Target: rate, Committed: w.committed, Workers: w.workers, WriterErrors: w.errors,
-			Achieved: float64(w.committed) / w.end.Sub(w.start).Seconds(), MaxLateMs: ms(w.maxLate.Seconds())}
-		l.Held = l.Achieved >= 0.95*float64(rate)
-		slices.Sort(w.commitLat)
-		l.InsertP50, l.InsertP99 = ms(percentile(w.commitLat, 0.5)), ms(percentile(w.commitLat, 0.99))
-		if w.firstErr != nil {
-			l.Notes = append(l.Notes, fmt.Sprintf("%d inserts failed, first: %v", w.errors, w.firstErr))
-		}
-		published += float64(w.committed)
-		if _, err := r.waitPublished(ctx, published, time.Minute+b.cfg.Duration); err != nil {
-			return out, fmt.Errorf("at %d events/s: %w", rate, err)
-		}
-		// The consumer needs a moment longer than the ack.
-		var lat []float64
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			lat = c.window(w.start, w.end)
-			if int64(len(lat)) >= w.committed || time.Now().After(deadline) {
+	for _, txSize := range b.cfg.LatencyTx {
+		for _, rate := range b.cfg.Rates {
+			if ctx.Err() != nil {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			l, err := b.latencyWindow(ctx, t, r, c, rate, txSize, &published)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, l)
 		}
-		m1, err := r.scrape(ctx)
-		if err != nil {
-			return out, err
-		}
-		cpu1, _ := procCPU(r.pid)
-		others1 := b.otherCPU(ctx, t.slot)
-		l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
-		l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
-		l.setConsumer(lat)
-		l.setHistogram(diffBuckets(m1.histogram(mCommitToAck), m0.histogram(mCommitToAck)))
-		l.setDecode(diffBuckets(m1.histogram(mCommitToDec), m0.histogram(mCommitToDec)))
-		l.RelayCPUPer100k = (cpu1 - cpu0) / float64(max(w.committed, 1)) * 1e5
-		if n := m1.value(mStarts) - m0.value(mStarts); n > 0 {
-			l.Notes = append(l.Notes, fmt.Sprintf("relay reconnected %.0f times: disturbed window, rerun", n))
-		}
-		if e := m1.sum(mPubErrors) - m0.sum(mPubErrors); e > 0 {
-			l.Notes = append(l.Notes, fmt.Sprintf("%.0f publish errors: disturbed window, rerun", e))
-		}
-		if !b.pgStartTime(ctx).Equal(pgStart) {
-			l.Notes = append(l.Notes, "PostgreSQL restarted during this window: rerun")
-		}
-		if !l.Held {
-			l.Notes = append(l.Notes, fmt.Sprintf("the writer could not keep up: %.0f of %d events/s (max lateness %.0f ms)", l.Achieved, rate, l.MaxLateMs))
-		}
-		b.logf("latency: %d events/s (achieved %.0f): receipt p50 %.1f p99 %.1f p99.9 %.1f ms; ack p99 ≈ %.1f ms, decode p99 ≈ %.1f ms (histograms); %d samples",
-			rate, l.Achieved, l.ConsP50, l.ConsP99, l.ConsP999, l.HistP99, l.DecodeP99, l.Samples)
-		out = append(out, l)
 	}
 	if err := r.stop(); err != nil {
 		b.logf("latency: relay stop: %v", err)
 	}
 	return out, nil
+}
+
+// latencyWindow offers rate events/s in transactions of txSize events for
+// the configured duration and measures them; published is the relay's
+// expected events_published_total, advanced by the window.
+func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *consumer, rate, txSize int, published *float64) (latencyResult, error) {
+	time.Sleep(time.Second)
+	pgStart := b.pgStartTime(ctx)
+	m0, err := r.scrape(ctx)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	cpu0, _ := procCPU(r.pid)
+	others0 := b.otherCPU(ctx, t.slot)
+	b.logf("latency: %d events/s in %d-event transactions for %s", rate, txSize, b.cfg.Duration)
+	profiled := b.profileWindow(ctx, r, rate, txSize)
+	w, err := b.runWriter(ctx, t, rate, txSize, b.cfg.Duration)
+	profiled()
+	if err != nil {
+		return latencyResult{}, fmt.Errorf("writer at %d events/s: %w", rate, err)
+	}
+	l := latencyResult{Target: rate, TxSize: txSize, Committed: w.committed, Workers: w.workers, WriterErrors: w.errors,
+		Achieved: float64(w.committed) / w.end.Sub(w.start).Seconds(), MaxLateMs: ms(w.maxLate.Seconds())}
+	l.Held = l.Achieved >= 0.95*float64(rate)
+	slices.Sort(w.commitLat)
+	l.InsertP50, l.InsertP99 = ms(percentile(w.commitLat, 0.5)), ms(percentile(w.commitLat, 0.99))
+	if w.firstErr != nil {
+		l.Notes = append(l.Notes, fmt.Sprintf("%d inserts failed, first: %v", w.errors, w.firstErr))
+	}
+	*published += float64(w.committed)
+	if _, err := r.waitPublished(ctx, *published, time.Minute+b.cfg.Duration); err != nil {
+		return latencyResult{}, fmt.Errorf("at %d events/s: %w", rate, err)
+	}
+	// The consumer needs a moment longer than the ack.
+	var lat []float64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		lat = c.window(w.start, w.end)
+		if int64(len(lat)) >= w.committed || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m1, err := r.scrape(ctx)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	cpu1, _ := procCPU(r.pid)
+	others1 := b.otherCPU(ctx, t.slot)
+	l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
+	l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
+	l.setConsumer(lat)
+	l.setHistogram(diffBuckets(m1.histogram(mCommitToAck), m0.histogram(mCommitToAck)))
+	l.setDecode(diffBuckets(m1.histogram(mCommitToDec), m0.histogram(mCommitToDec)))
+	l.RelayCPUPer100k = (cpu1 - cpu0) / float64(max(w.committed, 1)) * 1e5
+	if n := m1.value(mStarts) - m0.value(mStarts); n > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("relay reconnected %.0f times: disturbed window, rerun", n))
+	}
+	if e := m1.sum(mPubErrors) - m0.sum(mPubErrors); e > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("%.0f publish errors: disturbed window, rerun", e))
+	}
+	if !b.pgStartTime(ctx).Equal(pgStart) {
+		l.Notes = append(l.Notes, "PostgreSQL restarted during this window: rerun")
+	}
+	if !l.Held {
+		l.Notes = append(l.Notes, fmt.Sprintf("the writer could not keep up: %.0f of %d events/s (max lateness %.0f ms)", l.Achieved, rate, l.MaxLateMs))
+	}
+	b.logf("latency: %d events/s, %d-event tx (achieved %.0f): receipt p50 %.1f p99 %.1f p99.9 %.1f ms; ack p99 ≈ %.1f ms, decode p99 ≈ %.1f ms (histograms); %d samples",
+		rate, txSize, l.Achieved, l.ConsP50, l.ConsP99, l.ConsP999, l.HistP99, l.DecodeP99, l.Samples)
+	return l, nil
 }
 
 // cpuSample is the CPU seconds of the processes beside the relay that a
@@ -436,7 +454,7 @@ func (s cpuSample) per100k(before cpuSample, name string, events int64) float64 
 // profileWindow starts a CPU profile of the relay covering the coming
 // latency window (when -pprof is set); the returned func waits for it and
 // saves the allocation profile too.
-func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate int) func() {
+func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate, txSize int) func() {
 	if !b.cfg.PProf {
 		return func() {}
 	}
@@ -444,14 +462,14 @@ func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate int) func(
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("cpu-%d.pprof", rate))
+		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("cpu-%d-tx%d.pprof", rate, txSize))
 		if err := r.profile(ctx, fmt.Sprintf("profile?seconds=%d", secs), path); err != nil {
 			b.logf("latency: CPU profile at %d events/s: %v", rate, err)
 		}
 	}()
 	return func() {
 		<-done
-		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("allocs-%d.pprof", rate))
+		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("allocs-%d-tx%d.pprof", rate, txSize))
 		if err := r.profile(ctx, "allocs", path); err != nil {
 			b.logf("latency: allocation profile at %d events/s: %v", rate, err)
 		}

@@ -144,7 +144,7 @@ func latencyPlot(r *results) *plot.Plot {
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(2)
 		p.Add(line)
-		label := fmt.Sprintf("%s events/s", num(float64(l.Target)))
+		label := fmt.Sprintf("%s/s ×%d", num(float64(l.Target)), max(l.TxSize, 1))
 		if !l.Held {
 			label += fmt.Sprintf(" (got %s)", num(l.Achieved))
 		}

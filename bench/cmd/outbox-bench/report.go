@@ -164,20 +164,20 @@ func renderMarkdown(r *results, cfg *config) string {
 	}
 
 	if len(r.Latency) > 0 {
-		p("### 3. Latency at fixed offered rates (relay caught up, one-event transactions)\n\n")
-		p("| offered events/s | achieved | writer conns | insert+commit p50 / p99 | samples | receipt p50 | receipt p99 | receipt p99.9 | receipt max | ack p50 ≈ | ack p99 ≈ | ack p99.9 ≈ | acks ≤ 25 ms | decode p50 / p99 ≈ | CPU per 100k: relay / broker / walsender |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("### 3. Latency at fixed offered rates (relay caught up)\n\n")
+		p("| offered events/s | events/tx | achieved | writer conns | insert+commit p50 / p99 | samples | receipt p50 | receipt p99 | receipt p99.9 | receipt max | ack p50 ≈ | ack p99 ≈ | ack p99.9 ≈ | acks ≤ 25 ms | decode p50 / p99 ≈ | CPU per 100k: relay / broker / walsender |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
 			ach := num(l.Achieved)
 			if !l.Held {
 				ach += " (writer could not keep up)"
 			}
-			p("| %s | %s | %d | %s / %s ms | %s | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s | %s / %s ms | %s / %s / %s s |\n",
-				num(float64(l.Target)), ach, l.Workers, f1(l.InsertP50), f1(l.InsertP99), num(float64(l.Samples)),
+			p("| %s | %d | %s | %d | %s / %s ms | %s | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s | %s / %s ms | %s / %s / %s s |\n",
+				num(float64(l.Target)), l.TxSize, ach, l.Workers, f1(l.InsertP50), f1(l.InsertP99), num(float64(l.Samples)),
 				f1(l.ConsP50), f1(l.ConsP99), f1(l.ConsP999), f1(l.ConsMax),
 				f1(l.HistP50), f1(l.HistP99), f1(l.HistP999), pctf(l.HistUnder25), f1(l.DecodeP50), f1(l.DecodeP99), f2(l.RelayCPUPer100k), f2(l.BrokerCPUPer100k), f2(l.WalsenderCPUPer100k))
 		}
-		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT (synchronous_commit on, so it includes the WAL flush). " +
+		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT of *events/tx* rows (synchronous_commit on, so it includes the WAL flush). " +
 			"*receipt*: commit time to receipt by a plain kafka-go consumer (one reader per partition), exact percentiles over every record " +
 			"committed in the window. The commit time is the record timestamp, which Kafka keeps in whole milliseconds, so these values " +
 			"are over-stated by up to 1 ms. *ack ≈*: the relay's `outbox_relay_commit_to_ack_seconds` histogram, bucket counts before and after the window, " +
@@ -187,31 +187,31 @@ func renderMarkdown(r *results, cfg *config) string {
 			"the part of the latency spent before the relay has the event (PostgreSQL's WAL sender, the network, the relay's reader).\n\n")
 		for _, l := range r.Latency {
 			if l.Samples > 0 && int64(l.Samples) != l.Committed {
-				p("- %s events/s: %s events committed, %s records received in the window\n", num(float64(l.Target)), num(float64(l.Committed)), num(float64(l.Samples)))
+				p("- %s: %s events committed, %s records received in the window\n", l.label(), num(float64(l.Committed)), num(float64(l.Samples)))
 			}
 			for _, n := range l.Notes {
-				p("- %s events/s: %s\n", num(float64(l.Target)), n)
+				p("- %s: %s\n", l.label(), n)
 			}
 		}
 		for _, l := range r.Latency {
 			if l.Samples > 0 {
-				p("\nHistogram buckets, %s events/s: %s", num(float64(l.Target)), bucketLine(l.Buckets))
+				p("\nHistogram buckets, %s: %s", l.label(), bucketLine(l.Buckets))
 			}
 		}
 		if len(r.LatencyCeiling) > 0 {
 			p("\n\n**Replication ceiling** at the same rates: `pg_recvlogical` alone (test_decoding, include-timestamp, its own slot, " +
 				"no relay reading, Kafka idle), the same writer; commit time (µs, from the WAL) to the moment it printed the COMMIT line. " +
 				"This is the part of the latency PostgreSQL and the machine impose on any logical-replication reader.\n\n")
-			p("| offered events/s | achieved | samples | receipt p50 | receipt p99 | receipt p99.9 | receipt max | relay ack p99 ≈ / ceiling p99 |\n")
-			p("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			p("| offered events/s | events/tx | achieved | samples (commits) | receipt p50 | receipt p99 | receipt p99.9 | receipt max | relay ack p99 ≈ / ceiling p99 |\n")
+			p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range r.LatencyCeiling {
 				ratio := "–"
 				for _, l := range r.Latency {
-					if l.Target == c.Target && c.P99 > 0 && l.HistCount > 0 {
+					if l.Target == c.Target && l.TxSize == c.TxSize && c.P99 > 0 && l.HistCount > 0 {
 						ratio = fmt.Sprintf("%.1f ×", l.HistP99/c.P99)
 					}
 				}
-				p("| %s | %s | %s | %s ms | %s ms | %s ms | %s ms | %s |\n", num(float64(c.Target)), num(c.Achieved), num(float64(c.Samples)),
+				p("| %s | %d | %s | %s | %s ms | %s ms | %s ms | %s ms | %s |\n", num(float64(c.Target)), c.TxSize, num(c.Achieved), num(float64(c.Samples)),
 					f1(c.P50), f1(c.P99), f1(c.P999), f1(c.Max), ratio)
 			}
 		}

@@ -90,6 +90,7 @@ type kafkaResult struct {
 
 type latencyResult struct {
 	Target       int     `json:"target_rate"`
+	TxSize       int     `json:"events_per_tx"`
 	Achieved     float64 `json:"achieved_rate"`
 	Held         bool    `json:"held"`
 	Committed    int64   `json:"committed"`
@@ -156,6 +157,11 @@ func percentile(sorted []float64, q float64) float64 {
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// label names the window: its offered rate and transaction size.
+func (l *latencyResult) label() string {
+	return fmt.Sprintf("%s events/s in %d-event transactions", num(float64(l.Target)), max(l.TxSize, 1))
 }
 
 func (l *latencyResult) setConsumer(lat []float64) {
@@ -270,7 +276,7 @@ func (r *results) checks() []check {
 		if l.Target != targetP99Rate {
 			continue
 		}
-		c := check{Name: fmt.Sprintf("p99 commit-to-ack ≤ %.0f ms at %d events/s", ms(targetP99), targetP99Rate)}
+		c := check{Name: fmt.Sprintf("p99 commit-to-ack ≤ %.0f ms at %d events/s, %d-event transactions", ms(targetP99), targetP99Rate, l.TxSize)}
 		c.Pass = l.HistCount > 0 && l.HistUnder25 >= 0.99 && l.Held
 		c.Detail = fmt.Sprintf("%.2f %% of %.0f acks within 25 ms (histogram bucket, exact); p99 ≈ %.1f ms interpolated in the %s bucket; consumer receipt p99 %.1f ms",
 			100*l.HistUnder25, l.HistCount, l.HistP99, l.HistP99Range, l.ConsP99)
@@ -278,7 +284,7 @@ func (r *results) checks() []check {
 			c.Detail += fmt.Sprintf("; the writer reached only %.0f events/s", l.Achieved)
 		}
 		for _, rc := range r.LatencyCeiling {
-			if rc.Target == l.Target && rc.Samples > 0 {
+			if rc.Target == l.Target && rc.TxSize == l.TxSize && rc.Samples > 0 {
 				c.Detail += fmt.Sprintf("; replication ceiling (pg_recvlogical alone) p99 %.1f ms", rc.P99)
 			}
 		}

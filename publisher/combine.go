@@ -1,0 +1,219 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+)
+
+// Bounds of one combined produce request. The broker limits each record
+// batch (message.max.bytes, which MaxBatchBytes respects) and the whole
+// request (socket.request.max.bytes, 100 MiB by default): 8 MiB keeps a
+// request far below the latter and its encoding cheap.
+const (
+	combineMaxBatches = 64
+	combineMaxBytes   = 8 << 20
+	// combineSenders is how many combined requests may be in flight at
+	// once. More than one keeps the brokers busy while a response is on
+	// its way; batches that arrive meanwhile wait for the next free
+	// sender and travel together.
+	combineSenders = 3
+)
+
+// batch is one lane's partition batch handed to the combiner. The lane
+// waits for err before it touches records again.
+type batch struct {
+	topic     string
+	partition int
+	// leader is the partition leader's broker id from the router's last
+	// metadata, -1 when unknown; batches for different leaders cannot
+	// share a request.
+	leader  int
+	bytes   int
+	records []kafka.Record
+	err     chan error
+}
+
+// combiner merges the batches that lanes hand it at the same moment into
+// one multi-partition produce request per leader, the way the Java
+// producer sends one request per broker. Each lane still has at most one
+// batch in flight, so per-partition order is the lane's as before; what
+// changes is the number of requests: at live rates one partition batch is
+// often a handful of records, and a request per partition per round trip
+// cost the broker more CPU than the records themselves. There is no
+// linger: a batch that finds a sender idle goes out at once.
+type combiner struct {
+	ctx     context.Context
+	rt      kafka.RoundTripper
+	addr    net.Addr
+	timeout time.Duration
+	in      chan *batch
+}
+
+func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout time.Duration) *combiner {
+	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, in: make(chan *batch)}
+}
+
+// run starts the senders; wg tracks them.
+func (c *combiner) run(wg *sync.WaitGroup) {
+	for range combineSenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.sender()
+		}()
+	}
+}
+
+// produce sends b (as part of a combined request) and returns its
+// partition's outcome. Once a sender has taken b, produce waits for its
+// answer even while closing, so the caller can reuse b's records safely.
+func (c *combiner) produce(b *batch) error {
+	b.err = make(chan error, 1)
+	select {
+	case c.in <- b:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return <-b.err
+}
+
+func (c *combiner) sender() {
+	var group []*batch
+	for {
+		select {
+		case b := <-c.in:
+			group = append(group[:0], b)
+		case <-c.ctx.Done():
+			return
+		}
+		size := group[0].bytes
+	more:
+		for len(group) < combineMaxBatches && size < combineMaxBytes {
+			select {
+			case b := <-c.in:
+				group = append(group, b)
+				size += b.bytes
+			default:
+				break more
+			}
+		}
+		c.send(group)
+		clear(group)
+	}
+}
+
+// send answers every batch of group: one request per leader, concurrently
+// when there are several.
+func (c *combiner) send(group []*batch) {
+	byLeader := map[int][]*batch{}
+	var leaders []int
+	for _, b := range group {
+		if _, ok := byLeader[b.leader]; !ok {
+			leaders = append(leaders, b.leader)
+		}
+		byLeader[b.leader] = append(byLeader[b.leader], b)
+	}
+	if len(leaders) == 1 {
+		c.request(group)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, l := range leaders {
+		wg.Add(1)
+		go func(bs []*batch) {
+			defer wg.Done()
+			c.request(bs)
+		}(byLeader[l])
+	}
+	wg.Wait()
+}
+
+// request sends bs as one produce request. If kafka-go's metadata puts
+// their partitions on different leaders than the router's did (a leader
+// moved since), they are sent one request each instead.
+func (c *combiner) request(bs []*batch) {
+	errs := c.roundTrip(bs)
+	var mismatch *produceapi.Error
+	if len(bs) > 1 && errors.As(errs[0], &mismatch) {
+		for _, b := range bs {
+			b.err <- c.roundTrip([]*batch{b})[0]
+		}
+		return
+	}
+	for i, b := range bs {
+		b.err <- errs[i]
+	}
+}
+
+// roundTrip sends bs in one acks=all produce request and returns each
+// batch's outcome, in order.
+func (c *combiner) roundTrip(bs []*batch) []error {
+	req := &produceapi.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond)}
+	topicIndex := map[string]int{}
+	for _, b := range bs {
+		i, ok := topicIndex[b.topic]
+		if !ok {
+			i = len(req.Topics)
+			topicIndex[b.topic] = i
+			req.Topics = append(req.Topics, produceapi.RequestTopic{Topic: b.topic})
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, produceapi.RequestPartition{
+			Partition: int32(b.partition),
+			RecordSet: protocol.RecordSet{Records: kafka.NewRecordReader(b.records...)},
+		})
+	}
+	errs := make([]error, len(bs))
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	msg, err := c.rt.RoundTrip(ctx, c.addr, req)
+	if err == nil {
+		res, ok := msg.(*produceapi.Response)
+		if !ok {
+			err = fmt.Errorf("produce: unexpected response %T", msg)
+		} else {
+			mapResponse(res, bs, errs)
+			return errs
+		}
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// mapResponse sets each batch's outcome from its partition's entry in res.
+func mapResponse(res *produceapi.Response, bs []*batch, errs []error) {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	parts := make(map[tp]*produceapi.ResponsePartition, len(bs))
+	for i := range res.Topics {
+		t := &res.Topics[i]
+		for j := range t.Partitions {
+			parts[tp{t.Topic, t.Partitions[j].Partition}] = &t.Partitions[j]
+		}
+	}
+	for i, b := range bs {
+		p := parts[tp{b.topic, int32(b.partition)}]
+		switch {
+		case p == nil:
+			errs[i] = fmt.Errorf("produce: no response for %s[%d]", b.topic, b.partition)
+		case p.ErrorCode != 0:
+			errs[i] = kafka.Error(p.ErrorCode)
+			if p.ErrorMessage != "" {
+				errs[i] = fmt.Errorf("%w: %s", kafka.Error(p.ErrorCode), p.ErrorMessage)
+			}
+		case len(p.RecordErrors) > 0:
+			errs[i] = fmt.Errorf("record rejected: %s", p.RecordErrors[0].BatchIndexErrorMessage)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+)
+
+// fakeBroker answers produce requests: gate (if set) holds every request
+// until closed; reply decides each partition's entry (nil: left out).
+type fakeBroker struct {
+	mu       sync.Mutex
+	requests [][]string // "topic[partition]" per request
+	gate     chan struct{}
+	fail     func(req *produceapi.Request) error
+	reply    func(topic string, partition int32) *produceapi.ResponsePartition
+}
+
+func (f *fakeBroker) RoundTrip(ctx context.Context, _ net.Addr, msg protocol.Message) (protocol.Message, error) {
+	req := msg.(*produceapi.Request)
+	var parts []string
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			parts = append(parts, fmt.Sprintf("%s[%d]", t.Topic, p.Partition))
+		}
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, parts)
+	gate, fail := f.gate, f.fail
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if fail != nil {
+		if err := fail(req); err != nil {
+			return nil, err
+		}
+	}
+	res := &produceapi.Response{}
+	for _, t := range req.Topics {
+		rt := produceapi.ResponseTopic{Topic: t.Topic}
+		for _, p := range t.Partitions {
+			if rp := f.reply(t.Topic, p.Partition); rp != nil {
+				rp.Partition = p.Partition
+				rt.Partitions = append(rt.Partitions, *rp)
+			}
+		}
+		res.Topics = append(res.Topics, rt)
+	}
+	return res, nil
+}
+
+func (f *fakeBroker) sent() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.requests...)
+}
+
+func testBatch(topic string, partition, leader int) *batch {
+	return &batch{topic: topic, partition: partition, leader: leader, bytes: 10,
+		records: []kafka.Record{{Key: kafka.NewBytes([]byte("k")), Value: kafka.NewBytes([]byte("v"))}}}
+}
+
+// produceAll submits bs concurrently and returns their outcomes by index.
+func produceAll(c *combiner, bs []*batch) []error {
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.produce(b)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func startCombiner(t *testing.T, f *fakeBroker) *combiner {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second)
+	c.run(&wg)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return c
+}
+
+// TestCombinerMergesAndMapsErrors: batches handed over while every sender
+// is busy travel together, and each gets its own partition's outcome.
+func TestCombinerMergesAndMapsErrors(t *testing.T) {
+	f := &fakeBroker{gate: make(chan struct{}), reply: func(topic string, p int32) *produceapi.ResponsePartition {
+		switch {
+		case topic == "b" && p == 1:
+			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.NotLeaderForPartition)}
+		case topic == "b" && p == 2:
+			return &produceapi.ResponsePartition{RecordErrors: []produceapi.ResponseError{{BatchIndexErrorMessage: "bad record"}}}
+		case topic == "b" && p == 3:
+			return nil
+		}
+		return &produceapi.ResponsePartition{}
+	}}
+	c := startCombiner(t, f)
+
+	// Occupy every sender, then queue more batches behind them.
+	busy := make([]*batch, combineSenders)
+	for i := range busy {
+		busy[i] = testBatch("a", i, 1)
+	}
+	done := make(chan []error)
+	go func() { done <- produceAll(c, busy) }()
+	for deadline := time.Now().Add(5 * time.Second); len(f.sent()) < combineSenders; {
+		if time.Now().After(deadline) {
+			t.Fatalf("senders took %d requests, want %d", len(f.sent()), combineSenders)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	queued := []*batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
+	queuedDone := make(chan []error)
+	go func() { queuedDone <- produceAll(c, queued) }()
+	time.Sleep(50 * time.Millisecond) // let them reach the channel
+	close(f.gate)
+	for _, err := range <-done {
+		if err != nil {
+			t.Fatalf("busy batch: %v", err)
+		}
+	}
+	errs := <-queuedDone
+
+	if n := len(f.sent()); n >= combineSenders+len(queued) {
+		t.Errorf("%d requests for %d batches: nothing was combined (%v)", n, combineSenders+len(queued), f.sent())
+	}
+	if errs[0] != nil || errs[4] != nil {
+		t.Errorf("acknowledged partitions got errors: %v, %v", errs[0], errs[4])
+	}
+	if !errors.Is(errs[1], kafka.NotLeaderForPartition) {
+		t.Errorf("b[1]: %v, want NotLeaderForPartition", errs[1])
+	}
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "bad record") {
+		t.Errorf("b[2]: %v, want the record error", errs[2])
+	}
+	if errs[3] == nil || !strings.Contains(errs[3].Error(), "no response for b[3]") {
+		t.Errorf("b[3]: %v, want a missing-response error", errs[3])
+	}
+}
+
+// TestCombinerSplitsByLeader: batches of different leaders never share a
+// request; a leader mismatch found by the transport falls back to one
+// request per batch.
+func TestCombinerSplitsByLeader(t *testing.T) {
+	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
+	f := &fakeBroker{reply: ok}
+	c := startCombiner(t, f)
+	group := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 2), testBatch("a", 2, 1)}
+	for i := range group {
+		group[i].err = make(chan error, 1)
+	}
+	c.send(group)
+	for i, b := range group {
+		if err := <-b.err; err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	got := fmt.Sprint(f.sent())
+	if len(f.sent()) != 2 || !(strings.Contains(got, "[a[0] a[2]]") && strings.Contains(got, "[a[1]]")) {
+		t.Fatalf("requests %s, want a[0]+a[2] and a[1] apart", got)
+	}
+
+	f2 := &fakeBroker{reply: ok, fail: func(req *produceapi.Request) error {
+		if len(req.Topics[0].Partitions) > 1 {
+			return produceapi.NewError(errors.New("mismatching leaders (1!=2)"))
+		}
+		return nil
+	}}
+	c2 := startCombiner(t, f2)
+	pair := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}
+	for i := range pair {
+		pair[i].err = make(chan error, 1)
+	}
+	c2.send(pair)
+	for i, b := range pair {
+		if err := <-b.err; err != nil {
+			t.Fatalf("after the fallback, batch %d: %v", i, err)
+		}
+	}
+	if s := f2.sent(); len(s) != 3 || len(s[1]) != 1 || len(s[2]) != 1 {
+		t.Fatalf("requests %v, want the combined one then one per batch", s)
+	}
+}
+
+// TestCombinerClosing: a batch handed over after the publisher closed is
+// refused, not lost in a channel.
+func TestCombinerClosing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second)
+	c.run(&wg)
+	cancel()
+	wg.Wait()
+	if err := c.produce(testBatch("a", 0, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("produce after close: %v", err)
+	}
+}
