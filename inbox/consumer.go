@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/backoff"
 )
 
 // Handler applies one event's effect inside tx, the transaction that also
@@ -493,15 +494,7 @@ func (c *Consumer) fail(ctx context.Context, ev *Event, cause error, attempts in
 
 // backoff is exponential with full jitter, capped at BackoffMax.
 func (c *Consumer) backoff(attempt int) time.Duration {
-	d := c.cfg.BackoffBase
-	for i := 1; i < attempt && d < c.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.BackoffMax)
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return backoff.Jitter(attempt, c.cfg.BackoffBase, c.cfg.BackoffMax)
 }
 
 // pruneLoop deletes processed_events rows past the retention.

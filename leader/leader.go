@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/backoff"
 )
 
 // ApplicationName is the application_name of lock sessions; a standby names
@@ -180,7 +182,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 				failures++
 				d := e.backoff(failures)
 				e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock connection failed, retrying")
-				if !sleep(ctx, d) {
+				if !backoff.Sleep(ctx, d) {
 					return nil, ctx.Err()
 				}
 				continue
@@ -200,7 +202,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 			failures++
 			d := e.backoff(failures)
 			e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock poll failed, reconnecting")
-			if !sleep(ctx, d) {
+			if !backoff.Sleep(ctx, d) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -222,7 +224,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 					Str("holder_addr", addr).Dur("poll_interval", e.cfg.PollInterval).Msg("standby: another relay holds the lock")
 			}
 		}
-		if !sleep(ctx, e.cfg.PollInterval) {
+		if !backoff.Sleep(ctx, e.cfg.PollInterval) {
 			return nil, ctx.Err()
 		}
 	}
@@ -365,15 +367,4 @@ func closeBounded(c *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = c.Close(ctx)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

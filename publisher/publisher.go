@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -279,23 +279,11 @@ func (p *Publisher) fail(err error) {
 
 // backoff returns a full-jitter delay for attempt (1-based).
 func (p *Publisher) backoff(attempt int) time.Duration {
-	d := p.cfg.BackoffBase << min(attempt-1, 20)
-	if d > p.cfg.BackoffMax || d <= 0 {
-		d = p.cfg.BackoffMax
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return backoff.Jitter(attempt, p.cfg.BackoffBase, p.cfg.BackoffMax)
 }
 
-func (p *Publisher) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-p.ctx.Done():
-		return false
-	}
-}
+// sleep waits d unless the publisher closes first.
+func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d) }
 
 // router assigns a topic's records to partition lanes in arrival order.
 type router struct {

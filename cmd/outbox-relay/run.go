@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/deadletter"
 	"github.com/outbox-relay/outbox-relay/leader"
@@ -202,7 +202,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 			// ends it within its wal_sender_timeout. Poll, don't back off.
 			r.log.Info().Str("stage", "leader").Int32("pid", fence.pid).
 				Msg("waiting for the former leader's walsender to release the slot")
-			if !sleepCtx(hctx, r.cfg.LeaderPollInterval) {
+			if !backoff.Sleep(hctx, r.cfg.LeaderPollInterval) {
 				if lctx.Err() != nil && ctx.Err() == nil {
 					return errLeadershipLost
 				}
@@ -218,10 +218,10 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 		if time.Since(started) > time.Minute {
 			attempt = 1
 		}
-		d := jitter(attempt, 200*time.Millisecond, r.cfg.BackoffMax)
+		d := backoff.Jitter(attempt, 200*time.Millisecond, r.cfg.BackoffMax)
 		r.log.Warn().Str("stage", "stream").Int("attempt", attempt).Dur("backoff", d).Err(err).
 			Msg("replication stream ended, reconnecting")
-		if !sleepCtx(hctx, d) {
+		if !backoff.Sleep(hctx, d) {
 			if lctx.Err() != nil && ctx.Err() == nil {
 				return errLeadershipLost
 			}
@@ -506,10 +506,10 @@ func (r *relay) waitForKafka(ctx context.Context) (bool, error) {
 		if unfixable(err) {
 			return false, permanentError{err}
 		}
-		d := jitter(attempt, 500*time.Millisecond, 30*time.Second)
+		d := backoff.Jitter(attempt, 500*time.Millisecond, 30*time.Second)
 		r.log.Warn().Str("stage", "kafka_connect").Int("attempt", attempt).Dur("backoff", d).Err(err).
 			Msg("kafka unreachable, retrying")
-		if !sleepCtx(ctx, d) {
+		if !backoff.Sleep(ctx, d) {
 			return false, nil
 		}
 	}
@@ -561,25 +561,5 @@ func (r *relay) observe(ctx context.Context) {
 		} else {
 			r.m.OldestUnackedAge.Set(time.Since(s.OldestCommit).Seconds())
 		}
-	}
-}
-
-// jitter is exponential backoff with full jitter.
-func jitter(attempt int, base, max time.Duration) time.Duration {
-	d := base << min(attempt-1, 20)
-	if d > max || d <= 0 {
-		d = max
-	}
-	return time.Duration(rand.Int64N(int64(d))) + base/2
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

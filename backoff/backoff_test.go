@@ -1,0 +1,43 @@
+package backoff
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestJitter(t *testing.T) {
+	base, maxD := 100*time.Millisecond, 2*time.Second
+	for attempt := 1; attempt <= 40; attempt++ {
+		bound := min(base<<min(attempt-1, 20), maxD)
+		var top time.Duration
+		for range 200 {
+			d := Jitter(attempt, base, maxD)
+			if d <= 0 || d > bound {
+				t.Fatalf("attempt %d: %s outside (0, %s]", attempt, d, bound)
+			}
+			top = max(top, d)
+		}
+		if top < bound/2 {
+			t.Errorf("attempt %d: largest of 200 delays %s, want near %s (is it jittered over the whole range?)", attempt, top, bound)
+		}
+	}
+	if d := Jitter(1, 0, 0); d != 0 {
+		t.Errorf("no max: %s, want 0", d)
+	}
+	if d := Jitter(0, base, maxD); d <= 0 || d > base {
+		t.Errorf("attempt 0: %s, want (0, %s]", d, base)
+	}
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Fatal("Sleep reported a cancellation")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	t0 := time.Now()
+	if Sleep(ctx, time.Hour) || time.Since(t0) > time.Second {
+		t.Fatal("Sleep ignored a cancelled context")
+	}
+}
