@@ -106,6 +106,7 @@ func (r *relay) run(ctx context.Context) error {
 	if _, err := migrations.Validate(ctx, pool, r.cfg.table); err != nil {
 		return err
 	}
+	defer r.startStats(ctx)()
 	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
 	if err := r.slots.EnsurePublication(ctx, r.cfg.table.Quoted(), r.cfg.table.Schema, r.cfg.table.Name); err != nil {
 		return err
