@@ -39,6 +39,10 @@ type Relay struct {
 	CheckpointSaves   prometheus.Counter
 	CheckpointLSN     prometheus.Gauge
 	CheckpointSkipped prometheus.Counter
+	// EventsRedelivered counts events handed to the publisher again after
+	// a restart or failover that an earlier run had handed to it already
+	// (possible duplicates; see docs/operations.md for how exact it is).
+	EventsRedelivered prometheus.Counter
 
 	// Leader is 1 while this process holds the slot's leader lock (and
 	// streams or is about to), 0 as a standby.
@@ -233,6 +237,11 @@ func New() *Relay {
 			Namespace: namespace, Name: "checkpoint_skipped_events_total",
 			Help: "Events not re-published at start because a checkpoint showed Kafka had acknowledged them (duplicates avoided).",
 		}),
+		EventsRedelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_redelivered_total",
+			Help: "Events published again after a restart or failover that an earlier run had already handed to Kafka " +
+				"(above the checkpoint, at or below its saved decoded position): possible duplicates.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
@@ -250,7 +259,7 @@ func New() *Relay {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
-		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered,
 		r.Leader, r.LeaderAcquisitions,
 	)
 	r.Registry.MustRegister(r.PG.collectors()...)
