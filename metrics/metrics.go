@@ -39,12 +39,110 @@ type Relay struct {
 	CheckpointSaves   prometheus.Counter
 	CheckpointLSN     prometheus.Gauge
 	CheckpointSkipped prometheus.Counter
+	// EventsRedelivered counts events handed to the publisher again after
+	// a restart or failover that an earlier run had handed to it already
+	// (possible duplicates; see docs/operations.md for how exact it is).
+	EventsRedelivered prometheus.Counter
 
 	// Leader is 1 while this process holds the slot's leader lock (and
 	// streams or is about to), 0 as a standby.
 	Leader prometheus.Gauge
 	// LeaderAcquisitions counts the times this process became leader.
 	LeaderAcquisitions prometheus.Counter
+
+	// PostgreSQL-side statistics, read by package pgstats every
+	// --stats-interval in every run process (standbys too: with the leader
+	// dead they are the ones still reporting a growing lag). Labelled by
+	// slot or table (one value per process), so dashboards can take
+	// max by (slot) across the leader and its standbys.
+	PG PGStats
+}
+
+// PGStats are the slot and outbox-table gauges of package pgstats. A gauge
+// without a value (slot missing, safe_wal_size unlimited, no forecast) has
+// no series, rather than a made-up number.
+type PGStats struct {
+	// SlotExists is 1 while the slot is in pg_replication_slots.
+	SlotExists *prometheus.GaugeVec // slot
+	// SlotActive is 1 while a walsender streams from the slot.
+	SlotActive *prometheus.GaugeVec // slot
+	// SlotLag is pg_current_wal_lsn() - confirmed_flush_lsn: WAL the relay
+	// has not confirmed yet.
+	SlotLag *prometheus.GaugeVec // slot
+	// SlotRetainedWAL is pg_current_wal_lsn() - restart_lsn: WAL the slot
+	// keeps on the server's disk.
+	SlotRetainedWAL *prometheus.GaugeVec // slot
+	// SlotSafeWALSize is safe_wal_size: bytes that can still be written
+	// before the slot is invalidated; no series when unlimited.
+	SlotSafeWALSize *prometheus.GaugeVec // slot
+	// SlotWALStatus is 1 for the slot's current wal_status, 0 for the others.
+	SlotWALStatus *prometheus.GaugeVec // slot, status
+	// SlotWALExhaustion forecasts the seconds until the retained WAL
+	// reaches safe_wal_size or the disk budget (see pgstats.Forecast).
+	SlotWALExhaustion *prometheus.GaugeVec // slot
+	// TableBytes is pg_total_relation_size of the outbox table.
+	TableBytes *prometheus.GaugeVec // table
+	// TableLiveTuples and TableDeadTuples are n_live_tup and n_dead_tup.
+	TableLiveTuples *prometheus.GaugeVec // table
+	TableDeadTuples *prometheus.GaugeVec // table
+	// TableLastAutovacuum is last_autovacuum as Unix time; no series
+	// before the first autovacuum.
+	TableLastAutovacuum *prometheus.GaugeVec // table
+	// ScrapeErrors counts failed statistics queries, by source (slot or
+	// table). A failure never stops the relay.
+	ScrapeErrors *prometheus.CounterVec // source
+}
+
+// WALStatuses are the values of pg_replication_slots.wal_status.
+var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// Stats sources, the values of outbox_relay_stats_scrape_errors_total's
+// source label.
+const (
+	SourceSlot  = "slot"
+	SourceTable = "table"
+)
+
+func newPGStats() PGStats {
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	s := PGStats{
+		SlotExists: gauge("slot_exists", "1 while the replication slot exists, 0 when it is missing.", "slot"),
+		SlotActive: gauge("slot_active", "1 while a walsender streams from the slot (pg_replication_slots.active).", "slot"),
+		SlotLag: gauge("slot_lag_bytes",
+			"WAL bytes between pg_current_wal_lsn() and the slot's confirmed_flush_lsn: written but not yet confirmed by the relay.", "slot"),
+		SlotRetainedWAL: gauge("slot_retained_wal_bytes",
+			"WAL bytes between pg_current_wal_lsn() and the slot's restart_lsn: what the slot keeps on the server's disk.", "slot"),
+		SlotSafeWALSize: gauge("slot_safe_wal_size_bytes",
+			"safe_wal_size: WAL bytes that can still be written before the slot is invalidated (max_slot_wal_keep_size); "+
+				"no series when unlimited or lost.", "slot"),
+		SlotWALStatus: gauge("slot_wal_status",
+			"1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others.", "slot", "status"),
+		SlotWALExhaustion: gauge("slot_wal_exhaustion_seconds",
+			"Forecast seconds until the slot's retained WAL reaches safe_wal_size or --wal-disk-budget, from its growth over "+
+				"the last 5 minutes; +Inf while it does not grow, 0 when reached or lost, no series without a limit.", "slot"),
+		TableBytes:      gauge("outbox_table_bytes", "pg_total_relation_size of the outbox table (with indexes and TOAST).", "table"),
+		TableLiveTuples: gauge("outbox_table_live_tuples", "Estimated live rows of the outbox table (pg_stat_user_tables.n_live_tup).", "table"),
+		TableDeadTuples: gauge("outbox_table_dead_tuples", "Estimated dead rows of the outbox table (pg_stat_user_tables.n_dead_tup).", "table"),
+		TableLastAutovacuum: gauge("outbox_table_last_autovacuum_timestamp_seconds",
+			"Unix time of the outbox table's last autovacuum; no series before the first.", "table"),
+		ScrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stats_scrape_errors_total",
+			Help: "Failed PostgreSQL statistics queries, by source (slot, table); the relay goes on.",
+		}, []string{"source"}),
+	}
+	for _, src := range []string{SourceSlot, SourceTable} {
+		s.ScrapeErrors.WithLabelValues(src)
+	}
+	return s
+}
+
+func (s PGStats) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		s.SlotExists, s.SlotActive, s.SlotLag, s.SlotRetainedWAL, s.SlotSafeWALSize, s.SlotWALStatus, s.SlotWALExhaustion,
+		s.TableBytes, s.TableLiveTuples, s.TableDeadTuples, s.TableLastAutovacuum, s.ScrapeErrors,
+	}
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -139,6 +237,11 @@ func New() *Relay {
 			Namespace: namespace, Name: "checkpoint_skipped_events_total",
 			Help: "Events not re-published at start because a checkpoint showed Kafka had acknowledged them (duplicates avoided).",
 		}),
+		EventsRedelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_redelivered_total",
+			Help: "Events published again after a restart or failover that an earlier run had already handed to Kafka " +
+				"(above the checkpoint, at or below its saved decoded position): possible duplicates.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
@@ -147,6 +250,7 @@ func New() *Relay {
 			Namespace: namespace, Name: "leader_acquisitions_total",
 			Help: "Times this process acquired the slot's leader lock.",
 		}),
+		PG: newPGStats(),
 	}
 	r.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -155,9 +259,10 @@ func New() *Relay {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
-		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered,
 		r.Leader, r.LeaderAcquisitions,
 	)
+	r.Registry.MustRegister(r.PG.collectors()...)
 	return r
 }
 

@@ -84,7 +84,12 @@ type Checkpoint struct {
 	Xid        uint32
 	Identity   Identity
 	// Fence is a fence at or before LSN; nil when none was captured yet.
-	Fence     *Fence
+	Fence *Fence
+	// Decoded is the highest TransactionEndLSN whose events the saving run
+	// had handed to the publisher; 0 when unknown. Events between
+	// LSN and Decoded may have reached Kafka already: a restart that
+	// publishes them again counts them as redelivered (migration 4).
+	Decoded   pglogrepl.LSN
 	StartedAt time.Time
 	SavedAt   time.Time
 }

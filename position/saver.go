@@ -15,6 +15,9 @@ type Acked struct {
 	LSN        pglogrepl.LSN
 	CommitTime time.Time
 	Xid        uint32
+	// Decoded is the highest TransactionEndLSN whose events were handed to
+	// the publisher (0: unknown); saved as Checkpoint.Decoded.
+	Decoded pglogrepl.LSN
 }
 
 // maxFences bounds the fences a Saver holds while the relay lags behind
@@ -35,8 +38,12 @@ type Saver struct {
 	log       zerolog.Logger
 
 	saved   pglogrepl.LSN
-	fence   *Fence  // newest fence at or before saved
-	pending []Fence // fences ahead of the saved position, oldest first
+	decoded pglogrepl.LSN // Decoded of the last save
+	// savedCommit and savedXid describe the transaction at saved.
+	savedCommit time.Time
+	savedXid    uint32
+	fence       *Fence  // newest fence at or before saved
+	pending     []Fence // fences ahead of the saved position, oldest first
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
@@ -50,7 +57,8 @@ func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() 
 	interval, retention time.Duration, log zerolog.Logger) *Saver {
 	s := &Saver{store: store, db: db, id: id, source: source, interval: interval, retention: retention, log: log}
 	if prev != nil {
-		s.saved, s.fence = prev.LSN, prev.Fence
+		s.saved, s.fence, s.decoded = prev.LSN, prev.Fence, prev.Decoded
+		s.savedCommit, s.savedXid = prev.CommitTime, prev.Xid
 	}
 	return s
 }
@@ -80,7 +88,9 @@ func (s *Saver) Run(ctx context.Context) {
 }
 
 // Save captures a fence (when capture is set) and saves the source's
-// position if it moved.
+// position if it moved, or its decoded position did: while Kafka does not
+// acknowledge, the decoded position is what a restart needs to tell
+// possible duplicates from new events.
 func (s *Saver) Save(ctx context.Context, capture bool) error {
 	// The position is read before the fence is captured: the fence is then
 	// ahead of it and waits in pending until a later position passes it.
@@ -94,8 +104,13 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 			s.pending = append(s.pending, f)
 		}
 	}
-	if pos.LSN <= s.saved {
+	if pos.LSN <= s.saved && pos.Decoded <= s.decoded {
 		return nil
+	}
+	if pos.LSN <= s.saved {
+		// Only the decoded position moved: keep the saved position (and
+		// its transaction; the source may still report an older one).
+		pos.LSN, pos.CommitTime, pos.Xid = s.saved, s.savedCommit, s.savedXid
 	}
 	// The newest fence at or before the position applies to it.
 	n := 0
@@ -105,11 +120,12 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 		n++
 	}
 	s.pending = append(s.pending[:0], s.pending[n:]...)
-	cp := Checkpoint{LSN: pos.LSN, CommitTime: pos.CommitTime, Xid: pos.Xid, Identity: s.id, Fence: s.fence}
+	cp := Checkpoint{LSN: pos.LSN, CommitTime: pos.CommitTime, Xid: pos.Xid, Identity: s.id, Fence: s.fence,
+		Decoded: max(pos.Decoded, s.decoded)}
 	if err := s.store.Save(ctx, cp, s.retention); err != nil {
 		return err
 	}
-	s.saved = pos.LSN
+	s.saved, s.decoded, s.savedCommit, s.savedXid = pos.LSN, cp.Decoded, pos.CommitTime, pos.Xid
 	if s.OnSave != nil {
 		s.OnSave(cp)
 	}

@@ -48,22 +48,34 @@ func (s *Store) Check(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("checkpoint table %s does not exist (run \"outbox-relay migrate\")", s.table)
 	}
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'decoded_lsn' AND NOT attisdropped)`, s.table).Scan(&ok); err != nil {
+		return fmt.Errorf("check checkpoint table: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("checkpoint table %s has no column decoded_lsn (migration 4): run \"outbox-relay migrate\"", s.table)
+	}
 	return nil
 }
 
 const columns = `outbox_table, slot, lsn::text, commit_time, xid, system_identifier, timeline,
-	fence_lsn::text, fence_xmin, fence_xmax, fence_at, started_at, saved_at`
+	fence_lsn::text, fence_xmin, fence_xmax, fence_at, started_at, saved_at, decoded_lsn::text`
 
 func scan(row pgx.Row) (Checkpoint, error) {
 	var cp Checkpoint
 	var lsn string
 	var commit, fenceAt *time.Time
 	var xid, fxmin, fxmax *int64
-	var flsn *string
+	var flsn, decoded *string
 	err := row.Scan(&cp.OutboxTable, &cp.Slot, &lsn, &commit, &xid, &cp.Identity.SystemID, &cp.Identity.Timeline,
-		&flsn, &fxmin, &fxmax, &fenceAt, &cp.StartedAt, &cp.SavedAt)
+		&flsn, &fxmin, &fxmax, &fenceAt, &cp.StartedAt, &cp.SavedAt, &decoded)
 	if err != nil {
 		return cp, err
+	}
+	if decoded != nil {
+		if cp.Decoded, err = pglogrepl.ParseLSN(*decoded); err != nil {
+			return cp, err
+		}
 	}
 	if cp.LSN, err = pglogrepl.ParseLSN(lsn); err != nil {
 		return cp, err
@@ -114,14 +126,19 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration
 	if f := cp.Fence; f != nil {
 		flsn, fxmin, fxmax, fat = f.LSN.String(), int64(f.Xmin), int64(f.Xmax), f.At
 	}
+	var decoded any
+	if cp.Decoded != 0 {
+		decoded = cp.Decoded.String()
+	}
 	args := []any{s.outbox, s.slot, cp.LSN.String(), commit, xid, cp.Identity.SystemID, cp.Identity.Timeline,
-		flsn, fxmin, fxmax, fat, Segment.Seconds()}
+		flsn, fxmin, fxmax, fat, decoded, Segment.Seconds()}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET lsn = $3::text::pg_lsn, commit_time = coalesce($4, commit_time),
 			xid = coalesce($5, xid), fence_lsn = coalesce(fence_lsn, $8::text::pg_lsn), fence_xmin = coalesce(fence_xmin, $9),
-			fence_xmax = coalesce(fence_xmax, $10), fence_at = coalesce(fence_at, $11), saved_at = now()
+			fence_xmax = coalesce(fence_xmax, $10), fence_at = coalesce(fence_at, $11),
+			decoded_lsn = greatest(decoded_lsn, $12::text::pg_lsn), saved_at = now()
 		WHERE id = (SELECT max(id) FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2)
 		  AND system_identifier = $6 AND timeline = $7 AND lsn <= $3::text::pg_lsn
-		  AND started_at > now() - make_interval(secs => $12)`, args...)
+		  AND started_at > now() - make_interval(secs => $13)`, args...)
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
@@ -129,8 +146,8 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration
 		return nil
 	}
 	if _, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (outbox_table, slot, lsn, commit_time, xid, system_identifier, timeline,
-			fence_lsn, fence_xmin, fence_xmax, fence_at)
-		VALUES ($1, $2, $3::text::pg_lsn, $4, $5, $6, $7, $8::text::pg_lsn, $9, $10, $11)`, args[:11]...); err != nil {
+			fence_lsn, fence_xmin, fence_xmax, fence_at, decoded_lsn)
+		VALUES ($1, $2, $3::text::pg_lsn, $4, $5, $6, $7, $8::text::pg_lsn, $9, $10, $11, $12::text::pg_lsn)`, args[:12]...); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	if retention > 0 {

@@ -67,6 +67,9 @@ type config struct {
 	LeaderTimeout           time.Duration
 	WALSenderTimeout        time.Duration
 
+	// PostgreSQL statistics (stats.go).
+	statsConfig
+
 	// Security: Kafka TLS/SASL, the least-privilege role (issue 5).
 	KafkaTLS           bool
 	KafkaTLSCAFile     string
@@ -250,6 +253,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", time.Second, "how often the leader checks its lock connection")
 		b.dur(&c.LeaderTimeout, "leader-timeout", 10*time.Second, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
 		b.dur(&c.WALSenderTimeout, "wal-sender-timeout", 0, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting")
+		c.bindStats(b)
 	}
 	return b
 }
@@ -378,6 +382,7 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		if c.MaxInflightBytes < int64(c.MaxBatchBytes) {
 			errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: use at least --max-batch-bytes (%d)", c.MaxInflightBytes, c.MaxBatchBytes))
 		}
+		errs = append(errs, c.validateStats()...)
 	}
 	return errors.Join(errs...)
 }

@@ -69,6 +69,14 @@ func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 	return resumeState{id: id, prev: prev, skipBefore: skip}, nil
 }
 
+// prevDecoded is the saved checkpoint's decoded position (0: unknown).
+func (rs resumeState) prevDecoded() pglogrepl.LSN {
+	if rs.prev == nil {
+		return 0
+	}
+	return rs.prev.Decoded
+}
+
 func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
 	if rs.skipBefore == 0 {
 		return nil
@@ -118,7 +126,10 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 		return func() {}
 	}
 	sv := position.NewSaver(r.positions, r.pool, rs.id, rs.prev,
-		func() position.Acked { return position.Acked(tr.Last()) },
+		func() position.Acked {
+			a := tr.Last()
+			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load()}
+		},
 		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
 	sv.OnSave = func(cp position.Checkpoint) {
 		r.m.CheckpointSaves.Inc()

@@ -59,6 +59,8 @@ type relay struct {
 	elector   *leader.Elector
 	// streaming is true while a replication stream runs (for /readyz).
 	streaming atomic.Bool
+	// decoded is the highest position handed to the publisher (redelivery.go).
+	decoded decodedMark
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -106,6 +108,7 @@ func (r *relay) run(ctx context.Context) error {
 	if _, err := migrations.Validate(ctx, pool, r.cfg.table); err != nil {
 		return err
 	}
+	defer r.startStats(ctx)()
 	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
 	if err := r.slots.EnsurePublication(ctx, r.cfg.table.Quoted(), r.cfg.table.Schema, r.cfg.table.Name); err != nil {
 		return err
@@ -329,7 +332,8 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	// cancels the stream; SIGTERM drains it.
 	streamCtx, cancel := context.WithCancel(lctx)
 	defer cancel()
-	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m)}
+	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m),
+		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
 	var progress replication.Progress = tracker
 	if r.cfg.testStatusHold > 0 {
 		progress = newHeldProgress(tracker, r.cfg.testStatusHold)
@@ -409,12 +413,18 @@ type sink struct {
 	events  int // in tx
 	// skip drops transactions a checkpoint says Kafka acknowledged already.
 	skip *skipper
+	// redo counts re-published events; decoded marks what was handed to
+	// the publisher, published the events of tx that were.
+	redo      *redelivery
+	decoded   *decodedMark
+	published int
 }
 
 func (s *sink) Begin(b replication.Begin) error {
 	s.tx = s.tracker.BeginXid(b.CommitTime, b.Xid)
-	s.events = 0
+	s.events, s.published = 0, 0
 	s.skip.begin(b)
+	s.redo.begin(b)
 	return nil
 }
 
@@ -432,6 +442,8 @@ func (s *sink) Insert(ev *replication.Event) error {
 		s.tx.Ack(size)
 		return err
 	}
+	s.published++
+	s.redo.published()
 	return nil
 }
 
@@ -440,6 +452,9 @@ func (s *sink) Commit(c replication.Commit) error {
 		s.m.CommitToDecode.Observe(time.Since(s.tx.CommitTime).Seconds())
 	}
 	s.tracker.Commit(s.tx, c.EndLSN)
+	if s.published > 0 {
+		s.decoded.advance(c.EndLSN)
+	}
 	s.tx = nil
 	return nil
 }

@@ -1,0 +1,13 @@
+-- Migration 4: the decoded high-water position beside each checkpoint.
+--
+-- decoded_lsn is the highest TransactionEndLSN whose events the saving run
+-- had handed to Kafka (decoded and queued for publishing) when it saved the
+-- row; NULL when unknown (rows saved before this migration, or by
+-- recover). After a restart or failover, the events the
+-- next run publishes in transactions above lsn and at or below decoded_lsn
+-- were possibly delivered already: outbox_relay_events_redelivered_total
+-- counts them (docs/operations.md explains how exact that is).
+--
+-- One nullable column: older relays keep working against the table and
+-- simply leave it NULL.
+ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS decoded_lsn pg_lsn;
