@@ -171,8 +171,7 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 
 	applied = []int{}
 	validated := false
-	for i, m := range migs {
-		last := i == len(migs)-1
+	for _, m := range migs {
 		ran := false
 		err := inLockedTx(ctx, db, func(tx pgx.Tx) error {
 			var done bool
@@ -196,12 +195,11 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 				t.Name, m.version); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.name, err)
 			}
-			if last {
-				// Validate inside the transaction so a table that does not
-				// fit leaves no record behind.
-				if _, err := Validate(ctx, tx, t); err != nil {
-					return err
-				}
+			// Validate inside every migration's transaction, so a table
+			// that does not fit fails the first one and leaves no record
+			// (nor any of the later tables) behind.
+			if _, err := Validate(ctx, tx, t); err != nil {
+				return err
 			}
 			ran = true
 			return nil
@@ -211,7 +209,7 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 		}
 		if ran {
 			applied = append(applied, m.version)
-			validated = last
+			validated = true
 		}
 	}
 	if !validated {
