@@ -80,6 +80,7 @@ type Target struct {
 func CheckPostgres(ctx context.Context, db DB, t Target, r *Report) {
 	settings(ctx, db, r)
 	publication(ctx, db, t, r)
+	partitionRoot(ctx, db, t, r)
 	replicationSlot(ctx, db, t, r)
 }
 
