@@ -2,10 +2,12 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 		"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -191,7 +193,7 @@ func (c *Cleaner) deleteRows(ctx context.Context, l leaf, b Bound, o Options, re
 		args := append(ruleArgs(b, c.Table), fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to), o.BatchSize)
 		n, err := c.batch(ctx, q, args)
 		if err != nil {
-			return 0, fmt.Errorf("delete from %s (pages %d-%d): %w", l, from, to, err)
+			return 0, fmt.Errorf("delete from %s (pages %d-%d): %w%s", l, from, to, err, privilegeHint(err, c.Table))
 		}
 		if n > 0 {
 			res.Deleted += n
@@ -202,6 +204,17 @@ func (c *Cleaner) deleteRows(ctx context.Context, l leaf, b Bound, o Options, re
 		}
 		return n, nil
 	})
+}
+
+// privilegeHint says how to fix a missing privilege: the relay's
+// least-privilege role has no DELETE on the outbox.
+func privilegeHint(err error, t migrations.Table) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Sprintf("; fix: GRANT DELETE ON %s TO the relay's role (dropping partitions needs the table's owner), "+
+			"or run outbox-relay cleanup as the table owner instead of the leader's schedule", t.Quoted())
+	}
+	return ""
 }
 
 // batch runs one DELETE in its own short transaction.

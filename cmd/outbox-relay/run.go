@@ -41,6 +41,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	cfg.warnInsecure(log, true)
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
+	r.cleanup = newCleanupSchedule(r)
 	return r.run(ctx)
 }
 
@@ -59,6 +60,8 @@ type relay struct {
 	elector   *leader.Elector
 	// streaming is true while a replication stream runs (for /readyz).
 	streaming atomic.Bool
+	// cleanup is the leader's cleanup schedule (nil: off).
+	cleanup *cleanupSchedule
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -185,6 +188,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	go r.heartbeat(hctx)
+	go r.cleanup.run(hctx, r)
 
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
