@@ -74,16 +74,15 @@ func (r Result) KeptOld() int64 { return r.Old - r.Eligible }
 // Run deletes (or, with DryRun, counts) the rows the rule allows. Errors
 // that mean "not safe to decide" (no checkpoint, a foreign one) come
 // before anything is deleted.
-func (c *Cleaner) Run(ctx context.Context) (Result, error) {
-	var res Result
+func (c *Cleaner) Run(ctx context.Context) (res Result, err error) {
 	o := c.Options.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return res, err
 	}
 	start := time.Now()
-	schema, err := migrations.Validate(ctx, c.DB, c.Table)
-	if err != nil {
-		return res, err
+	schema, verr := migrations.Validate(ctx, c.DB, c.Table)
+	if verr != nil {
+		return res, verr
 	}
 	if !schema.HasCreatedAt {
 		return res, fmt.Errorf("cleanup of %s refused: the table has no %q column, so no row's age is known; add it (timestamptz NOT NULL DEFAULT now())",

@@ -48,7 +48,13 @@ func leaves(ctx context.Context, db DB, t migrations.Table) ([]leaf, error) {
 		}
 		out = append(out, l)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list partitions of %s: %w", t, err)
+	}
+	if len(out) == 0 { // a plain table: pg_partition_tree lists nothing
+		out = []leaf{{Schema: t.Schema, Name: t.Name}}
+	}
+	return out, nil
 }
 
 // rangeKey returns the type of t's partition key when t is partitioned by
