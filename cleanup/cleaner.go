@@ -3,7 +3,7 @@ package cleanup
 import (
 	"context"
 	"errors"
-		"fmt"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
