@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -67,7 +68,7 @@ func rangeKey(ctx context.Context, db DB, t migrations.Table) (typ string, ok bo
 		FROM pg_partitioned_table pt
 		LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
 		WHERE pt.partrelid = $1::regclass`, t.Quoted()).Scan(&strat, &natts, &col, &typ)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
 	if err != nil {

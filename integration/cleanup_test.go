@@ -446,6 +446,15 @@ func TestCleanupPartitioned(t *testing.T) {
 	env.Exec(`create table ` + part("default") + ` partition of ` + q + ` default`)
 	// A publication without publish_via_partition_root: migrate must fix it.
 	env.Exec(`create publication ` + pgx.Identifier{env.Publication}.Sanitize() + ` for table ` + q + ` with (publish = 'insert')`)
+	// Before migrate: doctor fails it, and run refuses to stream (its events
+	// would arrive under the partitions' names and be skipped).
+	if doc := env.RunCLI(60*time.Second, nil, "doctor", "--topics", env.Topic); doc.Code != 1 || !strings.Contains(doc.Stdout, "FAIL  partitioned outbox") {
+		t.Errorf("doctor before migrate: exit %d, want 1 with FAIL  partitioned outbox\n%s", doc.Code, doc.Stdout)
+	}
+	early := env.StartRelay()
+	if code, exited := early.Wait(30 * time.Second); !exited || code != 1 || !early.LogContains("lacks publish_via_partition_root") {
+		t.Fatalf("run on a partitioned outbox without publish_via_partition_root: exited=%v code=%d, want 1 naming it\n%s", exited, code, early.LogTail(10))
+	}
 	env.Migrate()
 	var viaRoot bool
 	if err := env.DB.QueryRow(context.Background(), `select pubviaroot from pg_publication where pubname = $1`, env.Publication).Scan(&viaRoot); err != nil || !viaRoot {
