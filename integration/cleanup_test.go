@@ -361,6 +361,12 @@ func TestCleanupLeaderSchedule(t *testing.T) {
 		"OUTBOX_RELAY_CREATE_TOPICS=false", "OUTBOX_RELAY_UNKNOWN_TOPIC_TIMEOUT=10m", "OUTBOX_RELAY_METRICS_ADDR="+addr,
 		"OUTBOX_RELAY_CLEANUP_OLDER_THAN=2s", "OUTBOX_RELAY_CLEANUP_INTERVAL=500ms")
 	c := StartConsumer(t, env.Topic, env.Partitions)
+	// A standby with the same schedule never cleans.
+	if !within(30*time.Second, 100*time.Millisecond, func() bool { return relay.LogContains(`"message":"streaming"`) }) {
+		t.Fatalf("relay not streaming\n%s", relay.LogTail(20))
+	}
+	standbyAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	standby := env.StartRelay("OUTBOX_RELAY_METRICS_ADDR="+standbyAddr, "OUTBOX_RELAY_CLEANUP_OLDER_THAN=2s", "OUTBOX_RELAY_CLEANUP_INTERVAL=500ms")
 	ledger := NewLedger()
 	w := env.NewWriter(ledger)
 	stop := backgroundWriter(t, w, 5, 5*time.Millisecond)
@@ -413,6 +419,11 @@ func TestCleanupLeaderSchedule(t *testing.T) {
 		_ = json.Unmarshal([]byte(runs[len(runs)-1]), &last)
 	}
 	deleted := metricValue(t, addr, "outbox_relay_cleanup_deleted_rows_total")
+	if !standby.LogContains("standby") || metricValue(t, standbyAddr, `outbox_relay_cleanup_runs_total{result="ok"}`) != 0 ||
+		metricValue(t, standbyAddr, "outbox_relay_cleanup_deleted_rows_total") != 0 {
+		t.Errorf("the standby ran cleanup (runs ok %.0f, rows %.0f) or was not a standby\n%s",
+			metricValue(t, standbyAddr, `outbox_relay_cleanup_runs_total{result="ok"}`), metricValue(t, standbyAddr, "outbox_relay_cleanup_deleted_rows_total"), standby.LogTail(10))
+	}
 	if int(deleted) != len(all)+1 {
 		t.Errorf("outbox_relay_cleanup_deleted_rows_total %.0f, want %d (every committed row once)", deleted, len(all)+1)
 	}
