@@ -80,7 +80,6 @@ type Target struct {
 func CheckPostgres(ctx context.Context, db DB, t Target, r *Report) {
 	settings(ctx, db, r)
 	publication(ctx, db, t, r)
-	partitionRoot(ctx, db, t, r)
 	replicationSlot(ctx, db, t, r)
 }
 
@@ -169,6 +168,7 @@ func pgDuration(v string) (time.Duration, error) {
 }
 
 func publication(ctx context.Context, db DB, t Target, r *Report) {
+	partitionRoot(ctx, db, t, r)
 	quoted := pgx.Identifier{t.Schema, t.Table}.Sanitize()
 	pub := pgx.Identifier{t.Publication}.Sanitize()
 	var ins, upd, del, trunc, all bool

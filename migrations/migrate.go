@@ -143,13 +143,10 @@ func Versions() ([]int, error) {
 // Each pending migration runs in its own transaction holding
 // pg_advisory_xact_lock, and is skipped if another process recorded it in
 // the meantime, so concurrent Apply calls are safe. The schema of t and the
-// bookkeeping table are created first if missing. Inside every pending
-// migration's transaction (or, when nothing is pending, on its own) the
-// table is checked with Validate; a hand-made table that fails validation
-// makes Apply fail at the first one, without recording anything, and the
-// error is a *SchemaError. A declaratively partitioned table is accepted
-// (migration 1 leaves an existing table alone); its publication needs
-// publish_via_partition_root, which outbox-relay migrate sets.
+// bookkeeping table are created first if missing. After the last pending
+// migration (or, when nothing is pending, on its own) the table is checked
+// with Validate; a hand-made table that fails validation makes Apply fail
+// without recording anything, and the error is a *SchemaError.
 //
 // If the bookkeeping says t was migrated but t no longer exists (someone
 // dropped it), the stale records are removed and t is created again.
@@ -174,7 +171,8 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 
 	applied = []int{}
 	validated := false
-	for _, m := range migs {
+	for i, m := range migs {
+		last := i == len(migs)-1
 		ran := false
 		err := inLockedTx(ctx, db, func(tx pgx.Tx) error {
 			var done bool
@@ -198,12 +196,12 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 				t.Name, m.version); err != nil {
 				return fmt.Errorf("record migration %s: %w", m.name, err)
 			}
-			// Validate inside every migration's transaction: a table that
-			// does not fit makes the first one fail, leaving no record
-			// behind (migrations after the first do not touch the outbox
-			// table, so only the first can fail here).
-			if _, err := Validate(ctx, tx, t); err != nil {
-				return err
+			if last {
+				// Validate inside the transaction so a table that does not
+				// fit leaves no record behind.
+				if _, err := Validate(ctx, tx, t); err != nil {
+					return err
+				}
 			}
 			ran = true
 			return nil
@@ -213,7 +211,7 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 		}
 		if ran {
 			applied = append(applied, m.version)
-			validated = true
+			validated = last
 		}
 	}
 	if !validated {

@@ -57,11 +57,11 @@ type relay struct {
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// positions holds the saved checkpoints (skip-ahead, recover, replay).
 	positions *position.Store
-	elector   *leader.Elector
-	// streaming is true while a replication stream runs (for /readyz).
-	streaming atomic.Bool
 	// cleanup is the leader's cleanup schedule (nil: off).
 	cleanup *cleanupSchedule
+	elector *leader.Elector
+	// streaming is true while a replication stream runs (for /readyz).
+	streaming atomic.Bool
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
