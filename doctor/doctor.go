@@ -169,6 +169,7 @@ func pgDuration(v string) (time.Duration, error) {
 }
 
 func publication(ctx context.Context, db DB, t Target, r *Report) {
+	partitionRoot(ctx, db, t, r)
 	quoted := pgx.Identifier{t.Schema, t.Table}.Sanitize()
 	pub := pgx.Identifier{t.Publication}.Sanitize()
 	var ins, upd, del, trunc, all bool

@@ -270,3 +270,33 @@ func New() *Relay {
 func (r *Relay) Handler() http.Handler {
 	return promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{Registry: r.Registry})
 }
+
+// Cleanup is the metrics of the cleanup schedule the leader runs
+// (run --cleanup-older-than); registered only when it is on.
+type Cleanup struct {
+	// DeletedRows counts outbox rows removed, by row deletes or with a
+	// dropped partition.
+	DeletedRows prometheus.Counter
+	// Runs counts runs by result: ok, partial (stopped by its time
+	// bound), refused (no usable checkpoint) or error.
+	Runs *prometheus.CounterVec
+}
+
+// NewCleanup creates the cleanup collectors and registers them on reg.
+func NewCleanup(reg prometheus.Registerer) *Cleanup {
+	c := &Cleanup{
+		DeletedRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cleanup_deleted_rows_total",
+			Help: "Outbox rows removed by the cleanup schedule (confirmed by a checkpoint and past the retention).",
+		}),
+		Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cleanup_runs_total",
+			Help: "Cleanup runs of the leader, by result: ok, partial, refused or error.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"ok", "partial", "refused", "error"} {
+		c.Runs.WithLabelValues(r)
+	}
+	reg.MustRegister(c.DeletedRows, c.Runs)
+	return c
+}

@@ -36,15 +36,25 @@ func CheckServer(ctx context.Context, db DB, log zerolog.Logger) error {
 
 // EnsurePublication creates the publication for table (a quoted,
 // schema-qualified name) with publish = 'insert', so cleanup deletes are
-// never streamed. An existing publication is checked, not changed.
+// never streamed, and for a partitioned table with
+// publish_via_partition_root = true (see PartitionRootError). An existing
+// publication is checked, not changed (EnsurePartitionRoot changes it).
 func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, name string) error {
-	var pubInsert bool
-	err := m.db.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&pubInsert)
+	partitioned, err := m.partitioned(ctx, quotedTable)
+	if err != nil {
+		return err
+	}
+	var pubInsert, viaRoot bool
+	err = m.db.QueryRow(ctx, `SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&pubInsert, &viaRoot)
 	if err != nil {
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read publication %q: %w", m.publication, err)
 		}
-		sql := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, quoteIdent(m.publication), quotedTable)
+		with := "publish = 'insert'"
+		if partitioned {
+			with += ", publish_via_partition_root = true"
+		}
+		sql := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (%s)`, quoteIdent(m.publication), quotedTable, with)
 		if _, err := m.db.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("create publication %q: %w", m.publication, err)
 		}
@@ -52,6 +62,9 @@ func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, na
 	}
 	if !pubInsert {
 		return fmt.Errorf("publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", m.publication, quoteIdent(m.publication))
+	}
+	if partitioned && !viaRoot {
+		return &PartitionRootError{Publication: m.publication, Table: quotedTable}
 	}
 	var has bool
 	err = m.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
@@ -68,4 +81,51 @@ func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, na
 
 func quoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// partitioned reports whether quotedTable is a partitioned table.
+func (m *Manager) partitioned(ctx context.Context, quotedTable string) (bool, error) {
+	var p bool
+	err := m.db.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)`, quotedTable).Scan(&p)
+	if err != nil {
+		return false, fmt.Errorf("read the kind of table %s: %w", quotedTable, err)
+	}
+	return p, nil
+}
+
+// PartitionRootError is a publication of a partitioned outbox without
+// publish_via_partition_root. pgoutput then reports every insert under its
+// leaf partition's name, which the relay does not recognise as the outbox:
+// such events would never be relayed. So the relay refuses to stream.
+type PartitionRootError struct {
+	Publication, Table string
+}
+
+func (e *PartitionRootError) Error() string {
+	return fmt.Sprintf("publication %q of the partitioned table %s lacks publish_via_partition_root: its inserts would arrive under the "+
+		"partitions' names and not be relayed; run \"outbox-relay migrate\" (sets it) or ALTER PUBLICATION %s SET (publish_via_partition_root = true), "+
+		"then check for events committed meanwhile (outbox-relay reconcile, replay --since)", e.Publication, e.Table, quoteIdent(e.Publication))
+}
+
+// EnsurePartitionRoot sets publish_via_partition_root on an existing
+// publication of a partitioned table (what migrate does; a no-op for a
+// plain table or a missing publication, which EnsurePublication creates
+// right).
+func (m *Manager) EnsurePartitionRoot(ctx context.Context, quotedTable string) error {
+	partitioned, err := m.partitioned(ctx, quotedTable)
+	if err != nil || !partitioned {
+		return err
+	}
+	var viaRoot bool
+	err = m.db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&viaRoot)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && viaRoot {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read publication %q: %w", m.publication, err)
+	}
+	if _, err := m.db.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(m.publication)+` SET (publish_via_partition_root = true)`); err != nil {
+		return fmt.Errorf("set publish_via_partition_root on publication %q: %w", m.publication, err)
+	}
+	return nil
 }

@@ -57,6 +57,8 @@ type config struct {
 	// CheckpointRetention bounds the checkpoint history.
 	CheckpointInterval  time.Duration
 	CheckpointRetention time.Duration
+	// CleanupSchedule is the leader's optional cleanup (cleanupschedule.go).
+	CleanupSchedule cleanupScheduleConfig
 	// testStatusHold delays standby status updates (tests only, from
 	// OUTBOX_RELAY_TEST_STATUS_HOLD; see testhook.go).
 	testStatusHold time.Duration
@@ -249,6 +251,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
 		b.dur(&c.CheckpointRetention, "checkpoint-retention", 7*24*time.Hour, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention")
 		c.testStatusHold = testStatusHold(b)
+		c.CleanupSchedule.bind(b)
 		b.dur(&c.LeaderPollInterval, "leader-poll-interval", 2*time.Second, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
 		b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", time.Second, "how often the leader checks its lock connection")
 		b.dur(&c.LeaderTimeout, "leader-timeout", 10*time.Second, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
@@ -365,6 +368,7 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		if c.CheckpointInterval < 0 || c.CheckpointRetention < 0 {
 			errs = append(errs, fmt.Errorf("--checkpoint-interval %s / --checkpoint-retention %s: use 0 (off) or a positive duration", c.CheckpointInterval, c.CheckpointRetention))
 		}
+		errs = append(errs, c.CleanupSchedule.validate()...)
 		if c.SlotCheckInterval <= 0 {
 			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))
 		}

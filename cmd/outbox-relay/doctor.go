@@ -17,7 +17,7 @@ import (
 // exits 1.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var topics string
-	var dedupe time.Duration
+	var dedupe, outboxRetention, cpRetention time.Duration
 	var binder *flagBinder
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
@@ -29,6 +29,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			binder = &flagBinder{fs: fs}
 			binder.str(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.dur(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
+			binder.dur(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
+			binder.dur(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other windows")
 		})
 	if err != nil {
 		return err
@@ -73,7 +75,11 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			rows.Close()
 		}
 	}
-	doctor.CheckKafka(ctx, doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe, Security: cfg.kafkaSecurity}, rep)
+	kt := doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe, Security: cfg.kafkaSecurity}
+	doctor.CheckKafka(ctx, kt, rep)
+	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
+	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
+	doctor.CheckRetention(ret, rep)
 	rep.Write(stdout)
 	if rep.Failed() {
 		return errors.New("some checks failed (see the fixes above)")

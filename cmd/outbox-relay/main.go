@@ -40,6 +40,7 @@ Commands:
   checkpoint     show or reset the saved position (checkpoint show|reset)
   recover        recreate a missing or lost slot and back-fill from the outbox table
   replay         re-publish events still in the outbox table (marked as replayed)
+  cleanup        delete confirmed outbox rows older than --older-than (batched; drops old partitions)
   doctor         check PostgreSQL settings, publication and slot; print fixes
   reconcile      compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing
   version        print the version
@@ -84,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout, stderr)
 	case "recover":
 		err = cmdRecover(ctx, args[1:], stdout, stderr)
+	case "cleanup":
+		err = cmdCleanup(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		err = cmdDoctor(ctx, args[1:], stdout, stderr)
 	case "reconcile":

@@ -39,6 +39,9 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	m := slot.NewManager(pool, cfg.Slot, cfg.Publication)
+	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
+		return err
+	}
 	if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
 		return err
 	}

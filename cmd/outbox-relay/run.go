@@ -41,6 +41,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	cfg.warnInsecure(log, true)
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
+	r.cleanup = newCleanupSchedule(r)
 	return r.run(ctx)
 }
 
@@ -56,7 +57,9 @@ type relay struct {
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// positions holds the saved checkpoints (skip-ahead, recover, replay).
 	positions *position.Store
-	elector   *leader.Elector
+	// cleanup is the leader's cleanup schedule (nil: off).
+	cleanup *cleanupSchedule
+	elector *leader.Elector
 	// streaming is true while a replication stream runs (for /readyz).
 	streaming atomic.Bool
 	// decoded is the highest position handed to the publisher (redelivery.go).
@@ -188,6 +191,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	go r.heartbeat(hctx)
+	go r.cleanup.run(hctx, r)
 
 	for attempt := 1; ; attempt++ {
 		started := time.Now()

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/cleanup"
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/position"
+)
+
+// cleanupScheduleConfig is run's optional cleanup schedule: the leader
+// deletes confirmed rows older than OlderThan every Interval.
+type cleanupScheduleConfig struct {
+	OlderThan time.Duration
+	Interval  time.Duration
+}
+
+func (c *cleanupScheduleConfig) bind(b *flagBinder) {
+	b.dur(&c.OlderThan, "cleanup-older-than", 0, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)")
+	b.dur(&c.Interval, "cleanup-interval", 10*time.Minute, "cadence of the leader's cleanup runs (each bounded by half of it)")
+}
+
+func (c *cleanupScheduleConfig) validate() []error {
+	var errs []error
+	if c.OlderThan < 0 {
+		errs = append(errs, fmt.Errorf("--cleanup-older-than %s: use 0 (off) or a positive duration, e.g. 168h", c.OlderThan))
+	}
+	if c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--cleanup-interval %s: use at least 100ms (minutes are typical)", c.Interval))
+	}
+	return errs
+}
+
+// cleanupSchedule runs cleanup while this process leads.
+type cleanupSchedule struct {
+	cfg cleanupScheduleConfig
+	m   *metrics.Cleanup
+}
+
+// newCleanupSchedule returns the schedule of r's configuration, nil when off.
+func newCleanupSchedule(r *relay) *cleanupSchedule {
+	c := r.cfg.CleanupSchedule
+	if c.OlderThan <= 0 {
+		return nil
+	}
+	if r.cfg.CheckpointInterval <= 0 {
+		r.log.Warn().Str("stage", "cleanup").Msg("--cleanup-older-than with --checkpoint-interval 0: no checkpoint is saved, so cleanup deletes nothing")
+	}
+	if r.cfg.CheckpointRetention > 0 && c.OlderThan > r.cfg.CheckpointRetention {
+		r.log.Warn().Str("stage", "cleanup").Dur("cleanup_older_than", c.OlderThan).Dur("checkpoint_retention", r.cfg.CheckpointRetention).
+			Msg("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than")
+	}
+	return &cleanupSchedule{cfg: c, m: metrics.NewCleanup(r.m.Registry)}
+}
+
+// run cleans every interval until ctx (the leadership) ends. A nil
+// schedule does nothing.
+func (s *cleanupSchedule) run(ctx context.Context, r *relay) {
+	if s == nil {
+		return
+	}
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.once(ctx, r)
+	}
+}
+
+func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
+	log := r.log.With().Str("stage", "cleanup").Logger()
+	id, err := identify(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.m.Runs.WithLabelValues("error").Inc()
+			log.Warn().Err(err).Msg("cleanup run failed; retrying at the next interval")
+		}
+		return
+	}
+	c := &cleanup.Cleaner{DB: r.pool, Table: r.cfg.table, Slot: r.cfg.Slot, Identity: id, Log: log,
+		Options:  cleanup.Options{OlderThan: s.cfg.OlderThan, Pause: cleanup.DefaultPause, MaxDuration: max(s.cfg.Interval/2, time.Second)},
+		OnDelete: func(n int64) { s.m.DeletedRows.Add(float64(n)) },
+	}
+	res, err := c.Run(ctx)
+	var dropped int64
+	for _, d := range res.Dropped {
+		dropped += d.Rows
+	}
+	s.m.DeletedRows.Add(float64(dropped))
+	var noCP *cleanup.NoCheckpointError
+	var mismatch *position.MismatchError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // leadership ended mid-run: the batch in flight was rolled back
+	case errors.As(err, &noCP) || errors.As(err, &mismatch):
+		s.m.Runs.WithLabelValues("refused").Inc()
+		log.Warn().Err(err).Msg("cleanup refused")
+		return
+	case err != nil:
+		s.m.Runs.WithLabelValues("error").Inc()
+		log.Warn().Err(err).Msg("cleanup run failed; retrying at the next interval")
+		return
+	}
+	result := "ok"
+	if res.Stopped != "" {
+		result = "partial"
+	}
+	s.m.Runs.WithLabelValues(result).Inc()
+	log.Info().Str("result", result).Int64("rows", res.Deleted).Int("batches", res.Batches).Int("partitions_dropped", len(res.Dropped)).
+		Int64("partition_rows", dropped).Dur("elapsed", res.Elapsed).Int64("wal_bytes", res.WALBytes).Uint64("fence_xid", res.Xid).
+		Time("cutoff", res.Cutoff).Msg("cleanup run")
+}
