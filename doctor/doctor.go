@@ -74,6 +74,9 @@ type DB interface {
 type Target struct {
 	Slot, Publication string
 	Schema, Table     string
+	// Cleanup: the relay runs the cleanup schedule, so its role also
+	// needs DELETE on the outbox.
+	Cleanup bool
 }
 
 // CheckPostgres runs the server, publication, role privilege and slot checks.

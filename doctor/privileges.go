@@ -41,7 +41,8 @@ func privileges(ctx context.Context, db DB, t Target, r *Report) {
 
 	var missing []string
 	var fixes []string
-	for _, g := range migrations.RuntimeGrants(migrations.Table{Schema: t.Schema, Name: t.Table}, database) {
+	opts := migrations.GrantOptions{Cleanup: t.Cleanup}
+	for _, g := range migrations.RuntimeGrants(migrations.Table{Schema: t.Schema, Name: t.Table}, database, opts) {
 		lacking, err := lackingPrivileges(ctx, db, g)
 		if err != nil {
 			r.add("privileges", Fail, err.Error(), "outbox-relay migrate (as an admin) creates the relay's tables")
@@ -54,10 +55,17 @@ func privileges(ctx context.Context, db DB, t Target, r *Report) {
 	}
 	if len(missing) > 0 {
 		r.add("privileges", Fail, quotedRole+" lacks "+strings.Join(missing, "; "),
-			strings.Join(fixes, "; ")+" (or outbox-relay migrate --grant-role "+role+" as an admin)")
+			strings.Join(fixes, "; ")+" (or outbox-relay migrate --grant-role "+role+grantFlags(opts)+" as an admin)")
 		return
 	}
 	r.add("privileges", Pass, quotedRole+" has every privilege the relay uses", "")
+}
+
+func grantFlags(o migrations.GrantOptions) string {
+	if o.Cleanup {
+		return " --grant-cleanup"
+	}
+	return ""
 }
 
 // lackingPrivileges returns which of g's privileges the current role does

@@ -91,6 +91,20 @@ func TestDoctor(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "PASS  role") || !strings.Contains(res.Stdout, "PASS  privileges") {
 		t.Errorf("doctor as the granted role: exit %d, want 0 with PASS role and PASS privileges\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
+	// With the cleanup schedule the role also needs DELETE on the outbox.
+	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic, "--cleanup-older-than", "240h")
+	if res.Code != 1 || !strings.Contains(res.Stdout, "lacks DELETE on TABLE "+`"public"."`+env.TableName+`"`) ||
+		!strings.Contains(res.Stdout, "--grant-cleanup") {
+		t.Errorf("doctor --cleanup-older-than as a role without DELETE: exit %d, want 1 with the missing DELETE\n%s", res.Code, res.Stdout)
+	}
+	if r := env.RunCLI(60*time.Second, nil, "migrate", "--grant-role", role, "--grant-cleanup"); r.Code != 0 ||
+		!strings.Contains(r.Stdout, "DELETE ON TABLE") {
+		t.Fatalf("migrate --grant-role --grant-cleanup: exit %d\n%s%s", r.Code, r.Stdout, tail(r.Stderr, 10))
+	}
+	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic, "--cleanup-older-than", "240h")
+	if !strings.Contains(res.Stdout, "PASS  privileges") {
+		t.Errorf("doctor --cleanup-older-than after --grant-cleanup: no PASS privileges\n%s", res.Stdout)
+	}
 	env.Exec(`revoke insert on public.outbox_dead_letter from ` + role)
 	env.Exec(`alter role ` + role + ` noreplication`)
 	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic)

@@ -47,11 +47,32 @@ var runtimeGrants = []struct {
 		"read and save the relay's checkpoint, prune old rows (its id is an identity column: no sequence grant)"},
 }
 
+// GrantOptions adds the privileges of optional features to RuntimeGrants.
+type GrantOptions struct {
+	// Cleanup adds DELETE on the outbox table, for the leader's cleanup
+	// schedule (run --cleanup-older-than). Dropping old partitions of a
+	// partitioned outbox needs its owner and is not granted.
+	Cleanup bool
+}
+
+// cleanupGrant is what GrantOptions.Cleanup adds.
+var cleanupGrant = struct {
+	privileges string
+	kind       string
+	name       func(t Table, database string) string
+	why        string
+}{"DELETE", "TABLE", func(t Table, _ string) string { return t.Quoted() },
+	"run --cleanup-older-than deletes rows Kafka has acknowledged (deletes are not published)"}
+
 // RuntimeGrants returns the privileges of the relay's runtime role on
 // outbox table t in database.
-func RuntimeGrants(t Table, database string) []Grant {
-	out := make([]Grant, len(runtimeGrants))
-	for i, g := range runtimeGrants {
+func RuntimeGrants(t Table, database string, opts GrantOptions) []Grant {
+	list := runtimeGrants
+	if opts.Cleanup {
+		list = append(list[:len(list):len(list)], cleanupGrant)
+	}
+	out := make([]Grant, len(list))
+	for i, g := range list {
 		name := g.name(t, database)
 		object := name
 		if g.kind != "TABLE" {
@@ -69,7 +90,7 @@ func RuntimeGrants(t Table, database string) []Grant {
 // reports whether it created the role. Creating a REPLICATION role takes
 // a superuser (PostgreSQL 15 and older) or a CREATEROLE role that has
 // REPLICATION itself (16 and later).
-func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table) (created bool, grants []Grant, err error) {
+func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table, opts GrantOptions) (created bool, grants []Grant, err error) {
 	err = inLockedTx(ctx, db, func(tx pgx.Tx) error {
 		var database string
 		var exists bool
@@ -85,7 +106,7 @@ func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table) (cre
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("%s: %w (run migrate as a superuser, or create the role yourself with LOGIN REPLICATION)", stmt, err)
 		}
-		grants = RuntimeGrants(t, database)
+		grants = RuntimeGrants(t, database, opts)
 		for _, g := range grants {
 			sql := "GRANT " + g.Privileges + " ON " + g.Object + " TO " + r
 			if _, err := tx.Exec(ctx, sql); err != nil {

@@ -83,6 +83,7 @@ type config struct {
 	KafkaSASLUsername  string
 	KafkaSASLPassword  string
 	GrantRole          string
+	GrantCleanup       bool
 	kafkaSecurity      kafkaconn.Security
 
 	// Derived by validate.
@@ -234,6 +235,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 	}
 	if s&scopeMigrate != 0 {
 		b.str(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
+		b.bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
 	}
 	if s&scopeMigrate != 0 {
 		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
@@ -338,6 +340,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}.Build()
 		errs = append(errs, securityFlagErrors(err)...)
 		c.kafkaSecurity = sec
+	}
+	if s&scopeMigrate != 0 && c.GrantCleanup && c.GrantRole == "" {
+		errs = append(errs, errors.New("--grant-cleanup needs --grant-role NAME (the role to grant DELETE on the outbox to)"))
 	}
 	if s&scopeMigrate != 0 && c.GrantRole != "" && !validName(c.GrantRole) {
 		errs = append(errs, fmt.Errorf("--grant-role %q: use 1-63 lower-case letters, digits and underscores, e.g. outbox_relay", c.GrantRole))

@@ -49,6 +49,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer pool.Close()
 	doctor.CheckPostgres(ctx, pool, doctor.Target{
 		Slot: cfg.Slot, Publication: cfg.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
+		Cleanup: outboxRetention > 0,
 	}, rep)
 
 	var names []string

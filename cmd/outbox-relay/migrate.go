@@ -59,7 +59,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	if cfg.GrantRole != "" {
-		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table)
+		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, migrations.GrantOptions{Cleanup: cfg.GrantCleanup})
 		if err != nil {
 			return err
 		}
