@@ -22,8 +22,7 @@ const (
 	combineMaxBytes   = 8 << 20
 	// combineSenders is how many combined requests may be in flight at
 	// once. More than one keeps the brokers busy while a response is on
-	// its way; batches that arrive meanwhile wait for the next free
-	// sender and travel together.
+	// its way; batches that arrive meanwhile travel together in the next.
 	combineSenders = 3
 )
 
@@ -41,40 +40,60 @@ type batch struct {
 	err     chan error
 }
 
-// combiner merges the batches that lanes hand it at the same moment into
-// one multi-partition produce request per leader, the way the Java
+// combiner merges the batches that lanes hand it at about the same moment
+// into one multi-partition produce request per leader, the way the Java
 // producer sends one request per broker. Each lane still has at most one
 // batch in flight, so per-partition order is the lane's as before; what
 // changes is the number of requests: at live rates one partition batch is
 // often a handful of records, and a request per partition per round trip
-// cost the broker more CPU than the records themselves. There is no
-// linger: a batch that finds a sender idle goes out at once.
+// cost the broker (and the relay) more CPU than the records themselves.
+//
+// One collector forms groups: it takes a batch, waits up to linger for
+// the other lanes' batches (like the producer's linger.ms), and hands the
+// group to one of combineSenders senders. While every sender is busy the
+// batches wait in their lanes and grow, so a loaded relay sends fewer,
+// larger requests; linger 0 sends whatever is ready at once.
 type combiner struct {
 	ctx     context.Context
 	rt      kafka.RoundTripper
 	addr    net.Addr
 	timeout time.Duration
+	linger  time.Duration
 	in      chan *batch
+	groups  chan []*batch
 }
 
-func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout time.Duration) *combiner {
-	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, in: make(chan *batch)}
+func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration) *combiner {
+	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0),
+		in: make(chan *batch), groups: make(chan []*batch)}
 }
 
-// run starts the senders; wg tracks them.
+// run starts the collector and the senders; wg tracks them.
 func (c *combiner) run(wg *sync.WaitGroup) {
+	wg.Add(1 + combineSenders)
+	go func() {
+		defer wg.Done()
+		c.collect()
+	}()
 	for range combineSenders {
-		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.sender()
+			for {
+				select {
+				case g := <-c.groups:
+					c.send(g)
+				case <-c.ctx.Done():
+					return
+				}
+			}
 		}()
 	}
 }
 
 // produce sends b (as part of a combined request) and returns its
-// partition's outcome. Once a sender has taken b, produce waits for its
-// answer even while closing, so the caller can reuse b's records safely.
+// partition's outcome. Once the collector has taken b, produce waits for
+// its answer even while closing, so the caller can reuse b's records
+// safely.
 func (c *combiner) produce(b *batch) error {
 	b.err = make(chan error, 1)
 	select {
@@ -85,28 +104,58 @@ func (c *combiner) produce(b *batch) error {
 	return <-b.err
 }
 
-func (c *combiner) sender() {
-	var group []*batch
+// collect forms groups of batches and hands them to the senders. A group
+// it has taken is always answered: on close, with the context's error.
+func (c *combiner) collect() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
+		var group []*batch
 		select {
 		case b := <-c.in:
-			group = append(group[:0], b)
+			group = append(group, b)
 		case <-c.ctx.Done():
 			return
 		}
 		size := group[0].bytes
+		lingering := c.linger > 0
+		if lingering {
+			timer.Reset(c.linger)
+		}
 	more:
 		for len(group) < combineMaxBatches && size < combineMaxBytes {
+			if !lingering {
+				select {
+				case b := <-c.in:
+					group = append(group, b)
+					size += b.bytes
+					continue
+				default:
+					break more
+				}
+			}
 			select {
 			case b := <-c.in:
 				group = append(group, b)
 				size += b.bytes
-			default:
+			case <-timer.C:
+				lingering = false
+				break more
+			case <-c.ctx.Done():
 				break more
 			}
 		}
-		c.send(group)
-		clear(group)
+		if lingering {
+			timer.Stop() // no drain needed: since Go 1.23 Reset discards a stale tick
+		}
+		select {
+		case c.groups <- group:
+		case <-c.ctx.Done():
+			for _, b := range group {
+				b.err <- c.ctx.Err()
+			}
+			return
+		}
 	}
 }
 

@@ -89,10 +89,10 @@ func produceAll(c *combiner, bs []*batch) []error {
 	return errs
 }
 
-func startCombiner(t *testing.T, f *fakeBroker) *combiner {
+func startCombiner(t *testing.T, f *fakeBroker, linger time.Duration) *combiner {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second)
+	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger)
 	c.run(&wg)
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return c
@@ -112,28 +112,29 @@ func TestCombinerMergesAndMapsErrors(t *testing.T) {
 		}
 		return &produceapi.ResponsePartition{}
 	}}
-	c := startCombiner(t, f)
+	c := startCombiner(t, f, 0)
 
-	// Occupy every sender, then queue more batches behind them.
+	// Occupy every sender, one request each, then queue more batches
+	// behind them.
 	busy := make([]*batch, combineSenders)
+	done := make(chan error, combineSenders)
 	for i := range busy {
 		busy[i] = testBatch("a", i, 1)
-	}
-	done := make(chan []error)
-	go func() { done <- produceAll(c, busy) }()
-	for deadline := time.Now().Add(5 * time.Second); len(f.sent()) < combineSenders; {
-		if time.Now().After(deadline) {
-			t.Fatalf("senders took %d requests, want %d", len(f.sent()), combineSenders)
+		go func() { done <- c.produce(busy[i]) }()
+		for deadline := time.Now().Add(5 * time.Second); len(f.sent()) < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("senders took %d requests, want %d", len(f.sent()), i+1)
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	queued := []*batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
 	queuedDone := make(chan []error)
 	go func() { queuedDone <- produceAll(c, queued) }()
 	time.Sleep(50 * time.Millisecond) // let them reach the channel
 	close(f.gate)
-	for _, err := range <-done {
-		if err != nil {
+	for range busy {
+		if err := <-done; err != nil {
 			t.Fatalf("busy batch: %v", err)
 		}
 	}
@@ -162,7 +163,7 @@ func TestCombinerMergesAndMapsErrors(t *testing.T) {
 func TestCombinerSplitsByLeader(t *testing.T) {
 	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
 	f := &fakeBroker{reply: ok}
-	c := startCombiner(t, f)
+	c := startCombiner(t, f, 0)
 	group := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 2), testBatch("a", 2, 1)}
 	for i := range group {
 		group[i].err = make(chan error, 1)
@@ -184,7 +185,7 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 		}
 		return nil
 	}}
-	c2 := startCombiner(t, f2)
+	c2 := startCombiner(t, f2, 0)
 	pair := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}
 	for i := range pair {
 		pair[i].err = make(chan error, 1)
@@ -200,12 +201,37 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 	}
 }
 
+// TestCombinerLinger: a batch waits up to the linger for others to share
+// its request; without one it goes alone.
+func TestCombinerLinger(t *testing.T) {
+	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
+	for _, tc := range []struct {
+		linger time.Duration
+		want   int
+	}{{200 * time.Millisecond, 1}, {0, 2}} {
+		f := &fakeBroker{reply: ok}
+		c := startCombiner(t, f, tc.linger)
+		errs := make(chan error, 2)
+		go func() { errs <- c.produce(testBatch("a", 0, 1)) }()
+		time.Sleep(30 * time.Millisecond)
+		go func() { errs <- c.produce(testBatch("a", 1, 1)) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(f.sent()); n != tc.want {
+			t.Errorf("linger %s: %d requests %v, want %d", tc.linger, n, f.sent(), tc.want)
+		}
+	}
+}
+
 // TestCombinerClosing: a batch handed over after the publisher closed is
 // refused, not lost in a channel.
 func TestCombinerClosing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second)
+	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0)
 	c.run(&wg)
 	cancel()
 	wg.Wait()

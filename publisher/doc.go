@@ -10,13 +10,12 @@
 // partition sends exactly one batch at a time (acks=all), retrying it with
 // backoff until it is acknowledged. Only then are its events reported to the Acker and the next
 // batch taken. Batching is natural: whatever queued up while a request was
-// in flight is the next batch, so a quiet partition sends at once (no
-// linger) and a busy one sends large batches.
+// in flight is the next batch, so a busy partition sends large batches.
 //
 // Lanes do not send their own requests: a combiner merges the batches
 // handed to it at the same moment into one multi-partition produce request
 // per leader broker, as the Java producer does, with a few such requests
-// in flight and no linger. At live rates a lane batch is a handful of
+// in flight and a short linger (Config.Linger). At live rates a lane batch is a handful of
 // records, and a request per partition per round trip cost the broker
 // more CPU than the records did. Each batch still gets its own
 // partition's outcome, and a lane still waits for it, so order is

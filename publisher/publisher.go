@@ -54,6 +54,11 @@ type Config struct {
 	TopicReplicationFactor int
 	// WriteTimeout bounds one produce request.
 	WriteTimeout time.Duration
+	// Linger is how long a partition batch may wait for other
+	// partitions' batches to share its produce request (see combiner);
+	// 0 sends at once. It trades a few milliseconds of latency for far
+	// fewer requests, which on a busy machine lowers the tail.
+	Linger time.Duration
 	// MetadataTTL is how stale kafka-go's metadata may get. kafka-go does
 	// not refresh on NotLeaderForPartition, so this bounds the stall
 	// after a leader change.
@@ -137,7 +142,7 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 		routers:   make(map[string]*router),
 		transport: transport,
 		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
-		combiner:  newCombiner(ctx, transport, addr, cfg.WriteTimeout),
+		combiner:  newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger),
 	}
 	p.combiner.run(&p.wg)
 	return p

@@ -42,6 +42,7 @@ type config struct {
 	MaxInflightBytes  int64
 	MaxBatch          int
 	MaxBatchBytes     int
+	Linger            time.Duration
 	BackoffBase       time.Duration
 	BackoffMax        time.Duration
 	CreateTopics      bool
@@ -215,6 +216,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.int(&c.TopicReplication, "topic-replication-factor", -1, "replication factor of topics the relay creates (-1: broker default)")
 		b.int(&c.MaxBatch, "max-batch", 1000, "most events in one partition batch")
 		b.int(&c.MaxBatchBytes, "max-batch-bytes", 900<<10, "most bytes in one partition batch; keep under the broker's message.max.bytes")
+		b.dur(&c.Linger, "linger", 5*time.Millisecond, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)")
 		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
@@ -314,6 +316,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}
 		if c.MaxBatch < 1 || c.MaxBatch > 100000 {
 			errs = append(errs, fmt.Errorf("--max-batch %d: use 1..100000", c.MaxBatch))
+		}
+		if c.Linger < 0 || c.Linger > time.Second {
+			errs = append(errs, fmt.Errorf("--linger %s: use 0..1s (5ms, like the Java producer's linger.ms, is the default)", c.Linger))
 		}
 		if c.MaxBatchBytes < 1024 {
 			errs = append(errs, fmt.Errorf("--max-batch-bytes %d: use at least 1024", c.MaxBatchBytes))

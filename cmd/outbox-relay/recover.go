@@ -227,7 +227,7 @@ func backfillSlot(ctx context.Context, cfg *config, pool interface {
 	}
 	fmt.Fprintf(stdout, "recover %s: back-filling %d events %s, up to the new slot's consistent point %s\n", cfg.table, total, desc, ex.ConsistentPoint)
 	pub := publisher.New(publisher.Config{
-		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes,
+		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, Linger: cfg.Linger,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
 		UnknownTopicTimeout: cfg.UnknownTopicWait, Quarantine: quar, Security: cfg.kafkaSecurity,

@@ -225,7 +225,7 @@ func runReplay(ctx context.Context, pool *pgxpool.Pool, cfg *config, src *backfi
 	}
 	log := newLogger(cfg, stderr)
 	pub := publisher.New(publisher.Config{
-		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes,
+		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, Linger: cfg.Linger,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
 		UnknownTopicTimeout: cfg.UnknownTopicWait, Security: cfg.kafkaSecurity,

@@ -324,7 +324,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	r.tracker.Store(tracker)
 	pub := publisher.New(publisher.Config{
 		Brokers: r.cfg.brokers, Template: r.cfg.template,
-		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes,
+		MaxBatch: r.cfg.MaxBatch, MaxBatchBytes: r.cfg.MaxBatchBytes, Linger: r.cfg.Linger,
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
