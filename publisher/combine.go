@@ -24,6 +24,9 @@ const (
 	// once. More than one keeps the brokers busy while a response is on
 	// its way; batches that arrive meanwhile travel together in the next.
 	combineSenders = 3
+	// combineFullBytes ends a linger early: a group this large gains
+	// little from waiting (a draining backlog forms full batches).
+	combineFullBytes = 256 << 10
 )
 
 // batch is one lane's partition batch handed to the combiner. The lane
@@ -59,13 +62,21 @@ type combiner struct {
 	addr    net.Addr
 	timeout time.Duration
 	linger  time.Duration
-	in      chan *batch
-	groups  chan []*batch
+	// lanes reports how many lanes exist: once each has a batch in the
+	// group, nothing more can come and lingering would only wait.
+	lanes  func() int
+	in     chan *batch
+	groups chan []*batch
 }
 
-func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration) *combiner {
-	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0),
+func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *combiner {
+	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0), lanes: lanes,
 		in: make(chan *batch), groups: make(chan []*batch)}
+}
+
+// full reports whether lingering for more batches is pointless.
+func (c *combiner) full(group []*batch, size int) bool {
+	return size >= combineFullBytes || len(group) >= c.lanes()
 }
 
 // run starts the collector and the senders; wg tracks them.
@@ -118,7 +129,7 @@ func (c *combiner) collect() {
 			return
 		}
 		size := group[0].bytes
-		lingering := c.linger > 0
+		lingering := c.linger > 0 && !c.full(group, size)
 		if lingering {
 			timer.Reset(c.linger)
 		}
@@ -134,6 +145,10 @@ func (c *combiner) collect() {
 					break more
 				}
 			}
+			if c.full(group, size) {
+				lingering = false
+				continue // take what is ready without waiting
+			}
 			select {
 			case b := <-c.in:
 				group = append(group, b)
@@ -145,9 +160,7 @@ func (c *combiner) collect() {
 				break more
 			}
 		}
-		if lingering {
-			timer.Stop() // no drain needed: since Go 1.23 Reset discards a stale tick
-		}
+		timer.Stop() // no drain needed: since Go 1.23 Reset discards a stale tick
 		select {
 		case c.groups <- group:
 		case <-c.ctx.Done():

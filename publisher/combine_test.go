@@ -92,7 +92,7 @@ func produceAll(c *combiner, bs []*batch) []error {
 func startCombiner(t *testing.T, f *fakeBroker, linger time.Duration) *combiner {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger)
+	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger, func() int { return 1000 })
 	c.run(&wg)
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return c
@@ -226,12 +226,36 @@ func TestCombinerLinger(t *testing.T) {
 	}
 }
 
+// TestCombinerLingerEndsWhenFull: with every lane's batch in, or a large
+// group, the collector does not wait out the linger.
+func TestCombinerLingerEndsWhenFull(t *testing.T) {
+	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	f := &fakeBroker{reply: ok}
+	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
+	c.run(&wg)
+	defer func() { cancel(); wg.Wait() }()
+	t0 := time.Now()
+	if errs := produceAll(c, []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	big := testBatch("a", 0, 1)
+	big.bytes = combineFullBytes
+	if err := c.produce(big); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("took %s: the collector waited out the linger", d)
+	}
+}
+
 // TestCombinerClosing: a batch handed over after the publisher closed is
 // refused, not lost in a channel.
 func TestCombinerClosing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0)
+	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0, func() int { return 1000 })
 	c.run(&wg)
 	cancel()
 	wg.Wait()

@@ -122,6 +122,7 @@ type Publisher struct {
 	transport *kafka.Transport
 	client    *kafka.Client
 	combiner  *combiner
+	lanes     atomic.Int64 // lanes started, over all topics
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -142,8 +143,8 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 		routers:   make(map[string]*router),
 		transport: transport,
 		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
-		combiner:  newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger),
 	}
+	p.combiner = newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
 	return p
 }
@@ -341,6 +342,7 @@ func (r *router) run() {
 				l = &lane{p: r.p, topic: r.topic, partition: part, q: newQueue()}
 				l.leader.Store(int32(r.leader(part)))
 				r.lanes[part] = l
+				r.p.lanes.Add(1)
 				r.p.wg.Add(1)
 				go l.run()
 			}
