@@ -156,18 +156,15 @@ func TestIntegrationApplyConcurrent(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("concurrent Apply failed: %v", errs)
 	}
-	ones := 0
+	// Each migration runs in its own locked transaction, so concurrent
+	// callers may share the work; every version must run exactly once.
+	var got []int
 	for _, r := range results {
-		switch {
-		case slices.Equal(r, allVersions(t)):
-			ones++
-		case len(r) == 0:
-		default:
-			t.Fatalf("unexpected applied %v", r)
-		}
+		got = append(got, r...)
 	}
-	if ones != 1 {
-		t.Fatalf("%d of %d concurrent Apply calls applied the migrations, want exactly 1", ones, n)
+	slices.Sort(got)
+	if want := allVersions(t); !slices.Equal(got, want) {
+		t.Fatalf("%d concurrent Apply calls applied %v together (%v), want each of %v exactly once", n, got, results, want)
 	}
 }
 
