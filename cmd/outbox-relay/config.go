@@ -54,6 +54,9 @@ type config struct {
 	UnknownTopicWait  time.Duration
 	SlotCheckInterval time.Duration
 	PProf             bool
+	// MaxProcs is the GOMAXPROCS the run command sets (0: the Go
+	// runtime's own choice); see procs.go.
+	MaxProcs int
 	// CheckpointInterval is the cadence of checkpoint saves (0: off);
 	// CheckpointRetention bounds the checkpoint history.
 	CheckpointInterval  time.Duration
@@ -251,6 +254,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
 		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
 		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
+		b.int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
 		b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
 		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
 		b.dur(&c.CheckpointRetention, "checkpoint-retention", 7*24*time.Hour, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention")
@@ -395,6 +399,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}
 		if c.MaxInflightBytes < int64(c.MaxBatchBytes) {
 			errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: use at least --max-batch-bytes (%d)", c.MaxInflightBytes, c.MaxBatchBytes))
+		}
+		if c.MaxProcs < 0 {
+			errs = append(errs, fmt.Errorf("--max-procs %d: use 1 (the default), a larger count, or 0 for the Go runtime's choice", c.MaxProcs))
 		}
 		errs = append(errs, c.validateStats()...)
 	}

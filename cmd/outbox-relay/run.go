@@ -40,6 +40,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg, stderr)
 	cfg.warnInsecure(log, true)
+	log.Info().Str("stage", "startup").Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)).Msg("Go scheduler")
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	r.cleanup = newCleanupSchedule(r)
 	return r.run(ctx)

@@ -55,6 +55,7 @@ type config struct {
 	CleanupOnly bool
 	LogDir      string
 	PProf       bool
+	Warmup      bool
 }
 
 var allPhases = []string{"drain", "kafka", "latency", "bigtx"}
@@ -149,7 +150,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the schema, slots, publications and topics (debugging; the ceiling slot is always dropped)")
 	fs.BoolVar(&cfg.Strict, "strict", false, "exit 1 when a target FAILs")
 	fs.BoolVar(&cfg.CleanupOnly, "cleanup", false, "only drop leftovers of earlier runs (outbox_bench_* slots, publications, schemas, topics) and exit")
-	fs.BoolVar(&cfg.PProf, "pprof", false, "save a CPU and an allocation profile of the relay for each latency window (cpu-<rate>.pprof, allocs-<rate>.pprof in the log directory)")
+	fs.BoolVar(&cfg.Warmup, "warmup", true, "warm the broker up with ProducerPerformance before the drains when -phases has no kafka phase (which warms it)")
+	fs.BoolVar(&cfg.PProf, "pprof", false, "save CPU profiles of the relay during each drain (cpu-drain-m<mode>.pprof) and CPU and allocation profiles for each latency window (cpu-<rate>-tx<size>.pprof, allocs-<rate>-tx<size>.pprof) in the log directory")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for relay logs and raw results (default: a new one under $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

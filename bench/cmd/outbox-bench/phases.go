@@ -101,8 +101,10 @@ func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 			readyAt.Store(&now)
 		}
 	}()
+	profiled := b.profileDrain(ctx, r, tag, d.CeilingSec)
 	doneAt, err := b.waitConfirmed(ctx, t.slot, lsn, drainTimeout(n), r.alive)
 	d.RelayWalsenderCPU = ws.seconds()
+	profiled()
 	if err != nil {
 		return d, err
 	}
@@ -178,6 +180,19 @@ func (b *bench) ceiling(ctx context.Context, t *target, lsn pglogrepl.LSN, d *dr
 		d.CeilingClientCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
 	}
 	return nil
+}
+
+// warmBroker sends N records through ProducerPerformance, unmeasured, so
+// the drains do not run against a cold broker when the Kafka ceiling
+// phase (which warms it too) is not selected.
+func (b *bench) warmBroker(ctx context.Context) error {
+	topic := b.prefix + "_perf"
+	if err := b.createTopic(ctx, topic); err != nil {
+		return err
+	}
+	b.logf("broker warm-up: ProducerPerformance, %d records (unmeasured; -warmup=false skips it)", b.cfg.N)
+	_, err := b.producerPerf(ctx, topic, b.cfg.N, -1, "warmup")
+	return err
 }
 
 func (b *bench) kafkaCeiling(ctx context.Context) (*kafkaResult, error) {
@@ -474,6 +489,29 @@ func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate, txSize in
 			b.logf("latency: allocation profile at %d events/s: %v", rate, err)
 		}
 	}
+}
+
+// profileDrain starts a CPU profile of the relay for as long as the
+// ceiling took (so it ends inside the relay's drain when the relay is
+// slower than the ceiling, which is the case worth looking at), when
+// -pprof is set; the returned func waits for it.
+func (b *bench) profileDrain(ctx context.Context, r *relayProc, tag string, ceilingSec float64) func() {
+	if !b.cfg.PProf {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.waitReady(ctx, time.Minute); err != nil {
+			return
+		}
+		path := filepath.Join(b.cfg.LogDir, "cpu-drain-"+tag+".pprof")
+		secs := max(1, int(ceilingSec))
+		if err := r.profile(ctx, fmt.Sprintf("profile?seconds=%d", secs), path); err != nil {
+			b.logf("drain: CPU profile: %v", err)
+		}
+	}()
+	return func() { <-done }
 }
 
 func diffBuckets(after, before []bucket) []bucket {
