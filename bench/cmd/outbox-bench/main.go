@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +91,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	b.dropStale(ctx, cfg.Timeout+5*time.Minute)
 
+	if cfg.PProf {
+		// The bench's own CPU (writers, consumers) shares the machine
+		// with what it measures; its profile shows what it costs.
+		if f, err := os.Create(filepath.Join(cfg.LogDir, "cpu-bench.pprof")); err == nil {
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer pprof.StopCPUProfile() // runs before f.Close
+			}
+		}
+	}
 	res := b.run(ctx)
 	b.cleanup()
 

@@ -286,6 +286,9 @@ func (r *results) checks() []check {
 		for _, rc := range r.LatencyCeiling {
 			if rc.Target == l.Target && rc.TxSize == l.TxSize && rc.Samples > 0 {
 				c.Detail += fmt.Sprintf("; replication ceiling (pg_recvlogical alone) p99 %.1f ms", rc.P99)
+				if !c.Pass && rc.P99 > ms(targetP99) {
+					c.Detail += " — bound by PostgreSQL on this machine: its own delivery to a reader that does nothing else misses the target"
+				}
 			}
 		}
 		out = append(out, c)
