@@ -146,9 +146,10 @@ func (b *bench) run(ctx context.Context) *results {
 		return res
 	}
 	// The Kafka ceiling runs first: it also warms the broker's JVM. A
-	// just-started broker spent several times more CPU per request for
-	// its first ~600k records, and on a 2-core machine that CPU is taken
-	// from the WAL sender the drain measures (docs/benchmarks.md).
+	// just-started broker spent several times more CPU per request
+	// through the first three 200,000-event drains, and on a 2-core
+	// machine that CPU is taken from the WAL sender the drain measures
+	// (docs/benchmarks.md).
 	if b.cfg.Phases["kafka"] && ctx.Err() == nil {
 		k, err := b.kafkaCeiling(ctx)
 		res.Kafka = k
