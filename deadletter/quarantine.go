@@ -62,15 +62,32 @@ type Quarantine struct {
 
 // NewQuarantine loads the quarantined aggregates of store.
 func NewQuarantine(ctx context.Context, store *Store, policy Policy, log zerolog.Logger) (*Quarantine, error) {
-	open, err := store.open(ctx)
-	if err != nil {
+	q := &Quarantine{store: store, policy: policy, log: log}
+	if err := q.Reload(ctx); err != nil {
 		return nil, err
 	}
+	return q, nil
+}
+
+// Reload replaces what the quarantine knows with what the dead-letter
+// table says. The relay calls it whenever it starts streaming: while it
+// was a standby, or between two streams, the leader of the time may have
+// quarantined aggregates (and operators lifted others), and an aggregate
+// missing here would have its next event published ahead of the dead and
+// parked ones.
+func (q *Quarantine) Reload(ctx context.Context) error {
+	open, err := q.store.open(ctx)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	q.open = open
+	q.mu.Unlock()
 	if len(open) > 0 {
-		log.Warn().Str("stage", "quarantine").Int("aggregates", len(open)).
+		q.log.Warn().Str("stage", "quarantine").Int("aggregates", len(open)).
 			Msg("aggregates are quarantined; their new events are parked until an operator runs outbox-relay dlq retry or discard")
 	}
-	return &Quarantine{store: store, policy: policy, log: log, open: open}, nil
+	return nil
 }
 
 // Quarantined returns the number of quarantined aggregates.
@@ -78,6 +95,17 @@ func (q *Quarantine) Quarantined() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.open)
+}
+
+// Quarantines reports, from memory, whether ev's aggregate is quarantined
+// at or before ev: such an event goes to Hold, which may wait for the
+// aggregate's lock, so the caller can do that off the replication
+// goroutine.
+func (q *Quarantine) Quarantines(ev *replication.Event) bool {
+	q.mu.Lock()
+	pos, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
+	q.mu.Unlock()
+	return ok && !ev.Pos().Before(pos)
 }
 
 // Hold parks ev if its aggregate is quarantined at an earlier position and

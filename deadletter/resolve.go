@@ -110,7 +110,7 @@ func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, first func
 	}
 	rows, err := tx.Query(ctx, `SELECT `+entryColumns+` FROM `+s.table+` WHERE outbox_table = $1
 		AND aggregate_type = $2 AND aggregate_id = $3 AND status IN ('dead', 'parked')
-		ORDER BY tx_lsn, tx_ordinal FOR UPDATE`, s.outbox, agg.Type, agg.ID)
+		ORDER BY `+sameSystem+`, tx_lsn, tx_ordinal FOR UPDATE`, s.outbox, agg.Type, agg.ID)
 	if err != nil {
 		return res, err
 	}

@@ -80,8 +80,26 @@ func (s *Store) Check(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("dead-letter table %s does not exist (run \"outbox-relay migrate\")", s.table)
 	}
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attname = 'system_identifier' AND NOT attisdropped)`, s.table).Scan(&ok); err != nil {
+		return fmt.Errorf("check dead-letter table: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("dead-letter table %s has no column system_identifier (migration 5): run \"outbox-relay migrate\"", s.table)
+	}
 	return nil
 }
+
+// systemID is the server's system identifier as SQL. Dead-letter
+// positions are LSNs of the system that wrote them: a row of another
+// system (a dump restored into a new cluster, whose LSNs start lower) is
+// earlier than every new event of its aggregate. pg_control_system() is
+// executable by every role.
+const systemID = `(SELECT system_identifier::text FROM pg_control_system())`
+
+// sameSystem is true for a row this system wrote; rows written before
+// migration 5 have no system identifier and count as this system's.
+const sameSystem = `coalesce(system_identifier = ` + systemID + `, true)`
 
 // lockKey is the advisory lock of one aggregate's quarantine.
 const lockKey = `hashtextextended($1 || '/' || $2 || '/' || $3, 0)`
@@ -91,8 +109,8 @@ const lockKey = `hashtextextended($1 || '/' || $2 || '/' || $3, 0)`
 func (s *Store) insert(ctx context.Context, tx pgx.Tx, ev *replication.Event, topic, status, class, reason string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (outbox_table, event_id, aggregate_type, aggregate_id,
 			aggregate_version, event_type, schema_version, payload, headers, topic, tx_lsn, tx_ordinal,
-			commit_time, status, reason, class)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text::pg_lsn, $12, $13, $14, $15, $16)
+			commit_time, status, reason, class, system_identifier)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text::pg_lsn, $12, $13, $14, $15, $16, `+systemID+`)
 		ON CONFLICT (outbox_table, event_id) DO NOTHING`,
 		s.outbox, eventKey(ev), ev.AggregateType, ev.AggregateID, intOrNil(ev.AggregateVersion), ev.EventType,
 		intOrNil(ev.SchemaVersion), ev.Payload, textOrNil(ev.Headers), topic, ev.TxLSN.String(), ev.Ordinal,
@@ -128,12 +146,16 @@ func textOrNil(b []byte) any {
 }
 
 // open returns, for every quarantined aggregate, the position of its
-// earliest open row.
+// earliest open row. A row written by another system counts as position
+// 0/0, before every event this system decodes.
 func (s *Store) open(ctx context.Context) (map[Aggregate]replication.Position, error) {
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id,
-			tx_lsn::text, tx_ordinal
-		FROM `+s.table+` WHERE outbox_table = $1 AND status IN ('dead', 'parked')
-		ORDER BY aggregate_type, aggregate_id, tx_lsn, tx_ordinal`, s.outbox)
+			pos_lsn::text, pos_ordinal
+		FROM (SELECT aggregate_type, aggregate_id,
+				CASE WHEN `+sameSystem+` THEN tx_lsn ELSE '0/0'::pg_lsn END AS pos_lsn,
+				CASE WHEN `+sameSystem+` THEN tx_ordinal ELSE 0 END AS pos_ordinal
+			FROM `+s.table+` WHERE outbox_table = $1 AND status IN ('dead', 'parked')) AS o
+		ORDER BY aggregate_type, aggregate_id, pos_lsn, pos_ordinal`, s.outbox)
 	if err != nil {
 		return nil, fmt.Errorf("read quarantined aggregates: %w", err)
 	}

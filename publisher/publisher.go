@@ -28,8 +28,13 @@ type Acker interface {
 // published (see package deadletter). Both methods commit their row
 // before returning, so the event may be acknowledged afterwards.
 type Quarantine interface {
+	// Quarantines reports, from memory and without waiting, whether ev's
+	// aggregate is quarantined at or before ev. Events it reports go to
+	// Hold off the replication goroutine.
+	Quarantines(ev *replication.Event) bool
 	// Hold parks ev if its aggregate is quarantined before it and
-	// reports whether ev is taken care of.
+	// reports whether ev is taken care of. It may wait for an operator's
+	// dlq retry of the aggregate.
 	Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error)
 	// Poison dead-letters ev and quarantines its aggregate; an error
 	// (such as the halt policy's) stops the relay.
@@ -122,6 +127,7 @@ type Publisher struct {
 	transport *kafka.Transport
 	client    *kafka.Client
 	combiner  *combiner
+	holder    *holder
 	lanes     atomic.Int64 // lanes started, over all topics
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -146,6 +152,11 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	}
 	p.combiner = newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
+	p.holder = newHolder(p)
+	if cfg.Quarantine != nil {
+		p.wg.Add(1)
+		go p.holder.run()
+	}
 	return p
 }
 
@@ -163,26 +174,43 @@ func (p *Publisher) Ping(ctx context.Context) error {
 func (p *Publisher) Fatal() <-chan error { return p.fatal }
 
 // Publish queues ev for its topic; ack is called once ev is taken care of.
-// An event that can never become a record, or whose aggregate is
-// quarantined, is handed to the Quarantine here, synchronously, in stream
-// order. The error is for failures the relay must stop on.
+// An event that can never become a record is handed to the Quarantine
+// here, synchronously, in stream order. An event of a quarantined
+// aggregate goes to the holder, which parks it without making the
+// replication goroutine wait for the aggregate's lock. The error is for
+// failures the relay must stop on.
 func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
-	topic := p.cfg.Template.Render(ev.AggregateType, ev.EventType)
-	if q := p.cfg.Quarantine; q != nil {
-		held, err := q.Hold(ctx, ev, topic)
-		if err != nil {
-			return err
-		}
-		if held {
-			ack.Ack(0)
-			return nil
-		}
+	rec := &record{ev: ev, ack: ack, commit: ev.CommitTime}
+	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
+	if p.cfg.Quarantine != nil && p.holder.route(rec) {
+		return nil
 	}
-	msg, reason, err := p.message(topic, ev)
+	msg, reason, err := p.message(rec.msg.Topic, ev)
 	if err != nil {
-		return p.poison(ctx, ev, topic, reason, err, ack)
+		return p.poison(ctx, ev, rec.msg.Topic, reason, err, ack)
 	}
-	rec := &record{ev: ev, msg: msg, size: messageSize(&msg), ack: ack, commit: ev.CommitTime}
+	rec.msg, rec.size = msg, messageSize(&msg)
+	p.enqueue(rec)
+	return nil
+}
+
+// forward builds the record of an event the holder released and queues it
+// at its router, or dead-letters it when it cannot become a record. It
+// returns false when the publisher is closing or failed.
+func (p *Publisher) forward(rec *record) bool {
+	msg, reason, err := p.message(rec.msg.Topic, rec.ev)
+	if err != nil {
+		p.m.PublishErrors.WithLabelValues(reason, string(Permanent)).Inc()
+		return p.settle(rec, reason, err)
+	}
+	rec.msg, rec.size = msg, messageSize(&msg)
+	p.enqueue(rec)
+	return true
+}
+
+// enqueue hands rec to its topic's router, starting the router if needed.
+func (p *Publisher) enqueue(rec *record) {
+	topic := rec.msg.Topic
 	p.mu.Lock()
 	r := p.routers[topic]
 	if r == nil {
@@ -193,7 +221,6 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 	}
 	p.mu.Unlock()
 	r.q.push(rec)
-	return nil
 }
 
 // message builds ev's record or says, with a metric-friendly reason, why
@@ -228,16 +255,21 @@ func (p *Publisher) poison(ctx context.Context, ev *replication.Event, topic, re
 	if q == nil {
 		return cause
 	}
-	detail := cause.Error()
-	var ee *EventError
-	if errors.As(cause, &ee) {
-		detail = ee.Reason
-	}
-	if err := q.Poison(ctx, ev, topic, string(Permanent), reason+": "+detail); err != nil {
+	if err := q.Poison(ctx, ev, topic, string(Permanent), poisonReason(reason, cause)); err != nil {
 		return err
 	}
 	ack.Ack(0)
 	return nil
+}
+
+// poisonReason is the dead-letter reason: the metric's reason, then the
+// cause (for an EventError its reason alone: the row names the event).
+func poisonReason(reason string, cause error) string {
+	var ee *EventError
+	if errors.As(cause, &ee) {
+		return reason + ": " + ee.Reason
+	}
+	return reason + ": " + cause.Error()
 }
 
 // durably retries a dead-letter operation while PostgreSQL is unavailable;
@@ -674,7 +706,7 @@ func (p *Publisher) settle(rec *record, reason string, cause error) bool {
 		return false
 	}
 	ok := p.durably("dead-letter", func(ctx context.Context) error {
-		return q.Poison(ctx, rec.ev, rec.msg.Topic, string(Permanent), reason+": "+cause.Error())
+		return q.Poison(ctx, rec.ev, rec.msg.Topic, string(Permanent), poisonReason(reason, cause))
 	})
 	if ok {
 		rec.ack.Ack(rec.size)

@@ -321,6 +321,14 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		return err
 	}
 
+	// The quarantine is what the table says now: while this process was a
+	// standby or reconnecting, another leader may have quarantined
+	// aggregates, and an operator may have lifted others.
+	if err := r.quar.Reload(sctx); err != nil {
+		return err
+	}
+	r.m.Quarantined.Set(float64(r.quar.Quarantined()))
+
 	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.MaxInflightEvents, MaxBytes: r.cfg.MaxInflightBytes})
 	r.tracker.Store(tracker)
 	pub := publisher.New(publisher.Config{

@@ -1,0 +1,105 @@
+package publisher
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// holder decides the fate of events whose aggregate is quarantined, off
+// the replication goroutine.
+//
+// Deciding takes the aggregate's advisory lock in PostgreSQL, and an
+// operator's `dlq retry` holds that lock while it re-publishes, with
+// retries, for as long as Kafka makes it wait. On the replication
+// goroutine that wait would stop every aggregate, keepalive replies and
+// status updates with it, until the walsender gives up on the connection.
+// So Publish only queues such events here, and one goroutine parks them,
+// or, once an operator lifted the quarantine, hands them on to their
+// topic's router.
+//
+// Order per aggregate holds because an aggregate with an event here sends
+// every later event here too, until that event has been handed on: see
+// route and done.
+type holder struct {
+	p *Publisher
+	q *queue
+	// queued counts events queued or being decided, over all aggregates;
+	// zero lets Publish skip the lock in the common case.
+	queued atomic.Int64
+
+	mu sync.Mutex
+	// pending counts, per aggregate, the events queued or being decided.
+	pending map[aggregateKey]int
+}
+
+// aggregateKey identifies an aggregate: order is promised per aggregate.
+type aggregateKey struct{ typ, id string }
+
+func keyOf(ev *replication.Event) aggregateKey { return aggregateKey{ev.AggregateType, ev.AggregateID} }
+
+func newHolder(p *Publisher) *holder {
+	return &holder{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
+}
+
+// route queues rec when its aggregate is quarantined at or before it, or
+// has an earlier event queued here, and reports whether it did. It never
+// waits for PostgreSQL.
+func (h *holder) route(rec *record) bool {
+	q := h.p.cfg.Quarantine
+	// Only the replication goroutine adds events, so with none queued
+	// no aggregate can gain one between this check and the push.
+	if h.queued.Load() == 0 && !q.Quarantines(rec.ev) {
+		return false
+	}
+	key := keyOf(rec.ev)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending[key] == 0 && !q.Quarantines(rec.ev) {
+		return false
+	}
+	h.pending[key]++
+	h.queued.Add(1)
+	h.q.push(rec)
+	return true
+}
+
+// done ends rec's stay: after this, a later event of its aggregate may
+// take the direct path, so rec must already be parked, dead-lettered or
+// queued at its router.
+func (h *holder) done(rec *record) {
+	key := keyOf(rec.ev)
+	h.mu.Lock()
+	if h.pending[key]--; h.pending[key] <= 0 {
+		delete(h.pending, key)
+	}
+	h.queued.Add(-1)
+	h.mu.Unlock()
+}
+
+// run decides queued events in arrival order until the publisher closes.
+// What it has not decided then is abandoned like every unacknowledged
+// event: the slot was not confirmed past it.
+func (h *holder) run() {
+	p := h.p
+	defer p.wg.Done()
+	var batch []*record
+	for {
+		batch = h.q.take(p.ctx, 256, 1<<62, batch)
+		if batch == nil {
+			return
+		}
+		for _, rec := range batch {
+			held, ok := p.hold(rec)
+			if !ok {
+				return
+			}
+			if !held && !p.forward(rec) {
+				return
+			}
+			h.done(rec)
+		}
+		clear(batch)
+	}
+}
