@@ -76,6 +76,11 @@ const (
 	faultKafkaCut       faultKind = "kafka-cut"
 	faultPGBlackhole    faultKind = "pg-blackhole"
 	faultKafkaBlackhole faultKind = "kafka-blackhole"
+	// faultLeaderKill starts a standby, quarantines a second aggregate
+	// while it stands by, then kills the leader with kill -9: the standby
+	// takes over and must park that aggregate's new events. Always last in
+	// the schedule.
+	faultLeaderKill faultKind = "kill-leader-quarantined"
 )
 
 // fault is one step of the schedule: Gap of steady load, then the fault.
@@ -112,7 +117,7 @@ func chaosPlan(long bool) chaosConfig {
 		Writers: 3, Aggregates: 200, TxInterval: 25 * time.Millisecond, MaxTxEvents: 6, // ~3 x 40 tx/s x 3.5 = ~420 events/s
 		Warmup: 4 * time.Second, RecoveryBound: 30 * time.Second, DrainBound: 60 * time.Second,
 		GapMin: 1500 * time.Millisecond, GapMax: 4 * time.Second,
-		Counts: map[faultKind]int{faultKill9: 4, faultKafkaStop: 1, faultPGRestart: 1, faultPGCut: 1, faultKafkaCut: 1},
+		Counts: map[faultKind]int{faultKill9: 4, faultKafkaStop: 1, faultPGRestart: 1, faultPGCut: 1, faultKafkaCut: 1, faultLeaderKill: 1},
 	}
 	if long {
 		c.RecoveryBound, c.DrainBound = 60*time.Second, 120*time.Second
@@ -120,7 +125,7 @@ func chaosPlan(long bool) chaosConfig {
 		c.Counts = map[faultKind]int{
 			faultKill9: 16, faultKill9Twice: 3, // 22 kills
 			faultKafkaStop: 3, faultPGRestart: 3, faultPGCut: 3, faultKafkaCut: 3,
-			faultPGBlackhole: 2, faultKafkaBlackhole: 2,
+			faultPGBlackhole: 2, faultKafkaBlackhole: 2, faultLeaderKill: 1,
 		}
 	}
 	return c
@@ -162,6 +167,10 @@ func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 			f.Hold = uniform(rng, 3*time.Second, 6*time.Second)
 		}
 		out[i] = f
+	}
+	// Drawn after the others, so adding it left their schedule as it was.
+	for i := 0; i < cfg.Counts[faultLeaderKill]; i++ {
+		out = append(out, &fault{Kind: faultLeaderKill, Gap: uniform(rng, cfg.GapMin, cfg.GapMax)})
 	}
 	return out
 }
@@ -208,11 +217,18 @@ type chaos struct {
 
 	poisonMu sync.Mutex
 	poison   *Event // the committed poison event (dead-letter part), nil before
+	// leaderPoison is the poison of chaosLeaderPoisonAgg, committed while a
+	// standby waits (faultLeaderKill); nil before.
+	leaderPoison       *Event
+	injectLeaderPoison chan struct{}
 	// quarantined is the number of committed events held back by the poison.
 	quarantined int
 }
 
 const chaosPoisonAgg = "poison-agg"
+
+// chaosLeaderPoisonAgg is the aggregate faultLeaderKill quarantines.
+const chaosLeaderPoisonAgg = "poison-agg-leader"
 
 // insertPoison inserts ev with headers that are not an object of strings:
 // a poison event per docs/CONTRACT.md.
@@ -227,12 +243,12 @@ func insertPoison(ctx context.Context, tx *Tx, table string, ev Event) error {
 // poisonWriter keeps aggregate chaosPoisonAgg busy (one event per 20 ms) and,
 // once inject is closed, commits one poison event for it in the middle of
 // that stream.
-func (c *chaos) poisonWriter(ctx context.Context, stop *atomic.Bool, inject <-chan struct{}) {
+func (c *chaos) poisonWriter(ctx context.Context, stop *atomic.Bool, inject <-chan struct{}, agg string, poison **Event) {
 	w := c.env.NewWriter(c.ledger)
 	injected := false
 	for !stop.Load() && ctx.Err() == nil {
 		start := time.Now()
-		evs := w.NextEvents([]string{chaosPoisonAgg})
+		evs := w.NextEvents([]string{agg})
 		var insert func(ctx context.Context, tx *Tx) error
 		if !injected {
 			select {
@@ -249,7 +265,7 @@ func (c *chaos) poisonWriter(ctx context.Context, stop *atomic.Bool, inject <-ch
 		if insert != nil {
 			c.poisonMu.Lock()
 			ev := evs[0]
-			c.poison = &ev
+			*poison = &ev
 			c.poisonMu.Unlock()
 			c.logf("poison event %s committed: aggregate %s version %d, headers {\"bad\": 1}", ev.ID, ev.AggregateID, ev.Version)
 		}
@@ -263,6 +279,56 @@ func (c *chaos) poisonEvent() *Event {
 	c.poisonMu.Lock()
 	defer c.poisonMu.Unlock()
 	return c.poison
+}
+
+func (c *chaos) leaderPoisonEvent() *Event {
+	c.poisonMu.Lock()
+	defer c.poisonMu.Unlock()
+	return c.leaderPoison
+}
+
+// killQuarantinedLeader is faultLeaderKill: a standby starts and waits;
+// then, the first time, chaosLeaderPoisonAgg gets its poison and the slot
+// is confirmed past it, so the standby can learn of the quarantine only
+// from the dead-letter table; then the leader is killed with kill -9 and
+// the standby becomes c.relay.
+func (c *chaos) killQuarantinedLeader(f *fault) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(c.t))
+	c.relays++
+	standby := c.env.StartRelay(append(append([]string(nil), c.relayEnv...), "OUTBOX_RELAY_METRICS_ADDR="+addr)...)
+	node := &relayNode{name: "standby", r: standby, addr: addr}
+	if !within(30*time.Second, 100*time.Millisecond, node.readyStandby) {
+		f.Note = "standby not ready within 30s"
+		c.logf("WARNING: %s", f.Note)
+	}
+	if c.injectLeaderPoison != nil {
+		close(c.injectLeaderPoison)
+		c.injectLeaderPoison = nil
+		var lsn string
+		if !within(20*time.Second, 50*time.Millisecond, func() bool {
+			if c.leaderPoisonEvent() == nil {
+				return false
+			}
+			var err error
+			lsn, err = c.insertLSN(5 * time.Second)
+			return err == nil
+		}) {
+			f.Note = strings.TrimPrefix(f.Note+"; leader poison not committed", "; ")
+		}
+		// Past the poison, the new leader never sees it in the stream.
+		if lsn != "" && !within(c.cfg.RecoveryBound, 100*time.Millisecond, func() bool { return c.confirmedAtLeast(lsn) }) {
+			f.Note = strings.TrimPrefix(f.Note+"; slot not confirmed past the leader poison", "; ")
+		}
+		time.Sleep(500 * time.Millisecond) // a few events parked by the old leader
+	}
+	c.relay.Kill9()
+	c.relay = standby
+	if !within(30*time.Second, 100*time.Millisecond, node.streamingLeader) {
+		f.Note = strings.TrimPrefix(f.Note+"; standby not streaming 30s after the kill", "; ")
+		c.logf("WARNING: %s", f.Note)
+		return
+	}
+	f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby leads %s after kill -9", time.Since(f.Start).Round(time.Millisecond)), "; ")
 }
 
 // splitPoisoned moves the poison event and every later event of its
@@ -689,6 +755,8 @@ func (c *chaos) run(f *fault) {
 	switch f.Kind {
 	case faultKill9:
 		c.kill9(f)
+	case faultLeaderKill:
+		c.killQuarantinedLeader(f)
 	case faultKill9Twice:
 		c.kill9(f)
 		time.Sleep(f.Hold2)
@@ -839,8 +907,16 @@ func TestChaos(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.poisonWriter(wctx, &stop, inject)
+			c.poisonWriter(wctx, &stop, inject, chaosPoisonAgg, &c.poison)
 		}()
+		if cfg.Counts[faultLeaderKill] > 0 {
+			c.injectLeaderPoison = make(chan struct{})
+			wg.Add(1)
+			go func(inject <-chan struct{}) {
+				defer wg.Done()
+				c.poisonWriter(wctx, &stop, inject, chaosLeaderPoisonAgg, &c.leaderPoison)
+			}(c.injectLeaderPoison)
+		}
 	} else {
 		t.Logf("poison part skipped: the relay has no dead-letter support yet (`outbox-relay dlq --help`: %s)", dlqWhy)
 	}
@@ -909,6 +985,15 @@ func TestChaos(t *testing.T) {
 		}
 		dropDeadLetter(t, env.DB, func() []Event { return quarantined })
 	}
+	var leaderQuarantined []Event
+	leaderPoison := c.leaderPoisonEvent()
+	if leaderPoison != nil {
+		leaderQuarantined = splitPoisoned(expected, *leaderPoison)
+		for _, e := range leaderQuarantined {
+			forbidden[e.ID] = e
+		}
+		dropDeadLetter(t, env.DB, func() []Event { return leaderQuarantined })
+	}
 	finalLSN, err := c.insertLSN(10 * time.Second)
 	if err != nil {
 		t.Fatalf("insert lsn: %v", err)
@@ -941,6 +1026,14 @@ func TestChaos(t *testing.T) {
 			dlProblems, n = checkDeadLetter(env.DB, quarantined, 30*time.Second)
 			poisonLine = fmt.Sprintf("poison: %s v%d of %s; dead-letter rows %d/%d (1 dead + %d parked expected); quarantined events in Kafka: %d; problems: %d",
 				poison.ID, poison.Version, poison.AggregateID, n, len(quarantined), len(quarantined)-1, len(rep.Forbidden), len(dlProblems))
+		}
+		if cfg.Counts[faultLeaderKill] > 0 && leaderPoison == nil {
+			dlProblems = append(dlProblems, "the leader-kill poison event was never committed")
+		} else if leaderPoison != nil {
+			problems, n := checkDeadLetter(env.DB, leaderQuarantined, 30*time.Second)
+			dlProblems = append(dlProblems, problems...)
+			poisonLine += fmt.Sprintf("\nleader-kill poison: %s v%d of %s; dead-letter rows %d/%d (1 dead + %d parked, most by the standby that took over)",
+				leaderPoison.ID, leaderPoison.Version, leaderPoison.AggregateID, n, len(leaderQuarantined), len(leaderQuarantined)-1)
 		}
 	}
 	c.summary(schedule, rep, seed, mode, ledgerOnly, tableOnly, deliveredIn, drained, len(records), poisonLine)
