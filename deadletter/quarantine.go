@@ -97,15 +97,16 @@ func (q *Quarantine) Quarantined() int {
 	return len(q.open)
 }
 
-// Quarantines reports, from memory, whether ev's aggregate is quarantined
-// at or before ev: such an event goes to Hold, which may wait for the
-// aggregate's lock, so the caller can do that off the replication
+// Quarantines reports, from memory, whether ev's aggregate is
+// quarantined. Every event of such an aggregate may need its lock (to be
+// parked, or dead-lettered when it is poison too), which an operator's dlq
+// retry can hold for long, so the caller decides it off the replication
 // goroutine.
 func (q *Quarantine) Quarantines(ev *replication.Event) bool {
 	q.mu.Lock()
-	pos, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
+	_, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
 	q.mu.Unlock()
-	return ok && !ev.Pos().Before(pos)
+	return ok
 }
 
 // Hold parks ev if its aggregate is quarantined at an earlier position and

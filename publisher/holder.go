@@ -43,9 +43,9 @@ func newHolder(p *Publisher) *holder {
 	return &holder{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
 }
 
-// route queues rec when its aggregate is quarantined at or before it, or
-// has an earlier event queued here, and reports whether it did. It never
-// waits for PostgreSQL.
+// route queues rec when its aggregate is quarantined, or has an earlier
+// event queued here, and reports whether it did. It never waits for
+// PostgreSQL.
 func (h *holder) route(rec *record) bool {
 	q := h.p.cfg.Quarantine
 	// Only the replication goroutine adds events, so with none queued

@@ -29,8 +29,8 @@ type Acker interface {
 // before returning, so the event may be acknowledged afterwards.
 type Quarantine interface {
 	// Quarantines reports, from memory and without waiting, whether ev's
-	// aggregate is quarantined at or before ev. Events it reports go to
-	// Hold off the replication goroutine.
+	// aggregate is quarantined. Events it reports go to Hold off the
+	// replication goroutine.
 	Quarantines(ev *replication.Event) bool
 	// Hold parks ev if its aggregate is quarantined before it and
 	// reports whether ev is taken care of. It may wait for an operator's
