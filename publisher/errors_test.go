@@ -5,10 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
+	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // TestClassifyKafkaCodes pins the class of every Kafka code docs/errors.md
@@ -135,5 +141,76 @@ func TestLastFailure(t *testing.T) {
 	lf.Record(Failure{At: now.Add(time.Second), Reason: "Invalid Timestamp", Topic: "t", Partition: 2})
 	if f := lf.Load(); f == nil || f.Reason != "Invalid Timestamp" || f.Partition != 2 {
 		t.Fatalf("last failure %+v", f)
+	}
+}
+
+// laneOver returns a lane of topic "t" partition 0 writing to f, with a
+// LastFailure recording its failures.
+func laneOver(t *testing.T, f *fakeBroker, unknownTopicTimeout time.Duration) (*lane, *LastFailure) {
+	t.Helper()
+	lf := &LastFailure{}
+	cfg := Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout, LastFailure: lf}
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Publisher{cfg: cfg, log: zerolog.Nop(), m: metrics.New(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
+	p.combiner = newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
+	p.combiner.run(&p.wg)
+	t.Cleanup(func() { cancel(); p.wg.Wait() })
+	return &lane{p: p, topic: "t", partition: 0}, lf
+}
+
+func testRecord() *record {
+	ev := &replication.Event{EventID: "e1", AggregateID: "a1", EventType: "created"}
+	return &record{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
+}
+
+// TestVanishedPartitionStops: UNKNOWN_TOPIC_OR_PARTITION that lasts past
+// --unknown-topic-timeout stops the relay (position held) with the fix,
+// instead of retrying forever; the lane's failures are recorded as the
+// stall detector's cause.
+func TestVanishedPartitionStops(t *testing.T) {
+	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+	}}
+	l, lf := laneOver(t, f, 100*time.Millisecond)
+	res := make(chan sendResult, 1)
+	go func() { res <- l.send([]*record{testRecord()}) }()
+	select {
+	case err := <-l.p.fatal:
+		if !strings.Contains(err.Error(), "publish to t[0]") || !strings.Contains(err.Error(), "no longer exists") {
+			t.Errorf("fatal error %q", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a vanished partition was retried for 5s, past --unknown-topic-timeout 100ms")
+	}
+	if r := <-res; r != closing {
+		t.Fatalf("send returned %v, want closing", r)
+	}
+	if fl := lf.Load(); fl == nil || fl.Class != Fatal || fl.Topic != "t" || fl.EventID != "e1" || fl.AggregateID != "a1" || fl.Attempt < 2 {
+		t.Fatalf("last failure %+v", fl)
+	}
+}
+
+// TestUnknownPartitionHeals: a short UNKNOWN_TOPIC_OR_PARTITION (metadata
+// lag after a topic is created) is retried, not fatal.
+func TestUnknownPartitionHeals(t *testing.T) {
+	var calls atomic.Int32
+	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		if calls.Add(1) <= 3 {
+			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+		}
+		return &produceapi.ResponsePartition{}
+	}}
+	l, lf := laneOver(t, f, time.Minute)
+	if r := l.send([]*record{testRecord()}); r != sent {
+		t.Fatalf("send returned %v, want sent", r)
+	}
+	select {
+	case err := <-l.p.fatal:
+		t.Fatalf("fatal: %v", err)
+	default:
+	}
+	if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != kafka.UnknownTopicOrPartition.Title() {
+		t.Fatalf("last failure %+v", fl)
 	}
 }
