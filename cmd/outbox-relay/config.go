@@ -228,7 +228,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
-		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics)")
+		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops")
 	}
 	// Security: Kafka TLS and SASL (every Kafka connection), the
 	// least-privilege role migrate can grant.
