@@ -49,6 +49,9 @@ type Relay struct {
 	Leader prometheus.Gauge
 	// LeaderAcquisitions counts the times this process became leader.
 	LeaderAcquisitions prometheus.Counter
+	// Stalled is 1 while events are in flight and Kafka has acknowledged
+	// none of them for --stall-timeout (see package stall).
+	Stalled prometheus.Gauge
 
 	// PostgreSQL-side statistics, read by package pgstats every
 	// --stats-interval in every run process (standbys too: with the leader
@@ -250,6 +253,10 @@ func New() *Relay {
 			Namespace: namespace, Name: "leader_acquisitions_total",
 			Help: "Times this process acquired the slot's leader lock.",
 		}),
+		Stalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "stalled",
+			Help: "1 while events are in flight and no acknowledgement advanced for --stall-timeout; 0 otherwise.",
+		}),
 		PG: newPGStats(),
 	}
 	r.Registry.MustRegister(
@@ -260,7 +267,7 @@ func New() *Relay {
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
 		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered,
-		r.Leader, r.LeaderAcquisitions,
+		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	)
 	r.Registry.MustRegister(r.PG.collectors()...)
 	return r

@@ -3,8 +3,11 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -26,7 +29,20 @@ const (
 
 // classify sorts a write failure and names its reason for logs and
 // metrics. Unknown failures count as transient: retrying with backoff
-// risks a duplicate, giving up risks a loss.
+// risks a duplicate, giving up risks a loss (the stall detector of `run`
+// makes a retry that never ends visible).
+//
+// The rule behind each Kafka code (docs/errors.md has the table):
+//   - Permanent: this event can never be accepted by its topic or
+//     partition. Dead-lettering it and quarantining its aggregate keeps
+//     the aggregate's order and lets every other aggregate flow.
+//   - Fatal: the relay's identity, configuration or the cluster's
+//     settings are wrong, so every event would fail alike. Dead-lettering
+//     would empty the stream into the dead-letter table; stopping with
+//     the slot position held loses nothing and reorders nothing, and the
+//     error says what to fix.
+//   - Transient: the cluster can heal by itself (leaders, replicas,
+//     quotas, timeouts).
 func classify(err error) (Class, string) {
 	// An unverifiable certificate or rejected credentials concern every
 	// event: the relay stops (slot held) with a message naming the fix.
@@ -47,17 +63,7 @@ func classify(err error) (Class, string) {
 	}
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {
-		switch kerr {
-		case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidTopic,
-			kafka.InvalidRecord, kafka.TopicAuthorizationFailed, kafka.UnsupportedForMessageFormat:
-			return Permanent, kerr.Title()
-		case kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism,
-			kafka.IllegalSASLState, kafka.InvalidRequiredAcks, kafka.TransactionalIDAuthorizationFailed:
-			return Fatal, kerr.Title()
-		}
-		// Temporary errors are retried; so are the rest, since giving up
-		// on an error nobody classified would risk a loss.
-		return Transient, kerr.Title()
+		return classifyCode(kerr), kerr.Title()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Transient, "timeout"
@@ -67,4 +73,142 @@ func classify(err error) (Class, string) {
 		return Transient, "network"
 	}
 	return Transient, "other"
+}
+
+// classifyCode is the class of a Kafka error code.
+func classifyCode(code kafka.Error) Class {
+	switch code {
+	// The record itself: its size, its topic's name, its shape, or what
+	// its topic allows (per-topic authorization and message format are
+	// per topic, and the topic is chosen per event).
+	case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidTopic,
+		kafka.InvalidRecord, kafka.TopicAuthorizationFailed, kafka.UnsupportedForMessageFormat:
+		return Permanent
+	// The relay's credentials and acks setting.
+	case kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism,
+		kafka.IllegalSASLState, kafka.InvalidRequiredAcks, kafka.TransactionalIDAuthorizationFailed,
+		kafka.SecurityDisabled, kafka.BrokerAuthorizationFailed:
+		return Fatal
+	// Record timestamps are commit times, from PostgreSQL's clock: a
+	// rejected one means the topic's message.timestamp.before.max.ms /
+	// after.max.ms or a clock skew, which every event of that age hits
+	// alike. Dead-lettering a whole old backlog would quarantine every
+	// aggregate in it; retrying cannot succeed while the configuration
+	// stands (and waiting makes a backlog older).
+	case kafka.InvalidTimestamp:
+		return Fatal
+	// Protocol: the broker does not understand what the relay sends.
+	case kafka.UnsupportedVersion, kafka.InvalidRequest, kafka.UnsupportedCompressionType:
+		return Fatal
+	// Producer identity: the relay sends no producer id (no idempotence,
+	// no transactions), so an answer about one means a broken peer.
+	case kafka.InvalidProducerEpoch, kafka.InvalidProducerIDMapping, kafka.ProducerFenced,
+		kafka.InvalidTransactionState, kafka.TransactionCoordinatorFenced, kafka.OutOfOrderSequenceNumber,
+		kafka.DuplicateSequenceNumber, kafka.UnknownProducerId, kafka.TransactionalIDNotFound:
+		return Fatal
+	// Topic creation (--create-topics) refused by the cluster's policy or
+	// for settings it never accepts.
+	case kafka.PolicyViolation, kafka.InvalidPartitionNumber, kafka.InvalidConfiguration, kafka.InvalidReplicaAssignment:
+		return Fatal
+	}
+	// Leaders, replicas (NOT_ENOUGH_REPLICAS*), storage, quotas, timeouts,
+	// CORRUPT_MESSAGE (a CRC mismatch in transit), INVALID_REPLICATION_FACTOR
+	// (fewer brokers up than the factor) and UNKNOWN_TOPIC_OR_PARTITION
+	// (see lingering) heal; so may anything nobody classified.
+	return Transient
+}
+
+// lingering reports whether err is retriable at first but means, once
+// it lasts, that no retry can succeed: UNKNOWN_TOPIC_OR_PARTITION on a
+// partition the relay already routes to. Right after a topic is created,
+// or while a broker's metadata lags, it heals within seconds; when it
+// lasts, the partition is gone (topic deleted). Sending its events to
+// another partition would reorder their aggregates, and dead-lettering
+// would quarantine a whole partition's aggregates, so the relay stops
+// with the slot position held after --unknown-topic-timeout.
+func lingering(err error) bool {
+	return errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.UnknownTopicID)
+}
+
+// fix names what an operator must change for a fatal Kafka error; empty
+// when it has no Kafka code (TLS and SASL failures get their fix from
+// kafkaconn's classification in cmd/outbox-relay).
+func fix(err error) string {
+	if lingering(err) {
+		return "the partition stayed unknown past --unknown-topic-timeout, so it no longer exists (topic deleted, or recreated " +
+			"with fewer partitions): recreate the topic with at least as many partitions; the relay resumes from the held position"
+	}
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return ""
+	}
+	switch kerr {
+	case kafka.InvalidTimestamp:
+		return "the broker refuses the record's timestamp (the event's commit time): raise the topic's " +
+			"message.timestamp.before.max.ms (an old backlog) or check the clocks of PostgreSQL and Kafka " +
+			"(message.timestamp.after.max.ms), or set message.timestamp.type=LogAppendTime on the topic"
+	case kafka.ClusterAuthorizationFailed, kafka.TransactionalIDAuthorizationFailed, kafka.BrokerAuthorizationFailed:
+		return "grant the relay's principal the ACLs it needs (WRITE and DESCRIBE on its topics, CREATE with --create-topics)"
+	case kafka.InvalidRequiredAcks:
+		return "the broker refuses acks=all: check the broker version and its configuration"
+	case kafka.SecurityDisabled:
+		return "the listener has no security enabled: remove the --kafka-sasl-* settings or point --kafka-brokers at a SASL listener"
+	case kafka.UnsupportedVersion, kafka.InvalidRequest, kafka.UnsupportedCompressionType:
+		return "the broker does not understand the relay's produce request: upgrade the broker (Kafka 2.1 or later) or check what sits between relay and broker"
+	case kafka.PolicyViolation, kafka.InvalidPartitionNumber, kafka.InvalidConfiguration, kafka.InvalidReplicaAssignment:
+		return "the cluster refuses the topic the relay creates: adjust --topic-partitions / --topic-replication-factor " +
+			"to its policy, or create the topics yourself and run without --create-topics"
+	}
+	if classifyCode(kerr) == Fatal {
+		return "the broker answered about a producer id or transaction the relay never uses: check the broker and anything proxying it"
+	}
+	return ""
+}
+
+// fatalError builds the error a lane (or, with partition -1, a topic
+// lookup) stops the relay with: where, why, and what to fix.
+func fatalError(topic string, partition int, reason string, err error) error {
+	where := fmt.Sprintf("publish to %s[%d]", topic, partition)
+	if partition < 0 {
+		where = "topic " + topic
+	}
+	if h := fix(err); h != "" {
+		return fmt.Errorf("%s: %s: %w; fix: %s", where, reason, err, h)
+	}
+	return fmt.Errorf("%s: %s: %w", where, reason, err)
+}
+
+// Failure is one failed Kafka write or topic lookup, for the stall
+// report of `run`: the cause it names when acknowledgements stop.
+type Failure struct {
+	At        time.Time
+	Class     Class
+	Reason    string
+	Topic     string
+	Partition int // -1 for a topic lookup
+	Attempt   int
+	// EventID, AggregateID and EventType are those of the first event of
+	// the failed batch (empty for a topic lookup).
+	EventID, AggregateID, EventType string
+	Err                             error
+}
+
+// LastFailure keeps the most recent Failure. It is written on the
+// failure path only (never per event), read by the stall detector; safe
+// for concurrent use, and nil-safe so a Publisher may run without one.
+type LastFailure struct{ p atomic.Pointer[Failure] }
+
+// Record stores f as the most recent failure.
+func (l *LastFailure) Record(f Failure) {
+	if l != nil {
+		l.p.Store(&f)
+	}
+}
+
+// Load returns the most recent failure, nil when none was recorded.
+func (l *LastFailure) Load() *Failure {
+	if l == nil {
+		return nil
+	}
+	return l.p.Load()
 }

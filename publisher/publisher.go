@@ -75,6 +75,9 @@ type Config struct {
 	Quarantine Quarantine
 	// Security is the TLS and SASL setup of every broker connection.
 	Security kafkaconn.Security
+	// LastFailure, if set, is told of every failed write and topic
+	// lookup (the stall detector's cause); it may outlive the Publisher.
+	LastFailure *LastFailure
 }
 
 func (c *Config) defaults() {
@@ -429,6 +432,14 @@ func (r *router) resolve() topicState {
 			r.p.fail(fmt.Errorf("topic %s metadata: %s: %w", r.topic, f, err))
 			return topicClosing
 		}
+		class, reason := classify(err)
+		r.p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
+		if class == Fatal {
+			r.p.log.Error().Str("stage", "publish").Str("topic", r.topic).Str("reason", reason).Err(err).
+				Msg("topic refused for a reason no retry can fix; stopping with the slot position held")
+			r.p.fail(fatalError(r.topic, -1, reason, err))
+			return topicClosing
+		}
 		if r.partitions != nil {
 			return topicReady // keep the known layout
 		}
@@ -627,6 +638,7 @@ const (
 // closes.
 func (l *lane) send(recs []*record) sendResult {
 	p := l.p
+	var vanished time.Time // first UNKNOWN_TOPIC_OR_PARTITION of this batch
 	for attempt := 1; ; attempt++ {
 		p.m.PublishAttempts.Inc()
 		err := l.produce(recs)
@@ -641,8 +653,18 @@ func (l *lane) send(recs []*record) sendResult {
 			return closing
 		}
 		class, reason := classify(err)
+		if class == Transient && lingering(err) {
+			// Unknown partition: a metadata lag heals, a deleted one never.
+			if vanished.IsZero() {
+				vanished = time.Now()
+			} else if time.Since(vanished) >= p.cfg.UnknownTopicTimeout {
+				class = Fatal
+			}
+		}
 		p.m.PublishErrors.WithLabelValues(reason, string(class)).Inc()
 		first := recs[0].ev
+		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
+			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
 		ev := retryLog(p.log, attempt)
 		if class != Transient {
 			ev = p.log.Error()
@@ -652,7 +674,7 @@ func (l *lane) send(recs []*record) sendResult {
 			Str("event_id", first.EventID).Str("aggregate_id", first.AggregateID).Str("event_type", first.EventType).Err(err)
 		if class == Fatal {
 			ev.Msg("publish failed for a reason no retry can fix; stopping with the slot position held")
-			p.fail(fmt.Errorf("publish to %s[%d]: %s: %w", l.topic, l.partition, reason, err))
+			p.fail(fatalError(l.topic, l.partition, reason, err))
 			return closing
 		}
 		if class == Permanent {

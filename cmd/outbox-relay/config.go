@@ -67,6 +67,11 @@ type config struct {
 	// OUTBOX_RELAY_TEST_STATUS_HOLD; see testhook.go).
 	testStatusHold time.Duration
 
+	// StallTimeout is how long events may wait in flight without any
+	// acknowledgement before the relay reports a stall (0: never; see
+	// package stall and observe in run.go).
+	StallTimeout time.Duration
+
 	// Leader election and liveness of the connections (leader.Config).
 	LeaderPollInterval      time.Duration
 	LeaderKeepaliveInterval time.Duration
@@ -223,7 +228,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
-		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics)")
+		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops")
 	}
 	// Security: Kafka TLS and SASL (every Kafka connection), the
 	// least-privilege role migrate can grant.
@@ -254,6 +259,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
 		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
 		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
+		b.dur(&c.StallTimeout, "stall-timeout", time.Minute, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables")
 		b.int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
 		b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
 		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
@@ -383,6 +389,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 			errs = append(errs, fmt.Errorf("--checkpoint-interval %s / --checkpoint-retention %s: use 0 (off) or a positive duration", c.CheckpointInterval, c.CheckpointRetention))
 		}
 		errs = append(errs, c.CleanupSchedule.validate()...)
+		if c.StallTimeout < 0 {
+			errs = append(errs, fmt.Errorf("--stall-timeout %s: use 0 (off) or a positive duration, e.g. 60s", c.StallTimeout))
+		}
 		if c.SlotCheckInterval <= 0 {
 			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))
 		}

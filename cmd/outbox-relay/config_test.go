@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,29 @@ func TestLeaderConfig(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+func TestStallTimeoutConfig(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StallTimeout != time.Minute {
+		t.Fatalf("default --stall-timeout %s, want 1m", cfg.StallTimeout)
+	}
+	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "0")
+	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.StallTimeout != 0 {
+		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=0 (off): %v %v", cfg, err)
+	}
+	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "5s")
+	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.StallTimeout != 5*time.Second {
+		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=5s: %v", err)
+	}
+	_, err = parse("run", "", []string{"--stall-timeout", "-1s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if _, ok := err.(configError); !ok || !strings.Contains(fmt.Sprint(err), "--stall-timeout -1s: use 0 (off) or a positive duration") {
+		t.Fatalf("negative --stall-timeout: %T %v", err, err)
 	}
 }

@@ -16,6 +16,9 @@ type health struct {
 	// LastContactSeconds is the age of the lock connection's last answer.
 	LastContactSeconds *float64 `json:"last_contact_seconds,omitempty"`
 	Reason             string   `json:"reason,omitempty"`
+	// Stalled is true while events are in flight and none was acknowledged
+	// for --stall-timeout; Reason then says for how long and why.
+	Stalled bool `json:"stalled,omitempty"`
 }
 
 // healthz is the liveness probe: the process runs and serves HTTP. It does
@@ -28,7 +31,9 @@ func (r *relay) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz is the readiness probe: ready is a leader whose replication stream
 // runs, or a standby whose lock connection answered within the leader
 // timeout (it can take over). Anything else — starting up, a leader waiting
-// for the slot or reconnecting, a standby cut off from PostgreSQL — is 503.
+// for the slot or reconnecting, a leader whose delivery stalled (no
+// acknowledgement for --stall-timeout), a standby cut off from PostgreSQL —
+// is 503.
 func (r *relay) readyz(w http.ResponseWriter, _ *http.Request) {
 	h := r.readiness(time.Now())
 	code := http.StatusOK
@@ -50,7 +55,15 @@ func (r *relay) readiness(now time.Time) health {
 		age := now.Sub(st.LastContact).Seconds()
 		h.LastContactSeconds = &age
 	}
+	stalled := ""
+	if r.stalls != nil {
+		stalled = r.stalls.reason()
+	}
 	switch {
+	case st.Role == leader.RoleLeader && h.Streaming && stalled != "":
+		// Streaming, but Kafka acknowledges nothing: once its window is
+		// full the relay reads nothing either (stallwatch.go).
+		h.Reason, h.Stalled = stalled, true
 	case st.Role == leader.RoleLeader && h.Streaming:
 		h.Status = "ready"
 	case st.Role == leader.RoleLeader:

@@ -43,6 +43,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info().Str("stage", "startup").Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)).Msg("Go scheduler")
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	r.cleanup = newCleanupSchedule(r)
+	r.stalls = newStallWatch(cfg.StallTimeout, log, r.m, &r.failures)
 	return r.run(ctx)
 }
 
@@ -65,6 +66,10 @@ type relay struct {
 	streaming atomic.Bool
 	// decoded is the highest position handed to the publisher (redelivery.go).
 	decoded decodedMark
+	// failures is the last publish failure of any stream's publisher, and
+	// stalls the stall detection fed from it and the window (stallwatch.go).
+	failures publisher.LastFailure
+	stalls   *stallWatch
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -337,7 +342,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
-		Quarantine: r.quar, Security: r.cfg.kafkaSecurity,
+		Quarantine: r.quar, Security: r.cfg.kafkaSecurity, LastFailure: &r.failures,
 	}, r.log, r.m)
 	defer pub.Close()
 
@@ -582,6 +587,11 @@ func (r *relay) observe(ctx context.Context) {
 			continue
 		}
 		s := tr.Stats()
+		if r.streaming.Load() {
+			r.stalls.observe(time.Now(), s)
+		} else {
+			r.stalls.observe(time.Now(), checkpoint.Stats{})
+		}
 		r.m.InflightEvents.Set(float64(s.Events))
 		r.m.InflightBytes.Set(float64(s.Bytes))
 		if s.OldestCommit.IsZero() {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/stall"
+)
+
+// stallWatch turns the stall detector's verdicts into what an operator
+// sees: one error log when delivery stalls (with the last publish failure
+// as its cause), one info log when it clears, the outbox_relay_stalled
+// gauge, and the reason /readyz answers with. The observer goroutine calls
+// observe; readiness reads reason from any goroutine.
+type stallWatch struct {
+	det      *stall.Detector
+	log      zerolog.Logger
+	m        *metrics.Relay
+	failures *publisher.LastFailure
+	// stalledAt is when the current stall was reported (observer only).
+	stalledAt time.Time
+	// current is the /readyz reason while stalled, nil otherwise.
+	current atomic.Pointer[string]
+}
+
+func newStallWatch(timeout time.Duration, log zerolog.Logger, m *metrics.Relay, failures *publisher.LastFailure) *stallWatch {
+	return &stallWatch{det: stall.New(timeout), log: log, m: m, failures: failures}
+}
+
+// reason is the stall reason for /readyz, empty when not stalled.
+func (w *stallWatch) reason() string {
+	if p := w.current.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// observe samples the window (s is zero while no stream runs: nothing can
+// be acknowledged then, and /readyz already says why).
+func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
+	st, change := w.det.Observe(now, s.Events, s.Acked)
+	switch change {
+	case stall.Stalled:
+		w.stalledAt = now
+		f := w.failures.Load()
+		ev := w.log.Error().Str("stage", "stall").Int("inflight", st.Inflight).
+			Dur("since_ack", now.Sub(st.LastProgress))
+		if f != nil && !f.At.Before(st.LastProgress) {
+			ev = ev.Str("topic", f.Topic).Int("partition", f.Partition).Str("class", string(f.Class)).
+				Str("reason", f.Reason).Int("attempt", f.Attempt).Str("event_id", f.EventID).
+				Str("aggregate_id", f.AggregateID).Str("event_type", f.EventType).AnErr("last_error", f.Err)
+		}
+		ev.Msg("delivery stalled: events in flight and no acknowledgement for --stall-timeout; the slot position is held")
+		w.m.Stalled.Set(1)
+	case stall.Resumed:
+		cause := "acknowledgements resumed"
+		if st.Inflight == 0 {
+			cause = "no events in flight"
+		}
+		w.log.Info().Str("stage", "stall").Str("cause", cause).Dur("stalled_for", now.Sub(w.stalledAt)).
+			Msg("delivery stall cleared")
+		w.m.Stalled.Set(0)
+		w.current.Store(nil)
+	}
+	if st.Stalled {
+		r := stallReason(now, st, w.failures.Load())
+		w.current.Store(&r)
+	}
+}
+
+// stallReason is the /readyz reason of a stall: how long, how much, and
+// the last failure seen since acknowledgements stopped.
+func stallReason(now time.Time, st stall.State, f *publisher.Failure) string {
+	cause := "none since the last acknowledgement: writes are waiting for Kafka's answer (an unresponsive broker?)"
+	if f != nil && !f.At.Before(st.LastProgress) {
+		where := fmt.Sprintf("%s[%d]", f.Topic, f.Partition)
+		if f.Partition < 0 {
+			where = "topic " + f.Topic + " metadata"
+		}
+		cause = fmt.Sprintf("%s (%s) on %s, attempt %d, %s ago: %v", f.Reason, f.Class, where, f.Attempt,
+			now.Sub(f.At).Round(time.Second), f.Err)
+	}
+	return fmt.Sprintf("stalled: no acknowledgement for %s with %d events in flight; last error: %s",
+		now.Sub(st.LastProgress).Round(time.Second), st.Inflight, cause)
+}

@@ -1,0 +1,216 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// TestClassifyKafkaCodes pins the class of every Kafka code docs/errors.md
+// names, as the combiner returns them (bare, or wrapped with the broker's
+// message).
+func TestClassifyKafkaCodes(t *testing.T) {
+	cases := []struct {
+		code  kafka.Error
+		class Class
+	}{
+		// Permanent: this event can never be accepted by its topic.
+		{kafka.MessageSizeTooLarge, Permanent},
+		{kafka.RecordListTooLarge, Permanent},
+		{kafka.InvalidTopic, Permanent},
+		{kafka.InvalidRecord, Permanent},
+		{kafka.TopicAuthorizationFailed, Permanent},
+		{kafka.UnsupportedForMessageFormat, Permanent},
+		// Fatal: the relay's configuration or the cluster's settings.
+		{kafka.InvalidTimestamp, Fatal},
+		{kafka.InvalidRequiredAcks, Fatal},
+		{kafka.ClusterAuthorizationFailed, Fatal},
+		{kafka.TransactionalIDAuthorizationFailed, Fatal},
+		{kafka.SASLAuthenticationFailed, Fatal},
+		{kafka.UnsupportedSASLMechanism, Fatal},
+		{kafka.IllegalSASLState, Fatal},
+		{kafka.SecurityDisabled, Fatal},
+		{kafka.BrokerAuthorizationFailed, Fatal},
+		{kafka.UnsupportedVersion, Fatal},
+		{kafka.InvalidRequest, Fatal},
+		{kafka.UnsupportedCompressionType, Fatal},
+		{kafka.InvalidProducerEpoch, Fatal},
+		{kafka.InvalidProducerIDMapping, Fatal},
+		{kafka.ProducerFenced, Fatal},
+		{kafka.InvalidTransactionState, Fatal},
+		{kafka.TransactionCoordinatorFenced, Fatal},
+		{kafka.OutOfOrderSequenceNumber, Fatal},
+		{kafka.DuplicateSequenceNumber, Fatal},
+		{kafka.UnknownProducerId, Fatal},
+		{kafka.TransactionalIDNotFound, Fatal},
+		{kafka.PolicyViolation, Fatal},
+		{kafka.InvalidPartitionNumber, Fatal},
+		{kafka.InvalidConfiguration, Fatal},
+		{kafka.InvalidReplicaAssignment, Fatal},
+		// Transient: heals by itself (or is unknown).
+		{kafka.UnknownTopicOrPartition, Transient},
+		{kafka.UnknownTopicID, Transient},
+		{kafka.NotEnoughReplicas, Transient},
+		{kafka.NotEnoughReplicasAfterAppend, Transient},
+		{kafka.InvalidMessage, Transient},
+		{kafka.NotLeaderForPartition, Transient},
+		{kafka.LeaderNotAvailable, Transient},
+		{kafka.RequestTimedOut, Transient},
+		{kafka.BrokerNotAvailable, Transient},
+		{kafka.NetworkException, Transient},
+		{kafka.KafkaStorageError, Transient},
+		{kafka.ThrottlingQuotaExceeded, Transient},
+		{kafka.FencedLeaderEpoch, Transient},
+		{kafka.InvalidReplicationFactor, Transient},
+		{kafka.Unknown, Transient},
+		{kafka.Error(9999), Transient},
+	}
+	for _, c := range cases {
+		for _, err := range []error{c.code, fmt.Errorf("%w: broker says why", c.code), kafka.WriteErrors{nil, c.code}} {
+			got, reason := classify(err)
+			sasl := c.code == kafka.SASLAuthenticationFailed || c.code == kafka.UnsupportedSASLMechanism || c.code == kafka.IllegalSASLState
+			if got != c.class || reason != c.code.Title() && !sasl { // SASL codes carry kafkaconn's reasons
+				t.Errorf("%d %v: %s (%q), want %s (%q)", int(c.code), err, got, reason, c.class, c.code.Title())
+			}
+		}
+	}
+}
+
+// TestFatalErrorSaysTheFix: every fatal Kafka code stops the relay with an
+// error that names where it happened and what to change.
+func TestFatalErrorSaysTheFix(t *testing.T) {
+	for code := kafka.Error(-1); code < 120; code++ {
+		if classifyCode(code) != Fatal || code == kafka.SASLAuthenticationFailed || code == kafka.UnsupportedSASLMechanism ||
+			code == kafka.IllegalSASLState {
+			continue // the SASL ones get their fix from kafkaconn's hints
+		}
+		msg := fatalError("t", 2, code.Title(), fmt.Errorf("%w: x", code)).Error()
+		if !strings.HasPrefix(msg, "publish to t[2]: ") || !strings.Contains(msg, "; fix: ") {
+			t.Errorf("%d: %q lacks where or fix", int(code), msg)
+		}
+	}
+	msg := fatalError("t", 0, "Invalid Timestamp", kafka.InvalidTimestamp).Error()
+	if !strings.Contains(msg, "message.timestamp.before.max.ms") {
+		t.Errorf("INVALID_TIMESTAMP fix does not name the topic setting: %q", msg)
+	}
+	msg = fatalError("t", 5, "Unknown Topic Or Partition", kafka.UnknownTopicOrPartition).Error()
+	if !strings.Contains(msg, "no longer exists") {
+		t.Errorf("vanished partition: %q", msg)
+	}
+	if msg := fatalError("t", -1, "Policy Violation", kafka.PolicyViolation).Error(); !strings.HasPrefix(msg, "topic t: ") {
+		t.Errorf("topic lookup: %q", msg)
+	}
+}
+
+func TestLingering(t *testing.T) {
+	for _, err := range []error{kafka.UnknownTopicOrPartition, fmt.Errorf("topic x: %w", kafka.UnknownTopicOrPartition), kafka.UnknownTopicID} {
+		if !lingering(err) {
+			t.Errorf("%v not lingering", err)
+		}
+	}
+	for _, err := range []error{kafka.NotLeaderForPartition, context.DeadlineExceeded, errors.New("x")} {
+		if lingering(err) {
+			t.Errorf("%v lingering", err)
+		}
+	}
+}
+
+func TestLastFailure(t *testing.T) {
+	var nilLF *LastFailure
+	nilLF.Record(Failure{Reason: "x"}) // a Publisher without one
+	if nilLF.Load() != nil {
+		t.Fatal("nil LastFailure loaded something")
+	}
+	var lf LastFailure
+	if lf.Load() != nil {
+		t.Fatal("empty LastFailure loaded something")
+	}
+	now := time.Now()
+	lf.Record(Failure{At: now, Reason: "timeout", Topic: "t", Partition: 1})
+	lf.Record(Failure{At: now.Add(time.Second), Reason: "Invalid Timestamp", Topic: "t", Partition: 2})
+	if f := lf.Load(); f == nil || f.Reason != "Invalid Timestamp" || f.Partition != 2 {
+		t.Fatalf("last failure %+v", f)
+	}
+}
+
+// laneOver returns a lane of topic "t" partition 0 writing to f, with a
+// LastFailure recording its failures.
+func laneOver(t *testing.T, f *fakeBroker, unknownTopicTimeout time.Duration) (*lane, *LastFailure) {
+	t.Helper()
+	lf := &LastFailure{}
+	cfg := Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout, LastFailure: lf}
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Publisher{cfg: cfg, log: zerolog.Nop(), m: metrics.New(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
+	p.combiner = newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
+	p.combiner.run(&p.wg)
+	t.Cleanup(func() { cancel(); p.wg.Wait() })
+	return &lane{p: p, topic: "t", partition: 0}, lf
+}
+
+func testRecord() *record {
+	ev := &replication.Event{EventID: "e1", AggregateID: "a1", EventType: "created"}
+	return &record{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
+}
+
+// TestVanishedPartitionStops: UNKNOWN_TOPIC_OR_PARTITION that lasts past
+// --unknown-topic-timeout stops the relay (position held) with the fix,
+// instead of retrying forever; the lane's failures are recorded as the
+// stall detector's cause.
+func TestVanishedPartitionStops(t *testing.T) {
+	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+	}}
+	l, lf := laneOver(t, f, 100*time.Millisecond)
+	res := make(chan sendResult, 1)
+	go func() { res <- l.send([]*record{testRecord()}) }()
+	select {
+	case err := <-l.p.fatal:
+		if !strings.Contains(err.Error(), "publish to t[0]") || !strings.Contains(err.Error(), "no longer exists") {
+			t.Errorf("fatal error %q", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a vanished partition was retried for 5s, past --unknown-topic-timeout 100ms")
+	}
+	if r := <-res; r != closing {
+		t.Fatalf("send returned %v, want closing", r)
+	}
+	if fl := lf.Load(); fl == nil || fl.Class != Fatal || fl.Topic != "t" || fl.EventID != "e1" || fl.AggregateID != "a1" || fl.Attempt < 2 {
+		t.Fatalf("last failure %+v", fl)
+	}
+}
+
+// TestUnknownPartitionHeals: a short UNKNOWN_TOPIC_OR_PARTITION (metadata
+// lag after a topic is created) is retried, not fatal.
+func TestUnknownPartitionHeals(t *testing.T) {
+	var calls atomic.Int32
+	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		if calls.Add(1) <= 3 {
+			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+		}
+		return &produceapi.ResponsePartition{}
+	}}
+	l, lf := laneOver(t, f, time.Minute)
+	if r := l.send([]*record{testRecord()}); r != sent {
+		t.Fatalf("send returned %v, want sent", r)
+	}
+	select {
+	case err := <-l.p.fatal:
+		t.Fatalf("fatal: %v", err)
+	default:
+	}
+	if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != kafka.UnknownTopicOrPartition.Title() {
+		t.Fatalf("last failure %+v", fl)
+	}
+}
