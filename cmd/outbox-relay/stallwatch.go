@@ -8,9 +8,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/stall"
 	"github.com/outbox-relay/outbox-relay/metrics"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/stall"
 )
 
 // stallWatch turns the stall detector's verdicts into what an operator
