@@ -106,7 +106,9 @@ func TestRenamedAndStillRenamedNamesTheCurrentName(t *testing.T) {
 }
 
 func TestRenameLookupFailureIsNotADecodeError(t *testing.T) {
-	lookup := func(context.Context, uint32) (string, string, bool, error) { return "", "", false, errors.New("connection refused") }
+	lookup := func(context.Context, uint32) (string, string, bool, error) {
+		return "", "", false, errors.New("connection refused")
+	}
 	st := streamWithOID(&recSink{}, lookup)
 	err := st.decode(1, relationBytes(16384, "public", "outbox_v2", outboxCols))
 	var le *lookupError
