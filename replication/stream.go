@@ -35,7 +35,12 @@ type StopError struct {
 	Err error
 }
 
-func (e *StopError) Error() string { return fmt.Sprintf("at WAL %s: %v", e.LSN, e.Err) }
+func (e *StopError) Error() string {
+	if e.LSN == 0 { // pgoutput sends Relation messages without a position
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("at WAL %s: %v", e.LSN, e.Err)
+}
 func (e *StopError) Unwrap() error { return e.Err }
 
 // DecodeError is a message that is not valid pgoutput protocol version 1:

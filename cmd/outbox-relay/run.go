@@ -110,7 +110,7 @@ func (r *relay) run(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrations.Validate(ctx, pool, r.cfg.table); err != nil {
-		return err
+		return explainStartupSchema(ctx, pool, r.cfg.Publication, r.cfg.table, err)
 	}
 	defer r.startStats(ctx)()
 	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
@@ -321,6 +321,13 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		return err
 	}
 
+	// Resolved per stream: the stream recognises the outbox by it under
+	// any name (a renamed outbox stops the relay instead of being skipped).
+	oid, err := r.outboxOID(sctx)
+	if err != nil {
+		return err
+	}
+
 	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.MaxInflightEvents, MaxBytes: r.cfg.MaxInflightBytes})
 	r.tracker.Store(tracker)
 	pub := publisher.New(publisher.Config{
@@ -346,6 +353,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	s := replication.NewStream(conn, replication.Config{
 		Slot: r.cfg.Slot, Publication: r.cfg.Publication,
 		Namespace: r.cfg.table.Schema, Table: r.cfg.table.Name,
+		TableOID: oid, CurrentName: r.currentName,
 		StatusInterval: r.cfg.StatusInterval,
 	}, sink, progress, r.log)
 	stopSaver := r.startSaver(resume, tracker)
@@ -398,8 +406,9 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	var eventErr *publisher.EventError
 	var haltErr *deadletter.HaltError
 	var decodeErr *replication.DecodeError
+	var renamedErr *replication.RelationRenamedError
 	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
-		errors.As(err, &decodeErr) {
+		errors.As(err, &decodeErr) || errors.As(err, &renamedErr) {
 		return permanentError{err}
 	}
 	if err == nil {
