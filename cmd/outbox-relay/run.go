@@ -38,12 +38,19 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	return newRelay(cfg, newLogger(cfg, stderr)).run(ctx)
+}
+
+// newRelay sets up the process for streaming and returns its relay: the
+// one construction path of `run` and of `recover` (which streams after its
+// back-fill), so both warn about insecure settings, apply --max-procs and
+// run the cleanup schedule alike.
+func newRelay(cfg *config, log zerolog.Logger) *relay {
 	cfg.warnInsecure(log, true)
 	log.Info().Str("stage", "startup").Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)).Msg("Go scheduler")
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	r.cleanup = newCleanupSchedule(r)
-	return r.run(ctx)
+	return r
 }
 
 // relay is one `outbox-relay run` process: start-up checks, then stream
