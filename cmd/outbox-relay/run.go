@@ -72,6 +72,8 @@ type relay struct {
 	streaming atomic.Bool
 	// decoded is the highest position handed to the publisher (redelivery.go).
 	decoded decodedMark
+	// decodeFails bounds the reconnects on one undecodable message.
+	decodeFails decodeRetries
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -408,16 +410,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	if f := fatal.Load(); f != nil {
 		return permanentError{*f}
 	}
-	var schemaErr *replication.SchemaError
-	var rowErr *replication.RowError
-	var eventErr *publisher.EventError
-	var haltErr *deadletter.HaltError
-	var decodeErr *replication.DecodeError
-	var renamedErr *replication.RelationRenamedError
-	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
-		errors.As(err, &decodeErr) || errors.As(err, &renamedErr) {
-		return permanentError{err}
-	}
+	err = r.classifyStreamErr(err)
 	if err == nil {
 		r.log.Info().Str("stage", "shutdown").Str("confirmed_flush_lsn", tracker.Flushed().String()).Msg("final status sent")
 	}
