@@ -45,6 +45,13 @@ var relaySeq struct {
 // stderr when the test failed.
 func StartRelay(t testing.TB, env []string, args ...string) *Relay {
 	t.Helper()
+	return StartCommand(t, env, append([]string{"run"}, args...)...)
+}
+
+// StartCommand is StartRelay for any long-running subcommand (args[0]),
+// e.g. recover, which streams like run after its back-fill.
+func StartCommand(t testing.TB, env []string, args ...string) *Relay {
+	t.Helper()
 	requireRelay(t)
 	relaySeq.Lock()
 	relaySeq.n++
@@ -55,7 +62,7 @@ func StartRelay(t testing.TB, env []string, args ...string) *Relay {
 	if err != nil {
 		t.Fatalf("relay log: %v", err)
 	}
-	cmd := exec.Command(relayBin, append([]string{"run"}, args...)...)
+	cmd := exec.Command(relayBin, args...)
 	cmd.Env = env
 	cmd.Dir = repoRoot
 	cmd.Stdout = f

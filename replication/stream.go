@@ -35,7 +35,12 @@ type StopError struct {
 	Err error
 }
 
-func (e *StopError) Error() string { return fmt.Sprintf("at WAL %s: %v", e.LSN, e.Err) }
+func (e *StopError) Error() string {
+	if e.LSN == 0 { // pgoutput sends Relation messages without a position
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("at WAL %s: %v", e.LSN, e.Err)
+}
 func (e *StopError) Unwrap() error { return e.Err }
 
 // DecodeError is a message that is not valid pgoutput protocol version 1:
@@ -103,6 +108,14 @@ type Config struct {
 	// Namespace and Table name the outbox relation; inserts of any other
 	// relation are ignored.
 	Namespace, Table string
+	// TableOID is the outbox table's OID, resolved when the stream starts
+	// (0: unknown, then only names identify it). Publications follow the
+	// OID, so a renamed outbox keeps streaming under it: knowing it is what
+	// turns a rename into a stop instead of silently skipped rows.
+	TableOID uint32
+	// CurrentName looks up a relation's name now (nil: never; the outbox
+	// under another name then always stops the stream).
+	CurrentName NameLookup
 	// StatusInterval is the cadence of standby status updates. It must be
 	// well inside the server's wal_sender_timeout, also while Kafka blocks.
 	StatusInterval time.Duration
@@ -119,6 +132,11 @@ type Stream struct {
 	log      zerolog.Logger
 
 	relations map[uint32]*relation
+	// outboxIDs are the relation ids known to be the outbox on this
+	// connection, others the announced ids of other tables: an Insert of
+	// neither was never announced and is not skipped.
+	outboxIDs map[uint32]struct{}
+	others    map[uint32]struct{}
 	cols      []tupleColumn
 	inTx      bool
 	commit    time.Time // current transaction's commit time
@@ -136,10 +154,16 @@ func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, lo
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = time.Second
 	}
-	return &Stream{
+	s := &Stream{
 		conn: conn, cfg: cfg, sink: sink, progress: progress, log: log,
 		relations: make(map[uint32]*relation),
+		outboxIDs: make(map[uint32]struct{}),
+		others:    make(map[uint32]struct{}),
 	}
+	if cfg.TableOID != 0 {
+		s.outboxIDs[cfg.TableOID] = struct{}{}
+	}
+	return s
 }
 
 // OnStatus registers f, called after each standby status update with the
@@ -316,10 +340,12 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 				var se *sinkError
 				var schema *SchemaError
 				var row *RowError
+				var renamed *RelationRenamedError
+				var lookup *lookupError
 				switch {
 				case errors.As(err, &se):
 					err = se.err
-				case errors.As(err, &schema), errors.As(err, &row):
+				case errors.As(err, &schema), errors.As(err, &row), errors.As(err, &renamed), errors.As(err, &lookup):
 				default:
 					err = &DecodeError{Err: err}
 				}
@@ -376,10 +402,17 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		if err != nil {
 			return err
 		}
-		if !s.isOutbox(m.Namespace, m.Name) {
+		outbox, err := s.classifyRelation(m)
+		if err != nil {
+			delete(s.relations, m.ID) // its shape under the old name is void
+			return err
+		}
+		if !outbox {
 			delete(s.relations, m.ID)
+			s.others[m.ID] = struct{}{}
 			return nil
 		}
+		delete(s.others, m.ID)
 		rel, err := newRelation(m)
 		if err != nil {
 			return err
@@ -399,8 +432,9 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 		}
 		rel := s.relations[m.RelationID]
 		if rel == nil {
-			// Not the outbox (the publication may hold more tables).
-			return nil
+			// Not the outbox (the publication may hold more tables), or
+			// a relation never announced, which may be.
+			return s.unannounced(m.RelationID)
 		}
 		ev, err := decodeEvent(rel, m.Columns, lsn, s.commit)
 		if err != nil {

@@ -193,7 +193,8 @@ func (r *reconciler) run(ctx context.Context) error {
 // readTopic streams the event ids of topic's records from the window's
 // start to the current end of each partition into reconcile_seen.
 func (r *reconciler) readTopic(ctx context.Context, conn *pgx.Conn, topic string) error {
-	client := &kafka.Client{Addr: kafka.TCP(r.cfg.brokers...), Timeout: 10 * time.Second}
+	client, closeClient := r.cfg.kafkaClient("outbox-relay-reconcile", 10*time.Second)
+	defer closeClient()
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return fmt.Errorf("kafka metadata of %s: %w", topic, err)
@@ -261,8 +262,8 @@ func (r *reconciler) readTopic(ctx context.Context, conn *pgx.Conn, topic string
 // readPartition copies the event ids of [start, end) into reconcile_seen in
 // chunks, so memory does not depend on the window's size.
 func (r *reconciler) readPartition(ctx context.Context, conn *pgx.Conn, topic string, partition int, start, end int64) error {
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: r.cfg.brokers, Topic: topic, Partition: partition,
+	rd := r.cfg.kafkaReader("outbox-relay-reconcile", kafka.ReaderConfig{
+		Topic: topic, Partition: partition,
 		MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond, QueueCapacity: 100,
 	})
 	defer rd.Close()

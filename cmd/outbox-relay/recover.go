@@ -44,6 +44,9 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w: recover takes no arguments, and at most one of --since and --all", errUsage)
 	}
 	log := newLogger(cfg, stderr)
+	// Set up as `run` is before anything else: the back-fill uses the same
+	// Kafka security and scheduler, and streaming follows it.
+	r := newRelay(cfg, log)
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
@@ -54,7 +57,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	schema, err := migrations.Validate(ctx, pool, cfg.table)
 	if err != nil {
-		return err
+		return explainStartupSchema(ctx, pool, cfg.Publication, cfg.table, err)
 	}
 	positions := position.NewStore(pool, cfg.table, cfg.Slot)
 	if err := positions.Check(ctx); err != nil {
@@ -135,7 +138,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if noRun {
 		return nil
 	}
-	r := &relay{cfg: cfg, log: log, m: metrics.New()}
+	pool.Close() // the relay opens its own
 	return r.run(ctx)
 }
 

@@ -38,13 +38,20 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	return newRelay(cfg, newLogger(cfg, stderr)).run(ctx)
+}
+
+// newRelay sets up the process for streaming and returns its relay: the
+// one construction path of `run` and of `recover` (which streams after its
+// back-fill), so both warn about insecure settings, apply --max-procs and
+// run the cleanup schedule alike.
+func newRelay(cfg *config, log zerolog.Logger) *relay {
 	cfg.warnInsecure(log, true)
 	log.Info().Str("stage", "startup").Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)).Msg("Go scheduler")
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	r.cleanup = newCleanupSchedule(r)
 	r.stalls = newStallWatch(cfg.StallTimeout, log, r.m, &r.failures)
-	return r.run(ctx)
+	return r
 }
 
 // relay is one `outbox-relay run` process: start-up checks, then stream
@@ -70,6 +77,8 @@ type relay struct {
 	// stalls the stall detection fed from it and the window (stallwatch.go).
 	failures publisher.LastFailure
 	stalls   *stallWatch
+	// decodeFails bounds the reconnects on one undecodable message.
+	decodeFails decodeRetries
 }
 
 // permanentError stops the relay with exit code 1 instead of reconnecting.
@@ -115,7 +124,7 @@ func (r *relay) run(ctx context.Context) error {
 		return err
 	}
 	if _, err := migrations.Validate(ctx, pool, r.cfg.table); err != nil {
-		return err
+		return explainStartupSchema(ctx, pool, r.cfg.Publication, r.cfg.table, err)
 	}
 	defer r.startStats(ctx)()
 	r.slots = slot.NewManager(pool, r.cfg.Slot, r.cfg.Publication)
@@ -333,6 +342,12 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		return err
 	}
 	r.m.Quarantined.Set(float64(r.quar.Quarantined()))
+	// Resolved per stream: the stream recognises the outbox by it under
+	// any name (a renamed outbox stops the relay instead of being skipped).
+	oid, err := r.outboxOID(sctx)
+	if err != nil {
+		return err
+	}
 
 	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.MaxInflightEvents, MaxBytes: r.cfg.MaxInflightBytes})
 	r.tracker.Store(tracker)
@@ -359,6 +374,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	s := replication.NewStream(conn, replication.Config{
 		Slot: r.cfg.Slot, Publication: r.cfg.Publication,
 		Namespace: r.cfg.table.Schema, Table: r.cfg.table.Name,
+		TableOID: oid, CurrentName: r.currentName,
 		StatusInterval: r.cfg.StatusInterval,
 	}, sink, progress, r.log)
 	stopSaver := r.startSaver(resume, tracker)
@@ -406,15 +422,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	if f := fatal.Load(); f != nil {
 		return permanentError{*f}
 	}
-	var schemaErr *replication.SchemaError
-	var rowErr *replication.RowError
-	var eventErr *publisher.EventError
-	var haltErr *deadletter.HaltError
-	var decodeErr *replication.DecodeError
-	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
-		errors.As(err, &decodeErr) {
-		return permanentError{err}
-	}
+	err = r.classifyStreamErr(err)
 	if err == nil {
 		r.log.Info().Str("stage", "shutdown").Str("confirmed_flush_lsn", tracker.Flushed().String()).Msg("final status sent")
 	}
