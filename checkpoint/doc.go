@@ -11,4 +11,10 @@
 // events and bytes, and the replication stream stops reading while the window
 // is full. That is what keeps memory independent of transaction size and of
 // the backlog.
+//
+// The flush position moves only at transaction ends, so the Tracker also
+// knows, per event (Seq), which acknowledgements arrived, and reports the
+// acknowledged prefix of the oldest unconfirmed transaction as a Partial:
+// a restart inside a large transaction then skips what Kafka has instead
+// of re-sending all of it.
 package checkpoint

@@ -31,6 +31,18 @@ type Tracker struct {
 	onFlush  func(lsn pglogrepl.LSN)
 	released int // acknowledged events, for metrics and tests
 	last     Acked
+
+	// seq is the next event's sequence number; ring knows which are
+	// acknowledged (see Partial).
+	seq  uint64
+	ring ackRing
+	// kick is signalled every kickStep events of the head transaction's
+	// acknowledged prefix (see NotifyPrefix); kickTx/kickDone remember
+	// where the last signal was.
+	kick     chan struct{}
+	kickStep uint64
+	kickTx   *Txn
+	kickDone uint64
 }
 
 // Acked describes the flushed position: LSN, and the commit time and xid
@@ -40,6 +52,10 @@ type Acked struct {
 	LSN        pglogrepl.LSN
 	CommitTime time.Time
 	Xid        uint32
+	// Partial is the acknowledged prefix of the oldest transaction after
+	// LSN (zero when none is known): a crash inside a large transaction
+	// then re-sends only what follows it.
+	Partial Partial
 }
 
 // Txn is one source transaction as seen by the tracker. Events of a
@@ -51,6 +67,17 @@ type Txn struct {
 	xid        uint32
 	pending    int
 	committed  bool
+
+	// finalLSN is the commit LSN from Begin (0: unknown, no Partial).
+	finalLSN pglogrepl.LSN
+	// The tracked events have sequence numbers firstSeq..firstSeq+tracked-1;
+	// the first span of them have the consecutive ordinals
+	// firstOrdinal..firstOrdinal+span-1 (gap: a later one did not follow).
+	firstSeq     uint64
+	tracked      int
+	firstOrdinal int
+	span         int
+	gap          bool
 }
 
 // New returns a Tracker whose flushed position starts at start, the LSN
@@ -62,7 +89,7 @@ func New(start pglogrepl.LSN, limits Limits) *Tracker {
 	if limits.MaxBytes <= 0 {
 		limits.MaxBytes = 16 << 20
 	}
-	return &Tracker{limits: limits, flushed: start, space: make(chan struct{}, 1)}
+	return &Tracker{limits: limits, flushed: start, space: make(chan struct{}, 1), ring: newAckRing(limits.MaxEvents)}
 }
 
 // OnFlush registers f to be called (under the tracker's lock, so keep it
@@ -82,20 +109,70 @@ func (t *Tracker) Begin(commitTime time.Time) *Txn {
 // BeginXid is Begin for a transaction whose xid is known (from pgoutput's
 // Begin message), so Last can report it.
 func (t *Tracker) BeginXid(commitTime time.Time, xid uint32) *Txn {
-	tx := &Txn{t: t, CommitTime: commitTime, xid: xid}
+	return t.BeginTx(commitTime, xid, 0)
+}
+
+// BeginTx is BeginXid for a transaction whose commit LSN (pgoutput Begin's
+// final LSN) is known too, so its acknowledged prefix can be reported as a
+// Partial while it is the oldest unconfirmed transaction.
+func (t *Tracker) BeginTx(commitTime time.Time, xid uint32, finalLSN pglogrepl.LSN) *Txn {
+	tx := &Txn{t: t, CommitTime: commitTime, xid: xid, finalLSN: finalLSN}
 	t.mu.Lock()
 	t.txs = append(t.txs, tx)
 	t.mu.Unlock()
 	return tx
 }
 
-// Track adds one event of size bytes to tx's pending count and to the window.
-func (t *Tracker) Track(tx *Txn, bytes int) {
+// Track adds one event of size bytes to tx's pending count and to the
+// window, at the ordinal after tx's previous tracked event (0 for the
+// first). It returns the event's sequence number for Txn.AckSeq.
+func (t *Tracker) Track(tx *Txn, bytes int) Seq {
+	return t.TrackOrdinal(tx, -1, bytes)
+}
+
+// TrackOrdinal is Track for the event at ordinal (0-based index within its
+// transaction; -1: the one after the previous tracked event). The stream
+// tracks a transaction's events in ordinal order; ordinals before the
+// first tracked one must be settled already (a restart skipped them
+// because a checkpoint's Partial said so), as they count into the
+// transaction's acknowledged prefix.
+func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 	t.mu.Lock()
+	s := t.seq
+	t.seq++
+	if tx.tracked == 0 {
+		tx.firstSeq = s
+		if ordinal >= 0 {
+			tx.firstOrdinal = ordinal
+		}
+	}
+	if !tx.gap {
+		if ordinal < 0 || ordinal == tx.firstOrdinal+tx.span {
+			tx.span++
+		} else {
+			tx.gap = true // the prefix stops at the gap
+		}
+	}
+	tx.tracked++
 	tx.pending++
 	t.events++
 	t.bytes += int64(bytes)
 	t.mu.Unlock()
+	return Seq(s)
+}
+
+// NotifyPrefix returns a channel signalled each time the acknowledged
+// prefix of the oldest unconfirmed transaction grew by step events since
+// the last signal, so the checkpoint saver can save a large transaction's
+// progress sooner than its interval. Call it before tracking events.
+func (t *Tracker) NotifyPrefix(step int) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.kick == nil {
+		t.kick = make(chan struct{}, 1)
+	}
+	t.kickStep = uint64(max(step, 1))
+	return t.kick
 }
 
 // Commit marks tx complete at endLSN (the CommitMessage's TransactionEndLSN):
@@ -116,10 +193,41 @@ func (t *Tracker) Commit(tx *Txn, endLSN pglogrepl.LSN) {
 	t.mu.Unlock()
 }
 
-// Ack acknowledges one event of size bytes of tx.
+// Ack acknowledges one event of size bytes of tx without saying which:
+// the flush position moves as usual, the Partial only once the transaction
+// is confirmed. The relay uses AckSeq.
 func (tx *Txn) Ack(bytes int) {
+	tx.t.mu.Lock()
+	tx.ackLocked(bytes)
+}
+
+// AckSeq acknowledges the event of size bytes that Track numbered s: Kafka
+// stored it, or it was settled durably in the dead-letter table.
+func (tx *Txn) AckSeq(s Seq, bytes int) {
 	t := tx.t
 	t.mu.Lock()
+	if t.ring.mark(uint64(s)) && t.kick != nil {
+		t.kickLocked()
+	}
+	tx.ackLocked(bytes)
+}
+
+// Release frees the window share of an event that will never be
+// acknowledged (its publish failed and the stream stops), so the drain
+// before stopping can finish. It is not an acknowledgement: tx stays
+// pending, so neither the flush position nor the Partial passes it.
+func (tx *Txn) Release(bytes int) {
+	t := tx.t
+	t.mu.Lock()
+	t.events--
+	t.bytes -= int64(bytes)
+	t.mu.Unlock()
+	t.signalSpace()
+}
+
+// ackLocked is Ack with t.mu held; it unlocks.
+func (tx *Txn) ackLocked(bytes int) {
+	t := tx.t
 	tx.pending--
 	t.events--
 	t.bytes -= int64(bytes)
@@ -130,11 +238,53 @@ func (tx *Txn) Ack(bytes int) {
 	room := t.events < t.limits.MaxEvents && t.bytes < t.limits.MaxBytes
 	t.mu.Unlock()
 	if room {
+		t.signalSpace()
+	}
+}
+
+func (t *Tracker) signalSpace() {
+	select {
+	case t.space <- struct{}{}:
+	default:
+	}
+}
+
+// kickLocked signals NotifyPrefix's channel when the head transaction's
+// acknowledged prefix grew by kickStep since the last signal.
+func (t *Tracker) kickLocked() {
+	if t.head >= len(t.txs) {
+		return
+	}
+	h := t.txs[t.head]
+	if h.tracked == 0 || t.ring.next <= h.firstSeq {
+		return
+	}
+	if h != t.kickTx {
+		t.kickTx, t.kickDone = h, 0
+	}
+	if done := t.ring.next - h.firstSeq; done >= t.kickDone+t.kickStep {
+		t.kickDone = done
 		select {
-		case t.space <- struct{}{}:
+		case t.kick <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// partialLocked is the acknowledged prefix of the head transaction.
+func (t *Tracker) partialLocked() Partial {
+	if t.head >= len(t.txs) {
+		return Partial{}
+	}
+	h := t.txs[t.head]
+	if h.finalLSN == 0 || h.tracked == 0 || t.ring.next < h.firstSeq {
+		return Partial{}
+	}
+	n := min(t.ring.next-h.firstSeq, uint64(h.span))
+	if events := h.firstOrdinal + int(n); events > 0 {
+		return Partial{CommitLSN: h.finalLSN, Events: events}
+	}
+	return Partial{}
 }
 
 // advanceLocked pops fully acknowledged committed transactions from the head.
@@ -150,6 +300,9 @@ func (t *Tracker) advanceLocked() {
 			moved = true
 		}
 		t.last.CommitTime, t.last.Xid = tx.CommitTime, tx.xid
+		if tx.tracked > 0 {
+			t.ring.jump(tx.firstSeq + uint64(tx.tracked))
+		}
 		t.txs[t.head] = nil
 		t.head++
 	}
@@ -193,12 +346,15 @@ func (t *Tracker) AdvanceIdle(lsn pglogrepl.LSN) bool {
 }
 
 // Last returns the flushed position with the last acknowledged
-// transaction's commit time and xid.
+// transaction's commit time and xid, and the acknowledged prefix of the
+// transaction after it. Both are read under one lock, so the Partial is
+// always of the oldest transaction not confirmed at LSN.
 func (t *Tracker) Last() Acked {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.last
 	a.LSN = t.flushed
+	a.Partial = t.partialLocked()
 	return a
 }
 

@@ -89,9 +89,23 @@ type Checkpoint struct {
 	// had handed to the publisher; 0 when unknown. Events between
 	// LSN and Decoded may have reached Kafka already: a restart that
 	// publishes them again counts them as redelivered (migration 4).
-	Decoded   pglogrepl.LSN
+	Decoded pglogrepl.LSN
+	// Partial is the acknowledged prefix of the oldest transaction not
+	// confirmed at LSN (migration 5); zero when none was known. A restart
+	// that replays that transaction skips exactly this prefix.
+	Partial   Partial
 	StartedAt time.Time
 	SavedAt   time.Time
+}
+
+// Partial says that the transaction committing at CommitLSN (pgoutput
+// Begin's final LSN) had its events with ordinals 0..Events-1 all
+// acknowledged by Kafka or settled in the dead-letter table. It is a fact
+// about what Kafka holds, so it stays true; it matters only while that
+// transaction is not confirmed. Events == 0: none.
+type Partial struct {
+	CommitLSN pglogrepl.LSN
+	Events    int
 }
 
 // ErrNoCheckpoint is returned when no checkpoint was saved for the slot.

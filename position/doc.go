@@ -12,7 +12,10 @@
 // after a lost slot outbox-relay recover knows from where to back-fill.
 //
 // A checkpoint is never ahead of the acknowledgements (it is saved from the
-// acknowledgement tracker), so skipping up to it loses nothing.
+// acknowledgement tracker), so skipping up to it loses nothing. The same
+// holds for its Partial (migration 5): the acknowledged prefix of the one
+// transaction after the position, which a restart skips when the slot
+// replays that transaction.
 //
 // An LSN is meaningful only on the cluster and timeline that wrote it, so
 // every checkpoint carries the server's system identifier and timeline

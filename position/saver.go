@@ -18,6 +18,9 @@ type Acked struct {
 	// Decoded is the highest TransactionEndLSN whose events were handed to
 	// the publisher (0: unknown); saved as Checkpoint.Decoded.
 	Decoded pglogrepl.LSN
+	// Partial is the acknowledged prefix of the oldest transaction not
+	// confirmed at LSN (zero: none known); saved as Checkpoint.Partial.
+	Partial Partial
 }
 
 // maxFences bounds the fences a Saver holds while the relay lags behind
@@ -44,9 +47,16 @@ type Saver struct {
 	savedXid    uint32
 	fence       *Fence  // newest fence at or before saved
 	pending     []Fence // fences ahead of the saved position, oldest first
+	partial     Partial // Partial of the last save
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
+	// Kick, if set, asks for a save before the interval ends (without a
+	// new fence): the tracker signals it as a large transaction's
+	// acknowledged prefix grows, so a crash re-sends little of it. Kicks
+	// closer than KickGap to the previous save wait for the gap.
+	Kick    <-chan struct{}
+	KickGap time.Duration
 }
 
 // NewSaver returns a saver of source's positions into store, on the
@@ -59,6 +69,7 @@ func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() 
 	if prev != nil {
 		s.saved, s.fence, s.decoded = prev.LSN, prev.Fence, prev.Decoded
 		s.savedCommit, s.savedXid = prev.CommitTime, prev.Xid
+		s.partial = prev.Partial
 	}
 	return s
 }
@@ -70,7 +81,9 @@ func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() 
 func (s *Saver) Run(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
+	var last time.Time
 	for {
+		capture := true
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
@@ -80,8 +93,18 @@ func (s *Saver) Run(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
+		case <-s.Kick:
+			capture = false
+			if wait := s.KickGap - time.Since(last); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					continue
+				}
+			}
 		}
-		if err := s.Save(ctx, true); err != nil && !errors.Is(err, context.Canceled) {
+		last = time.Now()
+		if err := s.Save(ctx, capture); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn().Str("stage", "checkpoint").Err(err).Msg("checkpoint not saved; retrying")
 		}
 	}
@@ -104,13 +127,14 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 			s.pending = append(s.pending, f)
 		}
 	}
-	if pos.LSN <= s.saved && pos.Decoded <= s.decoded {
-		return nil
-	}
 	if pos.LSN <= s.saved {
-		// Only the decoded position moved: keep the saved position (and
-		// its transaction; the source may still report an older one).
+		// The position did not move: keep the saved position (and its
+		// transaction; the source may still report an older one).
 		pos.LSN, pos.CommitTime, pos.Xid = s.saved, s.savedCommit, s.savedXid
+	}
+	part := s.partialAt(pos.LSN, pos.Partial)
+	if pos.LSN == s.saved && pos.Decoded <= s.decoded && part == s.partial {
+		return nil
 	}
 	// The newest fence at or before the position applies to it.
 	n := 0
@@ -121,13 +145,31 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 	}
 	s.pending = append(s.pending[:0], s.pending[n:]...)
 	cp := Checkpoint{LSN: pos.LSN, CommitTime: pos.CommitTime, Xid: pos.Xid, Identity: s.id, Fence: s.fence,
-		Decoded: max(pos.Decoded, s.decoded)}
+		Decoded: max(pos.Decoded, s.decoded), Partial: part}
 	if err := s.store.Save(ctx, cp, s.retention); err != nil {
 		return err
 	}
 	s.saved, s.decoded, s.savedCommit, s.savedXid = pos.LSN, cp.Decoded, pos.CommitTime, pos.Xid
+	s.partial = part
 	if s.OnSave != nil {
 		s.OnSave(cp)
 	}
 	return nil
+}
+
+// partialAt is the Partial to save with position lsn, given the source's
+// current one. Both the source's and the last saved Partial are facts about
+// what Kafka holds, so of the same transaction the longer is kept (a
+// restarted relay's tracker may not have re-acknowledged the prefix it
+// skipped yet), and the saved one is kept while the source knows none. A
+// Partial of a transaction that commits before lsn is dropped: that
+// transaction is confirmed, so a later restart must not apply it.
+func (s *Saver) partialAt(lsn pglogrepl.LSN, cur Partial) Partial {
+	if prev := s.partial; prev.Events > 0 && (cur.Events <= 0 || cur.CommitLSN == prev.CommitLSN && prev.Events > cur.Events) {
+		cur = prev
+	}
+	if cur.Events <= 0 || cur.CommitLSN < lsn {
+		return Partial{}
+	}
+	return cur
 }

@@ -98,6 +98,9 @@ func checkpointJSON(cp position.Checkpoint) map[string]any {
 	if f := cp.Fence; f != nil {
 		m["fence"] = map[string]any{"lsn": f.LSN.String(), "xmin": f.Xmin, "xmax": f.Xmax, "at": f.At}
 	}
+	if p := cp.Partial; p.Events > 0 {
+		m["partial"] = map[string]any{"commit_lsn": p.CommitLSN.String(), "events": p.Events}
+	}
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -43,6 +44,9 @@ type resumeState struct {
 	id         position.Identity
 	prev       *position.Checkpoint
 	skipBefore pglogrepl.LSN
+	// partial is the acknowledged prefix of a transaction the slot will
+	// replay (zero: none).
+	partial position.Partial
 }
 
 // resume identifies the server and compares the newest checkpoint with the
@@ -66,7 +70,13 @@ func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 			Str("checkpoint_lsn", skip.String()).Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)).
 			Msg("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published")
 	}
-	return resumeState{id: id, prev: prev, skipBefore: skip}, nil
+	rs := resumeState{id: id, prev: prev, skipBefore: skip}
+	// The slot replays the transaction of the partial unless it confirmed
+	// past its commit (then the partial is stale and never matches).
+	if prev != nil && prev.Partial.Events > 0 && prev.Partial.CommitLSN >= st.ConfirmedFlushLSN {
+		rs.partial = prev.Partial
+	}
+	return rs, nil
 }
 
 // prevDecoded is the saved checkpoint's decoded position (0: unknown).
@@ -78,39 +88,60 @@ func (rs resumeState) prevDecoded() pglogrepl.LSN {
 }
 
 func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
-	if rs.skipBefore == 0 {
+	if rs.skipBefore == 0 && rs.partial.Events == 0 {
 		return nil
 	}
-	return &skipper{before: rs.skipBefore, log: log, m: m}
+	return &skipper{before: rs.skipBefore, part: rs.partial, log: log, m: m}
 }
 
-// skipper drops the transactions that commit before a checkpoint. A
-// transaction whose commit LSN is before the checkpoint (a
-// TransactionEndLSN) ended at or before it, so Kafka acknowledged it. Its
-// methods are no-ops on nil. Only the stream goroutine calls it.
+// skipper drops what a checkpoint shows Kafka acknowledged already: the
+// transactions that commit before the checkpoint (a transaction whose
+// commit LSN is before the checkpoint, a TransactionEndLSN, ended at or
+// before it), and the acknowledged prefix of the transaction the
+// checkpoint's Partial names (by its commit LSN, which is unique in the
+// WAL of the identity Resume verified). Its methods are no-ops on nil. Only
+// the stream goroutine calls it.
 type skipper struct {
 	before pglogrepl.LSN
 	active bool
+	// part is the partial still to apply; prefix skips the current
+	// transaction's ordinals below it.
+	part   position.Partial
+	prefix int
 	events int
 	log    zerolog.Logger
 	m      *metrics.Relay
 }
 
 func (k *skipper) begin(b replication.Begin) {
-	if k == nil || k.before == 0 {
+	if k == nil {
 		return
 	}
-	if b.FinalLSN < k.before {
-		k.active = true
-		return
+	k.active, k.prefix = false, 0
+	if k.before != 0 {
+		if b.FinalLSN < k.before {
+			k.active = true
+			return
+		}
+		k.log.Info().Str("stage", "checkpoint").Int("skipped_events", k.events).Str("checkpoint_lsn", k.before.String()).
+			Msg("caught up with the checkpoint; publishing again")
+		k.before = 0
 	}
-	k.log.Info().Str("stage", "checkpoint").Int("skipped_events", k.events).Str("checkpoint_lsn", k.before.String()).
-		Msg("caught up with the checkpoint; publishing again")
-	k.before, k.active = 0, false
+	if p := k.part; p.Events > 0 && b.FinalLSN >= p.CommitLSN {
+		if b.FinalLSN == p.CommitLSN {
+			k.prefix = p.Events
+			k.log.Info().Str("stage", "checkpoint").Str("commit_lsn", p.CommitLSN.String()).Uint32("xid", b.Xid).
+				Int("skipped_events", p.Events).
+				Msg("restarting inside a partly acknowledged transaction: its first events were acknowledged by Kafka and are skipped, not re-published")
+		}
+		k.part = position.Partial{} // applied, or passed
+	}
 }
 
-func (k *skipper) skipping() bool {
-	if k == nil || !k.active {
+// skipping reports whether the event at ordinal of the current
+// transaction is skipped, and counts it.
+func (k *skipper) skipping(ordinal int) bool {
+	if k == nil || !k.active && ordinal >= k.prefix {
 		return false
 	}
 	k.events++
@@ -128,9 +159,14 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	sv := position.NewSaver(r.positions, r.pool, rs.id, rs.prev,
 		func() position.Acked {
 			a := tr.Last()
-			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load()}
+			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load(),
+				Partial: position.Partial{CommitLSN: a.Partial.CommitLSN, Events: a.Partial.Events}}
 		},
 		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
+	// A large transaction's acknowledged prefix is saved every quarter
+	// window (at most every 10 ms), not only every interval: a crash then
+	// re-sends about the window, whatever the throughput.
+	sv.Kick, sv.KickGap = tr.NotifyPrefix(max(r.cfg.MaxInflightEvents/4, 256)), 10*time.Millisecond
 	sv.OnSave = func(cp position.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
 		r.m.CheckpointLSN.Set(float64(cp.LSN))

@@ -447,7 +447,7 @@ type sink struct {
 }
 
 func (s *sink) Begin(b replication.Begin) error {
-	s.tx = s.tracker.BeginXid(b.CommitTime, b.Xid)
+	s.tx = s.tracker.BeginTx(b.CommitTime, b.Xid, b.FinalLSN)
 	s.events, s.published = 0, 0
 	s.skip.begin(b)
 	s.redo.begin(b)
@@ -457,15 +457,16 @@ func (s *sink) Begin(b replication.Begin) error {
 func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
-	if s.skip.skipping() {
+	if s.skip.skipping(ev.Ordinal) {
 		return nil // acknowledged before the crash: not published again
 	}
 	size := ev.Size()
-	s.tracker.Track(s.tx, size)
-	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, size}); err != nil {
+	seq := s.tracker.TrackOrdinal(s.tx, ev.Ordinal, size)
+	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, seq, size}); err != nil {
 		// Free its window share so the drain before stopping can finish;
-		// its transaction never commits here, so the slot stays before it.
-		s.tx.Ack(size)
+		// it is not acknowledged, so neither the slot nor a checkpoint's
+		// partial passes it.
+		s.tx.Release(size)
 		return err
 	}
 	s.published++
@@ -487,12 +488,14 @@ func (s *sink) Commit(c replication.Commit) error {
 
 // sizedAck releases an event's window share; the publisher's own size
 // accounting differs (it counts Kafka framing), the tracker's must not.
+// The Seq tells the tracker which event it is, for the acknowledged prefix.
 type sizedAck struct {
 	tx   *checkpoint.Txn
+	seq  checkpoint.Seq
 	size int
 }
 
-func (a sizedAck) Ack(int) { a.tx.Ack(a.size) }
+func (a sizedAck) Ack(int) { a.tx.AckSeq(a.seq, a.size) }
 
 // watchSlot re-reads the slot while streaming: a slot invalidated by
 // max_slot_wal_keep_size or dropped can never deliver the WAL it lost, and

@@ -1,0 +1,269 @@
+package checkpoint
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// trackN tracks n events of tx from ordinal first on and returns their Seqs.
+func trackN(tr *Tracker, tx *Txn, first, n int) []Seq {
+	seqs := make([]Seq, n)
+	for i := range seqs {
+		seqs[i] = tr.TrackOrdinal(tx, first+i, 1)
+	}
+	return seqs
+}
+
+func wantPartial(t *testing.T, tr *Tracker, lsn pglogrepl.LSN, events int) {
+	t.Helper()
+	got := tr.Last().Partial
+	want := Partial{CommitLSN: lsn, Events: events}
+	if events == 0 {
+		want = Partial{}
+	}
+	if got != want {
+		t.Fatalf("partial %+v, want %+v", got, want)
+	}
+}
+
+// Acknowledgements from several partitions arrive out of order: the prefix
+// is the contiguous acknowledged run from ordinal 0, never more.
+func TestPartialOutOfOrderAcks(t *testing.T) {
+	tr := New(100, Limits{})
+	tx := tr.BeginTx(time.Time{}, 1, 500)
+	s := trackN(tr, tx, 0, 10)
+	wantPartial(t, tr, 0, 0)
+	// Partition B is ahead of partition A (ordinals 0, 1, 4 are A's).
+	for _, i := range []int{2, 3, 5, 6, 7} {
+		tx.AckSeq(s[i], 1)
+	}
+	wantPartial(t, tr, 0, 0) // ordinal 0 not acknowledged: nothing may be skipped
+	tx.AckSeq(s[0], 1)
+	wantPartial(t, tr, 500, 1)
+	tx.AckSeq(s[1], 1)
+	wantPartial(t, tr, 500, 4)
+	tx.AckSeq(s[4], 1)
+	wantPartial(t, tr, 500, 8)
+	tx.AckSeq(s[9], 1)
+	wantPartial(t, tr, 500, 8)
+	tx.AckSeq(s[8], 1)
+	wantPartial(t, tr, 500, 10) // all acknowledged, not committed yet
+	tr.Commit(tx, 600)
+	if tr.Flushed() != 600 {
+		t.Fatalf("flushed %s, want 600", tr.Flushed())
+	}
+	wantPartial(t, tr, 0, 0) // confirmed: no partial left to apply
+}
+
+// Only the oldest unconfirmed transaction has a Partial; a later one's
+// acknowledgements count once it becomes the oldest.
+func TestPartialIsTheHeadTransactions(t *testing.T) {
+	tr := New(0, Limits{})
+	a := tr.BeginTx(time.Time{}, 1, 100)
+	sa := trackN(tr, a, 0, 3)
+	tr.Commit(a, 110)
+	b := tr.BeginTx(time.Time{}, 2, 200)
+	sb := trackN(tr, b, 0, 3)
+	for _, s := range sb {
+		b.AckSeq(s, 1)
+	}
+	a.AckSeq(sa[0], 1)
+	wantPartial(t, tr, 100, 1)
+	a.AckSeq(sa[2], 1)
+	wantPartial(t, tr, 100, 1)
+	a.AckSeq(sa[1], 1)
+	// a is confirmed; b (open, fully acknowledged so far) is the head.
+	if got := tr.Last(); got.LSN != 110 || got.Partial != (Partial{CommitLSN: 200, Events: 3}) {
+		t.Fatalf("last %+v, want LSN 110 and b's 3 events", got)
+	}
+	sb = append(sb, trackN(tr, b, 3, 2)...)
+	wantPartial(t, tr, 200, 3)
+	b.AckSeq(sb[4], 1)
+	wantPartial(t, tr, 200, 3)
+	b.AckSeq(sb[3], 1)
+	wantPartial(t, tr, 200, 5)
+}
+
+// A transaction whose first ordinals a restart skipped (a checkpoint's
+// Partial) keeps them in its prefix: the next checkpoint must not forget
+// them.
+func TestPartialCountsSkippedPrefix(t *testing.T) {
+	tr := New(0, Limits{})
+	tx := tr.BeginTx(time.Time{}, 1, 900)
+	s := trackN(tr, tx, 700, 5)
+	wantPartial(t, tr, 900, 700)
+	tx.AckSeq(s[1], 1)
+	wantPartial(t, tr, 900, 700)
+	tx.AckSeq(s[0], 1)
+	wantPartial(t, tr, 900, 702)
+}
+
+// An event whose publish failed is released from the window, not
+// acknowledged: the prefix stops before it.
+func TestPartialReleaseIsNotAck(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 3})
+	tx := tr.BeginTx(time.Time{}, 1, 50)
+	s := trackN(tr, tx, 0, 3)
+	tx.AckSeq(s[0], 1)
+	tx.Release(1)
+	tx.AckSeq(s[2], 1)
+	wantPartial(t, tr, 50, 1)
+	if st := tr.Stats(); st.Events != 0 {
+		t.Fatalf("window holds %d events after release, want 0", st.Events)
+	}
+	tr.Commit(tx, 60)
+	if tr.Flushed() != 0 {
+		t.Fatalf("flushed %s past a released event", tr.Flushed())
+	}
+}
+
+// Ordinals that do not follow each other end the prefix at the gap.
+func TestPartialStopsAtOrdinalGap(t *testing.T) {
+	tr := New(0, Limits{})
+	tx := tr.BeginTx(time.Time{}, 1, 50)
+	a := tr.TrackOrdinal(tx, 0, 1)
+	b := tr.TrackOrdinal(tx, 1, 1)
+	c := tr.TrackOrdinal(tx, 5, 1)
+	for _, s := range []Seq{a, b, c} {
+		tx.AckSeq(s, 1)
+	}
+	wantPartial(t, tr, 50, 2)
+}
+
+// Without a commit LSN (BeginXid) or Seq (Ack) there is no Partial.
+func TestPartialNeedsLSNAndSeq(t *testing.T) {
+	tr := New(0, Limits{})
+	tx := tr.BeginXid(time.Time{}, 1)
+	s := tr.Track(tx, 1)
+	tx.AckSeq(s, 1)
+	wantPartial(t, tr, 0, 0)
+	tr.Commit(tx, 10)
+	tx2 := tr.BeginTx(time.Time{}, 2, 20)
+	tr.Track(tx2, 1)
+	tx2.Ack(1)
+	wantPartial(t, tr, 0, 0)
+}
+
+// Acknowledgements further ahead than the ring are dropped: the prefix is
+// then smaller than the truth (duplicates after a crash), never larger,
+// and catches up once the transaction is confirmed.
+func TestPartialRingOverflowUnderestimates(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 1}) // smallest ring
+	size := len(tr.ring.bits) * 64
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	s := trackN(tr, tx, 0, 3*size)
+	for i := len(s) - 1; i >= 1; i-- {
+		tx.AckSeq(s[i], 1)
+	}
+	wantPartial(t, tr, 0, 0)
+	tx.AckSeq(s[0], 1)
+	if got := tr.Last().Partial; got.Events < 1 || got.Events > len(s) {
+		t.Fatalf("partial %+v out of range", got)
+	}
+	tr.Commit(tx, 20)
+	next := tr.BeginTx(time.Time{}, 2, 30)
+	ns := trackN(tr, next, 0, 2)
+	next.AckSeq(ns[0], 1)
+	wantPartial(t, tr, 30, 1)
+}
+
+// Random acknowledgement orders over many transactions: the Partial always
+// equals the model's contiguous acknowledged prefix of the head.
+func TestPartialMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	for round := 0; round < 50; round++ {
+		tr := New(0, Limits{MaxEvents: 64})
+		type ev struct {
+			tx  int
+			seq Seq
+		}
+		var txs []*Txn
+		var acked [][]bool
+		var committed []bool
+		var pending []ev
+		lsn := pglogrepl.LSN(1000)
+		check := func() {
+			t.Helper()
+			head := -1
+			for i := range txs {
+				done := committed[i]
+				for _, a := range acked[i] {
+					done = done && a
+				}
+				if !done {
+					head = i
+					break
+				}
+			}
+			want := Partial{}
+			if head >= 0 {
+				n := 0
+				for n < len(acked[head]) && acked[head][n] {
+					n++
+				}
+				if n > 0 {
+					want = Partial{CommitLSN: pglogrepl.LSN(1000 + 100*head), Events: n}
+				}
+			}
+			if got := tr.Last().Partial; got != want {
+				t.Fatalf("round %d: partial %+v, want %+v", round, got, want)
+			}
+		}
+		for step := 0; step < 400; step++ {
+			open := len(txs) > 0 && !committed[len(txs)-1]
+			switch r := rng.Intn(10); {
+			case !open && r < 2:
+				txs = append(txs, tr.BeginTx(time.Time{}, uint32(len(txs)+1), lsn))
+				acked = append(acked, nil)
+				committed = append(committed, false)
+				lsn += 100
+			case open && r < 5:
+				i := len(txs) - 1
+				s := tr.TrackOrdinal(txs[i], len(acked[i]), 1)
+				acked[i] = append(acked[i], false)
+				pending = append(pending, ev{i, s})
+			case open && r < 6:
+				i := len(txs) - 1
+				committed[i] = true
+				tr.Commit(txs[i], pglogrepl.LSN(1000+100*i+50))
+			case len(pending) > 0:
+				j := rng.Intn(len(pending))
+				e := pending[j]
+				pending[j] = pending[len(pending)-1]
+				pending = pending[:len(pending)-1]
+				txs[e.tx].AckSeq(e.seq, 1)
+				acked[e.tx][int(e.seq)-firstSeq(txs[e.tx])] = true
+			}
+			check()
+		}
+	}
+}
+
+func firstSeq(tx *Txn) int {
+	tx.t.mu.Lock()
+	defer tx.t.mu.Unlock()
+	return int(tx.firstSeq)
+}
+
+// NotifyPrefix signals every step events of the head's prefix.
+func TestNotifyPrefix(t *testing.T) {
+	tr := New(0, Limits{})
+	kick := tr.NotifyPrefix(100)
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	s := trackN(tr, tx, 0, 1000)
+	signals := 0
+	for _, q := range s {
+		tx.AckSeq(q, 1)
+		select {
+		case <-kick:
+			signals++
+		default:
+		}
+	}
+	if signals != 10 {
+		t.Fatalf("%d signals for 1000 events at step 100, want 10", signals)
+	}
+}

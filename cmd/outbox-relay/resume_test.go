@@ -1,0 +1,86 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// TestSkipperPartial replays transactions committing at 100, 200, ..., 500
+// with 10 events each and checks which events the skipper drops.
+func TestSkipperPartial(t *testing.T) {
+	cases := []struct {
+		name    string
+		before  pglogrepl.LSN
+		partial position.Partial
+		want    map[pglogrepl.LSN]int // transaction -> events skipped (its first ones)
+	}{
+		{"nothing saved", 0, position.Partial{}, nil},
+		{"whole transactions only", 250, position.Partial{}, map[pglogrepl.LSN]int{100: 10, 200: 10}},
+		{"prefix only (slot at the checkpoint)", 0, position.Partial{CommitLSN: 300, Events: 4},
+			map[pglogrepl.LSN]int{300: 4}},
+		{"slot fell back (PostgreSQL crash): whole transactions, then the prefix", 250,
+			position.Partial{CommitLSN: 300, Events: 7}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 7}},
+		{"partial of the transaction at the checkpoint position", 300,
+			position.Partial{CommitLSN: 300, Events: 2}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 2}},
+		{"partial never replayed: nothing else skipped", 0, position.Partial{CommitLSN: 250, Events: 5}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := metrics.New()
+			k := resumeState{skipBefore: c.before, partial: c.partial}.skipper(zerolog.Nop(), m)
+			got := map[pglogrepl.LSN]int{}
+			total := 0
+			for lsn := pglogrepl.LSN(100); lsn <= 500; lsn += 100 {
+				k.begin(replication.Begin{FinalLSN: lsn})
+				published := false
+				for ord := 0; ord < 10; ord++ {
+					if k.skipping(ord) {
+						if published {
+							t.Fatalf("tx %d: ordinal %d skipped after a published one", lsn, ord)
+						}
+						got[lsn]++
+						total++
+					} else {
+						published = true
+					}
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("skipped %v, want %v", got, c.want)
+			}
+			for lsn, n := range c.want {
+				if got[lsn] != n {
+					t.Fatalf("skipped %v, want %v", got, c.want)
+				}
+			}
+			if v := testutil.ToFloat64(m.CheckpointSkipped); v != float64(total) {
+				t.Fatalf("metric %v, want %d", v, total)
+			}
+		})
+	}
+}
+
+// The same commit LSN seen again later (a reconnect replays it with a
+// fresh skipper; one skipper never applies a partial twice).
+func TestSkipperPartialAppliesOnce(t *testing.T) {
+	k := resumeState{partial: position.Partial{CommitLSN: 300, Events: 3}}.skipper(zerolog.Nop(), metrics.New())
+	k.begin(replication.Begin{FinalLSN: 300})
+	if !k.skipping(2) || k.skipping(3) {
+		t.Fatal("prefix of 3 not applied")
+	}
+	k.begin(replication.Begin{FinalLSN: 400})
+	if k.skipping(0) {
+		t.Fatal("the prefix leaked into the next transaction")
+	}
+	k.begin(replication.Begin{FinalLSN: 300})
+	if k.skipping(0) {
+		t.Fatal("the partial was applied twice")
+	}
+}

@@ -1,0 +1,144 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/position"
+)
+
+// TestCheckpointPartialRoundTrip: migration 5's partial columns are
+// written and read back by the checkpoint store, and a checkpoint saved
+// without a partial clears the row's (a stale partial must never be
+// applied after its transaction was confirmed).
+func TestCheckpointPartialRoundTrip(t *testing.T) {
+	env := NewEnv(t, EnvOptions{NoTopic: true})
+	tbl, err := migrations.ParseTable(env.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := position.NewStore(env.DB, tbl, env.Slot)
+	if err := st.Check(ctx); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	id := position.Identity{SystemID: "7", Timeline: 1}
+	save := func(lsn pglogrepl.LSN, p position.Partial) position.Checkpoint {
+		t.Helper()
+		if err := st.Save(ctx, position.Checkpoint{LSN: lsn, Identity: id, Partial: p}, 0); err != nil {
+			t.Fatalf("save: %v", err)
+		}
+		cp, err := st.Latest(ctx)
+		if err != nil {
+			t.Fatalf("latest: %v", err)
+		}
+		return cp
+	}
+	want := position.Partial{CommitLSN: 0x1_0000_0200, Events: 75242}
+	if cp := save(0x1_0000_0100, want); cp.Partial != want || cp.LSN != 0x1_0000_0100 {
+		t.Fatalf("inserted row reads back %+v / %s, want %+v", cp.Partial, cp.LSN, want)
+	}
+	want.Events = 80000
+	if cp := save(0x1_0000_0100, want); cp.Partial != want {
+		t.Fatalf("updated row reads back %+v, want %+v", cp.Partial, want)
+	}
+	if cp := save(0x1_0000_0300, position.Partial{}); cp.Partial != (position.Partial{}) {
+		t.Fatalf("a save without a partial left %+v", cp.Partial)
+	}
+
+	// Check refuses a table without migration 5's columns.
+	env.Exec(`alter table public.outbox_relay_checkpoint rename column partial_events to partial_events_` + env.Sfx)
+	defer env.Exec(`alter table public.outbox_relay_checkpoint rename column partial_events_` + env.Sfx + ` to partial_events`)
+	if err := st.Check(ctx); err == nil || !strings.Contains(err.Error(), "partial_events") || !strings.Contains(err.Error(), "migrate") {
+		t.Fatalf("check without the columns: %v, want an error naming them and migrate", err)
+	}
+}
+
+// TestLargeTransactionKillResend commits one 100,000-row transaction over
+// 50 aggregates, kills the relay with SIGKILL while it is delivering it,
+// and restarts it. The checkpoint's partial (the acknowledged prefix of
+// the transaction) lets the restart skip what Kafka has, so the
+// duplicates stay within the in-flight window plus one batch per
+// partition, instead of most of the transaction (75,242 were measured
+// before the fix).
+func TestLargeTransactionKillResend(t *testing.T) {
+	const (
+		rows     = 100000
+		inflight = 5000
+		batch    = 500
+	)
+	env := NewEnv(t, EnvOptions{})
+	relayEnv := []string{
+		fmt.Sprintf("OUTBOX_RELAY_MAX_INFLIGHT_EVENTS=%d", inflight),
+		fmt.Sprintf("OUTBOX_RELAY_MAX_BATCH=%d", batch),
+	}
+	r1 := env.StartRelay(relayEnv...)
+	c := StartConsumer(t, env.Topic, env.Partitions)
+	ledger := NewLedger()
+	waitCaughtUp(t, env, c, env.NewWriter(ledger), 60*time.Second)
+	base := c.Count()
+
+	env.Exec(fmt.Sprintf(`insert into %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers)
+		select gen_random_uuid(), $1, 'agg-' || (i %% 50), i, 'BulkImported', 1,
+		       jsonb_build_object('aggregate_id', 'agg-' || (i %% 50), 'version', i, 'pad', repeat('x', 64)),
+		       jsonb_build_object('trace_id', 'bulk-' || i)
+		from generate_series(1, %d) as i`, env.QuotedTable(), rows), env.AggType)
+	committedAt := time.Now()
+	commitLSN := env.CurrentInsertLSN()
+
+	// Kill once at least 20% arrived, well before the end.
+	if !within(5*time.Minute, 10*time.Millisecond, func() bool { return c.Count()-base >= rows/5 }) {
+		t.Fatalf("fewer than %d records within 5 min (got %d)\n%s", rows/5, c.Count()-base, r1.LogTail(20))
+	}
+	r1.Kill9()
+	atKill := c.Count() - base
+	if atKill >= rows {
+		t.Fatalf("the whole transaction (%d records) was delivered before the kill: nothing measured", atKill)
+	}
+	if !env.WaitSlotActive(false, 30*time.Second) {
+		t.Fatalf("slot still active after kill -9: %+v", env.SlotInfo())
+	}
+	time.Sleep(time.Second) // records written before the kill reach the consumer
+	atRestart := c.Count() - base
+	t.Logf("killed with %d of %d records delivered (%d by the restart); slot %s, transaction commits before %s",
+		atKill, rows, atRestart, env.SlotInfo().ConfirmedFlush, commitLSN)
+
+	r2 := env.StartRelay(relayEnv...)
+	expected := ExpectedFromTable(t, env.DB, env.QuotedTable())
+	if len(expected) != rows+1 {
+		t.Fatalf("table has %d rows, want %d", len(expected), rows+1)
+	}
+	for id, ev := range expected {
+		if ev.AggregateID != "canary" {
+			ev.CommitTime = committedAt
+			expected[id] = ev
+		}
+	}
+	ok := c.WaitFor(expected, 5*time.Minute, 2*time.Second)
+	rep := c.Check(expected, CheckOptions{})
+	skipped, _ := logField(r2, "restarting inside a partly acknowledged transaction", "skipped_events")
+	bound := inflight + env.Partitions*batch
+	msg := fmt.Sprintf("TestLargeTransactionKillResend: rows=%d delivered_at_kill=%d skipped_on_restart=%.0f lost=%d inversions=%d duplicates=%d (bound %d = --max-inflight-events %d + %d partitions x --max-batch %d)",
+		rows, atRestart, skipped, len(rep.Lost), rep.Inversions, rep.Duplicates, bound, inflight, env.Partitions, batch)
+	t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		t.Errorf("not every row arrived after the restart")
+	}
+	RequireOK(t, rep)
+	if rep.Duplicates > bound {
+		t.Errorf("duplicates %d over the bound %d\n%s", rep.Duplicates, bound, r2.LogTail(30))
+	}
+	if code, exited := r2.Term(30 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d", exited, code)
+	}
+}
