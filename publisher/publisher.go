@@ -117,9 +117,10 @@ type Publisher struct {
 	cfg Config
 	log zerolog.Logger
 	m   *metrics.Relay
-	// transport and client carry metadata and produce requests; one
-	// connection pool per broker, shared by every lane.
-	transport *kafka.Transport
+	// client and the combiner carry metadata and produce requests over
+	// one transport: one connection pool per broker, shared by every
+	// lane. closeIdle releases its idle connections on Close.
+	closeIdle func()
 	client    *kafka.Client
 	combiner  *combiner
 	lanes     atomic.Int64 // lanes started, over all topics
@@ -135,16 +136,22 @@ type Publisher struct {
 func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	cfg.defaults()
 	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
+	return newPublisher(cfg, log, m, transport, transport.CloseIdleConnections)
+}
+
+// newPublisher returns a Publisher whose metadata and produce requests go
+// through rt (tests pass a fake broker); closeIdle, if set, runs on Close.
+func newPublisher(cfg Config, log zerolog.Logger, m *metrics.Relay, rt kafka.RoundTripper, closeIdle func()) *Publisher {
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel,
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
-		transport: transport,
-		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
+		closeIdle: closeIdle,
+		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
-	p.combiner = newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
+	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
 	return p
 }
@@ -272,7 +279,9 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 func (p *Publisher) Close() error {
 	p.cancel()
 	p.wg.Wait()
-	p.transport.CloseIdleConnections()
+	if p.closeIdle != nil {
+		p.closeIdle()
+	}
 	return nil
 }
 
