@@ -173,6 +173,21 @@ func keyMoving(from, oldCount, newCount int) (string, int) {
 	}
 }
 
+// keyOn returns an aggregate id that murmur2 puts on partition part of n.
+func keyOn(part, n int) string {
+	var b kafka.Murmur2Balancer
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("agg-%d", i)
+		if b.Balance(kafka.Message{Key: []byte(key)}, parts...) == part {
+			return key
+		}
+	}
+}
+
 // BenchmarkPublish measures the per-event path through router, lanes and
 // combiner against a broker that acknowledges at once.
 func BenchmarkPublish(b *testing.B) {
