@@ -596,7 +596,7 @@ func (r *router) switchCount(old, n int) bool {
 	}
 	if out := r.outstanding(); out > 0 {
 		log.Info().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
-			Int64("outstanding", out).Msg("topic partition count changed; waiting for its earlier events before routing under the new count")
+			Int64("outstanding", out).Msg("topic partition count changed; waiting for the topic's earlier events before switching")
 		for r.outstanding() > 0 {
 			if !r.p.sleep(drainPoll) {
 				return false
