@@ -43,6 +43,10 @@ type Relay struct {
 	// a restart or failover that an earlier run had handed to it already
 	// (possible duplicates; see docs/operations.md for how exact it is).
 	EventsRedelivered prometheus.Counter
+	// TopicPartitionChanges counts partition-count changes of a topic the
+	// relay switched to, by topic (each switch waited until the topic's
+	// earlier events were acknowledged, so keys moved without reordering).
+	TopicPartitionChanges *prometheus.CounterVec // by topic
 
 	// Leader is 1 while this process holds the slot's leader lock (and
 	// streams or is about to), 0 as a standby.
@@ -245,6 +249,11 @@ func New() *Relay {
 			Help: "Events published again after a restart or failover that an earlier run had already handed to Kafka " +
 				"(above the checkpoint, at or below its saved decoded position): possible duplicates.",
 		}),
+		TopicPartitionChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "topic_partition_changes_total",
+			Help: "Partition-count increases of a topic the relay switched to, after every earlier event of the topic " +
+				"was acknowledged: keys may have moved to other partitions. A shrink stops the relay instead.",
+		}, []string{"topic"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
@@ -266,7 +275,7 @@ func New() *Relay {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
-		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered, r.TopicPartitionChanges,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	)
 	r.Registry.MustRegister(r.PG.collectors()...)

@@ -71,6 +71,15 @@ type Config struct {
 	// UnknownTopicTimeout is how long a missing topic (CreateTopics off)
 	// is retried before its events count as poison.
 	UnknownTopicTimeout time.Duration
+	// MetadataRefresh is how often a topic's partition count is read
+	// again, so added partitions get used (and a shrunk topic noticed).
+	MetadataRefresh time.Duration
+	// TopicIdleTimeout is how long a partition lane, and then a topic's
+	// router, may stay idle (nothing queued, nothing awaiting Kafka)
+	// before it is removed: topics come from event data, so without
+	// eviction goroutines and queues would grow with every topic ever
+	// seen.
+	TopicIdleTimeout time.Duration
 	// Quarantine handles poison events; nil stops the relay on the first.
 	Quarantine Quarantine
 	// Security is the TLS and SASL setup of every broker connection.
@@ -108,6 +117,12 @@ func (c *Config) defaults() {
 	if c.UnknownTopicTimeout <= 0 {
 		c.UnknownTopicTimeout = time.Minute
 	}
+	if c.MetadataRefresh <= 0 {
+		c.MetadataRefresh = time.Minute
+	}
+	if c.TopicIdleTimeout <= 0 {
+		c.TopicIdleTimeout = 2 * time.Minute
+	}
 }
 
 // record is one event on its way to Kafka.
@@ -117,6 +132,20 @@ type record struct {
 	size   int
 	ack    Acker
 	commit time.Time
+	// out is the outstanding count of the lane the record was routed to
+	// (nil before routing); see done.
+	out *atomic.Int64
+}
+
+// done reports rec as taken care of (acknowledged by Kafka, parked or
+// dead-lettered) and then takes it off its lane's outstanding count. That
+// order matters: a router that sees the count at zero (to switch partition
+// counts, or to evict the lane) relies on the Acks having happened.
+func (rec *record) done() {
+	rec.ack.Ack(rec.size)
+	if rec.out != nil {
+		rec.out.Add(-1)
+	}
 }
 
 // Publisher routes events to per-partition lanes. Publish never blocks;
@@ -125,9 +154,10 @@ type Publisher struct {
 	cfg Config
 	log zerolog.Logger
 	m   *metrics.Relay
-	// transport and client carry metadata and produce requests; one
-	// connection pool per broker, shared by every lane.
-	transport *kafka.Transport
+	// client and the combiner carry metadata and produce requests over
+	// one transport: one connection pool per broker, shared by every
+	// lane. closeIdle releases its idle connections on Close.
+	closeIdle func()
 	client    *kafka.Client
 	combiner  *combiner
 	holder    *holder
@@ -144,16 +174,22 @@ type Publisher struct {
 func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 	cfg.defaults()
 	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
+	return newPublisher(cfg, log, m, transport, transport.CloseIdleConnections)
+}
+
+// newPublisher returns a Publisher whose metadata and produce requests go
+// through rt (tests pass a fake broker); closeIdle, if set, runs on Close.
+func newPublisher(cfg Config, log zerolog.Logger, m *metrics.Relay, rt kafka.RoundTripper, closeIdle func()) *Publisher {
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel,
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
-		transport: transport,
-		client:    &kafka.Client{Addr: addr, Transport: transport, Timeout: 10 * time.Second},
+		closeIdle: closeIdle,
+		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
-	p.combiner = newCombiner(ctx, transport, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
+	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
 	p.holder = newHolder(p)
 	if cfg.Quarantine != nil {
@@ -214,16 +250,33 @@ func (p *Publisher) forward(rec *record) bool {
 // enqueue hands rec to its topic's router, starting the router if needed.
 func (p *Publisher) enqueue(rec *record) {
 	topic := rec.msg.Topic
+	for {
+		p.mu.Lock()
+		r := p.routers[topic]
+		if r == nil {
+			r = &router{p: p, topic: topic, q: newQueue(), lanes: map[int]*lane{}}
+			p.routers[topic] = r
+			p.wg.Add(1)
+			go r.run()
+		}
+		p.mu.Unlock()
+		if r.q.push(rec) {
+			return
+		}
+		// r retired (idle) between the lookup and the push, with
+		// nothing of the topic left in flight: start a new one.
+		p.retired(r)
+	}
+}
+
+// retired removes r from the routers once its queue is closed; a later
+// Publish of its topic starts a new router.
+func (p *Publisher) retired(r *router) {
 	p.mu.Lock()
-	r := p.routers[topic]
-	if r == nil {
-		r = &router{p: p, topic: topic, q: newQueue(), lanes: map[int]*lane{}}
-		p.routers[topic] = r
-		p.wg.Add(1)
-		go r.run()
+	if p.routers[r.topic] == r {
+		delete(p.routers, r.topic)
 	}
 	p.mu.Unlock()
-	r.q.push(rec)
 }
 
 // message builds ev's record or says, with a metric-friendly reason, why
@@ -307,7 +360,9 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 func (p *Publisher) Close() error {
 	p.cancel()
 	p.wg.Wait()
-	p.transport.CloseIdleConnections()
+	if p.closeIdle != nil {
+		p.closeIdle()
+	}
 	return nil
 }
 
@@ -327,6 +382,14 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d) }
 
 // router assigns a topic's records to partition lanes in arrival order.
+//
+// Only the router's goroutine touches its fields (lanes, partitions, ...);
+// Publish reaches it through q alone. Each lane counts its outstanding
+// records (routed, not yet taken care of), which lets the router switch to
+// a new partition count only once nothing routed under the old one is in
+// flight, and remove lanes that have been idle for TopicIdleTimeout. Once
+// it has no lanes left and has been idle as long, the router closes its
+// queue and exits (see sweep).
 type router struct {
 	p          *Publisher
 	topic      string
@@ -337,17 +400,47 @@ type router struct {
 	fetched    time.Time
 	// unknownSince is when the topic was first reported unknown.
 	unknownSince time.Time
+	// sweeps counts housekeeping ticks; lastTake is the sweep of the last
+	// batch taken (a lane keeps the sweep of its last record). Counting
+	// ticks instead of reading the clock keeps time.Now off the per-event
+	// path.
+	sweeps, lastTake uint64
+}
+
+// Idle eviction runs every TopicIdleTimeout/idleSweeps (see sweepEvery):
+// a lane or router is removed after idleSweeps ticks without a record.
+const idleSweeps = 4
+
+// sweepEvery returns the router's housekeeping interval and how many
+// ticks without a record make a lane or router idle: a quarter of
+// TopicIdleTimeout, or less so that a stuck lane's partition is checked
+// about every MetadataRefresh.
+func (c *Config) sweepEvery() (time.Duration, uint64) {
+	every := max(min(c.TopicIdleTimeout/idleSweeps, c.MetadataRefresh/2), time.Millisecond)
+	n := uint64((c.TopicIdleTimeout + every - 1) / every)
+	return every, max(n, 1)
 }
 
 func (r *router) run() {
 	defer r.p.wg.Done()
+	every, idle := r.p.cfg.sweepEvery()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	var batch []*record
 	var balancer kafka.Murmur2Balancer
 	for {
-		batch = r.q.take(r.p.ctx, 4096, 1<<62, batch)
-		if batch == nil {
+		var ok bool
+		batch, ok = r.q.poll(r.p.ctx, tick.C, 4096, 1<<62, batch)
+		if !ok {
 			return
 		}
+		if len(batch) == 0 { // a tick while idle
+			if !r.sweep(idle) {
+				return
+			}
+			continue
+		}
+		r.lastTake = r.sweeps
 		switch r.resolve() {
 		case topicClosing:
 			return
@@ -374,17 +467,74 @@ func (r *router) run() {
 			rec.msg.Partition = part
 			l := r.lanes[part]
 			if l == nil {
-				l = &lane{p: r.p, topic: r.topic, partition: part, q: newQueue()}
-				l.leader.Store(int32(r.leader(part)))
-				r.lanes[part] = l
-				r.p.lanes.Add(1)
-				r.p.wg.Add(1)
-				go l.run()
+				l = r.startLane(part)
 			}
+			l.lastSweep = r.sweeps
+			rec.out = &l.outstanding
+			l.outstanding.Add(1)
 			l.q.push(rec)
 		}
 		clear(batch)
+		select {
+		case <-tick.C: // busy: sweep between batches
+			if !r.sweep(idle) {
+				return
+			}
+		default:
+		}
 	}
+}
+
+// startLane starts the lane of partition part.
+func (r *router) startLane(part int) *lane {
+	ctx, stop := context.WithCancel(r.p.ctx)
+	l := &lane{p: r.p, topic: r.topic, partition: part, q: newQueue(), ctx: ctx, stop: stop}
+	l.leader.Store(int32(r.leader(part)))
+	r.lanes[part] = l
+	r.p.lanes.Add(1)
+	r.p.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// sweep is the router's housekeeping, once per tick. It removes lanes
+// that got no record for idle ticks and have nothing outstanding (so their
+// queue is empty and no record can reach them again); with no lane left
+// and no record for as long, it retires the router. While records are
+// outstanding it re-reads the partition count every MetadataRefresh even
+// without new events: a lane retrying a partition the topic no longer has
+// would otherwise retry for ever. It returns false when the router must
+// exit.
+func (r *router) sweep(idle uint64) bool {
+	r.sweeps++
+	for part, l := range r.lanes {
+		if r.sweeps-l.lastSweep > idle && l.outstanding.Load() == 0 {
+			l.stop()
+			delete(r.lanes, part)
+			r.p.lanes.Add(-1)
+		}
+	}
+	if len(r.lanes) == 0 {
+		if r.sweeps-r.lastTake > idle && r.q.closeIfEmpty() {
+			r.p.retired(r)
+			return false
+		}
+		return true
+	}
+	if r.partitions != nil && time.Since(r.fetched) >= r.p.cfg.MetadataRefresh && r.outstanding() > 0 {
+		return r.resolve() != topicClosing
+	}
+	return true
+}
+
+// outstanding returns how many records routed to the router's lanes are
+// not yet taken care of.
+func (r *router) outstanding() int64 {
+	var n int64
+	for _, l := range r.lanes {
+		n += l.outstanding.Load()
+	}
+	return n
 }
 
 // topicState is the outcome of router.resolve.
@@ -401,13 +551,16 @@ const (
 // unknown longer than UnknownTopicTimeout is reported missing. The count is
 // refreshed periodically so added partitions are used.
 func (r *router) resolve() topicState {
-	if r.partitions != nil && time.Since(r.fetched) < time.Minute {
+	if r.partitions != nil && time.Since(r.fetched) < r.p.cfg.MetadataRefresh {
 		return topicReady
 	}
 	for attempt := 1; ; attempt++ {
 		leaders, err := r.p.partitionLeaders(r.p.ctx, r.topic)
 		if err == nil {
 			n := len(leaders)
+			if old := len(r.partitions); old > 0 && n != old && !r.switchCount(old, n) {
+				return topicClosing
+			}
 			r.leaders = leaders
 			for part, l := range r.lanes {
 				l.leader.Store(int32(r.leader(part)))
@@ -458,6 +611,46 @@ func (r *router) resolve() topicState {
 			return topicClosing
 		}
 	}
+}
+
+// drainPoll is how often a router waiting to switch partition counts
+// checks its lanes' outstanding records.
+const drainPoll = 5 * time.Millisecond
+
+// switchCount handles a changed partition count. Routing under the new
+// count at once would let a key's next event, on its new partition,
+// overtake its earlier events still queued or retried on the old one. So
+// the router stops routing (new records wait in its queue, bounded by the
+// relay's in-flight window) until every record routed under the old count
+// is acknowledged, parked or dead-lettered. A smaller count (the topic
+// deleted and re-created) cannot be ordered after the old partitions'
+// history at all: the publisher fails, holding the slot position. It
+// returns false when the router must exit.
+func (r *router) switchCount(old, n int) bool {
+	log := r.p.log
+	if n < old {
+		err := fmt.Errorf("topic %s shrank from %d to %d partitions (deleted and re-created?): its keys would move "+
+			"to other partitions, out of order with their history; stopping with the slot position held. "+
+			"Re-create the topic with at least %d partitions, or, to accept the new layout (consumers then see the "+
+			"re-keyed events without ordering against the old partitions), restart the relay", r.topic, old, n, old)
+		log.Error().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
+			Msg("topic has fewer partitions than before; stopping with the slot position held")
+		r.p.fail(err)
+		return false
+	}
+	if out := r.outstanding(); out > 0 {
+		log.Info().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
+			Int64("outstanding", out).Msg("topic partition count changed; waiting for the topic's earlier events before switching")
+		for r.outstanding() > 0 {
+			if !r.p.sleep(drainPoll) {
+				return false
+			}
+		}
+	}
+	log.Warn().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
+		Msg("topic partition count changed; routing under the new count: keys may move to other partitions")
+	r.p.m.TopicPartitionChanges.WithLabelValues(r.topic).Inc()
+	return true
 }
 
 // leader returns the broker id leading partition part, -1 if unknown.
@@ -532,6 +725,16 @@ type lane struct {
 	p         *Publisher
 	topic     string
 	partition int
+	// ctx ends when the publisher closes or the router evicts the lane
+	// (stop), which it does only with nothing outstanding.
+	ctx  context.Context
+	stop context.CancelFunc
+	// outstanding counts records routed to the lane and not yet taken
+	// care of (record.done).
+	outstanding atomic.Int64
+	// lastSweep is the router's sweep count when it last routed a record
+	// here; only the router touches it.
+	lastSweep uint64
 	// leader is the partition leader's broker id (-1 unknown), kept
 	// current by the router; the combiner groups batches by it.
 	leader  atomic.Int32
@@ -564,7 +767,7 @@ func (l *lane) run() {
 	defer p.wg.Done()
 	var batch, send []*record
 	for {
-		batch = l.q.take(p.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
+		batch = l.q.take(l.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
 		if batch == nil {
 			return
 		}
@@ -694,7 +897,7 @@ func (l *lane) acked(recs []*record) {
 	p := l.p
 	now := time.Now()
 	for _, rec := range recs {
-		rec.ack.Ack(rec.size)
+		rec.done()
 		p.m.CommitToAck.Observe(now.Sub(rec.commit).Seconds())
 	}
 	p.m.EventsPublished.WithLabelValues(l.topic).Add(float64(len(recs)))
@@ -714,7 +917,7 @@ func (p *Publisher) hold(rec *record) (held, ok bool) {
 		return err
 	})
 	if ok && held {
-		rec.ack.Ack(rec.size)
+		rec.done()
 	}
 	return held, ok
 }
@@ -731,7 +934,7 @@ func (p *Publisher) settle(rec *record, reason string, cause error) bool {
 		return q.Poison(ctx, rec.ev, rec.msg.Topic, string(Permanent), poisonReason(reason, cause))
 	})
 	if ok {
-		rec.ack.Ack(rec.size)
+		rec.done()
 	}
 	return ok
 }

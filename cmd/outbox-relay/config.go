@@ -52,6 +52,11 @@ type config struct {
 	PoisonPolicy      string
 	MetadataTTL       time.Duration
 	UnknownTopicWait  time.Duration
+	// PartitionRefresh is how often a topic's partition count is re-read;
+	// TopicIdleTimeout how long an unused topic keeps its router and lanes
+	// (publisher.Config).
+	PartitionRefresh  time.Duration
+	TopicIdleTimeout  time.Duration
 	SlotCheckInterval time.Duration
 	PProf             bool
 	// MaxProcs is the GOMAXPROCS the run command sets (0: the Go
@@ -229,6 +234,8 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
 		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
 		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops")
+		b.dur(&c.PartitionRefresh, "partition-refresh", time.Minute, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)")
+		b.dur(&c.TopicIdleTimeout, "topic-idle-timeout", 2*time.Minute, "how long an unused topic keeps its router and partition lanes (goroutines, queues)")
 	}
 	// Security: Kafka TLS and SASL (every Kafka connection), the
 	// least-privilege role migrate can grant.
@@ -338,6 +345,9 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		}
 		if c.MetadataTTL <= 0 || c.UnknownTopicWait <= 0 {
 			errs = append(errs, fmt.Errorf("--metadata-ttl %s / --unknown-topic-timeout %s: use positive durations", c.MetadataTTL, c.UnknownTopicWait))
+		}
+		if c.PartitionRefresh <= 0 || c.TopicIdleTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--partition-refresh %s / --topic-idle-timeout %s: use positive durations", c.PartitionRefresh, c.TopicIdleTimeout))
 		}
 		if c.TopicPartitions < 1 {
 			errs = append(errs, fmt.Errorf("--topic-partitions %d: use at least 1", c.TopicPartitions))

@@ -119,3 +119,29 @@ func TestStallTimeoutConfig(t *testing.T) {
 		t.Fatalf("negative --stall-timeout: %T %v", err, err)
 	}
 }
+
+// TestPartitionRefreshAndIdleTimeout: the publisher's partition refresh
+// and idle eviction are configurable (defaults 1m and 2m), and must be
+// positive.
+func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
+	base := []string{"--database-url", "postgres://u@h:5432/db", "--kafka-brokers", "a:9092"}
+	cfg, err := parse("run", "", base, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PartitionRefresh != time.Minute || cfg.TopicIdleTimeout != 2*time.Minute {
+		t.Fatalf("defaults: refresh %s, idle %s", cfg.PartitionRefresh, cfg.TopicIdleTimeout)
+	}
+	t.Setenv("OUTBOX_RELAY_TOPIC_IDLE_TIMEOUT", "30s")
+	cfg, err = parse("run", "", append(base, "--partition-refresh", "5s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PartitionRefresh != 5*time.Second || cfg.TopicIdleTimeout != 30*time.Second {
+		t.Fatalf("set: refresh %s, idle %s", cfg.PartitionRefresh, cfg.TopicIdleTimeout)
+	}
+	_, err = parse("run", "", append(base, "--partition-refresh", "0s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--partition-refresh") {
+		t.Fatalf("zero refresh: %v", err)
+	}
+}

@@ -357,6 +357,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		BackoffBase: r.cfg.BackoffBase, BackoffMax: r.cfg.BackoffMax,
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
+		MetadataRefresh: r.cfg.PartitionRefresh, TopicIdleTimeout: r.cfg.TopicIdleTimeout,
 		Quarantine: r.quar, Security: r.cfg.kafkaSecurity, LastFailure: &r.failures,
 	}, r.log, r.m)
 	defer pub.Close()
