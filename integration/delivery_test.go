@@ -342,6 +342,17 @@ func TestKill9MidStream(t *testing.T) {
 	}
 }
 
+// bulkInsert commits rows events in one transaction, over aggregates
+// agg-0 … agg-(aggregates-1), versions increasing with the row number.
+func (e *Env) bulkInsert(rows, aggregates int) {
+	e.t.Helper()
+	e.Exec(fmt.Sprintf(`insert into %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers)
+		select gen_random_uuid(), $1, 'agg-' || (i %% %d), i, 'BulkImported', 1,
+		       jsonb_build_object('aggregate_id', 'agg-' || (i %% %d), 'version', i, 'pad', repeat('x', 64)),
+		       jsonb_build_object('trace_id', 'bulk-' || i)
+		from generate_series(1, %d) as i`, e.QuotedTable(), aggregates, aggregates, rows), e.AggType)
+}
+
 func TestLargeTransaction(t *testing.T) {
 	const rows = 200000
 	env := NewEnv(t, EnvOptions{})
@@ -351,11 +362,7 @@ func TestLargeTransaction(t *testing.T) {
 	waitCaughtUp(t, env, c, env.NewWriter(ledger), 60*time.Second)
 
 	start := time.Now()
-	env.Exec(fmt.Sprintf(`insert into %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers)
-		select gen_random_uuid(), $1, 'agg-' || (i %% 1000), i, 'BulkImported', 1,
-		       jsonb_build_object('aggregate_id', 'agg-' || (i %% 1000), 'version', i, 'pad', repeat('x', 64)),
-		       jsonb_build_object('trace_id', 'bulk-' || i)
-		from generate_series(1, %d) as i`, env.QuotedTable(), rows), env.AggType)
+	env.bulkInsert(rows, 1000)
 	committedAt := time.Now()
 	commitLSN := env.CurrentInsertLSN()
 	t.Logf("committed one transaction of %d rows in %s (LSN after commit %s)", rows, time.Since(start).Round(time.Millisecond), commitLSN)

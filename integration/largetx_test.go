@@ -87,11 +87,7 @@ func TestLargeTransactionKillResend(t *testing.T) {
 	waitCaughtUp(t, env, c, env.NewWriter(ledger), 60*time.Second)
 	base := c.Count()
 
-	env.Exec(fmt.Sprintf(`insert into %s (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers)
-		select gen_random_uuid(), $1, 'agg-' || (i %% 50), i, 'BulkImported', 1,
-		       jsonb_build_object('aggregate_id', 'agg-' || (i %% 50), 'version', i, 'pad', repeat('x', 64)),
-		       jsonb_build_object('trace_id', 'bulk-' || i)
-		from generate_series(1, %d) as i`, env.QuotedTable(), rows), env.AggType)
+	env.bulkInsert(rows, 50)
 	committedAt := time.Now()
 	commitLSN := env.CurrentInsertLSN()
 

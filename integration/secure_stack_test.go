@@ -89,6 +89,19 @@ func newSecurePKI(t *testing.T) *securePKI {
 	return p
 }
 
+// clientEnv is the relay's environment for k: TLS with a client
+// certificate and SCRAM-SHA-512 credentials.
+func (k *secureKafka) clientEnv() []string {
+	return []string{
+		"OUTBOX_RELAY_KAFKA_TLS_CA_FILE=" + k.pki.CA,
+		"OUTBOX_RELAY_KAFKA_TLS_CERT_FILE=" + k.pki.KafkaClientCert,
+		"OUTBOX_RELAY_KAFKA_TLS_KEY_FILE=" + k.pki.KafkaClientKey,
+		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM=SCRAM-SHA-512",
+		"OUTBOX_RELAY_KAFKA_SASL_USERNAME=" + k.User,
+		"OUTBOX_RELAY_KAFKA_SASL_PASSWORD=" + k.Password,
+	}
+}
+
 // secureKafka is a single-node Kafka 4.1.1 (KRaft) whose only client
 // listener is SASL_SSL with ssl.client.auth=required and the mechanisms
 // PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. The controller and inter-broker

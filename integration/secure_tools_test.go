@@ -21,16 +21,7 @@ func TestSecureReconcileReplay(t *testing.T) {
 	k := startSecureKafka(t, pki)
 	env := NewEnv(t, EnvOptions{NoTopic: true, Partitions: 3})
 	env.Brokers = []string{k.Addr}
-	secure := []string{
-		"OUTBOX_RELAY_KAFKA_TLS_CA_FILE=" + pki.CA,
-		"OUTBOX_RELAY_KAFKA_TLS_CERT_FILE=" + pki.KafkaClientCert,
-		"OUTBOX_RELAY_KAFKA_TLS_KEY_FILE=" + pki.KafkaClientKey,
-		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM=SCRAM-SHA-512",
-		"OUTBOX_RELAY_KAFKA_SASL_USERNAME=" + k.User,
-		"OUTBOX_RELAY_KAFKA_SASL_PASSWORD=" + k.Password,
-		"OUTBOX_RELAY_CREATE_TOPICS=true",
-		"OUTBOX_RELAY_TOPIC_PARTITIONS=3",
-	}
+	secure := append(k.clientEnv(), "OUTBOX_RELAY_CREATE_TOPICS=true", "OUTBOX_RELAY_TOPIC_PARTITIONS=3")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	relay := env.StartRelay(append(secure, "OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")...)

@@ -41,13 +41,7 @@ func TestStallDetection(t *testing.T) {
 	env := NewEnv(t, EnvOptions{NoTopic: true, Partitions: partitions})
 	env.Brokers = []string{k.Addr}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	relay := StartRelay(t, processEnv(env.BaseEnv(), []string{
-		"OUTBOX_RELAY_KAFKA_TLS_CA_FILE=" + pki.CA,
-		"OUTBOX_RELAY_KAFKA_TLS_CERT_FILE=" + pki.KafkaClientCert,
-		"OUTBOX_RELAY_KAFKA_TLS_KEY_FILE=" + pki.KafkaClientKey,
-		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM=SCRAM-SHA-512",
-		"OUTBOX_RELAY_KAFKA_SASL_USERNAME=" + k.User,
-		"OUTBOX_RELAY_KAFKA_SASL_PASSWORD=" + k.Password,
+	relay := StartRelay(t, processEnv(env.BaseEnv(), k.clientEnv(), []string{
 		"OUTBOX_RELAY_CREATE_TOPICS=true",
 		fmt.Sprintf("OUTBOX_RELAY_TOPIC_PARTITIONS=%d", partitions),
 		"OUTBOX_RELAY_METRICS_ADDR=" + addr,
