@@ -7,17 +7,20 @@ import "github.com/jackc/pglogrepl"
 // tracker know which events are acknowledged, not only how many.
 type Seq uint64
 
-// Partial is the acknowledged prefix of the oldest transaction not yet
-// confirmed: its events with ordinals 0..Events-1 were all acknowledged by
-// Kafka (or settled in the dead-letter table). A restart inside that
-// transaction may skip exactly them when the slot replays it. Events == 0
-// means no such prefix is known.
+// Partial is what is known acknowledged of the oldest transaction not yet
+// confirmed: its events with ordinals 0..Events-1, and those Acked marks
+// past them, were acknowledged by Kafka (or settled in the dead-letter
+// table). A restart inside that transaction may skip exactly them when the
+// slot replays it. The zero Partial knows nothing.
 type Partial struct {
 	// CommitLSN is the transaction's commit LSN (pgoutput Begin's final
 	// LSN), which names it in the WAL.
 	CommitLSN pglogrepl.LSN
 	// Events is the length of the acknowledged prefix, in ordinals.
 	Events int
+	// Acked marks acknowledged events past the prefix: bit i (byte i/8,
+	// bit i%8) stands for ordinal Events+i. Nil when none.
+	Acked []byte
 }
 
 // ackRing records which events are acknowledged beyond the contiguous
@@ -33,6 +36,9 @@ type ackRing struct {
 	bits []uint64
 	mask uint64 // ring size in bits - 1 (a power of two)
 	next uint64
+	// high is the highest Seq recorded past next (meaningful while it is
+	// at least next): where a Partial's Acked bits end.
+	high uint64
 }
 
 // Ring sizes, in bits. The span between the oldest unacknowledged event and
@@ -76,6 +82,7 @@ func (r *ackRing) mark(s uint64) bool {
 		return false // out of reach: see the type's comment
 	case s != r.next:
 		r.set(s)
+		r.high = max(r.high, s)
 		return false
 	}
 	r.next++

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"math/rand"
 	"testing"
 	"time"
@@ -17,16 +18,40 @@ func trackN(tr *Tracker, tx *Txn, first, n int) []Seq {
 	return seqs
 }
 
+// wantPartial checks the prefix of the Partial (what is acknowledged past
+// it is checked by TestPartialMatchesModel).
 func wantPartial(t *testing.T, tr *Tracker, lsn pglogrepl.LSN, events int) {
 	t.Helper()
 	got := tr.Last().Partial
-	want := Partial{CommitLSN: lsn, Events: events}
-	if events == 0 {
-		want = Partial{}
+	if got.Events != events || events > 0 && got.CommitLSN != lsn {
+		t.Fatalf("partial %+v, want prefix %d of %s", got, events, lsn)
 	}
-	if got != want {
-		t.Fatalf("partial %+v, want %+v", got, want)
+}
+
+// partialOf is the Partial of the transaction committing at lsn whose
+// events are acknowledged as acked says.
+func partialOf(lsn pglogrepl.LSN, acked []bool) Partial {
+	p := Partial{CommitLSN: lsn}
+	for p.Events < len(acked) && acked[p.Events] {
+		p.Events++
 	}
+	for o := p.Events + 1; o < len(acked); o++ {
+		if acked[o] {
+			i := o - p.Events
+			for len(p.Acked) <= i/8 {
+				p.Acked = append(p.Acked, 0)
+			}
+			p.Acked[i/8] |= 1 << (i % 8)
+		}
+	}
+	if p.Events == 0 && p.Acked == nil {
+		return Partial{}
+	}
+	return p
+}
+
+func samePartial(a, b Partial) bool {
+	return a.CommitLSN == b.CommitLSN && a.Events == b.Events && bytes.Equal(a.Acked, b.Acked)
 }
 
 // Acknowledgements from several partitions arrive out of order: the prefix
@@ -76,7 +101,7 @@ func TestPartialIsTheHeadTransactions(t *testing.T) {
 	wantPartial(t, tr, 100, 1)
 	a.AckSeq(sa[1], 1)
 	// a is confirmed; b (open, fully acknowledged so far) is the head.
-	if got := tr.Last(); got.LSN != 110 || got.Partial != (Partial{CommitLSN: 200, Events: 3}) {
+	if got := tr.Last(); got.LSN != 110 || !samePartial(got.Partial, Partial{CommitLSN: 200, Events: 3}) {
 		t.Fatalf("last %+v, want LSN 110 and b's 3 events", got)
 	}
 	sb = append(sb, trackN(tr, b, 3, 2)...)
@@ -200,15 +225,9 @@ func TestPartialMatchesModel(t *testing.T) {
 			}
 			want := Partial{}
 			if head >= 0 {
-				n := 0
-				for n < len(acked[head]) && acked[head][n] {
-					n++
-				}
-				if n > 0 {
-					want = Partial{CommitLSN: pglogrepl.LSN(1000 + 100*head), Events: n}
-				}
+				want = partialOf(pglogrepl.LSN(1000+100*head), acked[head])
 			}
-			if got := tr.Last().Partial; got != want {
+			if got := tr.Last().Partial; !samePartial(got, want) {
 				t.Fatalf("round %d: partial %+v, want %+v", round, got, want)
 			}
 		}
@@ -265,5 +284,50 @@ func TestNotifyPrefix(t *testing.T) {
 	}
 	if signals != 10 {
 		t.Fatalf("%d signals for 1000 events at step 100, want 10", signals)
+	}
+}
+
+// TestUnsavedAcksHoldWindow: with a saver (NotifyPrefix), acknowledgements
+// of the head transaction that no save covered yet hold window space, so
+// what a crash re-sends stays within the window; Saved releases them.
+// Without a saver nothing is held.
+func TestUnsavedAcksHoldWindow(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 10})
+	tr.NotifyPrefix(4)
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	s := trackN(tr, tx, 0, 10)
+	for _, q := range s[:6] {
+		tx.AckSeq(q, 1)
+	}
+	if !tr.Full() {
+		t.Fatal("4 unacknowledged + 6 unsaved acknowledgements: the window of 10 must be full")
+	}
+	tok := tr.Last().Token
+	tx.AckSeq(s[6], 1) // after the snapshot: stays held
+	tr.Saved(tok)
+	select {
+	case <-tr.Space():
+	default:
+		t.Fatal("Saved made room without signalling Space")
+	}
+	if tr.Full() {
+		t.Fatal("after the save the window holds 3 unacknowledged + 1 unsaved: not full")
+	}
+	tr.Saved(SaveToken{}) // an attempt that knew nothing releases nothing
+	for _, q := range s[7:] {
+		tx.AckSeq(q, 1)
+	}
+	tr.Commit(tx, 20) // confirmed: nothing of it is held any more
+	if tr.Full() {
+		t.Fatal("a confirmed transaction still holds window space")
+	}
+
+	free := New(0, Limits{MaxEvents: 10})
+	ftx := free.BeginTx(time.Time{}, 1, 10)
+	for _, q := range trackN(free, ftx, 0, 10) {
+		ftx.AckSeq(q, 1)
+	}
+	if free.Full() {
+		t.Fatal("without a saver, acknowledgements must not hold window space")
 	}
 }

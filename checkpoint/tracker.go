@@ -36,13 +36,25 @@ type Tracker struct {
 	// acknowledged (see Partial).
 	seq  uint64
 	ring ackRing
-	// kick is signalled every kickStep events of the head transaction's
-	// acknowledged prefix (see NotifyPrefix); kickTx/kickDone remember
-	// where the last signal was.
+	// kick is signalled every kickStep acknowledgements of the head
+	// transaction's events (see NotifyPrefix); kickTx, kickAcks and
+	// kickDone count them and remember where the last signal was.
 	kick     chan struct{}
 	kickStep uint64
 	kickTx   *Txn
+	kickAcks uint64
 	kickDone uint64
+	// kickSaved is how many of kickTx's acknowledgements a checkpoint
+	// save has covered (Saved). The rest hold window space: see held.
+	kickSaved uint64
+}
+
+// SaveToken names what a Last snapshot knew of the head transaction; the
+// saver hands it back to Saved once it saved (or tried to save) that
+// snapshot.
+type SaveToken struct {
+	tx   *Txn
+	acks uint64
 }
 
 // Acked describes the flushed position: LSN, and the commit time and xid
@@ -56,6 +68,8 @@ type Acked struct {
 	// LSN (zero when none is known): a crash inside a large transaction
 	// then re-sends only what follows it.
 	Partial Partial
+	// Token is for Saved.
+	Token SaveToken
 }
 
 // Txn is one source transaction as seen by the tracker. Events of a
@@ -161,10 +175,16 @@ func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 	return Seq(s)
 }
 
-// NotifyPrefix returns a channel signalled each time the acknowledged
-// prefix of the oldest unconfirmed transaction grew by step events since
-// the last signal, so the checkpoint saver can save a large transaction's
-// progress sooner than its interval. Call it before tracking events.
+// NotifyPrefix returns a channel signalled each time step more events of
+// the oldest unconfirmed transaction were acknowledged since the last
+// signal, so the checkpoint saver can save a large transaction's progress
+// (its Partial) sooner than its interval. Call it before tracking events.
+//
+// From then on, acknowledgements of that transaction that no save has
+// covered yet (Saved) hold window space like unacknowledged events: a
+// crash re-sends them, so this keeps what a crash inside a large
+// transaction re-sends within the window, whatever Kafka's pace against
+// the saves'. The saver must call Saved after every save attempt.
 func (t *Tracker) NotifyPrefix(step int) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -206,8 +226,9 @@ func (tx *Txn) Ack(bytes int) {
 func (tx *Txn) AckSeq(s Seq, bytes int) {
 	t := tx.t
 	t.mu.Lock()
-	if t.ring.mark(uint64(s)) && t.kick != nil {
-		t.kickLocked()
+	t.ring.mark(uint64(s))
+	if t.kick != nil {
+		t.kickLocked(tx)
 	}
 	tx.ackLocked(bytes)
 }
@@ -235,7 +256,36 @@ func (tx *Txn) ackLocked(bytes int) {
 	if tx.pending == 0 {
 		t.advanceLocked()
 	}
-	room := t.events < t.limits.MaxEvents && t.bytes < t.limits.MaxBytes
+	room := !t.fullLocked()
+	t.mu.Unlock()
+	if room {
+		t.signalSpace()
+	}
+}
+
+// heldLocked is the head transaction's acknowledged events that no save
+// has covered yet (see NotifyPrefix).
+func (t *Tracker) heldLocked() int {
+	if t.kick == nil || t.head >= len(t.txs) || t.txs[t.head] != t.kickTx {
+		return 0
+	}
+	return int(t.kickAcks - t.kickSaved)
+}
+
+func (t *Tracker) fullLocked() bool {
+	return t.events+t.heldLocked() >= t.limits.MaxEvents || t.bytes >= t.limits.MaxBytes
+}
+
+// Saved tells the tracker that a save of the snapshot that returned tok
+// is done (or failed: a failing save must not stop the stream, it only
+// costs duplicates after a crash). Its acknowledgements stop holding
+// window space.
+func (t *Tracker) Saved(tok SaveToken) {
+	t.mu.Lock()
+	if tok.tx != nil && tok.tx == t.kickTx && tok.acks > t.kickSaved {
+		t.kickSaved = tok.acks
+	}
+	room := !t.fullLocked()
 	t.mu.Unlock()
 	if room {
 		t.signalSpace()
@@ -249,21 +299,20 @@ func (t *Tracker) signalSpace() {
 	}
 }
 
-// kickLocked signals NotifyPrefix's channel when the head transaction's
-// acknowledged prefix grew by kickStep since the last signal.
-func (t *Tracker) kickLocked() {
-	if t.head >= len(t.txs) {
+// kickLocked counts an acknowledgement of tx's and signals NotifyPrefix's
+// channel when the head transaction had kickStep more since the last
+// signal. Acknowledgements of later transactions do not count: only the
+// head's are saved as a Partial.
+func (t *Tracker) kickLocked(tx *Txn) {
+	if t.head >= len(t.txs) || t.txs[t.head] != tx {
 		return
 	}
-	h := t.txs[t.head]
-	if h.tracked == 0 || t.ring.next <= h.firstSeq {
-		return
+	if tx != t.kickTx {
+		t.kickTx, t.kickAcks, t.kickDone, t.kickSaved = tx, 0, 0, 0
 	}
-	if h != t.kickTx {
-		t.kickTx, t.kickDone = h, 0
-	}
-	if done := t.ring.next - h.firstSeq; done >= t.kickDone+t.kickStep {
-		t.kickDone = done
+	t.kickAcks++
+	if t.kickAcks >= t.kickDone+t.kickStep {
+		t.kickDone = t.kickAcks
 		select {
 		case t.kick <- struct{}{}:
 		default:
@@ -271,7 +320,11 @@ func (t *Tracker) kickLocked() {
 	}
 }
 
-// partialLocked is the acknowledged prefix of the head transaction.
+// partialLocked is what is known acknowledged of the head transaction: its
+// contiguous prefix, and the scattered acknowledgements past it that the
+// ring recorded (lanes of different partitions progress at different
+// speeds, so past the prefix whole batches of other partitions are often
+// acknowledged already).
 func (t *Tracker) partialLocked() Partial {
 	if t.head >= len(t.txs) {
 		return Partial{}
@@ -281,10 +334,25 @@ func (t *Tracker) partialLocked() Partial {
 		return Partial{}
 	}
 	n := min(t.ring.next-h.firstSeq, uint64(h.span))
-	if events := h.firstOrdinal + int(n); events > 0 {
-		return Partial{CommitLSN: h.finalLSN, Events: events}
+	p := Partial{CommitLSN: h.finalLSN, Events: h.firstOrdinal + int(n)}
+	// Past the prefix, only the events with consecutive ordinals (span)
+	// map a Seq to an ordinal, and only those within the ring's reach
+	// were recorded.
+	from := h.firstSeq + n + 1
+	end := min(h.firstSeq+uint64(h.span), t.ring.next+t.ring.mask+1, t.ring.high+1)
+	for s := from; s < end; s++ {
+		if t.ring.has(s) {
+			i := s - from + 1 // bit 0 is the prefix's end, never acknowledged
+			if need := int(i/8) + 1; need > len(p.Acked) {
+				p.Acked = append(p.Acked, make([]byte, need-len(p.Acked))...)
+			}
+			p.Acked[i/8] |= 1 << (i % 8)
+		}
 	}
-	return Partial{}
+	if p.Events == 0 && len(p.Acked) == 0 {
+		return Partial{}
+	}
+	return p
 }
 
 // advanceLocked pops fully acknowledged committed transactions from the head.
@@ -355,6 +423,9 @@ func (t *Tracker) Last() Acked {
 	a := t.last
 	a.LSN = t.flushed
 	a.Partial = t.partialLocked()
+	if t.kickTx != nil {
+		a.Token = SaveToken{tx: t.kickTx, acks: t.kickAcks}
+	}
 	return a
 }
 
@@ -370,7 +441,7 @@ func (t *Tracker) Idle() bool {
 func (t *Tracker) Full() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.events >= t.limits.MaxEvents || t.bytes >= t.limits.MaxBytes
+	return t.fullLocked()
 }
 
 // Space is signalled when acknowledgements make room in a full window.

@@ -1,13 +1,15 @@
 -- Migration 5: positions that survive a crash inside a large transaction and
 -- a dump and restore into another cluster.
 --
--- partial_commit_lsn / partial_events: the transaction that commits at
--- partial_commit_lsn (the Begin message's final LSN) had its first
--- partial_events events, in ordinal order, acknowledged by Kafka (or settled
--- in the dead-letter table) when the row was saved. A relay that restarts
--- inside that transaction skips exactly that prefix when the slot replays
--- it, so a crash re-sends at most the in-flight window, not the whole
--- transaction. NULL when no transaction was partly acknowledged.
+-- partial_commit_lsn / partial_events / partial_acked: the transaction that
+-- commits at partial_commit_lsn (the Begin message's final LSN) had its
+-- first partial_events events, in ordinal order, and those partial_acked
+-- marks past them (bit i of the bitmap, byte i/8 bit i%8, is ordinal
+-- partial_events+i) acknowledged by Kafka (or settled in the dead-letter
+-- table) when the row was saved. A relay that restarts inside that
+-- transaction skips exactly those events when the slot replays it, so a
+-- crash re-sends about the in-flight window, not the whole transaction.
+-- NULL when no transaction was partly acknowledged.
 --
 -- system_identifier on dead-letter rows: the PostgreSQL system that wrote
 -- the row. Row positions (tx_lsn, tx_ordinal) are LSNs of that system; after
@@ -19,4 +21,5 @@
 -- Nullable columns only: older relays keep working against the tables.
 ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_commit_lsn pg_lsn;
 ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_events int;
+ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_acked bytea;
 ALTER TABLE {{.DeadLetter}} ADD COLUMN IF NOT EXISTS system_identifier text;

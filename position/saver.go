@@ -51,6 +51,10 @@ type Saver struct {
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
+	// Attempted, if set, is called after every save attempt of Run,
+	// whether it saved, found nothing new or failed: the source may hold
+	// back work until its snapshot was dealt with.
+	Attempted func()
 	// Kick, if set, asks for a save before the interval ends (without a
 	// new fence): the tracker signals it as a large transaction's
 	// acknowledged prefix grows, so a crash re-sends little of it. Kicks
@@ -90,6 +94,7 @@ func (s *Saver) Run(ctx context.Context) {
 			if err := s.Save(fctx, false); err != nil {
 				s.log.Warn().Str("stage", "checkpoint").Err(err).Msg("final checkpoint not saved")
 			}
+			s.attempted()
 			cancel()
 			return
 		case <-t.C:
@@ -107,6 +112,7 @@ func (s *Saver) Run(ctx context.Context) {
 		if err := s.Save(ctx, capture); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn().Str("stage", "checkpoint").Err(err).Msg("checkpoint not saved; retrying")
 		}
+		s.attempted()
 	}
 }
 
@@ -133,7 +139,7 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 		pos.LSN, pos.CommitTime, pos.Xid = s.saved, s.savedCommit, s.savedXid
 	}
 	part := s.partialAt(pos.LSN, pos.Partial)
-	if pos.LSN == s.saved && pos.Decoded <= s.decoded && part == s.partial {
+	if pos.LSN == s.saved && pos.Decoded <= s.decoded && part.Equal(s.partial) {
 		return nil
 	}
 	// The newest fence at or before the position applies to it.
@@ -157,18 +163,29 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 	return nil
 }
 
+func (s *Saver) attempted() {
+	if s.Attempted != nil {
+		s.Attempted()
+	}
+}
+
 // partialAt is the Partial to save with position lsn, given the source's
 // current one. Both the source's and the last saved Partial are facts about
-// what Kafka holds, so of the same transaction the longer is kept (a
-// restarted relay's tracker may not have re-acknowledged the prefix it
-// skipped yet), and the saved one is kept while the source knows none. A
-// Partial of a transaction that commits before lsn is dropped: that
-// transaction is confirmed, so a later restart must not apply it.
+// what Kafka holds, so of the same transaction their union is saved (a
+// restarted relay's tracker does not re-acknowledge what it skipped), and
+// the saved one is kept while the source knows none. A Partial of a
+// transaction that commits before lsn is dropped: that transaction is
+// confirmed, so a later restart must not apply it.
 func (s *Saver) partialAt(lsn pglogrepl.LSN, cur Partial) Partial {
-	if prev := s.partial; prev.Events > 0 && (cur.Events <= 0 || cur.CommitLSN == prev.CommitLSN && prev.Events > cur.Events) {
-		cur = prev
+	if prev := s.partial; !prev.Empty() {
+		switch {
+		case cur.Empty():
+			cur = prev
+		case cur.CommitLSN == prev.CommitLSN:
+			cur = prev.Union(cur)
+		}
 	}
-	if cur.Events <= 0 || cur.CommitLSN < lsn {
+	if cur.Empty() || cur.CommitLSN < lsn {
 		return Partial{}
 	}
 	return cur

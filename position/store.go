@@ -58,18 +58,18 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	var n int
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attname IN ('partial_commit_lsn', 'partial_events') AND NOT attisdropped`, s.table).Scan(&n); err != nil {
+		WHERE attrelid = to_regclass($1) AND attname IN ('partial_commit_lsn', 'partial_events', 'partial_acked') AND NOT attisdropped`, s.table).Scan(&n); err != nil {
 		return fmt.Errorf("check checkpoint table: %w", err)
 	}
-	if n != 2 {
-		return fmt.Errorf("checkpoint table %s has no columns partial_commit_lsn and partial_events (migration 5): run \"outbox-relay migrate\"", s.table)
+	if n != 3 {
+		return fmt.Errorf("checkpoint table %s has no columns partial_commit_lsn, partial_events and partial_acked (migration 5): run \"outbox-relay migrate\"", s.table)
 	}
 	return nil
 }
 
 const columns = `outbox_table, slot, lsn::text, commit_time, xid, system_identifier, timeline,
 	fence_lsn::text, fence_xmin, fence_xmax, fence_at, started_at, saved_at, decoded_lsn::text,
-	partial_commit_lsn::text, partial_events`
+	partial_commit_lsn::text, partial_events, partial_acked`
 
 func scan(row pgx.Row) (Checkpoint, error) {
 	var cp Checkpoint
@@ -78,16 +78,17 @@ func scan(row pgx.Row) (Checkpoint, error) {
 	var xid, fxmin, fxmax *int64
 	var flsn, decoded, plsn *string
 	var pevents *int32
+	var packed []byte
 	err := row.Scan(&cp.OutboxTable, &cp.Slot, &lsn, &commit, &xid, &cp.Identity.SystemID, &cp.Identity.Timeline,
-		&flsn, &fxmin, &fxmax, &fenceAt, &cp.StartedAt, &cp.SavedAt, &decoded, &plsn, &pevents)
+		&flsn, &fxmin, &fxmax, &fenceAt, &cp.StartedAt, &cp.SavedAt, &decoded, &plsn, &pevents, &packed)
 	if err != nil {
 		return cp, err
 	}
-	if plsn != nil && pevents != nil && *pevents > 0 {
+	if plsn != nil && pevents != nil && (*pevents > 0 || len(packed) > 0) {
 		if cp.Partial.CommitLSN, err = pglogrepl.ParseLSN(*plsn); err != nil {
 			return cp, err
 		}
-		cp.Partial.Events = int(*pevents)
+		cp.Partial.Events, cp.Partial.Acked = int(*pevents), packed
 	}
 	if decoded != nil {
 		if cp.Decoded, err = pglogrepl.ParseLSN(*decoded); err != nil {
@@ -149,20 +150,23 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration
 	}
 	// The partial is written as given (the saver keeps it current): a
 	// row without one must not keep a stale one.
-	var plsn, pevents any
-	if p := cp.Partial; p.Events > 0 {
+	var plsn, pevents, packed any
+	if p := cp.Partial; !p.Empty() {
 		plsn, pevents = p.CommitLSN.String(), int32(min(p.Events, math.MaxInt32))
+		if len(p.Acked) > 0 {
+			packed = p.Acked
+		}
 	}
 	args := []any{s.outbox, s.slot, cp.LSN.String(), commit, xid, cp.Identity.SystemID, cp.Identity.Timeline,
-		flsn, fxmin, fxmax, fat, decoded, plsn, pevents, Segment.Seconds()}
+		flsn, fxmin, fxmax, fat, decoded, plsn, pevents, packed, Segment.Seconds()}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.table+` SET lsn = $3::text::pg_lsn, commit_time = coalesce($4, commit_time),
 			xid = coalesce($5, xid), fence_lsn = coalesce(fence_lsn, $8::text::pg_lsn), fence_xmin = coalesce(fence_xmin, $9),
 			fence_xmax = coalesce(fence_xmax, $10), fence_at = coalesce(fence_at, $11),
 			decoded_lsn = greatest(decoded_lsn, $12::text::pg_lsn),
-			partial_commit_lsn = $13::text::pg_lsn, partial_events = $14, saved_at = now()
+			partial_commit_lsn = $13::text::pg_lsn, partial_events = $14, partial_acked = $15, saved_at = now()
 		WHERE id = (SELECT max(id) FROM `+s.table+` WHERE outbox_table = $1 AND slot = $2)
 		  AND system_identifier = $6 AND timeline = $7 AND lsn <= $3::text::pg_lsn
-		  AND started_at > now() - make_interval(secs => $15)`, args...)
+		  AND started_at > now() - make_interval(secs => $16)`, args...)
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
@@ -170,9 +174,9 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint, retention time.Duration
 		return nil
 	}
 	if _, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` (outbox_table, slot, lsn, commit_time, xid, system_identifier, timeline,
-			fence_lsn, fence_xmin, fence_xmax, fence_at, decoded_lsn, partial_commit_lsn, partial_events)
+			fence_lsn, fence_xmin, fence_xmax, fence_at, decoded_lsn, partial_commit_lsn, partial_events, partial_acked)
 		VALUES ($1, $2, $3::text::pg_lsn, $4, $5, $6, $7, $8::text::pg_lsn, $9, $10, $11, $12::text::pg_lsn,
-			$13::text::pg_lsn, $14)`, args[:14]...); err != nil {
+			$13::text::pg_lsn, $14, $15)`, args[:15]...); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	if retention > 0 {

@@ -98,8 +98,8 @@ func checkpointJSON(cp position.Checkpoint) map[string]any {
 	if f := cp.Fence; f != nil {
 		m["fence"] = map[string]any{"lsn": f.LSN.String(), "xmin": f.Xmin, "xmax": f.Xmax, "at": f.At}
 	}
-	if p := cp.Partial; p.Events > 0 {
-		m["partial"] = map[string]any{"commit_lsn": p.CommitLSN.String(), "events": p.Events}
+	if p := cp.Partial; !p.Empty() {
+		m["partial"] = map[string]any{"commit_lsn": p.CommitLSN.String(), "events": p.Events, "acked_past": p.Known() - p.Events}
 	}
 	return m
 }

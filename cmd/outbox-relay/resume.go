@@ -73,7 +73,7 @@ func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 	rs := resumeState{id: id, prev: prev, skipBefore: skip}
 	// The slot replays the transaction of the partial unless it confirmed
 	// past its commit (then the partial is stale and never matches).
-	if prev != nil && prev.Partial.Events > 0 && prev.Partial.CommitLSN >= st.ConfirmedFlushLSN {
+	if prev != nil && !prev.Partial.Empty() && prev.Partial.CommitLSN >= st.ConfirmedFlushLSN {
 		rs.partial = prev.Partial
 	}
 	return rs, nil
@@ -88,7 +88,7 @@ func (rs resumeState) prevDecoded() pglogrepl.LSN {
 }
 
 func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
-	if rs.skipBefore == 0 && rs.partial.Events == 0 {
+	if rs.skipBefore == 0 && rs.partial.Empty() {
 		return nil
 	}
 	return &skipper{before: rs.skipBefore, part: rs.partial, log: log, m: m}
@@ -97,17 +97,17 @@ func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
 // skipper drops what a checkpoint shows Kafka acknowledged already: the
 // transactions that commit before the checkpoint (a transaction whose
 // commit LSN is before the checkpoint, a TransactionEndLSN, ended at or
-// before it), and the acknowledged prefix of the transaction the
+// before it), and the acknowledged events of the transaction the
 // checkpoint's Partial names (by its commit LSN, which is unique in the
 // WAL of the identity Resume verified). Its methods are no-ops on nil. Only
 // the stream goroutine calls it.
 type skipper struct {
 	before pglogrepl.LSN
 	active bool
-	// part is the partial still to apply; prefix skips the current
-	// transaction's ordinals below it.
+	// part is the partial still to apply; in is it while the current
+	// transaction is the one it names.
 	part   position.Partial
-	prefix int
+	in     position.Partial
 	events int
 	log    zerolog.Logger
 	m      *metrics.Relay
@@ -117,7 +117,7 @@ func (k *skipper) begin(b replication.Begin) {
 	if k == nil {
 		return
 	}
-	k.active, k.prefix = false, 0
+	k.active, k.in = false, position.Partial{}
 	if k.before != 0 {
 		if b.FinalLSN < k.before {
 			k.active = true
@@ -127,11 +127,11 @@ func (k *skipper) begin(b replication.Begin) {
 			Msg("caught up with the checkpoint; publishing again")
 		k.before = 0
 	}
-	if p := k.part; p.Events > 0 && b.FinalLSN >= p.CommitLSN {
+	if p := k.part; !p.Empty() && b.FinalLSN >= p.CommitLSN {
 		if b.FinalLSN == p.CommitLSN {
-			k.prefix = p.Events
+			k.in = p
 			k.log.Info().Str("stage", "checkpoint").Str("commit_lsn", p.CommitLSN.String()).Uint32("xid", b.Xid).
-				Int("skipped_events", p.Events).
+				Int("prefix_events", p.Events).Int("skipped_events", p.Known()).
 				Msg("restarting inside a partly acknowledged transaction: its first events were acknowledged by Kafka and are skipped, not re-published")
 		}
 		k.part = position.Partial{} // applied, or passed
@@ -141,7 +141,7 @@ func (k *skipper) begin(b replication.Begin) {
 // skipping reports whether the event at ordinal of the current
 // transaction is skipped, and counts it.
 func (k *skipper) skipping(ordinal int) bool {
-	if k == nil || !k.active && ordinal >= k.prefix {
+	if k == nil || !k.active && !k.in.Has(ordinal) {
 		return false
 	}
 	k.events++
@@ -156,17 +156,24 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	if r.cfg.CheckpointInterval <= 0 {
 		return func() {}
 	}
+	// tok is what the snapshot being saved knew; the saver goroutine both
+	// takes the snapshot and reports the attempt.
+	var tok checkpoint.SaveToken
 	sv := position.NewSaver(r.positions, r.pool, rs.id, rs.prev,
 		func() position.Acked {
 			a := tr.Last()
+			tok = a.Token
 			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load(),
-				Partial: position.Partial{CommitLSN: a.Partial.CommitLSN, Events: a.Partial.Events}}
+				Partial: position.Partial{CommitLSN: a.Partial.CommitLSN, Events: a.Partial.Events, Acked: a.Partial.Acked}}
 		},
 		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
-	// A large transaction's acknowledged prefix is saved every quarter
-	// window (at most every 10 ms), not only every interval: a crash then
-	// re-sends about the window, whatever the throughput.
-	sv.Kick, sv.KickGap = tr.NotifyPrefix(max(r.cfg.MaxInflightEvents/4, 256)), 10*time.Millisecond
+	// What is acknowledged of a large transaction is saved every eighth
+	// of the window's acknowledgements (at most every 10 ms), not only
+	// every interval, and until a save covered them those
+	// acknowledgements hold window space: a crash then re-sends at most
+	// about the window, whatever the throughput.
+	sv.Kick, sv.KickGap = tr.NotifyPrefix(max(r.cfg.MaxInflightEvents/8, 128)), 10*time.Millisecond
+	sv.Attempted = func() { tr.Saved(tok) }
 	sv.OnSave = func(cp position.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
 		r.m.CheckpointLSN.Set(float64(cp.LSN))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
@@ -82,5 +83,23 @@ func TestSkipperPartialAppliesOnce(t *testing.T) {
 	k.begin(replication.Begin{FinalLSN: 300})
 	if k.skipping(0) {
 		t.Fatal("the partial was applied twice")
+	}
+}
+
+// TestSkipperPartialPastPrefix: the events acknowledged past the prefix
+// are skipped too, exactly those.
+func TestSkipperPartialPastPrefix(t *testing.T) {
+	// Prefix 0-2, then 4 and 6 (bits 1 and 3 past ordinal 3).
+	p := position.Partial{CommitLSN: 300, Events: 3, Acked: []byte{0b1010}}
+	k := resumeState{partial: p}.skipper(zerolog.Nop(), metrics.New())
+	k.begin(replication.Begin{FinalLSN: 300})
+	var skipped []int
+	for ord := 0; ord < 10; ord++ {
+		if k.skipping(ord) {
+			skipped = append(skipped, ord)
+		}
+	}
+	if fmt.Sprint(skipped) != "[0 1 2 4 6]" {
+		t.Fatalf("skipped %v, want [0 1 2 4 6]", skipped)
 	}
 }
