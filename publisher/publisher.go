@@ -579,12 +579,8 @@ func (r *router) resolve() topicState {
 		if r.p.ctx.Err() != nil {
 			return topicClosing
 		}
-		if f := kafkaconn.Classify(err); f != kafkaconn.FailureNone {
-			r.p.log.Error().Str("stage", "publish").Str("topic", r.topic).Str("reason", string(f)).Err(err).
-				Msg("topic metadata refused for a reason no retry can fix; stopping with the slot position held")
-			r.p.fail(fmt.Errorf("topic %s metadata: %s: %w", r.topic, f, err))
-			return topicClosing
-		}
+		// TLS and credential failures (kafkaconn.Classify) are fatal here
+		// too: classify starts with them.
 		class, reason := classify(err)
 		r.p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
 		if class == Fatal {
