@@ -46,7 +46,7 @@ func BenchmarkAckParallel(b *testing.B) {
 // tracked and acknowledged by Seq, so the acknowledged prefix is kept.
 func BenchmarkTrackAckSeq(b *testing.B) {
 	tr := New(0, Limits{MaxEvents: 1 << 30, MaxBytes: 1 << 50})
-	tr.NotifyPrefix(1000)
+	tr.NotifyAcks(1000)
 	now := time.Now()
 	var seqs [10]Seq
 	b.ReportAllocs()
@@ -67,7 +67,7 @@ func BenchmarkTrackAckSeq(b *testing.B) {
 // a lag, as lanes of several partitions do.
 func BenchmarkLargeTxAckSeq(b *testing.B) {
 	tr := New(0, Limits{MaxEvents: 1 << 30, MaxBytes: 1 << 50})
-	tr.NotifyPrefix(1000)
+	tr.NotifyAcks(1000)
 	tx := tr.BeginTx(time.Now(), 1, 5)
 	const lag = 64
 	var ring [lag]Seq

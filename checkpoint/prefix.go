@@ -1,6 +1,11 @@
 package checkpoint
 
-import "github.com/jackc/pglogrepl"
+import (
+	"bytes"
+	"math/bits"
+
+	"github.com/jackc/pglogrepl"
+)
 
 // Seq numbers the events a Tracker tracks, in stream order, across
 // transactions. An acknowledgement that names its Seq (Txn.AckSeq) lets the
@@ -20,7 +25,79 @@ type Partial struct {
 	Events int
 	// Acked marks acknowledged events past the prefix: bit i (byte i/8,
 	// bit i%8) stands for ordinal Events+i. Nil when none.
+	//
+	// The part past the prefix matters as much as the prefix: the lanes
+	// of different partitions progress at different speeds, so while one
+	// partition's batch is in flight the others' later events are
+	// acknowledged already. Saving only the prefix would re-send those
+	// after a crash, a multiple of the in-flight window with skewed
+	// partitions.
 	Acked []byte
+}
+
+// mark sets bit i of Acked (ordinal Events+i).
+func (p *Partial) mark(i int) {
+	if need := i/8 + 1; need > len(p.Acked) {
+		p.Acked = append(p.Acked, make([]byte, need-len(p.Acked))...)
+	}
+	p.Acked[i/8] |= 1 << (i % 8)
+}
+
+// Empty reports whether p knows no acknowledged event.
+func (p Partial) Empty() bool { return p.Events <= 0 && len(p.Acked) == 0 }
+
+// Has reports whether the event at ordinal is known acknowledged.
+func (p Partial) Has(ordinal int) bool {
+	if ordinal < p.Events {
+		return true
+	}
+	i := ordinal - p.Events
+	return i/8 < len(p.Acked) && p.Acked[i/8]&(1<<(i%8)) != 0
+}
+
+// Known is the number of events p knows acknowledged.
+func (p Partial) Known() int {
+	n := max(p.Events, 0)
+	for _, b := range p.Acked {
+		n += bits.OnesCount8(b)
+	}
+	return n
+}
+
+// Equal reports whether p and q say the same.
+func (p Partial) Equal(q Partial) bool {
+	return p.CommitLSN == q.CommitLSN && p.Events == q.Events && bytes.Equal(p.Acked, q.Acked)
+}
+
+// Union is what p and q, facts about the same transaction, know together:
+// both are acknowledgements Kafka holds, so each event either knows is.
+func (p Partial) Union(q Partial) Partial {
+	if p.Empty() {
+		return q
+	}
+	if q.Empty() {
+		return p
+	}
+	lo := max(p.Events, q.Events)
+	var high int // one past the highest known ordinal
+	for _, x := range []Partial{p, q} {
+		for i := len(x.Acked)*8 - 1; i >= 0; i-- {
+			if x.Acked[i/8]&(1<<(i%8)) != 0 {
+				high = max(high, x.Events+i+1)
+				break
+			}
+		}
+	}
+	for lo < high && (p.Has(lo) || q.Has(lo)) {
+		lo++
+	}
+	u := Partial{CommitLSN: p.CommitLSN, Events: lo}
+	for o := lo + 1; o < high; o++ {
+		if p.Has(o) || q.Has(o) {
+			u.mark(o - lo)
+		}
+	}
+	return u
 }
 
 // ackRing records which events are acknowledged beyond the contiguous

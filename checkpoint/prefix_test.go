@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"math/rand"
 	"testing"
 	"time"
@@ -48,10 +47,6 @@ func partialOf(lsn pglogrepl.LSN, acked []bool) Partial {
 		return Partial{}
 	}
 	return p
-}
-
-func samePartial(a, b Partial) bool {
-	return a.CommitLSN == b.CommitLSN && a.Events == b.Events && bytes.Equal(a.Acked, b.Acked)
 }
 
 // Acknowledgements from several partitions arrive out of order: the prefix
@@ -101,7 +96,7 @@ func TestPartialIsTheHeadTransactions(t *testing.T) {
 	wantPartial(t, tr, 100, 1)
 	a.AckSeq(sa[1], 1)
 	// a is confirmed; b (open, fully acknowledged so far) is the head.
-	if got := tr.Last(); got.LSN != 110 || !samePartial(got.Partial, Partial{CommitLSN: 200, Events: 3}) {
+	if got := tr.Last(); got.LSN != 110 || !got.Partial.Equal(Partial{CommitLSN: 200, Events: 3}) {
 		t.Fatalf("last %+v, want LSN 110 and b's 3 events", got)
 	}
 	sb = append(sb, trackN(tr, b, 3, 2)...)
@@ -227,7 +222,7 @@ func TestPartialMatchesModel(t *testing.T) {
 			if head >= 0 {
 				want = partialOf(pglogrepl.LSN(1000+100*head), acked[head])
 			}
-			if got := tr.Last().Partial; !samePartial(got, want) {
+			if got := tr.Last().Partial; !got.Equal(want) {
 				t.Fatalf("round %d: partial %+v, want %+v", round, got, want)
 			}
 		}
@@ -267,10 +262,10 @@ func firstSeq(tx *Txn) int {
 	return int(tx.firstSeq)
 }
 
-// NotifyPrefix signals every step events of the head's prefix.
-func TestNotifyPrefix(t *testing.T) {
+// NotifyAcks signals every step events of the head's prefix.
+func TestNotifyAcks(t *testing.T) {
 	tr := New(0, Limits{})
-	kick := tr.NotifyPrefix(100)
+	kick := tr.NotifyAcks(100)
 	tx := tr.BeginTx(time.Time{}, 1, 10)
 	s := trackN(tr, tx, 0, 1000)
 	signals := 0
@@ -287,13 +282,13 @@ func TestNotifyPrefix(t *testing.T) {
 	}
 }
 
-// TestUnsavedAcksHoldWindow: with a saver (NotifyPrefix), acknowledgements
+// TestUnsavedAcksHoldWindow: with a saver (NotifyAcks), acknowledgements
 // of the head transaction that no save covered yet hold window space, so
 // what a crash re-sends stays within the window; Saved releases them.
 // Without a saver nothing is held.
 func TestUnsavedAcksHoldWindow(t *testing.T) {
 	tr := New(0, Limits{MaxEvents: 10})
-	tr.NotifyPrefix(4)
+	tr.NotifyAcks(4)
 	tx := tr.BeginTx(time.Time{}, 1, 10)
 	s := trackN(tr, tx, 0, 10)
 	for _, q := range s[:6] {

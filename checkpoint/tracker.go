@@ -37,7 +37,7 @@ type Tracker struct {
 	seq  uint64
 	ring ackRing
 	// kick is signalled every kickStep acknowledgements of the head
-	// transaction's events (see NotifyPrefix); kickTx, kickAcks and
+	// transaction's events (see NotifyAcks); kickTx, kickAcks and
 	// kickDone count them and remember where the last signal was.
 	kick     chan struct{}
 	kickStep uint64
@@ -45,7 +45,7 @@ type Tracker struct {
 	kickAcks uint64
 	kickDone uint64
 	// kickSaved is how many of kickTx's acknowledgements a checkpoint
-	// save has covered (Saved). The rest hold window space: see held.
+	// save has covered (Saved). The rest hold window space: see heldLocked.
 	kickSaved uint64
 }
 
@@ -175,7 +175,7 @@ func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 	return Seq(s)
 }
 
-// NotifyPrefix returns a channel signalled each time step more events of
+// NotifyAcks returns a channel signalled each time step more events of
 // the oldest unconfirmed transaction were acknowledged since the last
 // signal, so the checkpoint saver can save a large transaction's progress
 // (its Partial) sooner than its interval. Call it before tracking events.
@@ -185,7 +185,7 @@ func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 // crash re-sends them, so this keeps what a crash inside a large
 // transaction re-sends within the window, whatever Kafka's pace against
 // the saves'. The saver must call Saved after every save attempt.
-func (t *Tracker) NotifyPrefix(step int) <-chan struct{} {
+func (t *Tracker) NotifyAcks(step int) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.kick == nil {
@@ -264,7 +264,7 @@ func (tx *Txn) ackLocked(bytes int) {
 }
 
 // heldLocked is the head transaction's acknowledged events that no save
-// has covered yet (see NotifyPrefix).
+// has covered yet (see NotifyAcks).
 func (t *Tracker) heldLocked() int {
 	if t.kick == nil || t.head >= len(t.txs) || t.txs[t.head] != t.kickTx {
 		return 0
@@ -299,7 +299,7 @@ func (t *Tracker) signalSpace() {
 	}
 }
 
-// kickLocked counts an acknowledgement of tx's and signals NotifyPrefix's
+// kickLocked counts an acknowledgement of tx's and signals NotifyAcks's
 // channel when the head transaction had kickStep more since the last
 // signal. Acknowledgements of later transactions do not count: only the
 // head's are saved as a Partial.
@@ -342,14 +342,10 @@ func (t *Tracker) partialLocked() Partial {
 	end := min(h.firstSeq+uint64(h.span), t.ring.next+t.ring.mask+1, t.ring.high+1)
 	for s := from; s < end; s++ {
 		if t.ring.has(s) {
-			i := s - from + 1 // bit 0 is the prefix's end, never acknowledged
-			if need := int(i/8) + 1; need > len(p.Acked) {
-				p.Acked = append(p.Acked, make([]byte, need-len(p.Acked))...)
-			}
-			p.Acked[i/8] |= 1 << (i % 8)
+			p.mark(int(s - from + 1)) // bit 0 is the prefix's end, never acknowledged
 		}
 	}
-	if p.Events == 0 && len(p.Acked) == 0 {
+	if p.Empty() {
 		return Partial{}
 	}
 	return p

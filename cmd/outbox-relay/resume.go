@@ -163,8 +163,7 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 		func() position.Acked {
 			a := tr.Last()
 			tok = a.Token
-			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load(),
-				Partial: position.Partial{CommitLSN: a.Partial.CommitLSN, Events: a.Partial.Events, Acked: a.Partial.Acked}}
+			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load(), Partial: a.Partial}
 		},
 		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
 	// What is acknowledged of a large transaction is saved every eighth
@@ -172,7 +171,7 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	// every interval, and until a save covered them those
 	// acknowledgements hold window space: a crash then re-sends at most
 	// about the window, whatever the throughput.
-	sv.Kick, sv.KickGap = tr.NotifyPrefix(max(r.cfg.MaxInflightEvents/8, 128)), 10*time.Millisecond
+	sv.Kick, sv.KickGap = tr.NotifyAcks(max(r.cfg.MaxInflightEvents/8, 128)), 10*time.Millisecond
 	sv.Attempted = func() { tr.Saved(tok) }
 	sv.OnSave = func(cp position.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
