@@ -353,6 +353,23 @@ func (e *Env) bulkInsert(rows, aggregates int) {
 		from generate_series(1, %d) as i`, e.QuotedTable(), aggregates, aggregates, rows), e.AggType)
 }
 
+// bulkExpected reads the table after bulkInsert: its rows events plus the
+// canary, the bulk events stamped with committedAt.
+func (e *Env) bulkExpected(rows int, committedAt time.Time) map[string]Event {
+	e.t.Helper()
+	expected := ExpectedFromTable(e.t, e.DB, e.QuotedTable())
+	if len(expected) != rows+1 {
+		e.t.Fatalf("table has %d rows, want %d", len(expected), rows+1)
+	}
+	for id, ev := range expected {
+		if ev.AggregateID != "canary" {
+			ev.CommitTime = committedAt
+			expected[id] = ev
+		}
+	}
+	return expected
+}
+
 func TestLargeTransaction(t *testing.T) {
 	const rows = 200000
 	env := NewEnv(t, EnvOptions{})
@@ -366,16 +383,7 @@ func TestLargeTransaction(t *testing.T) {
 	committedAt := time.Now()
 	commitLSN := env.CurrentInsertLSN()
 	t.Logf("committed one transaction of %d rows in %s (LSN after commit %s)", rows, time.Since(start).Round(time.Millisecond), commitLSN)
-	expected := ExpectedFromTable(t, env.DB, env.QuotedTable())
-	if len(expected) != rows+1 {
-		t.Fatalf("table has %d rows, want %d", len(expected), rows+1)
-	}
-	for id, ev := range expected {
-		if ev.AggregateID != "canary" {
-			ev.CommitTime = committedAt
-			expected[id] = ev
-		}
-	}
+	expected := env.bulkExpected(rows, committedAt)
 	ok := c.WaitFor(expected, 6*time.Minute, 2*time.Second)
 	elapsed := time.Since(start)
 	confirmed := within(60*time.Second, 200*time.Millisecond, func() bool { return env.ConfirmedAtLeast(commitLSN) })

@@ -109,16 +109,7 @@ func TestLargeTransactionKillResend(t *testing.T) {
 		atKill, rows, atRestart, env.SlotInfo().ConfirmedFlush, commitLSN)
 
 	r2 := env.StartRelay(relayEnv...)
-	expected := ExpectedFromTable(t, env.DB, env.QuotedTable())
-	if len(expected) != rows+1 {
-		t.Fatalf("table has %d rows, want %d", len(expected), rows+1)
-	}
-	for id, ev := range expected {
-		if ev.AggregateID != "canary" {
-			ev.CommitTime = committedAt
-			expected[id] = ev
-		}
-	}
+	expected := env.bulkExpected(rows, committedAt)
 	ok := c.WaitFor(expected, 5*time.Minute, 2*time.Second)
 	rep := c.Check(expected, CheckOptions{})
 	skipped, _ := logField(r2, "restarting inside a partly acknowledged transaction", "skipped_events")
