@@ -96,6 +96,7 @@ lint:
 	$(GO) vet -tags integration ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags integration ./...
+	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Benchmark against ceilings measured in the same run (docs/benchmarks.md); not part of
 # `make test`. Quick run: make bench BENCH_ARGS="-n 20000 -quick". The stack is started
@@ -103,4 +104,4 @@ lint:
 bench: build
 	@if ! { $(STACK) status | grep -q '^postgres: up' && $(STACK) status | grep -Eq '^kafka: +up'; }; then $(STACK) up; fi
 	eval "$$($(STACK) env)"; \
-	$(GO) run ./bench/cmd/outbox-bench -relay $(BIN) -report docs/benchmarks.md -png docs/benchmarks.png $(BENCH_ARGS)
+	cd bench && $(GO) run ./cmd/outbox-bench -relay $(CURDIR)/$(BIN) -report $(CURDIR)/docs/benchmarks.md -png $(CURDIR)/docs/benchmarks.png $(BENCH_ARGS)

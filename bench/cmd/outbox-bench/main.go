@@ -7,7 +7,7 @@
 //
 //	eval "$(scripts/stack.sh env)"
 //	go build -o bin/outbox-relay ./cmd/outbox-relay
-//	go run ./bench/cmd/outbox-bench -report docs/benchmarks.md -png docs/benchmarks.png
+//	go -C bench run ./cmd/outbox-bench -report "$PWD/docs/benchmarks.md" -png "$PWD/docs/benchmarks.png"
 //
 // (`make bench` does exactly that; `make bench BENCH_ARGS="-n 20000 -quick"`
 // is a run of about a minute.) Every object the bench creates (a schema,
