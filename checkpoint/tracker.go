@@ -68,6 +68,10 @@ type Acked struct {
 	// LSN (zero when none is known): a crash inside a large transaction
 	// then re-sends only what follows it.
 	Partial Partial
+	// Decoded is the highest TransactionEndLSN whose events were handed to
+	// the publisher (0: unknown). The Tracker does not know it; the relay
+	// fills it in before a Saver saves it as Checkpoint.Decoded.
+	Decoded pglogrepl.LSN
 	// Token is for Saved.
 	Token SaveToken
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/backoff"
 )
 
 // Handler applies one event's effect inside tx, the transaction that also

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 )
 
 // TestCheckpointPartialRoundTrip: migration 5's partial columns are
@@ -27,14 +27,14 @@ func TestCheckpointPartialRoundTrip(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st := position.NewStore(env.DB, tbl, env.Slot)
+	st := checkpoint.NewStore(env.DB, tbl, env.Slot)
 	if err := st.Check(ctx); err != nil {
 		t.Fatalf("check: %v", err)
 	}
-	id := position.Identity{SystemID: "7", Timeline: 1}
-	save := func(lsn pglogrepl.LSN, p position.Partial) position.Checkpoint {
+	id := checkpoint.Identity{SystemID: "7", Timeline: 1}
+	save := func(lsn pglogrepl.LSN, p checkpoint.Partial) checkpoint.Checkpoint {
 		t.Helper()
-		if err := st.Save(ctx, position.Checkpoint{LSN: lsn, Identity: id, Partial: p}, 0); err != nil {
+		if err := st.Save(ctx, checkpoint.Checkpoint{LSN: lsn, Identity: id, Partial: p}, 0); err != nil {
 			t.Fatalf("save: %v", err)
 		}
 		cp, err := st.Latest(ctx)
@@ -43,7 +43,7 @@ func TestCheckpointPartialRoundTrip(t *testing.T) {
 		}
 		return cp
 	}
-	want := position.Partial{CommitLSN: 0x1_0000_0200, Events: 75242, Acked: []byte{0, 0b1010, 0xff}}
+	want := checkpoint.Partial{CommitLSN: 0x1_0000_0200, Events: 75242, Acked: []byte{0, 0b1010, 0xff}}
 	if cp := save(0x1_0000_0100, want); !cp.Partial.Equal(want) || cp.LSN != 0x1_0000_0100 {
 		t.Fatalf("inserted row reads back %+v / %s, want %+v", cp.Partial, cp.LSN, want)
 	}
@@ -51,7 +51,7 @@ func TestCheckpointPartialRoundTrip(t *testing.T) {
 	if cp := save(0x1_0000_0100, want); !cp.Partial.Equal(want) {
 		t.Fatalf("updated row reads back %+v, want %+v", cp.Partial, want)
 	}
-	if cp := save(0x1_0000_0300, position.Partial{}); !cp.Partial.Empty() {
+	if cp := save(0x1_0000_0300, checkpoint.Partial{}); !cp.Partial.Empty() {
 		t.Fatalf("a save without a partial left %+v", cp.Partial)
 	}
 

@@ -19,8 +19,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/testpki"
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
 )
 
 // securePKI is the certificates of the security tests, as files.

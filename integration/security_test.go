@@ -15,7 +15,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // TestSecurity runs the relay against a Kafka broker whose only client

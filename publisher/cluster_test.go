@@ -15,7 +15,7 @@ import (
 	metadataapi "github.com/segmentio/kafka-go/protocol/metadata"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 
-	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // Class says whether retrying a failed write can succeed.

@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 
-	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 

@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -37,7 +37,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer pool.Close()
-	store := position.NewStore(pool, cfg.table, cfg.Slot)
+	store := checkpoint.NewStore(pool, cfg.table, cfg.Slot)
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return enc.Encode(out)
 }
 
-func checkpointJSON(cp position.Checkpoint) map[string]any {
+func checkpointJSON(cp checkpoint.Checkpoint) map[string]any {
 	m := map[string]any{
 		"outbox_table": cp.OutboxTable, "slot": cp.Slot, "lsn": cp.LSN.String(),
 		"system_identifier": cp.Identity.SystemID, "timeline": cp.Identity.Timeline,
@@ -105,12 +105,12 @@ func checkpointJSON(cp position.Checkpoint) map[string]any {
 }
 
 // identify runs IDENTIFY_SYSTEM on a short-lived replication connection.
-func identify(ctx context.Context, dsn string) (position.Identity, error) {
+func identify(ctx context.Context, dsn string) (checkpoint.Identity, error) {
 	conn, err := replication.Connect(ctx, dsn)
 	if err != nil {
-		return position.Identity{}, err
+		return checkpoint.Identity{}, err
 	}
 	defer conn.Close(context.Background())
-	id, _, err := position.Identify(ctx, conn)
+	id, _, err := checkpoint.Identify(ctx, conn)
 	return id, err
 }

@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cleanup"
+	"github.com/outbox-relay/outbox-relay/internal/cleanup"
 )
 
 const cleanupSummary = `Deletes outbox rows the relay has confirmed: created before now() - --older-than, committed

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cleanup"
-	"github.com/outbox-relay/outbox-relay/metrics"
-	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/cleanup"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // cleanupScheduleConfig is run's optional cleanup schedule: the leader
@@ -95,7 +95,7 @@ func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
 	}
 	s.m.DeletedRows.Add(float64(dropped))
 	var noCP *cleanup.NoCheckpointError
-	var mismatch *position.MismatchError
+	var mismatch *checkpoint.MismatchError
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // leadership ended mid-run: the batch in flight was rolled back

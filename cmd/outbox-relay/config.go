@@ -13,9 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/deadletter"
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/leader"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
-	"github.com/outbox-relay/outbox-relay/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/doctor"
 )
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the

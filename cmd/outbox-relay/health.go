@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/leader"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
 )
 
 // health is the body of /healthz and /readyz.

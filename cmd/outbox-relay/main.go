@@ -16,7 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/redact"
+	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-relay/outbox-relay/backfill"
-	"github.com/outbox-relay/outbox-relay/deadletter"
-	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -59,7 +59,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return explainStartupSchema(ctx, pool, cfg.Publication, cfg.table, err)
 	}
-	positions := position.NewStore(pool, cfg.table, cfg.Slot)
+	positions := checkpoint.NewStore(pool, cfg.table, cfg.Slot)
 	if err := positions.Check(ctx); err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Captured before the slot exists, so its LSN is at or before the
 	// consistent point: valid for the checkpoint saved there.
-	fence, err := position.CaptureFence(ctx, pool)
+	fence, err := checkpoint.CaptureFence(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	if err := positions.Save(ctx, position.Checkpoint{LSN: ex.ConsistentPoint, Identity: id, Fence: &fence}, cfg.CheckpointRetention); err != nil {
+	if err := positions.Save(ctx, checkpoint.Checkpoint{LSN: ex.ConsistentPoint, Identity: id, Fence: &fence}, cfg.CheckpointRetention); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "recovered slot %s: back-filled %d events committed before %s; streaming resumes there\n", cfg.Slot, n, ex.ConsistentPoint)
@@ -145,13 +145,13 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // recoverWindow picks the back-fill's lower bound: the newest checkpoint's
 // fence, or --since / --all. foreign reports a checkpoint of another
 // cluster or timeline, replaced after the back-fill.
-func recoverWindow(ctx context.Context, positions *position.Store, id position.Identity, since string, all, commitTS bool) (backfill.Window, string, bool, error) {
+func recoverWindow(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, since string, all, commitTS bool) (backfill.Window, string, bool, error) {
 	var w backfill.Window
 	if all {
 		return w, "every row in the table", false, nil
 	}
 	cp, err := positions.Latest(ctx)
-	if err != nil && !errors.Is(err, position.ErrNoCheckpoint) {
+	if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return w, "", false, err
 	}
 	foreign := err == nil && cp.Verify(id) != nil
@@ -173,7 +173,7 @@ func recoverWindow(ctx context.Context, positions *position.Store, id position.I
 		}
 		return w, "", false, fmt.Errorf("no checkpoint history before %s on %s and track_commit_timestamp is off: use --all", t.Format(time.RFC3339), id)
 	}
-	if errors.Is(err, position.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return w, "", false, fmt.Errorf("%w: pass --since TIME (when the slot was last healthy) or --all", err)
 	}
 	if verr := cp.Verify(id); verr != nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/backfill"
-	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -78,7 +78,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store := position.NewStore(pool, cfg.table, cfg.Slot)
+	store := checkpoint.NewStore(pool, cfg.table, cfg.Slot)
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // replayWindow maps the start/stop flags to a window through the
 // checkpoint history and describes it.
-func replayWindow(ctx context.Context, cfg *config, store *position.Store, f replayFlags, commitTS bool) (backfill.Window, string, error) {
+func replayWindow(ctx context.Context, cfg *config, store *checkpoint.Store, f replayFlags, commitTS bool) (backfill.Window, string, error) {
 	var w backfill.Window
 	if f.all {
 		return w, "every row in the table", nil

@@ -12,8 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/metrics"
-	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -27,7 +26,7 @@ func (r *relay) refuseLostSlot(ctx context.Context) error {
 		return nil // Ensure reports other problems
 	}
 	cp, err := r.positions.Latest(ctx)
-	if errors.Is(err, position.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return nil // first start: Ensure creates the slot
 	}
 	if err != nil {
@@ -41,25 +40,25 @@ func (r *relay) refuseLostSlot(ctx context.Context) error {
 
 // resumeState is what a stream attempt knows about its saved position.
 type resumeState struct {
-	id         position.Identity
-	prev       *position.Checkpoint
+	id         checkpoint.Identity
+	prev       *checkpoint.Checkpoint
 	skipBefore pglogrepl.LSN
 	// partial is the acknowledged prefix of a transaction the slot will
 	// replay (zero: none).
-	partial position.Partial
+	partial checkpoint.Partial
 }
 
 // resume identifies the server and compares the newest checkpoint with the
 // slot. A checkpoint of another cluster or timeline stops the relay.
 func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status) (resumeState, error) {
-	id, walEnd, err := position.Identify(ctx, conn)
+	id, walEnd, err := checkpoint.Identify(ctx, conn)
 	if err != nil {
 		return resumeState{}, err
 	}
 	prev, skip, err := r.positions.Resume(ctx, id, st.ConfirmedFlushLSN, walEnd)
 	if err != nil {
-		var mismatch *position.MismatchError
-		var ahead *position.AheadError
+		var mismatch *checkpoint.MismatchError
+		var ahead *checkpoint.AheadError
 		if errors.As(err, &mismatch) || errors.As(err, &ahead) {
 			return resumeState{}, permanentError{err}
 		}
@@ -106,8 +105,8 @@ type skipper struct {
 	active bool
 	// part is the partial still to apply; in is it while the current
 	// transaction is the one it names.
-	part   position.Partial
-	in     position.Partial
+	part   checkpoint.Partial
+	in     checkpoint.Partial
 	events int
 	log    zerolog.Logger
 	m      *metrics.Relay
@@ -117,7 +116,7 @@ func (k *skipper) begin(b replication.Begin) {
 	if k == nil {
 		return
 	}
-	k.active, k.in = false, position.Partial{}
+	k.active, k.in = false, checkpoint.Partial{}
 	if k.before != 0 {
 		if b.FinalLSN < k.before {
 			k.active = true
@@ -134,7 +133,7 @@ func (k *skipper) begin(b replication.Begin) {
 				Int("prefix_events", p.Events).Int("skipped_events", p.Known()).
 				Msg("restarting inside a partly acknowledged transaction: its first events were acknowledged by Kafka and are skipped, not re-published")
 		}
-		k.part = position.Partial{} // applied, or passed
+		k.part = checkpoint.Partial{} // applied, or passed
 	}
 }
 
@@ -159,11 +158,11 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	// tok is what the snapshot being saved knew; the saver goroutine both
 	// takes the snapshot and reports the attempt.
 	var tok checkpoint.SaveToken
-	sv := position.NewSaver(r.positions, r.pool, rs.id, rs.prev,
-		func() position.Acked {
+	sv := checkpoint.NewSaver(r.positions, r.pool, rs.id, rs.prev,
+		func() checkpoint.Acked {
 			a := tr.Last()
-			tok = a.Token
-			return position.Acked{LSN: a.LSN, CommitTime: a.CommitTime, Xid: a.Xid, Decoded: r.decoded.load(), Partial: a.Partial}
+			tok, a.Decoded = a.Token, r.decoded.load()
+			return a
 		},
 		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
 	// What is acknowledged of a large transaction is saved every eighth
@@ -173,7 +172,7 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	// about the window, whatever the throughput.
 	sv.Kick, sv.KickGap = tr.NotifyAcks(max(r.cfg.MaxInflightEvents/8, 128)), 10*time.Millisecond
 	sv.Attempted = func() { tr.Saved(tok) }
-	sv.OnSave = func(cp position.Checkpoint) {
+	sv.OnSave = func(cp checkpoint.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
 		r.m.CheckpointLSN.Set(float64(cp.LSN))
 		r.log.Debug().Str("stage", "checkpoint").Str("lsn", cp.LSN.String()).Msg("checkpoint saved")

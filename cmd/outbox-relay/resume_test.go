@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/metrics"
-	"github.com/outbox-relay/outbox-relay/position"
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -19,18 +19,18 @@ func TestSkipperPartial(t *testing.T) {
 	cases := []struct {
 		name    string
 		before  pglogrepl.LSN
-		partial position.Partial
+		partial checkpoint.Partial
 		want    map[pglogrepl.LSN]int // transaction -> events skipped (its first ones)
 	}{
-		{"nothing saved", 0, position.Partial{}, nil},
-		{"whole transactions only", 250, position.Partial{}, map[pglogrepl.LSN]int{100: 10, 200: 10}},
-		{"prefix only (slot at the checkpoint)", 0, position.Partial{CommitLSN: 300, Events: 4},
+		{"nothing saved", 0, checkpoint.Partial{}, nil},
+		{"whole transactions only", 250, checkpoint.Partial{}, map[pglogrepl.LSN]int{100: 10, 200: 10}},
+		{"prefix only (slot at the checkpoint)", 0, checkpoint.Partial{CommitLSN: 300, Events: 4},
 			map[pglogrepl.LSN]int{300: 4}},
 		{"slot fell back (PostgreSQL crash): whole transactions, then the prefix", 250,
-			position.Partial{CommitLSN: 300, Events: 7}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 7}},
+			checkpoint.Partial{CommitLSN: 300, Events: 7}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 7}},
 		{"partial of the transaction at the checkpoint position", 300,
-			position.Partial{CommitLSN: 300, Events: 2}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 2}},
-		{"partial never replayed: nothing else skipped", 0, position.Partial{CommitLSN: 250, Events: 5}, nil},
+			checkpoint.Partial{CommitLSN: 300, Events: 2}, map[pglogrepl.LSN]int{100: 10, 200: 10, 300: 2}},
+		{"partial never replayed: nothing else skipped", 0, checkpoint.Partial{CommitLSN: 250, Events: 5}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestSkipperPartial(t *testing.T) {
 // The same commit LSN seen again later (a reconnect replays it with a
 // fresh skipper; one skipper never applies a partial twice).
 func TestSkipperPartialAppliesOnce(t *testing.T) {
-	k := resumeState{partial: position.Partial{CommitLSN: 300, Events: 3}}.skipper(zerolog.Nop(), metrics.New())
+	k := resumeState{partial: checkpoint.Partial{CommitLSN: 300, Events: 3}}.skipper(zerolog.Nop(), metrics.New())
 	k.begin(replication.Begin{FinalLSN: 300})
 	if !k.skipping(2) || k.skipping(3) {
 		t.Fatal("prefix of 3 not applied")
@@ -90,7 +90,7 @@ func TestSkipperPartialAppliesOnce(t *testing.T) {
 // are skipped too, exactly those.
 func TestSkipperPartialPastPrefix(t *testing.T) {
 	// Prefix 0-2, then 4 and 6 (bits 1 and 3 past ordinal 3).
-	p := position.Partial{CommitLSN: 300, Events: 3, Acked: []byte{0b1010}}
+	p := checkpoint.Partial{CommitLSN: 300, Events: 3, Acked: []byte{0b1010}}
 	k := resumeState{partial: p}.skipper(zerolog.Nop(), metrics.New())
 	k.begin(replication.Begin{FinalLSN: 300})
 	var skipped []int

@@ -17,13 +17,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/deadletter"
-	"github.com/outbox-relay/outbox-relay/leader"
-	"github.com/outbox-relay/outbox-relay/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -65,7 +64,7 @@ type relay struct {
 	quar    *deadletter.Quarantine
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// positions holds the saved checkpoints (skip-ahead, recover, replay).
-	positions *position.Store
+	positions *checkpoint.Store
 	// cleanup is the leader's cleanup schedule (nil: off).
 	cleanup *cleanupSchedule
 	elector *leader.Elector
@@ -131,7 +130,7 @@ func (r *relay) run(ctx context.Context) error {
 	if err := r.slots.EnsurePublication(ctx, r.cfg.table.Quoted(), r.cfg.table.Schema, r.cfg.table.Name); err != nil {
 		return err
 	}
-	r.positions = position.NewStore(pool, r.cfg.table, r.cfg.Slot)
+	r.positions = checkpoint.NewStore(pool, r.cfg.table, r.cfg.Slot)
 	if err := r.positions.Check(ctx); err != nil {
 		return err
 	}

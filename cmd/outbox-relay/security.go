@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/redact"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 // kafkaFlags maps kafkaconn.Config fields to the flags that set them.

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/redact"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 func baseEnv(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/pgstats"
+	"github.com/outbox-relay/outbox-relay/internal/pgstats"
 )
 
 // statsConfig configures the PostgreSQL-side statistics (package pgstats)

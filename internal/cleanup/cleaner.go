@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 )
 
 // lockTimeout bounds every lock a run waits for: producers must never
@@ -26,7 +26,7 @@ type Cleaner struct {
 	Slot string
 	// Identity is the server's (IDENTIFY_SYSTEM): checkpoints of another
 	// system or timeline are refused.
-	Identity position.Identity
+	Identity checkpoint.Identity
 	Options  Options
 	Log      zerolog.Logger
 	// OnDelete, if set, is called after every batch with the rows it

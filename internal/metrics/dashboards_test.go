@@ -19,8 +19,8 @@ import (
 
 // Paths of the deployment files, from this package's directory.
 var (
-	dashboardPath = filepath.Join("..", "deploy", "grafana", "outbox-relay.json")
-	alertsPath    = filepath.Join("..", "deploy", "prometheus", "alerts.yml")
+	dashboardPath = filepath.Join("..", "..", "deploy", "grafana", "outbox-relay.json")
+	alertsPath    = filepath.Join("..", "..", "deploy", "prometheus", "alerts.yml")
 )
 
 // scrapeSeries are series Prometheus synthesises for every target; rules
@@ -318,7 +318,7 @@ type compose struct {
 // datasource points at Prometheus and the dashboard at that datasource.
 func TestComposeWiresPrometheusAndGrafana(t *testing.T) {
 	var c compose
-	if err := yaml.Unmarshal(readFile(t, filepath.Join("..", "docker-compose.yml")), &c); err != nil {
+	if err := yaml.Unmarshal(readFile(t, filepath.Join("..", "..", "docker-compose.yml")), &c); err != nil {
 		t.Fatal(err)
 	}
 	relay, prom, graf := c.Services["outbox-relay"], c.Services["prometheus"], c.Services["grafana"]
@@ -332,7 +332,7 @@ func TestComposeWiresPrometheusAndGrafana(t *testing.T) {
 			if !strings.HasPrefix(parts[0], "./") {
 				continue // a named volume
 			}
-			host := filepath.Join("..", parts[0])
+			host := filepath.Join("..", "..", parts[0])
 			if _, err := os.Stat(host); err != nil {
 				t.Errorf("%s mounts %s: %v", svc, parts[0], err)
 			}

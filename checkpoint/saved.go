@@ -1,4 +1,4 @@
-package position
+package checkpoint
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
 // Identity names the WAL an LSN belongs to.
@@ -99,10 +97,6 @@ type Checkpoint struct {
 	StartedAt time.Time
 	SavedAt   time.Time
 }
-
-// Partial says what of the transaction committing at CommitLSN Kafka
-// acknowledged: see checkpoint.Partial, whose record it saves.
-type Partial = checkpoint.Partial
 
 // ErrNoCheckpoint is returned when no checkpoint was saved for the slot.
 var ErrNoCheckpoint = errors.New("no checkpoint saved")

@@ -1,4 +1,4 @@
-package position
+package checkpoint
 
 import (
 	"context"
@@ -8,20 +8,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 )
-
-// Acked is the acknowledged position a Saver saves: everything before LSN
-// is acknowledged by Kafka.
-type Acked struct {
-	LSN        pglogrepl.LSN
-	CommitTime time.Time
-	Xid        uint32
-	// Decoded is the highest TransactionEndLSN whose events were handed to
-	// the publisher (0: unknown); saved as Checkpoint.Decoded.
-	Decoded pglogrepl.LSN
-	// Partial is the acknowledged prefix of the oldest transaction not
-	// confirmed at LSN (zero: none known); saved as Checkpoint.Partial.
-	Partial Partial
-}
 
 // maxFences bounds the fences a Saver holds while the relay lags behind
 // the WAL. When it is full, new fences are dropped: the older ones stay

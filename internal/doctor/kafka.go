@@ -8,7 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // KafkaTarget names what the relay uses in Kafka.

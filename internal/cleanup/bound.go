@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/position"
 )
 
 // DB is what cleanup needs from a pgxpool.Pool: each batch runs in a
@@ -37,7 +37,7 @@ type Bound struct {
 	// LimitedBy names the checkpoint that gave Xid, for the report.
 	LimitedBy string
 	// Checkpoint is the newest checkpoint of the slot.
-	Checkpoint position.Checkpoint
+	Checkpoint checkpoint.Checkpoint
 	// historyID is the id of the slot's oldest checkpoint saved at or
 	// after the cutoff (0: none); older ones are pruned.
 	historyID int64
@@ -57,14 +57,14 @@ func (e *NoCheckpointError) Error() string {
 
 // readBound maps the checkpoints of t to a Bound, refusing what cannot be
 // trusted. id is the server's identity (IDENTIFY_SYSTEM).
-func readBound(ctx context.Context, db DB, t migrations.Table, slot string, id position.Identity, olderThan time.Duration) (Bound, error) {
+func readBound(ctx context.Context, db DB, t migrations.Table, slot string, id checkpoint.Identity, olderThan time.Duration) (Bound, error) {
 	var b Bound
-	store := position.NewStore(db, t, slot)
+	store := checkpoint.NewStore(db, t, slot)
 	if err := store.Check(ctx); err != nil {
 		return b, err
 	}
 	cp, err := store.Latest(ctx)
-	if errors.Is(err, position.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return b, &NoCheckpointError{Slot: slot, Table: t.String(), Why: "has no checkpoint"}
 	}
 	if err != nil {
@@ -84,7 +84,7 @@ func readBound(ctx context.Context, db DB, t migrations.Table, slot string, id p
 		return b, fmt.Errorf("read server position: %w", err)
 	}
 	if wal, err := pglogrepl.ParseLSN(walLSN); err == nil && cp.LSN > wal {
-		return b, fmt.Errorf("cleanup of %s: %w", t, &position.AheadError{Slot: slot, LSN: cp.LSN, WAL: wal})
+		return b, fmt.Errorf("cleanup of %s: %w", t, &checkpoint.AheadError{Slot: slot, LSN: cp.LSN, WAL: wal})
 	}
 	b.Xid, b.LimitedBy = cp.Fence.Xmin, fmt.Sprintf("newest checkpoint of slot %s (%s)", slot, cp.LSN)
 
@@ -97,7 +97,7 @@ func readBound(ctx context.Context, db DB, t migrations.Table, slot string, id p
 	}
 	type other struct {
 		slot, lsn string
-		id        position.Identity
+		id        checkpoint.Identity
 		xmin      *int64
 	}
 	var others []other
