@@ -3,7 +3,6 @@
 // position as a checkpoint (Store, Saver), the one the CLI shows and resets
 // with outbox-relay checkpoint show|reset.
 //
-//
 // The relay publishes events asynchronously, so Kafka acknowledgements come
 // back in any order across partitions. A Tracker keeps the transactions it has
 // seen in WAL order and reports as flushed the TransactionEndLSN of the last
