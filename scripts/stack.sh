@@ -470,6 +470,12 @@ cmd_status() {
 cmd_env() {
 	echo "export OUTBOX_RELAY_DATABASE_URL='$DATABASE_URL'"
 	echo "export OUTBOX_RELAY_KAFKA_BROKERS='$KAFKA_BROKERS'"
+	# In-process package tests (relay, checkpoint, internal/...) run against
+	# the stack only when these are set, the way pgx's tests gate on
+	# PGX_TEST_DATABASE: a plain `go test ./...` never touches a database
+	# named by the relay's own OUTBOX_RELAY_DATABASE_URL.
+	echo "export OUTBOX_RELAY_TEST_DATABASE_URL='$DATABASE_URL'"
+	echo "export OUTBOX_RELAY_TEST_KAFKA_BROKERS='$KAFKA_BROKERS'"
 }
 
 usage() {
