@@ -3,10 +3,10 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/rs/zerolog"
 )
 
 // maxFences bounds the fences a Saver holds while the relay lags behind
@@ -24,7 +24,7 @@ type Saver struct {
 	source    func() Acked
 	interval  time.Duration
 	retention time.Duration
-	log       zerolog.Logger
+	log       *slog.Logger
 
 	saved   pglogrepl.LSN
 	decoded pglogrepl.LSN // Decoded of the last save
@@ -54,7 +54,7 @@ type Saver struct {
 // from (already verified against id): positions at or before it are not
 // saved again, and its fence is reused until a newer one applies.
 func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() Acked,
-	interval, retention time.Duration, log zerolog.Logger) *Saver {
+	interval, retention time.Duration, log *slog.Logger) *Saver {
 	s := &Saver{store: store, db: db, id: id, source: source, interval: interval, retention: retention, log: log}
 	if prev != nil {
 		s.saved, s.fence, s.decoded = prev.LSN, prev.Fence, prev.Decoded
@@ -78,7 +78,7 @@ func (s *Saver) Run(ctx context.Context) {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 			if err := s.Save(fctx, false); err != nil {
-				s.log.Warn().Str("stage", "checkpoint").Err(err).Msg("final checkpoint not saved")
+				s.log.Warn("final checkpoint not saved", slog.String("stage", "checkpoint"), slog.Any("error", err))
 			}
 			s.attempted()
 			cancel()
@@ -96,7 +96,7 @@ func (s *Saver) Run(ctx context.Context) {
 		}
 		last = time.Now()
 		if err := s.Save(ctx, capture); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn().Str("stage", "checkpoint").Err(err).Msg("checkpoint not saved; retrying")
+			s.log.Warn("checkpoint not saved; retrying", slog.String("stage", "checkpoint"), slog.Any("error", err))
 		}
 		s.attempted()
 	}

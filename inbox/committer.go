@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -51,11 +52,9 @@ func (k *committer) flush(ctx context.Context) {
 	start := time.Now()
 	if err := k.r.CommitMessages(cctx, msgs...); err != nil {
 		k.c.m.errors("offset_commit")
-		k.c.log.Warn().Str("stage", "offset_commit").Err(err).Int("partitions", len(msgs)).
-			Msg("offset commit failed; the events will be delivered again and absorbed")
+		k.c.log.Warn("offset commit failed; the events will be delivered again and absorbed", slog.String("stage", "offset_commit"), slog.Any("error", err), slog.Int("partitions", len(msgs)))
 		return
 	}
 	k.c.commits.Add(1)
-	k.c.m.commits.Inc()
-	k.c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	k.c.m.commit(time.Since(start))
 }

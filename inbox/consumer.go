@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
@@ -106,8 +106,8 @@ type Config struct {
 	// GroupID, GroupTopics and CommitInterval are the inbox's.
 	TuneReader func(*kafka.ReaderConfig)
 
-	Metrics *Metrics        // nil: no metrics
-	Logger  *zerolog.Logger // nil: no logs
+	Metrics Metrics      // nil: no metrics; inboxprom.New gives Prometheus collectors
+	Logger  *slog.Logger // nil: no logs
 }
 
 // Stats are the consumer's counters since New.
@@ -125,7 +125,7 @@ type Stats struct {
 type Consumer struct {
 	cfg   Config
 	store *store
-	log   zerolog.Logger
+	log   *slog.Logger
 	m     *consumerMetrics
 
 	applied, duplicates, parked, dead, retries, commits atomic.Int64
@@ -195,11 +195,11 @@ func New(cfg Config) (*Consumer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: zerolog.Nop()}
+	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler)}
 	if cfg.Logger != nil {
-		c.log = cfg.Logger.With().Str("consumer", cfg.Name).Logger()
+		c.log = cfg.Logger.With(slog.String("consumer", cfg.Name))
 	}
-	c.m = cfg.Metrics.forConsumer(cfg.Name)
+	c.m = forConsumer(cfg.Metrics, cfg.Name)
 	return c, nil
 }
 
@@ -251,7 +251,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		ReadBackoffMin:        100 * time.Millisecond,
 		ReadBackoffMax:        time.Second,
 		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
-			c.log.Warn().Str("stage", "kafka").Msgf(f, a...)
+			c.log.Warn(fmt.Sprintf(f, a...), slog.String("stage", "kafka"))
 		}),
 	}
 	if c.cfg.TuneReader != nil {
@@ -285,7 +285,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.Retention > 0 {
 		go c.pruneLoop(fctx)
 	}
-	c.log.Info().Str("stage", "start").Str("group", c.cfg.GroupID).Strs("topics", c.cfg.Topics).Msg("inbox consumer started")
+	c.log.Info("inbox consumer started", slog.String("stage", "start"), slog.String("group", c.cfg.GroupID), slog.Any("topics", c.cfg.Topics))
 
 	com := newCommitter(r, c)
 	tick := time.NewTicker(c.cfg.CommitInterval)
@@ -296,9 +296,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		defer cancel()
 		com.flush(cctx)
 		if cerr := r.Close(); cerr != nil {
-			c.log.Warn().Str("stage", "shutdown").Err(cerr).Msg("closing the Kafka reader")
+			c.log.Warn("closing the Kafka reader", slog.String("stage", "shutdown"), slog.Any("error", cerr))
 		}
-		c.log.Info().Str("stage", "shutdown").Msg("inbox consumer stopped")
+		c.log.Info("inbox consumer stopped", slog.String("stage", "shutdown"))
 		return err
 	}
 	for {
@@ -341,7 +341,7 @@ const (
 // duplicate, parked, dead-lettered; or returns a *HaltError or ctx's error.
 func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
 	if m.HighWaterMark > 0 {
-		c.m.lag(m.Topic, m.Partition, float64(m.HighWaterMark-m.Offset-1))
+		c.m.lag(m.Topic, m.Partition, m.HighWaterMark-m.Offset-1)
 	}
 	ev, err := Decode(m)
 	if err != nil {
@@ -349,7 +349,7 @@ func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
 		c.m.errors("decode")
 		return c.fail(ctx, &ev, err, 0)
 	}
-	log := c.log.With().Str("event_id", ev.ID).Str("aggregate_id", ev.AggregateID).Str("event_type", ev.EventType).Logger()
+	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType))
 	for attempt, infra := 1, 0; ; {
 		start := time.Now()
 		out, err := c.once(ctx, &ev)
@@ -358,15 +358,15 @@ func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
 			switch out {
 			case applied:
 				c.applied.Add(1)
-				c.m.applied.Inc()
+				c.m.applied()
 			case duplicate:
 				c.duplicates.Add(1)
-				c.m.duplicates.Inc()
-				log.Debug().Str("stage", "dedupe").Msg("duplicate absorbed")
+				c.m.duplicate()
+				log.Debug("duplicate absorbed", slog.String("stage", "dedupe"))
 			case parked:
 				c.parked.Add(1)
-				c.m.parked.Inc()
-				log.Warn().Str("stage", "park").Msg("aggregate is waiting on a dead-lettered event: event parked")
+				c.m.parked()
+				log.Warn("aggregate is waiting on a dead-lettered event: event parked", slog.String("stage", "park"))
 			}
 			return nil
 		}
@@ -385,7 +385,7 @@ func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
 			c.m.errors("database")
 			infra++
 			wait = c.backoff(infra)
-			log.Warn().Str("stage", "apply").Int("attempt", attempt).Err(err).Dur("backoff", wait).Msg("database unavailable, retrying")
+			log.Warn("database unavailable, retrying", slog.String("stage", "apply"), slog.Int("attempt", attempt), slog.Any("error", err), slog.Duration("backoff", wait))
 		case IsPermanent(err) || attempt >= c.cfg.MaxAttempts:
 			reason := "handler"
 			if IsPermanent(err) {
@@ -396,7 +396,7 @@ func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
 		default:
 			c.m.errors("handler")
 			wait = c.backoff(attempt)
-			log.Warn().Str("stage", "apply").Int("attempt", attempt).Err(err).Dur("backoff", wait).Msg("handler failed, retrying")
+			log.Warn("handler failed, retrying", slog.String("stage", "apply"), slog.Int("attempt", attempt), slog.Any("error", err), slog.Duration("backoff", wait))
 			attempt++
 		}
 		c.retries.Add(1)
@@ -464,9 +464,9 @@ var errConnLost = errors.New("connection lost")
 // fail applies the policy to a permanently failed event.
 func (c *Consumer) fail(ctx context.Context, ev *Event, cause error, attempts int) error {
 	reason := cause.Error()
-	log := c.log.With().Str("event_id", ev.ID).Str("aggregate_id", ev.AggregateID).Str("event_type", ev.EventType).Int("attempt", attempts).Logger()
+	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType), slog.Int("attempt", attempts))
 	if c.cfg.Policy == PolicyHalt {
-		log.Error().Str("stage", "halt").Err(cause).Msg("event failed permanently; policy is halt")
+		log.Error("event failed permanently; policy is halt", slog.String("stage", "halt"), slog.Any("error", cause))
 		return &HaltError{EventID: ev.ID, AggregateID: ev.AggregateID, Reason: reason}
 	}
 	for n := 1; ; n++ {
@@ -479,7 +479,7 @@ func (c *Consumer) fail(ctx context.Context, ev *Event, cause error, attempts in
 		}
 		c.m.errors("database")
 		wait := c.backoff(n)
-		log.Warn().Str("stage", "dead_letter").Err(err).Dur("backoff", wait).Msg("writing the dead-letter row failed, retrying")
+		log.Warn("writing the dead-letter row failed, retrying", slog.String("stage", "dead_letter"), slog.Any("error", err), slog.Duration("backoff", wait))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -487,8 +487,8 @@ func (c *Consumer) fail(ctx context.Context, ev *Event, cause error, attempts in
 		}
 	}
 	c.dead.Add(1)
-	c.m.deadLettered.Inc()
-	log.Error().Str("stage", "dead_letter").Err(cause).Msg("event dead-lettered; its aggregate waits until Retry or Discard, other aggregates go on")
+	c.m.deadLettered()
+	log.Error("event dead-lettered; its aggregate waits until Retry or Discard, other aggregates go on", slog.String("stage", "dead_letter"), slog.Any("error", cause))
 	return nil
 }
 
@@ -504,9 +504,9 @@ func (c *Consumer) pruneLoop(ctx context.Context) {
 	for {
 		n, err := c.Prune(ctx)
 		if err != nil && ctx.Err() == nil {
-			c.log.Warn().Str("stage", "prune").Err(err).Msg("pruning processed_events failed")
+			c.log.Warn("pruning processed_events failed", slog.String("stage", "prune"), slog.Any("error", err))
 		} else if n > 0 {
-			c.log.Info().Str("stage", "prune").Int64("rows", n).Msg("pruned processed_events past the retention")
+			c.log.Info("pruned processed_events past the retention", slog.String("stage", "prune"), slog.Int64("rows", n))
 		}
 		select {
 		case <-ctx.Done():
@@ -524,6 +524,6 @@ func (c *Consumer) Prune(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	n, err := c.store.prune(ctx, c.cfg.Retention, 5000)
-	c.m.pruned.Add(float64(n))
+	c.m.pruned(n)
 	return n, err
 }

@@ -121,7 +121,7 @@ func (c *Consumer) retryOne(ctx context.Context, aggType, aggID string) (done bo
 		return false, fmt.Errorf("inbox: retry: commit %s: %w", ev.ID, err)
 	}
 	c.applied.Add(1)
-	c.m.applied.Inc()
+	c.m.applied()
 	return false, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
 )
 
 var shippingBuild struct {
@@ -392,7 +393,7 @@ func TestInboxDeadLetterWaitRetry(t *testing.T) {
 		return nil
 	})
 	reg := prometheus.NewRegistry()
-	metrics := inbox.NewMetrics(reg)
+	metrics := inboxprom.New(reg)
 	consumer := "dl_" + env.Sfx
 	c, err := inbox.New(inbox.Config{
 		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Handler: handler,

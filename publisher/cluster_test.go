@@ -3,13 +3,13 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	metadataapi "github.com/segmentio/kafka-go/protocol/metadata"
@@ -87,7 +87,7 @@ func (okBroker) RoundTrip(_ context.Context, _ net.Addr, msg protocol.Message) (
 
 // startPublisher runs a Publisher against rt and closes it when the test
 // ends.
-func startPublisher(t testing.TB, cfg Config, log zerolog.Logger, rt kafka.RoundTripper) (*Publisher, *metrics.Relay) {
+func startPublisher(t testing.TB, cfg Config, log *slog.Logger, rt kafka.RoundTripper) (*Publisher, *metrics.Relay) {
 	t.Helper()
 	m := metrics.New()
 	cfg.Brokers = []string{"127.0.0.1:1"}
@@ -102,7 +102,7 @@ func startPublisher(t testing.TB, cfg Config, log zerolog.Logger, rt kafka.Round
 		cfg.Template = tt
 	}
 	cfg.defaults()
-	p := newPublisher(cfg, log, m, rt, nil)
+	p := newPublisher(cfg, log, m.Publisher(), rt, nil)
 	t.Cleanup(func() { _ = p.Close() })
 	return p, m
 }
@@ -193,7 +193,7 @@ func keyOn(part, n int) string {
 func BenchmarkPublish(b *testing.B) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("bench", 6)
-	p, _ := startPublisher(b, Config{}, zerolog.Nop(), c)
+	p, _ := startPublisher(b, Config{}, slog.New(slog.DiscardHandler), c)
 	events := make([]*replication.Event, 1000)
 	for i := range events {
 		events[i] = testEvent("bench", fmt.Sprintf("agg-%d", i), fmt.Sprintf("e-%d", i))

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 
@@ -152,7 +152,7 @@ func laneOver(t *testing.T, f *fakeBroker, unknownTopicTimeout time.Duration) (*
 	cfg := Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout, LastFailure: lf}
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{cfg: cfg, log: zerolog.Nop(), m: metrics.New(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
+	p := &Publisher{cfg: cfg, log: slog.New(slog.DiscardHandler), m: metrics.New().Publisher(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
 	p.combiner = newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
 	p.combiner.run(&p.wg)
 	t.Cleanup(func() { cancel(); p.wg.Wait() })

@@ -47,7 +47,7 @@ func newHolder(p *Publisher) *holder {
 // event queued here, and reports whether it did. It never waits for
 // PostgreSQL.
 func (h *holder) route(rec *record) bool {
-	q := h.p.cfg.Quarantine
+	q := h.p.cfg.DeadLetters
 	// Only the replication goroutine adds events, so with none queued
 	// no aggregate can gain one between this check and the push.
 	if h.queued.Load() == 0 && !q.Quarantines(rec.ev) {

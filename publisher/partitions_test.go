@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -79,7 +80,7 @@ func TestPartitionGrowthKeepsKeyOrder(t *testing.T) {
 	c := newFakeCluster(f)
 	c.setPartitions("grow", 1)
 	var logs syncBuffer
-	p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, zerolog.New(&logs), c)
+	p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), c)
 	key, to := keyMoving(0, 1, 4)
 
 	refuse.Store("grow[0]", kafka.NotLeaderForPartition)
@@ -125,7 +126,7 @@ func TestPartitionShrinkStops(t *testing.T) {
 	f, _ := partitionBroker()
 	c := newFakeCluster(f)
 	c.setPartitions("shrink", 4)
-	p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, zerolog.Nop(), c)
+	p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	key, _ := keyMoving(3, 4, 2)
 	var acks ackLog
 	ctx := context.Background()
@@ -165,7 +166,7 @@ func TestPartitionShrinkWhileRetrying(t *testing.T) {
 	f, refuse := partitionBroker()
 	c := newFakeCluster(f)
 	c.setPartitions("gone", 4)
-	p, _ := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond, TopicIdleTimeout: 40 * time.Millisecond}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond, TopicIdleTimeout: 40 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	key, _ := keyMoving(3, 4, 2)
 	refuse.Store("gone[3]", kafka.UnknownTopicOrPartition)
 	var acks ackLog
@@ -204,7 +205,7 @@ func TestIdleTopicsEvicted(t *testing.T) {
 	for i := range topics {
 		c.setPartitions(fmt.Sprintf("t-%d", i), 3)
 	}
-	p, _ := startPublisher(t, Config{TopicIdleTimeout: 50 * time.Millisecond}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{TopicIdleTimeout: 50 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	time.Sleep(10 * time.Millisecond)
 	baseline := runtime.NumGoroutine()
 
@@ -240,7 +241,7 @@ func TestIdleTopicsEvicted(t *testing.T) {
 func TestIdleLaneEvictedWhileTopicBusy(t *testing.T) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("busy", 4)
-	p, _ := startPublisher(t, Config{TopicIdleTimeout: 40 * time.Millisecond}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{TopicIdleTimeout: 40 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	quiet, hot := keyOn(0, 4), keyOn(1, 4)
 	var acks ackLog
 	ctx := context.Background()
@@ -271,7 +272,7 @@ func TestIdleLaneEvictedWhileTopicBusy(t *testing.T) {
 func TestEvictionRacesPublish(t *testing.T) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("race", 2)
-	p, _ := startPublisher(t, Config{TopicIdleTimeout: 2 * time.Millisecond}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{TopicIdleTimeout: 2 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	var acks ackLog
 	ctx := context.Background()
 	const n = 600
@@ -298,7 +299,7 @@ func TestEvictionRacesPublish(t *testing.T) {
 func TestPublishAfterRouterRetired(t *testing.T) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("retired", 2)
-	p, _ := startPublisher(t, Config{}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{}, slog.New(slog.DiscardHandler), c)
 	dead := &router{p: p, topic: "retired", q: newQueue(), lanes: map[int]*lane{}}
 	if !dead.q.closeIfEmpty() {
 		t.Fatal("an empty queue refused to close")
@@ -344,7 +345,7 @@ func TestRetryingLaneNotEvicted(t *testing.T) {
 	f, refuse := partitionBroker()
 	c := newFakeCluster(f)
 	c.setPartitions("slow", 1)
-	p, _ := startPublisher(t, Config{TopicIdleTimeout: 10 * time.Millisecond}, zerolog.Nop(), c)
+	p, _ := startPublisher(t, Config{TopicIdleTimeout: 10 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
 	refuse.Store("slow[0]", kafka.NotEnoughReplicas)
 	var acks ackLog
 	ctx := context.Background()

@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -24,10 +23,13 @@ type Acker interface {
 	Ack(bytes int)
 }
 
-// Quarantine decides the fate of events that must not or cannot be
-// published (see package deadletter). Both methods commit their row
-// before returning, so the event may be acknowledged afterwards.
-type Quarantine interface {
+// DeadLetters is where events go that must not or cannot be published:
+// a poison event becomes a dead letter and quarantines its aggregate, and
+// later events of a quarantined aggregate are parked (the relay's
+// implementation keeps them in the dead-letter table). Hold and Poison
+// commit their row before returning, so the event may be acknowledged
+// afterwards and the slot confirmed past it.
+type DeadLetters interface {
 	// Quarantines reports, from memory and without waiting, whether ev's
 	// aggregate is quarantined. Events it reports go to Hold off the
 	// replication goroutine.
@@ -40,6 +42,35 @@ type Quarantine interface {
 	// (such as the halt policy's) stops the relay.
 	Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error
 }
+
+// Metrics receives the publisher's measurements. The relay implements it
+// with Prometheus collectors (outbox_relay_publish_*); nil measures
+// nothing. Methods are called from the publishing goroutines and must not
+// block.
+type Metrics interface {
+	// ProduceRequest counts one produce request sent to a partition leader.
+	ProduceRequest()
+	// PublishError counts a failed publish attempt by reason (a short
+	// label such as "timeout" or "message_too_large") and class
+	// (transient, permanent or fatal: see Class).
+	PublishError(reason, class string)
+	// BatchPublished counts events of topic acknowledged by Kafka in one
+	// produce request.
+	BatchPublished(topic string, events int)
+	// CommitToAck observes, per event, the time from its transaction's
+	// commit to Kafka's acknowledgement.
+	CommitToAck(d time.Duration)
+	// PartitionChange counts a switch of topic to a new partition count.
+	PartitionChange(topic string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) ProduceRequest()             {}
+func (nopMetrics) PublishError(string, string) {}
+func (nopMetrics) BatchPublished(string, int)  {}
+func (nopMetrics) CommitToAck(time.Duration)   {}
+func (nopMetrics) PartitionChange(string)      {}
 
 // Config configures a Publisher.
 type Config struct {
@@ -80,8 +111,9 @@ type Config struct {
 	// eviction goroutines and queues would grow with every topic ever
 	// seen.
 	TopicIdleTimeout time.Duration
-	// Quarantine handles poison events; nil stops the relay on the first.
-	Quarantine Quarantine
+	// DeadLetters takes poison and parked events; nil stops the publisher
+	// on the first poison event.
+	DeadLetters DeadLetters
 	// Security is the TLS and SASL setup of every broker connection.
 	Security kafkaconn.Security
 	// LastFailure, if set, is told of every failed write and topic
@@ -152,8 +184,8 @@ func (rec *record) done() {
 // the caller bounds what is in flight.
 type Publisher struct {
 	cfg Config
-	log zerolog.Logger
-	m   *metrics.Relay
+	log *slog.Logger
+	m   Metrics
 	// client and the combiner carry metadata and produce requests over
 	// one transport: one connection pool per broker, shared by every
 	// lane. closeIdle releases its idle connections on Close.
@@ -171,7 +203,7 @@ type Publisher struct {
 }
 
 // New returns a Publisher; it does not contact Kafka until used.
-func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
+func New(cfg Config, log *slog.Logger, m Metrics) *Publisher {
 	cfg.defaults()
 	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
 	return newPublisher(cfg, log, m, transport, transport.CloseIdleConnections)
@@ -179,7 +211,13 @@ func New(cfg Config, log zerolog.Logger, m *metrics.Relay) *Publisher {
 
 // newPublisher returns a Publisher whose metadata and produce requests go
 // through rt (tests pass a fake broker); closeIdle, if set, runs on Close.
-func newPublisher(cfg Config, log zerolog.Logger, m *metrics.Relay, rt kafka.RoundTripper, closeIdle func()) *Publisher {
+func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper, closeIdle func()) *Publisher {
+	if m == nil {
+		m = nopMetrics{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{
@@ -192,7 +230,7 @@ func newPublisher(cfg Config, log zerolog.Logger, m *metrics.Relay, rt kafka.Rou
 	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
 	p.holder = newHolder(p)
-	if cfg.Quarantine != nil {
+	if cfg.DeadLetters != nil {
 		p.wg.Add(1)
 		go p.holder.run()
 	}
@@ -213,7 +251,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 func (p *Publisher) Fatal() <-chan error { return p.fatal }
 
 // Publish queues ev for its topic; ack is called once ev is taken care of.
-// An event that can never become a record is handed to the Quarantine
+// An event that can never become a record is handed to DeadLetters
 // here, synchronously, in stream order. An event of a quarantined
 // aggregate goes to the holder, which parks it without making the
 // replication goroutine wait for the aggregate's lock. The error is for
@@ -221,7 +259,7 @@ func (p *Publisher) Fatal() <-chan error { return p.fatal }
 func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
 	rec := &record{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
-	if p.cfg.Quarantine != nil && p.holder.route(rec) {
+	if p.cfg.DeadLetters != nil && p.holder.route(rec) {
 		return nil
 	}
 	msg, reason, err := p.message(rec.msg.Topic, ev)
@@ -239,7 +277,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 func (p *Publisher) forward(rec *record) bool {
 	msg, reason, err := p.message(rec.msg.Topic, rec.ev)
 	if err != nil {
-		p.m.PublishErrors.WithLabelValues(reason, string(Permanent)).Inc()
+		p.m.PublishError(reason, string(Permanent))
 		return p.settle(rec, reason, err)
 	}
 	rec.msg, rec.size = msg, messageSize(&msg)
@@ -304,10 +342,10 @@ func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message,
 	return msg, "", nil
 }
 
-// poison hands ev to the Quarantine, or fails without one.
+// poison hands ev to DeadLetters, or fails without one.
 func (p *Publisher) poison(ctx context.Context, ev *replication.Event, topic, reason string, cause error, ack Acker) error {
-	p.m.PublishErrors.WithLabelValues(reason, string(Permanent)).Inc()
-	q := p.cfg.Quarantine
+	p.m.PublishError(reason, string(Permanent))
+	q := p.cfg.DeadLetters
 	if q == nil {
 		return cause
 	}
@@ -347,8 +385,7 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 			return false
 		}
 		d := p.backoff(attempt)
-		p.log.Warn().Str("stage", "quarantine").Str("op", what).Int("attempt", attempt).Dur("backoff", d).Err(err).
-			Msg("dead-letter write failed, retrying")
+		p.log.Warn("dead-letter write failed, retrying", slog.String("stage", "quarantine"), slog.String("op", what), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))
 		if !p.sleep(d) {
 			return false
 		}
@@ -570,7 +607,7 @@ func (r *router) resolve() topicState {
 				for i := range r.partitions {
 					r.partitions[i] = i
 				}
-				r.p.log.Info().Str("stage", "publish").Str("topic", r.topic).Int("partitions", n).Msg("topic metadata")
+				r.p.log.Info("topic metadata", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("partitions", n))
 			}
 			r.fetched = time.Now()
 			r.unknownSince = time.Time{}
@@ -584,8 +621,7 @@ func (r *router) resolve() topicState {
 		class, reason := classify(err)
 		r.p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
 		if class == Fatal {
-			r.p.log.Error().Str("stage", "publish").Str("topic", r.topic).Str("reason", reason).Err(err).
-				Msg("topic refused for a reason no retry can fix; stopping with the slot position held")
+			r.p.log.Error("topic refused for a reason no retry can fix; stopping with the slot position held", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.String("reason", reason), slog.Any("error", err))
 			r.p.fail(fatalError(r.topic, -1, reason, err))
 			return topicClosing
 		}
@@ -601,8 +637,9 @@ func (r *router) resolve() topicState {
 			}
 		}
 		d := r.p.backoff(attempt)
-		retryLog(r.p.log, attempt).Str("stage", "publish").Str("topic", r.topic).Int("attempt", attempt).
-			Dur("backoff", d).Err(err).Msg("topic metadata unavailable, retrying")
+		r.p.log.LogAttrs(context.Background(), retryLevel(attempt), "topic metadata unavailable, retrying",
+			slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("attempt", attempt),
+			slog.Duration("backoff", d), slog.Any("error", err))
 		if !r.p.sleep(d) {
 			return topicClosing
 		}
@@ -629,23 +666,20 @@ func (r *router) switchCount(old, n int) bool {
 			"to other partitions, out of order with their history; stopping with the slot position held. "+
 			"Re-create the topic with at least %d partitions, or, to accept the new layout (consumers then see the "+
 			"re-keyed events without ordering against the old partitions), restart the relay", r.topic, old, n, old)
-		log.Error().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
-			Msg("topic has fewer partitions than before; stopping with the slot position held")
+		log.Error("topic has fewer partitions than before; stopping with the slot position held", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("old_partitions", old), slog.Int("new_partitions", n))
 		r.p.fail(err)
 		return false
 	}
 	if out := r.outstanding(); out > 0 {
-		log.Info().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
-			Int64("outstanding", out).Msg("topic partition count changed; waiting for the topic's earlier events before switching")
+		log.Info("topic partition count changed; waiting for the topic's earlier events before switching", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("old_partitions", old), slog.Int("new_partitions", n), slog.Int64("outstanding", out))
 		for r.outstanding() > 0 {
 			if !r.p.sleep(drainPoll) {
 				return false
 			}
 		}
 	}
-	log.Warn().Str("stage", "publish").Str("topic", r.topic).Int("old_partitions", old).Int("new_partitions", n).
-		Msg("topic partition count changed; routing under the new count: keys may move to other partitions")
-	r.p.m.TopicPartitionChanges.WithLabelValues(r.topic).Inc()
+	log.Warn("topic partition count changed; routing under the new count: keys may move to other partitions", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("old_partitions", old), slog.Int("new_partitions", n))
+	r.p.m.PartitionChange(r.topic)
 	return true
 }
 
@@ -712,7 +746,7 @@ func (p *Publisher) createTopic(ctx context.Context, topic string) error {
 	if e := resp.Errors[topic]; e != nil && e != kafka.TopicAlreadyExists {
 		return fmt.Errorf("create topic %s: %w", topic, e)
 	}
-	p.log.Info().Str("stage", "publish").Str("topic", topic).Int("partitions", p.cfg.TopicPartitions).Msg("created topic")
+	p.log.Info("created topic", slog.String("stage", "publish"), slog.String("topic", topic), slog.Int("partitions", p.cfg.TopicPartitions))
 	return fmt.Errorf("topic %s was just created", topic)
 }
 
@@ -839,12 +873,11 @@ func (l *lane) send(recs []*record) sendResult {
 	p := l.p
 	var vanished time.Time // first UNKNOWN_TOPIC_OR_PARTITION of this batch
 	for attempt := 1; ; attempt++ {
-		p.m.PublishAttempts.Inc()
+		p.m.ProduceRequest()
 		err := l.produce(recs)
 		if err == nil {
 			if attempt > 1 {
-				p.log.Info().Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
-					Int("attempt", attempt).Msg("partition batch delivered after retries")
+				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt))
 			}
 			return sent
 		}
@@ -860,29 +893,30 @@ func (l *lane) send(recs []*record) sendResult {
 				class = Fatal
 			}
 		}
-		p.m.PublishErrors.WithLabelValues(reason, string(class)).Inc()
+		p.m.PublishError(reason, string(class))
 		first := recs[0].ev
 		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
 			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
-		ev := retryLog(p.log, attempt)
+		level := retryLevel(attempt)
 		if class != Transient {
-			ev = p.log.Error()
+			level = slog.LevelError
 		}
-		ev = ev.Str("stage", "publish").Str("topic", l.topic).Int("partition", l.partition).
-			Int("attempt", attempt).Int("batch", len(recs)).Str("class", string(class)).Str("reason", reason).
-			Str("event_id", first.EventID).Str("aggregate_id", first.AggregateID).Str("event_type", first.EventType).Err(err)
+		attrs := []slog.Attr{slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition),
+			slog.Int("attempt", attempt), slog.Int("batch", len(recs)), slog.String("class", string(class)), slog.String("reason", reason),
+			slog.String("event_id", first.EventID), slog.String("aggregate_id", first.AggregateID), slog.String("event_type", first.EventType),
+			slog.Any("error", err)}
 		if class == Fatal {
-			ev.Msg("publish failed for a reason no retry can fix; stopping with the slot position held")
+			p.log.LogAttrs(context.Background(), level, "publish failed for a reason no retry can fix; stopping with the slot position held", attrs...)
 			p.fail(fatalError(l.topic, l.partition, reason, err))
 			return closing
 		}
 		if class == Permanent {
-			ev.Msg("publish rejected permanently")
+			p.log.LogAttrs(context.Background(), level, "publish rejected permanently", attrs...)
 			l.lastErr = err
 			return rejected
 		}
 		d := p.backoff(attempt)
-		ev.Dur("backoff", d).Msg("publish failed, retrying")
+		p.log.LogAttrs(context.Background(), level, "publish failed, retrying", append(attrs, slog.Duration("backoff", d))...)
 		if !p.sleep(d) {
 			return closing
 		}
@@ -894,16 +928,15 @@ func (l *lane) acked(recs []*record) {
 	now := time.Now()
 	for _, rec := range recs {
 		rec.done()
-		p.m.CommitToAck.Observe(now.Sub(rec.commit).Seconds())
+		p.m.CommitToAck(now.Sub(rec.commit))
 	}
-	p.m.EventsPublished.WithLabelValues(l.topic).Add(float64(len(recs)))
-	p.m.BatchesPublished.Inc()
+	p.m.BatchPublished(l.topic, len(recs))
 }
 
-// hold asks the Quarantine whether rec must be parked, retrying while
+// hold asks DeadLetters whether rec must be parked, retrying while
 // PostgreSQL is unavailable. ok is false when the publisher stops.
 func (p *Publisher) hold(rec *record) (held, ok bool) {
-	q := p.cfg.Quarantine
+	q := p.cfg.DeadLetters
 	if q == nil {
 		return false, true
 	}
@@ -919,9 +952,9 @@ func (p *Publisher) hold(rec *record) (held, ok bool) {
 }
 
 // settle dead-letters a record Kafka rejected for good (or fails the
-// publisher without a Quarantine) and acknowledges it.
+// publisher without DeadLetters) and acknowledges it.
 func (p *Publisher) settle(rec *record, reason string, cause error) bool {
-	q := p.cfg.Quarantine
+	q := p.cfg.DeadLetters
 	if q == nil {
 		p.fail(fmt.Errorf("publish to %s (event %s): %s: %w", rec.msg.Topic, rec.ev.EventID, reason, cause))
 		return false
@@ -938,9 +971,9 @@ func (p *Publisher) settle(rec *record, reason string, cause error) bool {
 // retryLog returns the log event for a retry: a warning when a failure
 // starts and every tenth attempt after, debug in between, so a long outage
 // is visible without a line per partition per backoff.
-func retryLog(log zerolog.Logger, attempt int) *zerolog.Event {
+func retryLevel(attempt int) slog.Level {
 	if attempt == 1 || attempt%10 == 0 {
-		return log.Warn()
+		return slog.LevelWarn
 	}
-	return log.Debug()
+	return slog.LevelDebug
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -89,8 +90,7 @@ func (s *Stream) classifyRelation(m relationMsg) (bool, error) {
 	}
 	if ok && s.isOutbox(ns, name) {
 		// Renamed and renamed back: the rows in between are the outbox's.
-		s.log.Info().Str("stage", "replication").Uint32("relation_id", m.ID).Str("table", renamed.New).
-			Str("configured", renamed.Old).Msg("outbox table had another name at this WAL position; it has the configured name now, relaying")
+		s.log.Info("outbox table had another name at this WAL position; it has the configured name now, relaying", slog.String("stage", "replication"), slog.Int64("relation_id", int64(m.ID)), slog.String("table", renamed.New), slog.String("configured", renamed.Old))
 		return true, nil
 	}
 	if ok {

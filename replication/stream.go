@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/rs/zerolog"
 )
 
 // HeartbeatPrefix is the pg_logical_emit_message prefix of the relay's
@@ -129,7 +129,7 @@ type Stream struct {
 	cfg      Config
 	sink     Sink
 	progress Progress
-	log      zerolog.Logger
+	log      *slog.Logger
 
 	relations map[uint32]*relation
 	// outboxIDs are the relation ids known to be the outbox on this
@@ -150,7 +150,7 @@ type Stream struct {
 
 // NewStream prepares a stream on conn, a connection opened with
 // replication=database (see Connect).
-func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, log zerolog.Logger) *Stream {
+func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, log *slog.Logger) *Stream {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = time.Second
 	}
@@ -296,7 +296,7 @@ func (s *Stream) Run(ctx context.Context, stop <-chan struct{}, drain time.Durat
 				// The connection is fine; what was read before the
 				// failing message is delivered before stopping.
 				if derr := s.shutdown(ctx, drain, idle); derr != nil {
-					s.log.Warn().Str("stage", "shutdown").Err(derr).Msg("drain before stopping failed")
+					s.log.Warn("drain before stopping failed", slog.String("stage", "shutdown"), slog.Any("error", derr))
 				}
 			}
 			return err
@@ -360,7 +360,7 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 	case *pgproto3.CopyDone:
 		return errors.New("replication: server ended the stream")
 	case *pgproto3.NoticeResponse:
-		s.log.Info().Str("stage", "replication").Str("notice", msg.Message).Msg("server notice")
+		s.log.Info("server notice", slog.String("stage", "replication"), slog.String("notice", msg.Message))
 		return nil
 	default:
 		return fmt.Errorf("replication: unexpected message %T", msg)
@@ -418,8 +418,7 @@ func (s *Stream) decode(lsn pglogrepl.LSN, data []byte) error {
 			return err
 		}
 		s.relations[m.ID] = rel
-		s.log.Debug().Str("stage", "replication").Uint32("relation_id", m.ID).
-			Str("table", m.Namespace+"."+m.Name).Int("columns", len(m.Columns)).Msg("relation")
+		s.log.Debug("relation", slog.String("stage", "replication"), slog.Int64("relation_id", int64(m.ID)), slog.String("table", m.Namespace+"."+m.Name), slog.Int("columns", len(m.Columns)))
 		return nil
 	case msgInsert:
 		if !s.inTx {
@@ -517,8 +516,7 @@ func (s *Stream) shutdown(ctx context.Context, drain time.Duration, idle func() 
 		}
 	}
 	if !idle() {
-		s.log.Warn().Str("stage", "shutdown").Dur("waited", drain).
-			Msg("in-flight events not acknowledged before the shutdown timeout; they will be redelivered")
+		s.log.Warn("in-flight events not acknowledged before the shutdown timeout; they will be redelivered", slog.String("stage", "shutdown"), slog.Duration("waited", drain))
 	}
 	return s.sendStatus(false)
 }

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 )
 
 // CheckServer verifies the server settings logical replication needs and
 // warns about those that put the relay at risk.
-func CheckServer(ctx context.Context, db DB, log zerolog.Logger) error {
+func CheckServer(ctx context.Context, db DB, log *slog.Logger) error {
 	var walLevel, keep string
 	var version int
 	err := db.QueryRow(ctx, `SELECT current_setting('wal_level'), current_setting('max_slot_wal_keep_size'),
@@ -28,8 +28,7 @@ func CheckServer(ctx context.Context, db DB, log zerolog.Logger) error {
 			"set it in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel)
 	}
 	if keep == "-1" {
-		log.Warn().Str("stage", "startup").
-			Msg("max_slot_wal_keep_size is unlimited: while the relay is down or Kafka is unreachable the slot retains WAL without bound and can fill the disk")
+		log.Warn("max_slot_wal_keep_size is unlimited: while the relay is down or Kafka is unreachable the slot retains WAL without bound and can fill the disk", slog.String("stage", "startup"))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -47,11 +48,10 @@ func newCleanupSchedule(r *relay) *cleanupSchedule {
 		return nil
 	}
 	if r.cfg.CheckpointInterval <= 0 {
-		r.log.Warn().Str("stage", "cleanup").Msg("--cleanup-older-than with --checkpoint-interval 0: no checkpoint is saved, so cleanup deletes nothing")
+		r.log.Warn("--cleanup-older-than with --checkpoint-interval 0: no checkpoint is saved, so cleanup deletes nothing", slog.String("stage", "cleanup"))
 	}
 	if r.cfg.CheckpointRetention > 0 && c.OlderThan > r.cfg.CheckpointRetention {
-		r.log.Warn().Str("stage", "cleanup").Dur("cleanup_older_than", c.OlderThan).Dur("checkpoint_retention", r.cfg.CheckpointRetention).
-			Msg("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than")
+		r.log.Warn("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than", slog.String("stage", "cleanup"), slog.Duration("cleanup_older_than", c.OlderThan), slog.Duration("checkpoint_retention", r.cfg.CheckpointRetention))
 	}
 	return &cleanupSchedule{cfg: c, m: metrics.NewCleanup(r.m.Registry)}
 }
@@ -75,12 +75,12 @@ func (s *cleanupSchedule) run(ctx context.Context, r *relay) {
 }
 
 func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
-	log := r.log.With().Str("stage", "cleanup").Logger()
+	log := r.log.With(slog.String("stage", "cleanup"))
 	id, err := identify(ctx, r.cfg.DatabaseURL)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.m.Runs.WithLabelValues("error").Inc()
-			log.Warn().Err(err).Msg("cleanup run failed; retrying at the next interval")
+			log.Warn("cleanup run failed; retrying at the next interval", slog.Any("error", err))
 		}
 		return
 	}
@@ -101,11 +101,11 @@ func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
 		return // leadership ended mid-run: the batch in flight was rolled back
 	case errors.As(err, &noCP) || errors.As(err, &mismatch):
 		s.m.Runs.WithLabelValues("refused").Inc()
-		log.Warn().Err(err).Msg("cleanup refused")
+		log.Warn("cleanup refused", slog.Any("error", err))
 		return
 	case err != nil:
 		s.m.Runs.WithLabelValues("error").Inc()
-		log.Warn().Err(err).Msg("cleanup run failed; retrying at the next interval")
+		log.Warn("cleanup run failed; retrying at the next interval", slog.Any("error", err))
 		return
 	}
 	result := "ok"
@@ -113,7 +113,5 @@ func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
 		result = "partial"
 	}
 	s.m.Runs.WithLabelValues(result).Inc()
-	log.Info().Str("result", result).Int64("rows", res.Deleted).Int("batches", res.Batches).Int("partitions_dropped", len(res.Dropped)).
-		Int64("partition_rows", dropped).Dur("elapsed", res.Elapsed).Int64("wal_bytes", res.WALBytes).Uint64("fence_xid", res.Xid).
-		Time("cutoff", res.Cutoff).Msg("cleanup run")
+	log.Info("cleanup run", slog.String("result", result), slog.Int64("rows", res.Deleted), slog.Int("batches", res.Batches), slog.Int("partitions_dropped", len(res.Dropped)), slog.Int64("partition_rows", dropped), slog.Duration("elapsed", res.Elapsed), slog.Int64("wal_bytes", res.WALBytes), slog.Uint64("fence_xid", res.Xid), slog.Any("cutoff", res.Cutoff))
 }

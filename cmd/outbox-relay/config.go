@@ -4,14 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rs/zerolog"
 	"net"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -163,12 +164,15 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 	return cfg, rest, nil
 }
 
-// newLogger builds the process logger; JSON by default, never payloads.
-func newLogger(cfg *config, w io.Writer) zerolog.Logger {
+// newLogger builds the process logger: the libraries log through
+// *slog.Logger, the binary writes zerolog's JSON (or console) lines, never
+// payloads.
+func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	var out io.Writer = w
 	if cfg.LogFormat == "console" {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
-	return zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
+	zl := zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
+	return slog.New(zerolog.NewSlogHandler(zl))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestNewRelaySetsUpLikeRun(t *testing.T) {
 	}
 	runtime.GOMAXPROCS(2)
 	var buf bytes.Buffer
-	r := newRelay(cfg, zerolog.New(&buf))
+	r := newRelay(cfg, slog.New(zerolog.NewSlogHandler(zerolog.New(&buf))))
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("GOMAXPROCS %d after --max-procs 1", got)
 	}

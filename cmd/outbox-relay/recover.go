@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,7 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -74,14 +74,14 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	st, err := mgr.Status(ctx)
 	switch {
 	case errors.Is(err, slot.ErrNotFound):
-		log.Warn().Str("stage", "recover").Str("slot", cfg.Slot).Msg("slot is missing; recreating it")
+		log.Warn("slot is missing; recreating it", slog.String("stage", "recover"), slog.String("slot", cfg.Slot))
 	case err != nil:
 		return err
 	case st.WALStatus == "lost":
 		if st.Active {
 			return &slot.ActiveError{Slot: cfg.Slot, PID: st.ActivePID}
 		}
-		log.Warn().Str("stage", "recover").Str("slot", cfg.Slot).Msg("slot is invalidated (wal_status = lost); dropping and recreating it")
+		log.Warn("slot is invalidated (wal_status = lost); dropping and recreating it", slog.String("stage", "recover"), slog.String("slot", cfg.Slot))
 		if err := mgr.Drop(ctx); err != nil {
 			return err
 		}
@@ -116,13 +116,13 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		repl.Close(context.Background())
 		return err
 	}
-	log.Info().Str("stage", "recover").Str("slot", cfg.Slot).Str("consistent_point", ex.ConsistentPoint.String()).Msg("slot created")
+	log.Info("slot created", slog.String("stage", "recover"), slog.String("slot", cfg.Slot), slog.String("consistent_point", ex.ConsistentPoint.String()))
 	n, err := backfillSlot(ctx, cfg, pool, repl, schema, dl, ex, w, commitTS, desc, stdout, stderr)
 	if err != nil {
 		// Drop the new slot, so that running recover again redoes the
 		// back-fill from the same start instead of finding a healthy slot.
 		if derr := dropWhenInactive(mgr); derr != nil {
-			log.Error().Str("stage", "recover").Err(derr).Msg("could not drop the new slot; drop it (outbox-relay slot drop) before running recover again")
+			log.Error("could not drop the new slot; drop it (outbox-relay slot drop) before running recover again", slog.String("stage", "recover"), slog.Any("error", derr))
 		}
 		return err
 	}
@@ -214,11 +214,11 @@ func backfillSlot(ctx context.Context, cfg *config, pool interface {
 	defer func() {
 		stopHold()
 		if err := <-held; err != nil {
-			log.Warn().Str("stage", "recover").Err(err).Msg("holding the slot failed")
+			log.Warn("holding the slot failed", slog.String("stage", "recover"), slog.Any("error", err))
 		}
 	}()
 
-	quar, err := deadletter.NewQuarantine(ctx, dl, cfg.policy, log)
+	quar, err := deadletter.NewQueue(ctx, dl, cfg.policy, log)
 	if err != nil {
 		return 0, err
 	}
@@ -233,8 +233,8 @@ func backfillSlot(ctx context.Context, cfg *config, pool interface {
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, Linger: cfg.Linger,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
-		UnknownTopicTimeout: cfg.UnknownTopicWait, Quarantine: quar, Security: cfg.kafkaSecurity,
-	}, log, metrics.New())
+		UnknownTopicTimeout: cfg.UnknownTopicWait, DeadLetters: quar, Security: cfg.kafkaSecurity,
+	}, log, nil)
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: progressPrinter(stderr, "recover")}
 	st, err := r.Run(ctx, tx, w, total)

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"log/slog"
 	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -38,14 +38,14 @@ type redelivery struct {
 	upTo   pglogrepl.LSN
 	active bool
 	events int
-	log    zerolog.Logger
+	log    *slog.Logger
 	m      *metrics.Relay
 }
 
 // newRedelivery returns the counter for a stream resuming after a saved
 // decoded position prevDecoded (0: unknown) in a process whose own mark
 // is own; nil when neither is known (a first start).
-func newRedelivery(prevDecoded, own pglogrepl.LSN, log zerolog.Logger, m *metrics.Relay) *redelivery {
+func newRedelivery(prevDecoded, own pglogrepl.LSN, log *slog.Logger, m *metrics.Relay) *redelivery {
 	upTo := max(prevDecoded, own)
 	if upTo == 0 {
 		return nil
@@ -65,8 +65,7 @@ func (d *redelivery) begin(b replication.Begin) {
 		return
 	}
 	if d.events > 0 {
-		d.log.Info().Str("stage", "checkpoint").Int("redelivered_events", d.events).Str("decoded_lsn", d.upTo.String()).
-			Msg("passed the earlier run's decoded position: events before it were published again (possible duplicates)")
+		d.log.Info("passed the earlier run's decoded position: events before it were published again (possible duplicates)", slog.String("stage", "checkpoint"), slog.Int("redelivered_events", d.events), slog.String("decoded_lsn", d.upTo.String()))
 	}
 	d.upTo, d.active = 0, false
 }

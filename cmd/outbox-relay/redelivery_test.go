@@ -1,12 +1,12 @@
 package main
 
 import (
+	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -45,7 +45,7 @@ func TestRedeliveryCountsUpToTheDecodedMark(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := metrics.New()
-			d := newRedelivery(c.prev, c.own, zerolog.Nop(), m)
+			d := newRedelivery(c.prev, c.own, slog.New(slog.DiscardHandler), m)
 			if (d == nil) != (c.prev == 0 && c.own == 0) {
 				t.Fatalf("counter %v for marks %d/%d", d, c.prev, c.own)
 			}

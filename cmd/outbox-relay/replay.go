@@ -14,7 +14,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backfill"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -229,7 +228,7 @@ func runReplay(ctx context.Context, pool *pgxpool.Pool, cfg *config, src *backfi
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
 		UnknownTopicTimeout: cfg.UnknownTopicWait, Security: cfg.kafkaSecurity,
-	}, log, metrics.New())
+	}, log, nil)
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: progressPrinter(stderr, "replay")}
 	st, err := r.Run(ctx, tx, w, total)

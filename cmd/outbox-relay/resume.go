@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -65,9 +65,7 @@ func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 		return resumeState{}, err
 	}
 	if skip != 0 {
-		r.log.Info().Str("stage", "checkpoint").Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
-			Str("checkpoint_lsn", skip.String()).Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)).
-			Msg("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published")
+		r.log.Info("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published", slog.String("stage", "checkpoint"), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.String("checkpoint_lsn", skip.String()), slog.Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)))
 	}
 	rs := resumeState{id: id, prev: prev, skipBefore: skip}
 	// The slot replays the transaction of the partial unless it confirmed
@@ -86,7 +84,7 @@ func (rs resumeState) prevDecoded() pglogrepl.LSN {
 	return rs.prev.Decoded
 }
 
-func (rs resumeState) skipper(log zerolog.Logger, m *metrics.Relay) *skipper {
+func (rs resumeState) skipper(log *slog.Logger, m *metrics.Relay) *skipper {
 	if rs.skipBefore == 0 && rs.partial.Empty() {
 		return nil
 	}
@@ -108,7 +106,7 @@ type skipper struct {
 	part   checkpoint.Partial
 	in     checkpoint.Partial
 	events int
-	log    zerolog.Logger
+	log    *slog.Logger
 	m      *metrics.Relay
 }
 
@@ -122,16 +120,13 @@ func (k *skipper) begin(b replication.Begin) {
 			k.active = true
 			return
 		}
-		k.log.Info().Str("stage", "checkpoint").Int("skipped_events", k.events).Str("checkpoint_lsn", k.before.String()).
-			Msg("caught up with the checkpoint; publishing again")
+		k.log.Info("caught up with the checkpoint; publishing again", slog.String("stage", "checkpoint"), slog.Int("skipped_events", k.events), slog.String("checkpoint_lsn", k.before.String()))
 		k.before = 0
 	}
 	if p := k.part; !p.Empty() && b.FinalLSN >= p.CommitLSN {
 		if b.FinalLSN == p.CommitLSN {
 			k.in = p
-			k.log.Info().Str("stage", "checkpoint").Str("commit_lsn", p.CommitLSN.String()).Uint32("xid", b.Xid).
-				Int("prefix_events", p.Events).Int("skipped_events", p.Known()).
-				Msg("restarting inside a partly acknowledged transaction: its first events were acknowledged by Kafka and are skipped, not re-published")
+			k.log.Info("restarting inside a partly acknowledged transaction: its first events were acknowledged by Kafka and are skipped, not re-published", slog.String("stage", "checkpoint"), slog.String("commit_lsn", p.CommitLSN.String()), slog.Int64("xid", int64(b.Xid)), slog.Int("prefix_events", p.Events), slog.Int("skipped_events", p.Known()))
 		}
 		k.part = checkpoint.Partial{} // applied, or passed
 	}
@@ -175,7 +170,7 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 	sv.OnSave = func(cp checkpoint.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
 		r.m.CheckpointLSN.Set(float64(cp.LSN))
-		r.log.Debug().Str("stage", "checkpoint").Str("lsn", cp.LSN.String()).Msg("checkpoint saved")
+		r.log.Debug("checkpoint saved", slog.String("stage", "checkpoint"), slog.String("lsn", cp.LSN.String()))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -35,7 +35,7 @@ func TestSkipperPartial(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := metrics.New()
-			k := resumeState{skipBefore: c.before, partial: c.partial}.skipper(zerolog.Nop(), m)
+			k := resumeState{skipBefore: c.before, partial: c.partial}.skipper(slog.New(slog.DiscardHandler), m)
 			got := map[pglogrepl.LSN]int{}
 			total := 0
 			for lsn := pglogrepl.LSN(100); lsn <= 500; lsn += 100 {
@@ -71,7 +71,7 @@ func TestSkipperPartial(t *testing.T) {
 // The same commit LSN seen again later (a reconnect replays it with a
 // fresh skipper; one skipper never applies a partial twice).
 func TestSkipperPartialAppliesOnce(t *testing.T) {
-	k := resumeState{partial: checkpoint.Partial{CommitLSN: 300, Events: 3}}.skipper(zerolog.Nop(), metrics.New())
+	k := resumeState{partial: checkpoint.Partial{CommitLSN: 300, Events: 3}}.skipper(slog.New(slog.DiscardHandler), metrics.New())
 	k.begin(replication.Begin{FinalLSN: 300})
 	if !k.skipping(2) || k.skipping(3) {
 		t.Fatal("prefix of 3 not applied")
@@ -91,7 +91,7 @@ func TestSkipperPartialAppliesOnce(t *testing.T) {
 func TestSkipperPartialPastPrefix(t *testing.T) {
 	// Prefix 0-2, then 4 and 6 (bits 1 and 3 past ordinal 3).
 	p := checkpoint.Partial{CommitLSN: 300, Events: 3, Acked: []byte{0b1010}}
-	k := resumeState{partial: p}.skipper(zerolog.Nop(), metrics.New())
+	k := resumeState{partial: p}.skipper(slog.New(slog.DiscardHandler), metrics.New())
 	k.begin(replication.Begin{FinalLSN: 300})
 	var skipped []int
 	for ord := 0; ord < 10; ord++ {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -15,7 +16,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
@@ -44,9 +44,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // one construction path of `run` and of `recover` (which streams after its
 // back-fill), so both warn about insecure settings, apply --max-procs and
 // run the cleanup schedule alike.
-func newRelay(cfg *config, log zerolog.Logger) *relay {
+func newRelay(cfg *config, log *slog.Logger) *relay {
 	cfg.warnInsecure(log, true)
-	log.Info().Str("stage", "startup").Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)).Msg("Go scheduler")
+	log.Info("Go scheduler", slog.String("stage", "startup"), slog.Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)))
 	r := &relay{cfg: cfg, log: log, m: metrics.New()}
 	r.cleanup = newCleanupSchedule(r)
 	r.stalls = newStallWatch(cfg.StallTimeout, log, r.m, &r.failures)
@@ -57,11 +57,11 @@ func newRelay(cfg *config, log zerolog.Logger) *relay {
 // attempts until SIGTERM or a permanent failure.
 type relay struct {
 	cfg     *config
-	log     zerolog.Logger
+	log     *slog.Logger
 	m       *metrics.Relay
 	pool    *pgxpool.Pool
 	slots   *slot.Manager
-	quar    *deadletter.Quarantine
+	quar    *deadletter.Queue
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// positions holds the saved checkpoints (skip-ahead, recover, replay).
 	positions *checkpoint.Store
@@ -110,7 +110,7 @@ func (r *relay) run(ctx context.Context) error {
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
-		r.log.Info().Str("stage", "startup").Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+		r.log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
 	}
 
 	pool, err := connectPool(ctx, r.cfg)
@@ -148,16 +148,15 @@ func (r *relay) run(ctx context.Context) error {
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
-	if r.quar, err = deadletter.NewQuarantine(ctx, store, r.cfg.policy, r.log); err != nil {
+	if r.quar, err = deadletter.NewQueue(ctx, store, r.cfg.policy, r.log); err != nil {
 		return err
 	}
 	r.quar.OnPark = r.m.Parked.Inc
 	r.quar.OnDead = r.m.DeadLettered.Inc
-	r.log.Info().Str("stage", "startup").Str("slot", st.Name).Str("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()).
-		Int64("lag_bytes", st.LagBytes).Str("wal_status", st.WALStatus).Msg("slot ready")
+	r.log.Info("slot ready", slog.String("stage", "startup"), slog.String("slot", st.Name), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.Int64("lag_bytes", st.LagBytes), slog.String("wal_status", st.WALStatus))
 
 	if up, err := r.waitForKafka(ctx); err != nil {
-		r.log.Error().Str("stage", "kafka_connect").Err(withHint(err)).Msg("stopping: kafka refused the connection, no retry can fix it")
+		r.log.Error("stopping: kafka refused the connection, no retry can fix it", slog.String("stage", "kafka_connect"), slog.Any("error", withHint(err)))
 		return err
 	} else if !up {
 		return nil // stopped before Kafka answered
@@ -170,7 +169,7 @@ func (r *relay) run(ctx context.Context) error {
 		lease, err := r.elector.Campaign(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				r.log.Info().Str("stage", "shutdown").Msg("stopped as standby")
+				r.log.Info("stopped as standby", slog.String("stage", "shutdown"))
 				return nil
 			}
 			return err
@@ -184,12 +183,12 @@ func (r *relay) run(ctx context.Context) error {
 		unwatch()
 		r.m.Leader.Set(0)
 		if rerr := lease.Release(context.Background()); rerr != nil {
-			r.log.Debug().Str("stage", "leader").Err(rerr).Msg("releasing the lock failed; closing its session frees it")
+			r.log.Debug("releasing the lock failed; closing its session frees it", slog.String("stage", "leader"), slog.Any("error", rerr))
 		}
 		if !errors.Is(err, errLeadershipLost) {
 			return err
 		}
-		r.log.Warn().Str("stage", "leader").Err(lease.Err()).Msg("stopped streaming after losing the lock; standby again")
+		r.log.Warn("stopped streaming after losing the lock; standby again", slog.String("stage", "leader"), slog.Any("error", lease.Err()))
 	}
 }
 
@@ -211,7 +210,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 		started := time.Now()
 		err := r.stream(ctx, lctx)
 		if err == nil || ctx.Err() != nil && !isPermanent(err) {
-			r.log.Info().Str("stage", "shutdown").Msg("stopped")
+			r.log.Info("stopped", slog.String("stage", "shutdown"))
 			return nil
 		}
 		if lctx.Err() != nil {
@@ -221,8 +220,7 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 		if errors.As(err, &fence) {
 			// A former leader's walsender still holds the slot; the server
 			// ends it within its wal_sender_timeout. Poll, don't back off.
-			r.log.Info().Str("stage", "leader").Int32("pid", fence.pid).
-				Msg("waiting for the former leader's walsender to release the slot")
+			r.log.Info("waiting for the former leader's walsender to release the slot", slog.String("stage", "leader"), slog.Int64("pid", int64(fence.pid)))
 			if !backoff.Sleep(hctx, r.cfg.LeaderPollInterval) {
 				if lctx.Err() != nil && ctx.Err() == nil {
 					return errLeadershipLost
@@ -233,15 +231,14 @@ func (r *relay) lead(ctx context.Context, lease *leader.Lease) error {
 			continue
 		}
 		if isPermanent(err) {
-			r.log.Error().Str("stage", "stream").Err(withHint(err)).Msg("stopping: permanent failure, slot position held")
+			r.log.Error("stopping: permanent failure, slot position held", slog.String("stage", "stream"), slog.Any("error", withHint(err)))
 			return err
 		}
 		if time.Since(started) > time.Minute {
 			attempt = 1
 		}
 		d := backoff.Jitter(attempt, 200*time.Millisecond, r.cfg.BackoffMax)
-		r.log.Warn().Str("stage", "stream").Int("attempt", attempt).Dur("backoff", d).Err(err).
-			Msg("replication stream ended, reconnecting")
+		r.log.Warn("replication stream ended, reconnecting", slog.String("stage", "stream"), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))
 		if !backoff.Sleep(hctx, d) {
 			if lctx.Err() != nil && ctx.Err() == nil {
 				return errLeadershipLost
@@ -357,8 +354,8 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 		CreateTopics: r.cfg.CreateTopics, TopicPartitions: r.cfg.TopicPartitions, TopicReplicationFactor: r.cfg.TopicReplication,
 		MetadataTTL: r.cfg.MetadataTTL, UnknownTopicTimeout: r.cfg.UnknownTopicWait,
 		MetadataRefresh: r.cfg.PartitionRefresh, TopicIdleTimeout: r.cfg.TopicIdleTimeout,
-		Quarantine: r.quar, Security: r.cfg.kafkaSecurity, LastFailure: &r.failures,
-	}, r.log, r.m)
+		DeadLetters: r.quar, Security: r.cfg.kafkaSecurity, LastFailure: &r.failures,
+	}, r.log, r.m.Publisher())
 	defer pub.Close()
 
 	// A permanent publish failure, an invalidated slot or lost leadership
@@ -392,7 +389,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	defer r.m.ReplicationUp.Set(0)
 	r.streaming.Store(true)
 	defer r.streaming.Store(false)
-	r.log.Info().Str("stage", "stream").Str("start_lsn", start.String()).Msg("streaming")
+	r.log.Info("streaming", slog.String("stage", "stream"), slog.String("start_lsn", start.String()))
 
 	var fatal atomic.Pointer[error]
 	setFatal := func(err error) {
@@ -424,7 +421,7 @@ func (r *relay) stream(ctx, lctx context.Context) error {
 	}
 	err = r.classifyStreamErr(err)
 	if err == nil {
-		r.log.Info().Str("stage", "shutdown").Str("confirmed_flush_lsn", tracker.Flushed().String()).Msg("final status sent")
+		r.log.Info("final status sent", slog.String("stage", "shutdown"), slog.String("confirmed_flush_lsn", tracker.Flushed().String()))
 	}
 	return err
 }
@@ -515,7 +512,7 @@ func (r *relay) watchSlot(ctx context.Context, fail func(error)) {
 			fail(fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err))
 			return
 		case err != nil:
-			r.log.Debug().Str("stage", "slot_check").Err(err).Msg("slot check failed")
+			r.log.Debug("slot check failed", slog.String("stage", "slot_check"), slog.Any("error", err))
 		case st.LostError() != nil:
 			fail(st.LostError())
 			return
@@ -532,7 +529,7 @@ func (r *relay) watchSlot(ctx context.Context, fail func(error)) {
 // an error for a failure no retry can cure (a certificate that does not
 // verify, wrong credentials).
 func (r *relay) waitForKafka(ctx context.Context) (bool, error) {
-	pub := publisher.New(publisher.Config{Brokers: r.cfg.brokers, Template: r.cfg.template, Security: r.cfg.kafkaSecurity}, r.log, r.m)
+	pub := publisher.New(publisher.Config{Brokers: r.cfg.brokers, Template: r.cfg.template, Security: r.cfg.kafkaSecurity}, r.log, r.m.Publisher())
 	defer pub.Close()
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -540,7 +537,7 @@ func (r *relay) waitForKafka(ctx context.Context) (bool, error) {
 		cancel()
 		if err == nil {
 			if attempt > 1 {
-				r.log.Info().Str("stage", "kafka_connect").Int("attempt", attempt).Msg("kafka reachable")
+				r.log.Info("kafka reachable", slog.String("stage", "kafka_connect"), slog.Int("attempt", attempt))
 			}
 			return true, nil
 		}
@@ -551,8 +548,7 @@ func (r *relay) waitForKafka(ctx context.Context) (bool, error) {
 			return false, permanentError{err}
 		}
 		d := backoff.Jitter(attempt, 500*time.Millisecond, 30*time.Second)
-		r.log.Warn().Str("stage", "kafka_connect").Int("attempt", attempt).Dur("backoff", d).Err(err).
-			Msg("kafka unreachable, retrying")
+		r.log.Warn("kafka unreachable, retrying", slog.String("stage", "kafka_connect"), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))
 		if !backoff.Sleep(ctx, d) {
 			return false, nil
 		}
@@ -578,7 +574,7 @@ func (r *relay) heartbeat(ctx context.Context) {
 		_, err := r.pool.Exec(hctx, `SELECT pg_logical_emit_message(false, $1, '')`, replication.HeartbeatPrefix)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			r.log.Debug().Str("stage", "heartbeat").Err(err).Msg("heartbeat failed")
+			r.log.Debug("heartbeat failed", slog.String("stage", "heartbeat"), slog.Any("error", err))
 		}
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
@@ -65,22 +65,21 @@ type secretSink interface{ Add(secrets ...string) }
 
 // warnInsecure logs settings that weaken a secure setup; they are allowed,
 // since they are explicit, but should never go unnoticed.
-func (c *config) warnInsecure(log zerolog.Logger, kafka bool) {
+func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 	if kafka {
 		sec := c.kafkaSecurity
-		log.Info().Str("stage", "startup").Str("kafka_security", sec.Describe()).Msg("kafka connection security")
+		log.Info("kafka connection security", slog.String("stage", "startup"), slog.String("kafka_security", sec.Describe()))
 		if sec.TLS != nil && sec.TLS.InsecureSkipVerify {
-			log.Warn().Str("stage", "startup").Msg("--kafka-tls-insecure-skip-verify: broker certificates are not verified, anyone on the path can impersonate the broker and read the SASL credentials")
+			log.Warn("--kafka-tls-insecure-skip-verify: broker certificates are not verified, anyone on the path can impersonate the broker and read the SASL credentials", slog.String("stage", "startup"))
 		}
 		if sec.TLS == nil && sec.SASL != nil && strings.EqualFold(sec.SASL.Name(), kafkaconn.MechanismPlain) {
-			log.Warn().Str("stage", "startup").Msg("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls")
+			log.Warn("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls", slog.String("stage", "startup"))
 		}
 	}
 	if u, err := url.Parse(c.DatabaseURL); err == nil {
 		mode := u.Query().Get("sslmode")
 		if mode != "verify-full" && mode != "verify-ca" && !loopback(u.Hostname()) {
-			log.Warn().Str("stage", "startup").Str("sslmode", mode).
-				Msg("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url")
+			log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 		}
 	}
 }

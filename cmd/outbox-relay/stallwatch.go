@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -20,7 +20,7 @@ import (
 // observe; readiness reads reason from any goroutine.
 type stallWatch struct {
 	det      *stall.Detector
-	log      zerolog.Logger
+	log      *slog.Logger
 	m        *metrics.Relay
 	failures *publisher.LastFailure
 	// stalledAt is when the current stall was reported (observer only).
@@ -29,7 +29,7 @@ type stallWatch struct {
 	current atomic.Pointer[string]
 }
 
-func newStallWatch(timeout time.Duration, log zerolog.Logger, m *metrics.Relay, failures *publisher.LastFailure) *stallWatch {
+func newStallWatch(timeout time.Duration, log *slog.Logger, m *metrics.Relay, failures *publisher.LastFailure) *stallWatch {
 	return &stallWatch{det: stall.New(timeout), log: log, m: m, failures: failures}
 }
 
@@ -49,22 +49,22 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 	case stall.Stalled:
 		w.stalledAt = now
 		f := w.failures.Load()
-		ev := w.log.Error().Str("stage", "stall").Int("inflight", st.Inflight).
-			Dur("since_ack", now.Sub(st.LastProgress))
+		attrs := []slog.Attr{slog.String("stage", "stall"), slog.Int("inflight", st.Inflight),
+			slog.Duration("since_ack", now.Sub(st.LastProgress))}
 		if f != nil && !f.At.Before(st.LastProgress) {
-			ev = ev.Str("topic", f.Topic).Int("partition", f.Partition).Str("class", string(f.Class)).
-				Str("reason", f.Reason).Int("attempt", f.Attempt).Str("event_id", f.EventID).
-				Str("aggregate_id", f.AggregateID).Str("event_type", f.EventType).AnErr("last_error", f.Err)
+			attrs = append(attrs, slog.String("topic", f.Topic), slog.Int("partition", f.Partition), slog.String("class", string(f.Class)),
+				slog.String("reason", f.Reason), slog.Int("attempt", f.Attempt), slog.String("event_id", f.EventID),
+				slog.String("aggregate_id", f.AggregateID), slog.String("event_type", f.EventType), slog.Any("last_error", f.Err))
 		}
-		ev.Msg("delivery stalled: events in flight and no acknowledgement for --stall-timeout; the slot position is held")
+		w.log.LogAttrs(context.Background(), slog.LevelError,
+			"delivery stalled: events in flight and no acknowledgement for --stall-timeout; the slot position is held", attrs...)
 		w.m.Stalled.Set(1)
 	case stall.Resumed:
 		cause := "acknowledgements resumed"
 		if st.Inflight == 0 {
 			cause = "no events in flight"
 		}
-		w.log.Info().Str("stage", "stall").Str("cause", cause).Dur("stalled_for", now.Sub(w.stalledAt)).
-			Msg("delivery stall cleared")
+		w.log.Info("delivery stall cleared", slog.String("stage", "stall"), slog.String("cause", cause), slog.Duration("stalled_for", now.Sub(w.stalledAt)))
 		w.m.Stalled.Set(0)
 		w.current.Store(nil)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestStallWatch(t *testing.T) {
 	var logs bytes.Buffer
 	m := metrics.New()
 	var failures publisher.LastFailure
-	w := newStallWatch(5*time.Second, zerolog.New(&logs), m, &failures)
+	w := newStallWatch(5*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &failures)
 	now := time.Unix(1_700_000_000, 0)
 	tick := func(inflight, acked int) {
 		now = now.Add(time.Second)
@@ -90,7 +91,7 @@ func TestStallWatch(t *testing.T) {
 // write timeout; a failure from before the last acknowledgement is stale.
 func TestStallReasonWithoutFailure(t *testing.T) {
 	var failures publisher.LastFailure
-	w := newStallWatch(2*time.Second, zerolog.Nop(), metrics.New(), &failures)
+	w := newStallWatch(2*time.Second, slog.New(slog.DiscardHandler), metrics.New(), &failures)
 	now := time.Unix(1_700_000_000, 0)
 	failures.Record(publisher.Failure{At: now.Add(-time.Hour), Reason: "Not Leader For Partition", Err: kafka.NotLeaderForPartition})
 	for i := 0; i <= 3; i++ {

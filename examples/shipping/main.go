@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -42,6 +43,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
 )
 
 func main() {
@@ -176,9 +178,10 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	log := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Str("service", "shipping").Logger()
+	zl := zerolog.New(stderr).Level(cfg.logLevel).With().Timestamp().Str("service", "shipping").Logger()
+	log := slog.New(zerolog.NewSlogHandler(zl))
 	reg := prometheus.NewRegistry()
-	metrics := inbox.NewMetrics(reg)
+	metrics := inboxprom.New(reg)
 	if cfg.metricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.metricsAddr)
 		if err != nil {
@@ -199,7 +202,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		Policy:         cfg.policy,
 		CommitInterval: cfg.commitInterval,
 		Metrics:        metrics,
-		Logger:         &log,
+		Logger:         log,
 		TuneReader: func(rc *kafka.ReaderConfig) {
 			rc.SessionTimeout = cfg.sessionTimeout
 			rc.RebalanceTimeout = cfg.sessionTimeout

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -28,7 +28,7 @@ type Cleaner struct {
 	// system or timeline are refused.
 	Identity checkpoint.Identity
 	Options  Options
-	Log      zerolog.Logger
+	Log      *slog.Logger
 	// OnDelete, if set, is called after every batch with the rows it
 	// deleted (metrics).
 	OnDelete func(rows int64)
@@ -160,12 +160,12 @@ func (c *Cleaner) cleanLeaf(ctx context.Context, l leaf, keyType string, b Bound
 		}
 		if v.ok {
 			res.Dropped = append(res.Dropped, Dropped{Partition: l.String(), Rows: v.rows})
-			c.Log.Info().Str("stage", "cleanup").Str("partition", l.String()).Int64("rows", v.rows).Msg("partition detached and dropped")
+			c.Log.Info("partition detached and dropped", slog.String("stage", "cleanup"), slog.String("partition", l.String()), slog.Int64("rows", v.rows))
 			return nil
 		}
 		if v.candidate {
 			res.Kept = append(res.Kept, l.String()+": "+v.reason)
-			c.Log.Info().Str("stage", "cleanup").Str("partition", l.String()).Str("reason", v.reason).Msg("partition kept; deleting its confirmed rows")
+			c.Log.Info("partition kept; deleting its confirmed rows", slog.String("stage", "cleanup"), slog.String("partition", l.String()), slog.String("reason", v.reason))
 		}
 	}
 	return c.deleteRows(ctx, l, b, o, res)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 )
@@ -111,13 +111,13 @@ type Status struct {
 type Elector struct {
 	cfg     Config
 	conn    *pgx.ConnConfig
-	log     zerolog.Logger
+	log     *slog.Logger
 	role    atomic.Int32
 	contact atomic.Int64 // unix nanoseconds
 }
 
 // NewElector returns an elector for cfg.
-func NewElector(cfg Config, log zerolog.Logger) (*Elector, error) {
+func NewElector(cfg Config, log *slog.Logger) (*Elector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func NewElector(cfg Config, log zerolog.Logger) (*Elector, error) {
 		},
 	}
 	cc.DialFunc = d.DialContext
-	e := &Elector{cfg: cfg, conn: cc, log: log.With().Str("stage", "leader").Logger()}
+	e := &Elector{cfg: cfg, conn: cc, log: log.With(slog.String("stage", "leader"))}
 	return e, nil
 }
 
@@ -181,7 +181,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 				}
 				failures++
 				d := e.backoff(failures)
-				e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock connection failed, retrying")
+				e.log.Warn("lock connection failed, retrying", slog.Int("attempt", failures), slog.Duration("backoff", d), slog.Any("error", err))
 				if !backoff.Sleep(ctx, d) {
 					return nil, ctx.Err()
 				}
@@ -201,7 +201,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 			}
 			failures++
 			d := e.backoff(failures)
-			e.log.Warn().Int("attempt", failures).Dur("backoff", d).Err(err).Msg("lock poll failed, reconnecting")
+			e.log.Warn("lock poll failed, reconnecting", slog.Int("attempt", failures), slog.Duration("backoff", d), slog.Any("error", err))
 			if !backoff.Sleep(ctx, d) {
 				return nil, ctx.Err()
 			}
@@ -213,15 +213,14 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 			l := newLease(e, conn, key, sent)
 			conn = nil // the lease owns it now
 			e.role.Store(int32(RoleLeader))
-			e.log.Info().Int64("lock_key", key).Msg("lock acquired: leading")
+			e.log.Info("lock acquired: leading", slog.Int64("lock_key", key))
 			return l, nil
 		}
 		if e.role.Swap(int32(RoleStandby)) != int32(RoleStandby) || holderLogged == 0 {
 			pid, app, addr := holder(ctx, conn, key)
 			if pid != holderLogged {
 				holderLogged = pid
-				e.log.Info().Int64("lock_key", key).Int32("holder_pid", pid).Str("holder_application", app).
-					Str("holder_addr", addr).Dur("poll_interval", e.cfg.PollInterval).Msg("standby: another relay holds the lock")
+				e.log.Info("standby: another relay holds the lock", slog.Int64("lock_key", key), slog.Int64("holder_pid", int64(pid)), slog.String("holder_application", app), slog.String("holder_addr", addr), slog.Duration("poll_interval", e.cfg.PollInterval))
 			}
 		}
 		if !backoff.Sleep(ctx, e.cfg.PollInterval) {
@@ -329,7 +328,7 @@ func (l *Lease) keepalive(last time.Time) {
 		if err != nil {
 			l.cancel(fmt.Errorf("%w: lock connection unconfirmed for %s: %v", ErrLost, time.Since(last).Round(time.Millisecond), err))
 			l.e.role.Store(int32(RoleConnecting))
-			l.e.log.Warn().Err(err).Dur("since_last_keepalive", time.Since(last)).Msg("leadership lost: stopping the stream")
+			l.e.log.Warn("leadership lost: stopping the stream", slog.Any("error", err), slog.Duration("since_last_keepalive", time.Since(last)))
 			return
 		}
 		l.e.touch()
@@ -355,7 +354,7 @@ func (l *Lease) Release(ctx context.Context) error {
 				err = errors.New("pg_advisory_unlock: lock was not held")
 			}
 			cancel()
-			l.e.log.Info().Msg("lock released")
+			l.e.log.Info("lock released")
 		}
 		closeBounded(l.conn)
 		l.e.role.Store(int32(RoleConnecting))

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -48,21 +48,21 @@ type Collector struct {
 	db   DB
 	cfg  Config
 	m    metrics.PGStats
-	log  zerolog.Logger
+	log  *slog.Logger
 	hist history
 	// lastWarn rate-limits the warning for a failing scrape.
 	lastWarn time.Time
 }
 
 // New returns a collector; call Run to start it.
-func New(db DB, cfg Config, m metrics.PGStats, log zerolog.Logger) *Collector {
+func New(db DB, cfg Config, m metrics.PGStats, log *slog.Logger) *Collector {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = min(max(cfg.Interval, time.Second), 5*time.Second)
 	}
-	return &Collector{db: db, cfg: cfg, m: m, log: log.With().Str("stage", "pg_stats").Logger(), hist: history{window: cfg.Window}}
+	return &Collector{db: db, cfg: cfg, m: m, log: log.With(slog.String("stage", "pg_stats")), hist: history{window: cfg.Window}}
 }
 
 // Run scrapes at once, then every Interval, until ctx ends.
@@ -95,11 +95,12 @@ func (c *Collector) Scrape(ctx context.Context, now time.Time) error {
 			continue
 		}
 		c.m.ScrapeErrors.WithLabelValues(e.source).Inc()
-		ev := c.log.Debug()
+		level := slog.LevelDebug
 		if now.Sub(c.lastWarn) >= time.Minute {
-			ev, c.lastWarn = c.log.Warn(), now
+			level, c.lastWarn = slog.LevelWarn, now
 		}
-		ev.Str("source", e.source).Err(e.err).Msg("PostgreSQL statistics query failed; the relay goes on")
+		c.log.LogAttrs(ctx, level, "PostgreSQL statistics query failed; the relay goes on",
+			slog.String("source", e.source), slog.Any("error", e.err))
 	}
 	return errors.Join(errSlot, errTable)
 }

@@ -3,6 +3,7 @@ package pgstats
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
@@ -71,7 +71,7 @@ func (f *fakeDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 func newTestCollector(db DB, budget int64) (*Collector, *metrics.Relay) {
 	m := metrics.New()
 	c := New(db, Config{Slot: "s1", Table: `"public"."outbox"`, TableLabel: "public.outbox", Interval: 15 * time.Second, DiskBudget: budget},
-		m.PG, zerolog.Nop())
+		m.PG, slog.New(slog.DiscardHandler))
 	return c, m
 }
 
@@ -197,14 +197,14 @@ func TestScrapeMissingSlotAndErrors(t *testing.T) {
 func TestRunStopsAndZeroIntervalIsOff(t *testing.T) {
 	db := &fakeDB{slot: fakeRow{err: pgx.ErrNoRows}, table: fakeRow{err: pgx.ErrNoRows}}
 	m := metrics.New()
-	off := New(db, Config{Slot: "s1", Interval: 0}, m.PG, zerolog.Nop())
+	off := New(db, Config{Slot: "s1", Interval: 0}, m.PG, slog.New(slog.DiscardHandler))
 	off.Run(context.Background()) // returns at once
 	if n := testutil.CollectAndCount(m.PG.SlotExists); n != 0 {
 		t.Fatalf("interval 0 scraped anyway")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	on := New(db, Config{Slot: "s1", Interval: time.Millisecond}, m.PG, zerolog.Nop())
+	on := New(db, Config{Slot: "s1", Interval: time.Millisecond}, m.PG, slog.New(slog.DiscardHandler))
 	go func() { on.Run(ctx); close(done) }()
 	time.Sleep(20 * time.Millisecond)
 	cancel()

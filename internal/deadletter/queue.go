@@ -3,10 +3,10 @@ package deadletter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -46,12 +46,15 @@ func (e *HaltError) Error() string {
 		"(fix the event or the configuration, or run with --poison-policy quarantine)", e.EventID, e.AggregateID, e.Reason)
 }
 
-// Quarantine is the relay's view of quarantined aggregates, backed by the
-// dead-letter table. Safe for concurrent use by the stream and the lanes.
-type Quarantine struct {
+// Queue is the relay's side of the dead-letter queue: it writes poison
+// events as dead letters, keeps their aggregates quarantined (in memory,
+// backed by the dead-letter table) and parks the later events of those
+// aggregates. It implements publisher.DeadLetters. Safe for concurrent use
+// by the stream and the lanes.
+type Queue struct {
 	store  *Store
 	policy Policy
-	log    zerolog.Logger
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	open map[Aggregate]replication.Position // earliest open row per aggregate
@@ -60,9 +63,9 @@ type Quarantine struct {
 	OnPark, OnDead func()
 }
 
-// NewQuarantine loads the quarantined aggregates of store.
-func NewQuarantine(ctx context.Context, store *Store, policy Policy, log zerolog.Logger) (*Quarantine, error) {
-	q := &Quarantine{store: store, policy: policy, log: log}
+// NewQueue loads the quarantined aggregates of store.
+func NewQueue(ctx context.Context, store *Store, policy Policy, log *slog.Logger) (*Queue, error) {
+	q := &Queue{store: store, policy: policy, log: log}
 	if err := q.Reload(ctx); err != nil {
 		return nil, err
 	}
@@ -75,7 +78,7 @@ func NewQuarantine(ctx context.Context, store *Store, policy Policy, log zerolog
 // quarantined aggregates (and operators lifted others), and an aggregate
 // missing here would have its next event published ahead of the dead and
 // parked ones.
-func (q *Quarantine) Reload(ctx context.Context) error {
+func (q *Queue) Reload(ctx context.Context) error {
 	open, err := q.store.open(ctx)
 	if err != nil {
 		return err
@@ -84,14 +87,13 @@ func (q *Quarantine) Reload(ctx context.Context) error {
 	q.open = open
 	q.mu.Unlock()
 	if len(open) > 0 {
-		q.log.Warn().Str("stage", "quarantine").Int("aggregates", len(open)).
-			Msg("aggregates are quarantined; their new events are parked until an operator runs outbox-relay dlq retry or discard")
+		q.log.Warn("aggregates are quarantined; their new events are parked until an operator runs outbox-relay dlq retry or discard", slog.String("stage", "quarantine"), slog.Int("aggregates", len(open)))
 	}
 	return nil
 }
 
 // Quarantined returns the number of quarantined aggregates.
-func (q *Quarantine) Quarantined() int {
+func (q *Queue) Quarantined() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.open)
@@ -102,7 +104,7 @@ func (q *Quarantine) Quarantined() int {
 // parked, or dead-lettered when it is poison too), which an operator's dlq
 // retry can hold for long, so the caller decides it off the replication
 // goroutine.
-func (q *Quarantine) Quarantines(ev *replication.Event) bool {
+func (q *Queue) Quarantines(ev *replication.Event) bool {
 	q.mu.Lock()
 	_, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
 	q.mu.Unlock()
@@ -113,7 +115,7 @@ func (q *Quarantine) Quarantines(ev *replication.Event) bool {
 // reports whether ev is taken care of (parked now, or the poison event
 // itself redelivered). The row is committed before Hold returns, so the
 // caller may acknowledge ev.
-func (q *Quarantine) Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error) {
+func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error) {
 	agg := Aggregate{ev.AggregateType, ev.AggregateID}
 	q.mu.Lock()
 	pos, ok := q.open[agg]
@@ -146,21 +148,19 @@ func (q *Quarantine) Hold(ctx context.Context, ev *replication.Event, topic stri
 			delete(q.open, agg)
 		}
 		q.mu.Unlock()
-		q.log.Info().Str("stage", "quarantine").Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).
-			Msg("quarantine lifted; publishing again")
+		q.log.Info("quarantine lifted; publishing again", slog.String("stage", "quarantine"), slog.String("aggregate_type", agg.Type), slog.String("aggregate_id", agg.ID))
 		return false, nil
 	}
 	if q.OnPark != nil {
 		q.OnPark()
 	}
-	q.log.Warn().Str("stage", "quarantine").Str("event_id", ev.EventID).Str("aggregate_id", ev.AggregateID).
-		Str("event_type", ev.EventType).Msg("event parked behind its aggregate's poison event")
+	q.log.Warn("event parked behind its aggregate's poison event", slog.String("stage", "quarantine"), slog.String("event_id", ev.EventID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType))
 	return true, nil
 }
 
 // Poison writes ev as dead with its reason and quarantines its aggregate.
 // Under PolicyHalt it writes nothing and returns a *HaltError.
-func (q *Quarantine) Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error {
+func (q *Queue) Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error {
 	if q.policy == PolicyHalt {
 		return &HaltError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason}
 	}
@@ -179,14 +179,12 @@ func (q *Quarantine) Poison(ctx context.Context, ev *replication.Event, topic, c
 	if q.OnDead != nil {
 		q.OnDead()
 	}
-	q.log.Error().Str("stage", "quarantine").Str("event_id", ev.EventID).Str("aggregate_type", ev.AggregateType).
-		Str("aggregate_id", ev.AggregateID).Str("event_type", ev.EventType).Str("class", class).Str("reason", reason).
-		Msg("poison event dead-lettered; its aggregate is quarantined (outbox-relay dlq list)")
+	q.log.Error("poison event dead-lettered; its aggregate is quarantined (outbox-relay dlq list)", slog.String("stage", "quarantine"), slog.String("event_id", ev.EventID), slog.String("aggregate_type", ev.AggregateType), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType), slog.String("class", class), slog.String("reason", reason))
 	return nil
 }
 
 // inAggregateLock runs f in a transaction holding agg's advisory lock.
-func (q *Quarantine) inAggregateLock(ctx context.Context, agg Aggregate, f func(pgx.Tx) error) error {
+func (q *Queue) inAggregateLock(ctx context.Context, agg Aggregate, f func(pgx.Tx) error) error {
 	tx, err := q.store.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("dead-letter: %w", err)

@@ -1,0 +1,33 @@
+package metrics
+
+import "time"
+
+// Publisher adapts the relay's collectors to publisher.Metrics (package
+// publisher defines the interface and does not import Prometheus).
+type Publisher struct{ r *Relay }
+
+// Publisher returns the publisher's view of m.
+func (m *Relay) Publisher() Publisher { return Publisher{m} }
+
+// ProduceRequest counts outbox_relay_publish_attempts_total.
+func (p Publisher) ProduceRequest() { p.r.PublishAttempts.Inc() }
+
+// PublishError counts outbox_relay_publish_errors_total{reason,class}.
+func (p Publisher) PublishError(reason, class string) {
+	p.r.PublishErrors.WithLabelValues(reason, class).Inc()
+}
+
+// BatchPublished counts outbox_relay_events_published_total{topic} and
+// outbox_relay_batches_published_total.
+func (p Publisher) BatchPublished(topic string, events int) {
+	p.r.EventsPublished.WithLabelValues(topic).Add(float64(events))
+	p.r.BatchesPublished.Inc()
+}
+
+// CommitToAck observes outbox_relay_commit_to_ack_seconds.
+func (p Publisher) CommitToAck(d time.Duration) { p.r.CommitToAck.Observe(d.Seconds()) }
+
+// PartitionChange counts outbox_relay_topic_partition_changes_total{topic}.
+func (p Publisher) PartitionChange(topic string) {
+	p.r.TopicPartitionChanges.WithLabelValues(topic).Inc()
+}
