@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// docs/configuration.md is generated from the binary's real flag sets: each
+// subcommand's --help, exactly as a user sees it. The test fails when the
+// file is stale; regenerate it with
+//
+//	go test ./cmd/outbox-relay -run TestConfigurationDoc -update
+var updateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from the flag sets")
+
+const configDocPath = "../../docs/configuration.md"
+
+func TestConfigurationDoc(t *testing.T) {
+	got := renderConfigDoc(t)
+	if *updateDocs {
+		if err := os.WriteFile(configDocPath, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(configDocPath)
+	if err != nil {
+		t.Fatalf("%v; generate it: go test ./cmd/outbox-relay -run TestConfigurationDoc -update", err)
+	}
+	if string(want) != got {
+		t.Fatalf("docs/configuration.md is stale (a flag, default or help text changed); regenerate it:\n" +
+			"  go test ./cmd/outbox-relay -run TestConfigurationDoc -update")
+	}
+}
+
+// docCommand is one subcommand as the top-level usage lists it.
+type docCommand struct{ args, summary string }
+
+// usageCommands reads the command list of the top-level usage text, so a
+// new subcommand appears in the reference without editing this test.
+func usageCommands(t *testing.T) []docCommand {
+	t.Helper()
+	_, body, ok := strings.Cut(usage, "Commands:\n")
+	if !ok {
+		t.Fatal("usage has no Commands: section")
+	}
+	body, _, _ = strings.Cut(body, "\n\n")
+	line := regexp.MustCompile(`^  (\S+(?: [a-z]+)?)\s{2,}(.*)$`)
+	var cmds []docCommand
+	for _, l := range strings.Split(body, "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("cannot parse usage line %q", l)
+		}
+		cmds = append(cmds, docCommand{args: m[1], summary: m[2]})
+	}
+	return cmds
+}
+
+// docFlag is one flag of a subcommand's --help.
+type docFlag struct{ name, typ, env, def, help string }
+
+var (
+	flagLine = regexp.MustCompile(`^  -(\S+)(?: (\S+))?$`)
+	envPart  = regexp.MustCompile(` \(env ([A-Z0-9_]+)(?: or ([A-Z0-9_]+))?\)`)
+	defPart  = regexp.MustCompile(` \(default (.*)\)$`)
+)
+
+// helpOf runs `outbox-relay <args> --help` in-process with a clean
+// environment (flag defaults read OUTBOX_RELAY_* and GOMAXPROCS) and
+// returns its usage text.
+func helpOf(t *testing.T, args string) string {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, envPrefix) || k == "GOMAXPROCS" {
+			os.Unsetenv(k)
+			t.Cleanup(func() { os.Setenv(k, v) })
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run(append(strings.Fields(args), "--help"), &out, &errOut); code != 0 {
+		t.Fatalf("%s --help: exit %d: %s", args, code, errOut.String())
+	}
+	return out.String() + errOut.String()
+}
+
+// parseHelp splits a --help text into its description and flags.
+func parseHelp(text string) (desc string, flags []docFlag) {
+	head, fl, _ := strings.Cut(text, "\nFlags:\n")
+	if _, rest, ok := strings.Cut(head, "\n\n"); ok {
+		desc = strings.TrimSpace(rest)
+	}
+	var cur *docFlag
+	for _, l := range strings.Split(fl, "\n") {
+		if m := flagLine.FindStringSubmatch(l); m != nil {
+			flags = append(flags, docFlag{name: m[1], typ: m[2]})
+			cur = &flags[len(flags)-1]
+			continue
+		}
+		if cur != nil && strings.HasPrefix(l, "    \t") {
+			cur.help = strings.TrimSpace(cur.help + " " + strings.TrimSpace(l))
+		}
+	}
+	for i := range flags {
+		f := &flags[i]
+		if m := defPart.FindStringSubmatch(f.help); m != nil {
+			f.def, f.help = m[1], strings.TrimSuffix(f.help, m[0])
+		}
+		if m := envPart.FindStringSubmatch(f.help); m != nil {
+			f.env = "`" + m[1] + "`"
+			if m[2] != "" {
+				f.env += " or `" + m[2] + "`"
+			}
+			f.help = strings.Replace(f.help, m[0], "", 1)
+		}
+		if f.typ == "" && f.def == "" {
+			f.def = "false"
+		}
+	}
+	return desc, flags
+}
+
+// anchor is the id GitHub gives a heading (lower case, spaces to dashes,
+// punctuation other than - dropped); flag rows carry the same ids.
+func anchor(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+const configDocIntro = "# Configuration reference\n\n" +
+	"<!-- Generated from the binary's flag sets by cmd/outbox-relay/configdoc_test.go; do not edit.\n" +
+	"     Regenerate: go test ./cmd/outbox-relay -run TestConfigurationDoc -update -->\n\n" +
+	"Every flag has an environment fallback: `--database-url` is `OUTBOX_RELAY_DATABASE_URL`. A flag\n" +
+	"on the command line wins over the environment, which wins over the default. Secrets (the database\n" +
+	"URL, the SASL password) may also come from a file named by the variable with a `_FILE` suffix, so\n" +
+	"they appear neither in the environment nor in `ps`; setting both the variable and its `_FILE` is an\n" +
+	"error. A malformed environment value is a configuration error (exit code 2), never silently ignored.\n\n" +
+	"Embedding the relay as a Go package instead? The same settings are the fields of `relay.Config`\n" +
+	"(`go doc github.com/outbox-relay/outbox-relay/relay Config`); `relay.DefaultConfig()` returns the\n" +
+	"defaults below.\n\n" +
+	"## Commands\n\n| Command | What it does |\n|---|---|\n"
+
+// docRow is one row of the flag table: a flag and the commands taking it.
+type docRow struct {
+	f      docFlag
+	cmds   []string
+	anchor string
+}
+
+// docSection is one command's section.
+type docSection struct {
+	cmd, desc string
+	rows      []*docRow
+}
+
+func renderConfigDoc(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString(configDocIntro)
+	cmds := usageCommands(t)
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "| [`%s`](#%s) | %s |\n", c.args, anchor("outbox-relay "+c.args), mdCell(c.summary))
+	}
+	sections, rows := collectFlags(t, cmds)
+	b.WriteString("\nEach command's section lists its flags; the [flag table](#flags) describes them.\n")
+	descs := map[string]string{} // description -> first command with it
+	for _, sec := range sections {
+		fmt.Fprintf(&b, "\n## outbox-relay %s\n\n", sec.cmd)
+		if sec.cmd == "version" {
+			b.WriteString("Prints the version. No flags.\n")
+			continue
+		}
+		switch first, seen := descs[sec.desc]; {
+		case sec.desc == "":
+		case seen:
+			fmt.Fprintf(&b, "See [outbox-relay %s](#%s).\n\n", first, anchor("outbox-relay "+first))
+		default:
+			descs[sec.desc] = sec.cmd
+			fmt.Fprintf(&b, "```text\n%s\n```\n\n", sec.desc)
+		}
+		if len(sec.rows) == 0 {
+			b.WriteString("No flags.\n")
+			continue
+		}
+		names := make([]string, len(sec.rows))
+		for i, r := range sec.rows {
+			names[i] = fmt.Sprintf("[`--%s`](#%s)", r.f.name, r.anchor)
+		}
+		fmt.Fprintf(&b, "Flags: %s.\n", strings.Join(names, ", "))
+	}
+	b.WriteString("\n## Flags\n\n| Flag | Environment | Default | Commands | Description |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		f := r.f
+		name := "`--" + f.name + "`"
+		if f.typ != "" {
+			name = "`--" + f.name + " " + f.typ + "`"
+		}
+		def := ""
+		if f.def != "" {
+			def = "`" + f.def + "`"
+		}
+		used := "all"
+		if len(r.cmds) < len(cmds)-1 { // version takes none
+			used = strings.Join(r.cmds, ", ")
+		}
+		fmt.Fprintf(&b, "| <a id=\"%s\"></a>%s | %s | %s | %s | %s |\n", r.anchor, name, f.env, def, used, mdCell(f.help))
+	}
+	return b.String()
+}
+
+// collectFlags reads every command's --help. A flag is listed once in the
+// flag table with the commands that take it; a name whose meaning differs
+// by command gets one row per meaning, its anchor naming the command.
+func collectFlags(t *testing.T, cmds []docCommand) ([]docSection, []*docRow) {
+	var rows []*docRow
+	byKey, perName := map[string]*docRow{}, map[string]int{}
+	var sections []docSection
+	for _, c := range cmds {
+		sec := docSection{cmd: c.args}
+		if c.args != "version" {
+			var flags []docFlag
+			sec.desc, flags = parseHelp(helpOf(t, c.args))
+			for _, f := range flags {
+				key := f.name + "\x00" + f.help
+				r := byKey[key]
+				if r == nil {
+					r = &docRow{f: f, anchor: anchor("--" + f.name)}
+					if perName[f.name]++; perName[f.name] > 1 {
+						r.anchor += "-" + anchor(c.args)
+					}
+					byKey[key] = r
+					rows = append(rows, r)
+				}
+				r.cmds = append(r.cmds, c.args)
+				sec.rows = append(sec.rows, r)
+			}
+		}
+		sections = append(sections, sec)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].f.name < rows[j].f.name })
+	return sections, rows
+}
