@@ -43,7 +43,10 @@ integration: up
 	@if [ ! -d integration ]; then echo "no ./integration directory: no integration tests to run"; exit 0; fi; \
 	eval "$$($(STACK) env)"; \
 	echo "OUTBOX_RELAY_DATABASE_URL=$$OUTBOX_RELAY_DATABASE_URL OUTBOX_RELAY_KAFKA_BROKERS=$$OUTBOX_RELAY_KAFKA_BROKERS"; \
-	$(GO) test -tags integration -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/... ./migrations/ ./outbox/
+	$(GO) test -tags integration -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/... ./migrations/ ./outbox/; \
+	pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}'); \
+	echo "in-process tests against the stack: $$pkgs"; \
+	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi
 
 # The long chaos run (integration/chaos_test.go): 20+ kill -9, broker stops, PostgreSQL
 # restarts, network cuts and hangs under steady load; a few minutes. The short variant runs
