@@ -1,5 +1,5 @@
 # outbox-relay developer entry points. The local stack (PostgreSQL 15 + Kafka 4.1.1)
-# is managed by scripts/stack.sh; ports and paths are in docs/CONTRACT.md.
+# is managed by scripts/stack.sh; ports and paths are in docs/design.md ("The local stack").
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Local test stack for outbox-relay: PostgreSQL 15 + Kafka 4.1.1 (KRaft), no Docker.
-# Ports, paths and verbs are fixed by docs/CONTRACT.md.
+# Ports, paths and verbs are fixed by docs/design.md ("The local stack").
 #
 #   scripts/stack.sh up | down | status | env | clean
 #   scripts/stack.sh pg-start | pg-stop [fast|immediate|smart] | pg-restart
@@ -33,7 +33,7 @@ LOG4J_VERSION=2.24.3 # the log4j2 version kafka-server 4.1.1 depends on
 KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
 # PROXIED listener: the broker listens on 19094 and advertises 127.0.0.1:19095, where
-# network-cut tests run their own TCP proxy to 19094 (docs/CONTRACT.md).
+# network-cut tests run their own TCP proxy to 19094 (docs/design.md).
 KAFKA_PROXIED_PORT=19094
 KAFKA_PROXIED_ADVERTISED_PORT=19095
 KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
