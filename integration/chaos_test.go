@@ -231,7 +231,7 @@ const chaosPoisonAgg = "poison-agg"
 const chaosLeaderPoisonAgg = "poison-agg-leader"
 
 // insertPoison inserts ev with headers that are not an object of strings:
-// a poison event per docs/CONTRACT.md.
+// a poison event per docs/design.md.
 func insertPoison(ctx context.Context, tx *Tx, table string, ev Event) error {
 	_, err := tx.Exec(ctx, `insert into `+table+` (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers)
 		values ($1::uuid, $2, $3, $4, $5, $6, $7::jsonb, '{"bad": 1}'::jsonb)`,
@@ -1219,7 +1219,7 @@ func fmtChanges(t0 time.Time, chs []stackChange) string {
 }
 
 // relaySupportsDLQ reports whether the binary has the dead-letter feature
-// (docs/CONTRACT.md "Issue 3 additions"): `outbox-relay dlq --help` exits 0.
+// (docs/design.md "Issue 3 additions"): `outbox-relay dlq --help` exits 0.
 func relaySupportsDLQ(t *testing.T) (bool, string) {
 	t.Helper()
 	requireRelay(t)

@@ -2,7 +2,7 @@
 
 package integration
 
-// Poison events, quarantine and the dlq commands (docs/CONTRACT.md, "Issue 3
+// Poison events, quarantine and the dlq commands (docs/design.md, "Issue 3
 // additions") against the real PostgreSQL and Kafka, through the built binary.
 
 import (

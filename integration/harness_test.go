@@ -1,7 +1,7 @@
 //go:build integration
 
 // Package integration holds the end-to-end tests of outbox-relay against a real
-// PostgreSQL 15 and a real Kafka (see docs/CONTRACT.md, scripts/stack.sh).
+// PostgreSQL 15 and a real Kafka (see docs/design.md, scripts/stack.sh).
 //
 // Run with:
 //

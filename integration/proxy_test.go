@@ -18,7 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Kafka's PROXIED listener (docs/CONTRACT.md, scripts/kafka/server.properties.tmpl):
+// Kafka's PROXIED listener (docs/design.md, scripts/kafka/server.properties.tmpl):
 // the broker listens on 19094 and advertises 127.0.0.1:19095, so a client that
 // bootstraps through a proxy on 19095 -> 19094 keeps all its traffic on the proxy.
 const (
