@@ -41,7 +41,7 @@ type Relay struct {
 	CheckpointSkipped prometheus.Counter
 	// EventsRedelivered counts events handed to the publisher again after
 	// a restart or failover that an earlier run had handed to it already
-	// (possible duplicates; see docs/operations.md for how exact it is).
+	// (possible duplicates; see docs/observability.md for how exact it is).
 	EventsRedelivered prometheus.Counter
 	// TopicPartitionChanges counts partition-count changes of a topic the
 	// relay switched to, by topic (each switch waited until the topic's
