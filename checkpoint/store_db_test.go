@@ -287,10 +287,17 @@ func TestDBResume(t *testing.T) {
 	}
 }
 
-// A fence taken against the server bounds the xids: a transaction running
-// across it has xid >= Xmin, one that starts after it xid >= Xmax.
+// A fence taken against the server bounds the xids: a transaction that
+// committed before it has xid < Xmax, one running across it xid >= Xmin,
+// one that starts after it xid >= Xmax. (A transaction running across the
+// fence may have xid >= Xmax too: Xmax is one past the newest completed
+// xid, not the next one to be assigned.)
 func TestDBCaptureFence(t *testing.T) {
 	e := newDBEnv(t)
+	var committed uint64
+	if err := e.pool.QueryRow(e.ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := e.pool.Begin(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -311,8 +318,11 @@ func TestDBCaptureFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	end, _ := pglogrepl.ParseLSN(wal)
-	if f.Xmin > running || running >= f.Xmax || later < f.Xmax || f.LSN == 0 || f.LSN > end || f.At.Before(before) || f.At.After(time.Now()) {
-		t.Fatalf("fence %+v: running xid %d, later xid %d, WAL %s", f, running, later, end)
+	if f.Xmin > running || committed >= f.Xmax || later < f.Xmax || f.Xmin > f.Xmax {
+		t.Fatalf("fence %+v: committed xid %d, running xid %d, later xid %d", f, committed, running, later)
+	}
+	if f.LSN == 0 || f.LSN > end || f.At.Before(before) || f.At.After(time.Now()) {
+		t.Fatalf("fence %+v, WAL at %s", f, end)
 	}
 }
 
