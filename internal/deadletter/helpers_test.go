@@ -58,7 +58,7 @@ func (d errDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) 
 	return pgconn.CommandTag{}, d.err
 }
 func (d errDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, d.err }
-func (d errDB) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{d.err} }
+func (d errDB) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow(d) }
 func (d errDB) Begin(context.Context) (pgx.Tx, error)                   { return nil, d.err }
 
 type errRow struct{ err error }
