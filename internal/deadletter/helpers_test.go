@@ -1,0 +1,221 @@
+package deadletter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// errNoDB is what noDB returns: the code under test was not supposed to
+// reach the database at all.
+var errNoDB = errors.New("test: unexpected database call")
+
+// noDB is a DB that fails the test on any call: the branches tested with
+// it must be decided in memory.
+type noDB struct{ t testing.TB }
+
+func (d noDB) fail(sql string) {
+	d.t.Helper()
+	d.t.Errorf("unexpected database call: %.60s", sql)
+}
+
+func (d noDB) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	d.fail(sql)
+	return pgconn.CommandTag{}, errNoDB
+}
+
+func (d noDB) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
+	d.fail(sql)
+	return nil, errNoDB
+}
+
+func (d noDB) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
+	d.fail(sql)
+	return errRow{errNoDB}
+}
+
+func (d noDB) Begin(context.Context) (pgx.Tx, error) {
+	d.fail("BEGIN")
+	return nil, errNoDB
+}
+
+// errDB fails every call with err, as a broken connection does.
+type errDB struct{ err error }
+
+func (d errDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, d.err
+}
+func (d errDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, d.err }
+func (d errDB) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow(d) }
+func (d errDB) Begin(context.Context) (pgx.Tx, error)                   { return nil, d.err }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+var testTable = migrations.Table{Schema: "public", Name: "outbox"}
+
+// event returns a complete event of aggregate typ/agg at position lsn/ord.
+func event(id, typ, agg string, lsn pglogrepl.LSN, ord int) *replication.Event {
+	return &replication.Event{
+		EventID: id, AggregateType: typ, AggregateID: agg, AggregateVersion: "7", EventType: "created",
+		SchemaVersion: "2", Payload: []byte(`{"id":"` + id + `"}`), Headers: []byte(`{"trace":"t-` + id + `"}`),
+		CommitTime: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), TxLSN: lsn, Ordinal: ord,
+	}
+}
+
+// dbEnv is one test's isolated schema with the project's migrations applied.
+type dbEnv struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	tbl   migrations.Table
+	store *Store
+}
+
+// newDBEnv skips t unless the local stack is configured, and otherwise
+// creates a schema of its own (dropped at the end) holding an outbox table
+// migrated to the latest version. The test runs in parallel with others.
+func newDBEnv(t *testing.T) *dbEnv {
+	t.Helper()
+	e := newEmptyDBEnv(t)
+	if _, err := migrations.Apply(e.ctx, e.pool, e.tbl, migrations.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newEmptyDBEnv is newDBEnv without the migrations: the schema does not
+// exist yet.
+func newEmptyDBEnv(t *testing.T) *dbEnv {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "t_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		defer pool.Close()
+		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	tbl := migrations.Table{Schema: schema, Name: "outbox"}
+	return &dbEnv{ctx: ctx, pool: pool, tbl: tbl, store: NewStore(pool, tbl)}
+}
+
+// exec runs sql, failing the test on error.
+func (e *dbEnv) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.pool.Exec(e.ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// dlTable is the quoted dead-letter table.
+func (e *dbEnv) dlTable() string { return migrations.DeadLetterTable(e.tbl).Quoted() }
+
+// setSystem rewrites the system identifier of a row (nil: NULL, as rows
+// written before migration 5 have).
+func (e *dbEnv) setSystem(t *testing.T, eventID string, system any) {
+	t.Helper()
+	e.exec(t, `UPDATE `+e.dlTable()+` SET system_identifier = $2 WHERE event_id = $1`, eventID, system)
+}
+
+// status returns the status of a row of the env's outbox table ("" when
+// there is none).
+func (e *dbEnv) status(t *testing.T, eventID string) string {
+	t.Helper()
+	var s string
+	err := e.pool.QueryRow(e.ctx, `SELECT status FROM `+e.dlTable()+` WHERE outbox_table = $1 AND event_id = $2`,
+		e.tbl.String(), eventID).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// quarantine returns a quarantine over the env's store.
+func (e *dbEnv) quarantine(t *testing.T, p Policy) *Quarantine {
+	t.Helper()
+	q, err := NewQuarantine(e.ctx, e.store, p, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// poison dead-letters ev through q, failing the test on error.
+func poison(t *testing.T, q *Quarantine, ev *replication.Event) {
+	t.Helper()
+	if err := q.Poison(context.Background(), ev, "orders", "permanent", "message too large"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hold calls q.Hold, failing the test on error.
+func hold(t *testing.T, q *Quarantine, ev *replication.Event) bool {
+	t.Helper()
+	held, err := q.Hold(context.Background(), ev, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// ids returns the event ids of entries.
+func ids(entries []Entry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.EventID
+	}
+	return out
+}
+
+// recWriter records what it publishes and fails the events in fail.
+type recWriter struct {
+	got  []*replication.Event
+	fail map[string]error
+}
+
+func (w *recWriter) Write(_ context.Context, ev *replication.Event) error {
+	if err := w.fail[ev.EventID]; err != nil {
+		return err
+	}
+	w.got = append(w.got, ev)
+	return nil
+}
+
+func (w *recWriter) ids() []string {
+	out := make([]string, len(w.got))
+	for i, ev := range w.got {
+		out[i] = ev.EventID
+	}
+	return out
+}
