@@ -1,11 +1,9 @@
 package checkpoint
 
 import (
+	"log/slog"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
-// testLogger is the one place this package's tests build a logger: when
-// the constructors switch to *slog.Logger, only this function changes.
-func testLogger(testing.TB) zerolog.Logger { return zerolog.Nop() }
+// testLogger is the one place this package's tests build a logger.
+func testLogger(testing.TB) *slog.Logger { return slog.New(slog.DiscardHandler) }

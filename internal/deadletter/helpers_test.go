@@ -162,9 +162,9 @@ func (e *dbEnv) status(t *testing.T, eventID string) string {
 }
 
 // quarantine returns a quarantine over the env's store.
-func (e *dbEnv) quarantine(t *testing.T, p Policy) *Quarantine {
+func (e *dbEnv) quarantine(t *testing.T, p Policy) *Queue {
 	t.Helper()
-	q, err := NewQuarantine(e.ctx, e.store, p, testLogger(t))
+	q, err := NewQueue(e.ctx, e.store, p, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func (e *dbEnv) quarantine(t *testing.T, p Policy) *Quarantine {
 }
 
 // poison dead-letters ev through q, failing the test on error.
-func poison(t *testing.T, q *Quarantine, ev *replication.Event) {
+func poison(t *testing.T, q *Queue, ev *replication.Event) {
 	t.Helper()
 	if err := q.Poison(context.Background(), ev, "orders", "permanent", "message too large"); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func poison(t *testing.T, q *Quarantine, ev *replication.Event) {
 }
 
 // hold calls q.Hold, failing the test on error.
-func hold(t *testing.T, q *Quarantine, ev *replication.Event) bool {
+func hold(t *testing.T, q *Queue, ev *replication.Event) bool {
 	t.Helper()
 	held, err := q.Hold(context.Background(), ev, "orders")
 	if err != nil {

@@ -44,7 +44,7 @@ func TestHaltError(t *testing.T) {
 // Under PolicyHalt a poison event stops the relay: nothing is written (the
 // database is never touched) and the aggregate is not quarantined.
 func TestPoisonUnderHaltWritesNothing(t *testing.T) {
-	q := &Quarantine{store: NewStore(noDB{t}, testTable), policy: PolicyHalt, log: testLogger(t), open: map[Aggregate]replication.Position{}}
+	q := &Queue{store: NewStore(noDB{t}, testTable), policy: PolicyHalt, log: testLogger(t), open: map[Aggregate]replication.Position{}}
 	dead := 0
 	q.OnDead = func() { dead++ }
 	err := q.Poison(context.Background(), event("e-1", "order", "9", 0x100, 0), "orders", "permanent", "too large")
@@ -64,7 +64,7 @@ func TestPoisonUnderHaltWritesNothing(t *testing.T) {
 // not after its aggregate's open position.
 func TestHoldDecidedInMemory(t *testing.T) {
 	poison := replication.Position{TxLSN: 0x500, Ordinal: 3}
-	q := &Quarantine{store: NewStore(noDB{t}, testTable), policy: PolicyQuarantine, log: testLogger(t),
+	q := &Queue{store: NewStore(noDB{t}, testTable), policy: PolicyQuarantine, log: testLogger(t),
 		open: map[Aggregate]replication.Position{{"order", "9"}: poison}}
 	q.OnPark = func() { t.Error("OnPark called for an event that was not parked") }
 	ctx := context.Background()
@@ -94,7 +94,7 @@ func TestHoldDecidedInMemory(t *testing.T) {
 // the caller, which must then not acknowledge the event.
 func TestHoldDatabaseErrorIsReturned(t *testing.T) {
 	boom := errors.New("connection reset")
-	q := &Quarantine{store: NewStore(errDB{boom}, testTable), policy: PolicyQuarantine, log: testLogger(t),
+	q := &Queue{store: NewStore(errDB{boom}, testTable), policy: PolicyQuarantine, log: testLogger(t),
 		open: map[Aggregate]replication.Position{{"order", "9"}: {TxLSN: 0x500}}}
 	held, err := q.Hold(context.Background(), event("late", "order", "9", 0x600, 0), "orders")
 	if held || !errors.Is(err, boom) {
@@ -113,8 +113,8 @@ func TestHoldDatabaseErrorIsReturned(t *testing.T) {
 
 func TestNewQuarantineReadError(t *testing.T) {
 	boom := errors.New("relation does not exist")
-	if _, err := NewQuarantine(context.Background(), NewStore(errDB{boom}, testTable), PolicyQuarantine, testLogger(t)); !errors.Is(err, boom) {
-		t.Fatalf("NewQuarantine = %v, want %v", err, boom)
+	if _, err := NewQueue(context.Background(), NewStore(errDB{boom}, testTable), PolicyQuarantine, testLogger(t)); !errors.Is(err, boom) {
+		t.Fatalf("NewQueue = %v, want %v", err, boom)
 	}
 }
 

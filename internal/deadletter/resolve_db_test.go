@@ -12,7 +12,7 @@ import (
 
 // quarantined writes a poison event and two parked ones of order/9, and an
 // unrelated quarantined aggregate, and returns the quarantine.
-func quarantined(t *testing.T, e *dbEnv) *Quarantine {
+func quarantined(t *testing.T, e *dbEnv) *Queue {
 	t.Helper()
 	q := e.quarantine(t, PolicyQuarantine)
 	poison(t, q, event("p", "order", "9", 0x500, 3))

@@ -174,7 +174,7 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 	}
 	sb := NewStore(e.pool, other)
 	qa := e.quarantine(t, PolicyQuarantine)
-	qb, err := NewQuarantine(e.ctx, sb, PolicyQuarantine, testLogger(t))
+	qb, err := NewQueue(e.ctx, sb, PolicyQuarantine, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 	if _, err := e.store.FindAggregate(e.ctx, "7", ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("store A finds B's aggregate: %v", err)
 	}
-	fresh, err := NewQuarantine(e.ctx, e.store, PolicyQuarantine, testLogger(t))
+	fresh, err := NewQueue(e.ctx, e.store, PolicyQuarantine, testLogger(t))
 	if err != nil || fresh.Quarantined() != 1 {
 		t.Fatalf("quarantine of A reloads %d aggregates, %v; want 1", fresh.Quarantined(), err)
 	}
