@@ -87,8 +87,14 @@ func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer) (
 		return Result{}, fmt.Errorf("event %s is %s, not open", eventID, e.Status)
 	}
 	return s.resolve(ctx, e.Aggregate, w, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE `+s.table+` SET status = 'discarded', resolved_at = now(), resolution = $3
-			WHERE outbox_table = $1 AND event_id = $2`, s.outbox, eventID, "discarded: "+reason)
+		// The status is checked again under the aggregate's lock: a dlq
+		// retry that held it may have published the event meanwhile, and
+		// its record must not then say "discarded".
+		tag, err := tx.Exec(ctx, `UPDATE `+s.table+` SET status = 'discarded', resolved_at = now(), resolution = $3
+			WHERE outbox_table = $1 AND event_id = $2 AND status IN ('dead', 'parked')`, s.outbox, eventID, "discarded: "+reason)
+		if err == nil && tag.RowsAffected() == 0 {
+			return fmt.Errorf("event %s was resolved meanwhile (by a concurrent dlq retry or discard); nothing discarded: see dlq show %s", eventID, eventID)
+		}
 		return err
 	})
 }

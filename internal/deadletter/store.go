@@ -216,12 +216,14 @@ type Filter struct {
 	Limit int
 }
 
-// List returns entries in commit order.
+// List returns entries in commit order, as the quarantine and a retry see
+// it: rows another system wrote (before a restore or an upgrade by
+// dump/restore) first, since they predate everything this system wrote.
 func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 	q := `SELECT ` + entryColumns + ` FROM ` + s.table + ` WHERE outbox_table = $1
 		AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR aggregate_type = $3)
 		AND ($4 OR status IN ('dead', 'parked'))
-		ORDER BY tx_lsn, tx_ordinal, event_id LIMIT $5`
+		ORDER BY `+sameSystem+`, tx_lsn, tx_ordinal, event_id LIMIT $5`
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}

@@ -205,15 +205,12 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 	}
 }
 
-// BUG: List orders rows by their LSN alone, so a dead letter written by
-// another PostgreSQL system (a dump restored into a new cluster, whose LSNs
-// restart lower) is listed after the new cluster's rows of the same
-// aggregate. The quarantine (open) and retry (resolve) treat such a row as
-// earlier than every new event, so `dlq list`, documented as "in commit
-// order", shows the parked events before the poison event a retry
-// publishes first.
+// A dead letter written by another PostgreSQL system (a dump restored into
+// a new cluster, whose LSNs restart lower) is listed before the new
+// cluster's rows, as the quarantine (open) and a retry (resolve) order it:
+// ordered by LSN alone, `dlq list`, documented as "in commit order", would
+// show the parked events before the poison event a retry publishes first.
 func TestDBListForeignSystemRowFirst(t *testing.T) {
-	t.Skip("BUG: Store.List orders foreign-system rows by their old LSN (after this system's rows), unlike Retry and the quarantine, which put them first")
 	e := newDBEnv(t)
 	q := e.quarantine(t, PolicyQuarantine)
 	poison(t, q, event("old", "order", "9", 0x9000, 0))
