@@ -223,7 +223,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 	q := `SELECT ` + entryColumns + ` FROM ` + s.table + ` WHERE outbox_table = $1
 		AND ($2 = '' OR aggregate_id = $2) AND ($3 = '' OR aggregate_type = $3)
 		AND ($4 OR status IN ('dead', 'parked'))
-		ORDER BY `+sameSystem+`, tx_lsn, tx_ordinal, event_id LIMIT $5`
+		ORDER BY ` + sameSystem + `, tx_lsn, tx_ordinal, event_id LIMIT $5`
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
