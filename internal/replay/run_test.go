@@ -76,8 +76,10 @@ func TestRunAgainstStack(t *testing.T) {
 	var pub *recorder
 	var out bytes.Buffer
 	deps := Deps{
-		Pool:         pool,
-		Identify:     func(context.Context) (checkpoint.Identity, error) { return checkpoint.Identity{SystemID: "1", Timeline: 1}, nil },
+		Pool: pool,
+		Identify: func(context.Context) (checkpoint.Identity, error) {
+			return checkpoint.Identity{SystemID: "1", Timeline: 1}, nil
+		},
 		NewPublisher: func() Publisher { pub = &recorder{}; return pub },
 		Out:          &out,
 	}

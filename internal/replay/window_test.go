@@ -37,7 +37,9 @@ type history struct {
 	askedByIdent checkpoint.Identity
 }
 
-func (h *history) Latest(context.Context) (checkpoint.Checkpoint, error) { return h.latest, h.latestErr }
+func (h *history) Latest(context.Context) (checkpoint.Checkpoint, error) {
+	return h.latest, h.latestErr
+}
 
 func (h *history) FenceBefore(_ context.Context, id checkpoint.Identity, lsn pglogrepl.LSN) (checkpoint.Fence, bool, error) {
 	h.askedLSN, h.askedByIdent = append(h.askedLSN, lsn), id
