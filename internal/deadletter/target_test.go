@@ -2,14 +2,9 @@ package deadletter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -34,21 +29,10 @@ func (w *writer) Write(_ context.Context, ev *replication.Event) error {
 // aggregate id (refusing an ambiguous one); a retry re-publishes the
 // aggregate's open rows in order and stops at the first that still fails.
 func TestFindAndRetryAgainstStack(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
+	pool := testenv.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := "deadletter_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	})
-	table, err := migrations.ParseTable(schema + ".outbox")
+	table, err := migrations.ParseTable(testenv.Schema(t, pool, "deadletter") + ".outbox")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,9 @@ package doctor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -30,21 +25,10 @@ func TestSplitTopics(t *testing.T) {
 }
 
 func TestOutboxTopicsAgainstStack(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
+	pool := testenv.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := "doctor_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	})
-	table, err := migrations.ParseTable(schema + ".outbox")
+	table, err := migrations.ParseTable(testenv.Schema(t, pool, "doctor") + ".outbox")
 	if err != nil {
 		t.Fatal(err)
 	}

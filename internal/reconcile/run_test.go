@@ -2,16 +2,14 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
@@ -24,24 +22,12 @@ import (
 // consumer processed one of those; Run reports the third as missing from
 // Kafka and the second as not consumed.
 func TestRunAgainstStack(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
 	brokers := testenv.KafkaBrokers(t)
+	pool := testenv.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	sfx := hex.EncodeToString(b)
-	schema, inboxSchema := "reconcile_"+sfx, "reconcile_inbox_"+sfx
-	for _, s := range []string{schema, inboxSchema} {
-		t.Cleanup(func() {
-			_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
-		})
-	}
+	schema, inboxSchema := testenv.Schema(t, pool, "reconcile"), testenv.Schema(t, pool, "reconcile_inbox")
+	sfx := strings.TrimPrefix(schema, "reconcile_")
 	table, err := migrations.ParseTable(schema + ".outbox")
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +87,7 @@ func TestRunAgainstStack(t *testing.T) {
 		},
 	}
 	cfg := Config{Table: table, Template: tmpl, Since: 10 * time.Minute, MaxList: 10, ReadTimeout: 20 * time.Second,
-		Consumer: consumer, ConsumerURL: dbURL, ConsumerSchema: inboxSchema}
+		Consumer: consumer, ConsumerURL: testenv.DatabaseURL(t), ConsumerSchema: inboxSchema}
 	rep, err := Run(ctx, cfg, deps)
 	if err != nil {
 		t.Fatal(err)

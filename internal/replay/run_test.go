@@ -3,8 +3,6 @@ package replay
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -45,21 +41,10 @@ func (r *recorder) Close() error        { r.closed = true; return nil }
 // TestRunAgainstStack: a dry run lists without publishing; a replay
 // publishes every selected event, in order per aggregate, marked.
 func TestRunAgainstStack(t *testing.T) {
-	dbURL := testenv.DatabaseURL(t)
+	pool := testenv.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := "replay_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	})
-	table, err := migrations.ParseTable(schema + ".outbox")
+	table, err := migrations.ParseTable(testenv.Schema(t, pool, "replay") + ".outbox")
 	if err != nil {
 		t.Fatal(err)
 	}
