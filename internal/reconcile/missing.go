@@ -20,6 +20,7 @@ type MissingEvent struct {
 	DeadLetter string
 }
 
+// String is the event's line in the report.
 func (e MissingEvent) String() string {
 	s := fmt.Sprintf("%s  %s %s v%d  %s  committed %s", e.EventID, e.AggregateType, e.AggregateID, e.AggregateVersion,
 		e.EventType, e.CreatedAt.UTC().Format(time.RFC3339))
@@ -37,6 +38,7 @@ type UnconsumedEvent struct {
 	EventType            string
 }
 
+// String is the event's line in the report.
 func (e UnconsumedEvent) String() string {
 	return fmt.Sprintf("%s  %s v%d  %s", e.EventID, e.AggregateID, e.AggregateVersion, e.EventType)
 }
