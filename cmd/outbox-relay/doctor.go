@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
@@ -52,29 +51,9 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Cleanup: outboxRetention > 0,
 	}, rep)
 
-	var names []string
-	for _, t := range strings.Split(topics, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			names = append(names, t)
-		}
-	}
+	names := doctor.SplitTopics(topics)
 	if len(names) == 0 {
-		// A bounded sample of the outbox names the topics in use.
-		rows, err := pool.Query(ctx, `SELECT DISTINCT aggregate_type, event_type FROM (SELECT aggregate_type, event_type FROM `+
-			cfg.table.Quoted()+` LIMIT 10000) s LIMIT 100`)
-		if err == nil {
-			seen := map[string]bool{}
-			for rows.Next() {
-				var at, et string
-				if rows.Scan(&at, &et) == nil {
-					if n := cfg.template.Render(at, et); !seen[n] {
-						seen[n] = true
-						names = append(names, n)
-					}
-				}
-			}
-			rows.Close()
-		}
+		names = doctor.OutboxTopics(ctx, pool, cfg.table, cfg.template.Render)
 	}
 	kt := doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe, Security: cfg.kafkaSecurity}
 	doctor.CheckKafka(ctx, kt, rep)

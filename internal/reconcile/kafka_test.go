@@ -1,0 +1,57 @@
+package reconcile
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
+)
+
+func TestFirstOffset(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		offsets map[int64]time.Time
+		want    int64
+	}{
+		{nil, -1},
+		{map[int64]time.Time{-1: now}, -1},
+		{map[int64]time.Time{7: now}, 7},
+		{map[int64]time.Time{9: now, 4: now, -1: now}, 4},
+	} {
+		if got := firstOffset(tc.offsets); got != tc.want {
+			t.Errorf("firstOffset(%v) = %d, want %d", tc.offsets, got, tc.want)
+		}
+	}
+}
+
+func TestOffsetRequests(t *testing.T) {
+	at := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	byTime := offsetRequests("t", []int{0, 2}, at)["t"]
+	if len(byTime) != 2 || byTime[1].Partition != 2 || byTime[1].Timestamp != at.UnixMilli() {
+		t.Errorf("by time: %+v", byTime)
+	}
+	last := offsetRequests("t", []int{1}, time.Time{})["t"]
+	if len(last) != 1 || last[0] != kafka.LastOffsetOf(1) {
+		t.Errorf("end: %+v", last)
+	}
+}
+
+func TestEventIDOf(t *testing.T) {
+	id := uuid.New()
+	for _, tc := range []struct {
+		name    string
+		headers []kafka.Header
+		ok      bool
+	}{
+		{"none", nil, false},
+		{"valid", []kafka.Header{{Key: "event_type", Value: []byte("x")}, {Key: "event_id", Value: []byte(id.String())}}, true},
+		{"invalid", []kafka.Header{{Key: "event_id", Value: []byte("nope")}}, false},
+		{"first wins", []kafka.Header{{Key: "event_id", Value: []byte("nope")}, {Key: "event_id", Value: []byte(id.String())}}, false},
+	} {
+		got, ok := eventIDOf(kafka.Message{Headers: tc.headers})
+		if ok != tc.ok || ok && got != id {
+			t.Errorf("%s: %v %v", tc.name, got, ok)
+		}
+	}
+}
