@@ -81,8 +81,8 @@ func TestLeaderConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lc := cfg.leaderConfig(); lc.Timeout != 4*time.Second || lc.KeepaliveInterval != 500*time.Millisecond || lc.PollInterval != time.Second || lc.Slot != "outbox_relay" {
-		t.Fatalf("leader config %+v", lc)
+	if rc := cfg.relayConfig(); rc.Leader.Timeout != 4*time.Second || rc.Leader.KeepaliveInterval != 500*time.Millisecond || rc.Leader.PollInterval != time.Second || rc.Database.Slot != "outbox_relay" {
+		t.Fatalf("leader config %+v", rc.Leader)
 	}
 	_, err = parse("run", "", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"},
 		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})

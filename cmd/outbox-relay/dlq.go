@@ -101,8 +101,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	w := publisher.NewSyncWriter(publisher.Config{
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatchBytes: cfg.MaxBatchBytes,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
-		Security: cfg.kafkaSecurity,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
+		Transport: cfg.kafkaTransport("outbox-relay-dlq"),
 	})
 	defer w.Close()
 	var res deadletter.Result

@@ -225,9 +225,9 @@ func runReplay(ctx context.Context, pool *pgxpool.Pool, cfg *config, src *backfi
 	log := newLogger(cfg, stderr)
 	pub := publisher.New(publisher.Config{
 		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, Linger: cfg.Linger,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
-		UnknownTopicTimeout: cfg.UnknownTopicWait, Security: cfg.kafkaSecurity,
+		UnknownTopicTimeout: cfg.UnknownTopicWait, Transport: cfg.kafkaTransport("outbox-relay"),
 	}, log, nil)
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: progressPrinter(stderr, "replay")}
