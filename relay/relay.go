@@ -148,7 +148,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	} else if !up {
 		return nil // stopped before Kafka answered
 	}
-	go r.observe(ctx)
+	observing, stop := context.WithCancel(ctx)
+	defer stop()
+	go r.observe(observing)
 	return r.campaign(ctx)
 }
 
