@@ -18,68 +18,35 @@ import (
 )
 
 // config is every subcommand's configuration, from flags with
-// OUTBOX_RELAY_* environment fallbacks. The relay's knobs map to
-// relay.Config (relayConfig), which validates them; the rest are the
+// OUTBOX_RELAY_* environment fallbacks, named after the flags. The relay's
+// knobs map to relay.Config (relayConfig), which validates them; the rest
+// (logging, --metrics-addr, --pprof, --max-procs, migrate's) are the
 // binary's own.
 type config struct {
-	DatabaseURL       string
-	KafkaBrokers      string
-	Slot              string
-	Publication       string
-	Table             string
-	TopicTemplate     string
-	MetricsAddr       string
-	LogLevel          string
-	LogFormat         string
-	HeartbeatInterval time.Duration
-	StatusInterval    time.Duration
-	ShutdownTimeout   time.Duration
-	MaxInflightEvents int
-	MaxInflightBytes  int64
-	MaxBatch          int
-	MaxBatchBytes     int
-	Linger            time.Duration
-	BackoffBase       time.Duration
-	BackoffMax        time.Duration
-	CreateTopics      bool
-	TopicPartitions   int
-	TopicReplication  int
-	PayloadType       string
-	PoisonPolicy      string
-	MetadataTTL       time.Duration
-	UnknownTopicWait  time.Duration
-	PartitionRefresh  time.Duration
-	TopicIdleTimeout  time.Duration
-	SlotCheckInterval time.Duration
-	PProf             bool
-	// MaxProcs is the GOMAXPROCS the run command sets (0: the Go
+	DatabaseURL, Slot, Publication, Table                  string
+	KafkaBrokers, TopicTemplate, PoisonPolicy, PayloadType string
+	MetricsAddr, LogLevel, LogFormat                       string
+	HeartbeatInterval, StatusInterval, SlotCheckInterval   time.Duration
+	WALSenderTimeout, ShutdownTimeout, StallTimeout        time.Duration
+	MaxInflightEvents, MaxBatch, MaxBatchBytes             int
+	MaxInflightBytes, WALDiskBudget                        int64
+	Linger, BackoffBase, BackoffMax, MetadataTTL           time.Duration
+	UnknownTopicWait, PartitionRefresh, TopicIdleTimeout   time.Duration
+	CreateTopics, PProf                                    bool
+	TopicPartitions, TopicReplication                      int
+	CheckpointInterval, CheckpointRetention, StatsInterval time.Duration
+	LeaderPollInterval, LeaderKeepaliveInterval            time.Duration
+	LeaderTimeout                                          time.Duration
+	CleanupSchedule                                        relay.CleanupConfig
+	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go
 	// runtime's own choice); see procs.go.
-	MaxProcs            int
-	CheckpointInterval  time.Duration
-	CheckpointRetention time.Duration
-	CleanupSchedule     relay.CleanupConfig
-	StallTimeout        time.Duration
-	StatsInterval       time.Duration
-	WALDiskBudget       int64
-
-	LeaderPollInterval      time.Duration
-	LeaderKeepaliveInterval time.Duration
-	LeaderTimeout           time.Duration
-	WALSenderTimeout        time.Duration
-
-	// Security: Kafka TLS/SASL (kafkaconn.Config's TLS.* and SASL.*
-	// fields), the least-privilege role migrate grants.
-	KafkaTLS           bool
-	KafkaTLSCAFile     string
-	KafkaTLSCertFile   string
-	KafkaTLSKeyFile    string
-	KafkaTLSServerName string
-	KafkaTLSInsecure   bool
-	KafkaSASLMechanism string
-	KafkaSASLUsername  string
-	KafkaSASLPassword  string
-	GrantRole          string
-	GrantCleanup       bool
+	MaxProcs int
+	// Kafka TLS and SASL (kafkaconn.Config's TLS.* and SASL.* fields),
+	// and the least-privilege role migrate grants.
+	KafkaTLS, KafkaTLSInsecure, GrantCleanup                  bool
+	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile         string
+	KafkaTLSServerName, KafkaSASLMechanism, KafkaSASLUsername string
+	KafkaSASLPassword, GrantRole                              string
 
 	// Derived by validate.
 	kafkaSecurity kafkaconn.Security

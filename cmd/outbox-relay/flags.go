@@ -4,8 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,9 +27,11 @@ func envName(flagName string) string {
 type flagBinder struct {
 	fs   *flag.FlagSet
 	errs []error
-	// fields maps the relay.Config fields of the bound flags to their
-	// names ("--max-batch"), and examples the required ones to an example
-	// value: relay's FieldErrors are printed in the flags' terms.
+	// fields maps the config fields (relay.Config's, kafkaconn.Config's)
+	// of the bound flags to the flags' names ("--max-batch"), examples
+	// the required ones to an example value, and groups a rule over
+	// several fields to their flags: validation errors are printed in
+	// the flags' terms.
 	fields, examples map[string]string
 	groups           map[string][]string
 }
@@ -39,33 +42,44 @@ type binding struct {
 	name string
 }
 
-// to records that the flag sets relay.Config's field (a Go path such as
+// to records that the flag sets field (a Go path such as
 // "Publish.MaxBatch").
 func (x binding) to(field string) binding {
 	if x.b.fields == nil {
-		x.b.fields, x.b.examples = map[string]string{}, map[string]string{}
+		x.b.fields, x.b.examples, x.b.groups = map[string]string{}, map[string]string{}, map[string][]string{}
 	}
 	x.b.fields[field] = "--" + x.name
 	return x
 }
 
+// required gives the example a missing value's error suggests.
+func (x binding) required(field, example string) {
+	x.to(field).b.examples[field] = example
+}
+
 // group names the flags of a rule over a group's fields ("Leader"); its
 // errors list them with their values.
 func (b *flagBinder) group(field string, names ...string) {
-	binding{b, names[0]}.to(field)
-	b.groups = map[string][]string{field: names}
-}
-
-// required gives the example a missing value's error suggests.
-func (x binding) required(field, example string) {
-	x.to(field)
-	x.b.examples[field] = example
+	binding{b, names[0]}.to(field).b.groups[field] = names
 }
 
 func (b *flagBinder) env(name string) (string, bool) { return os.LookupEnv(envName(name)) }
 
 func (b *flagBinder) usage(name, help string) string {
 	return fmt.Sprintf("%s (env %s)", help, envName(name))
+}
+
+// envDefault is def, or the environment's value for the flag name parsed
+// by parse; a malformed value is reported at validation ("is not what").
+func envDefault[T any](b *flagBinder, name string, def T, parse func(string) (T, error), what string) T {
+	if v, ok := b.env(name); ok {
+		t, err := parse(v)
+		if err == nil {
+			return t
+		}
+		b.errs = append(b.errs, fmt.Errorf("%s=%q is not %s", envName(name), v, what))
+	}
+	return def
 }
 
 func (b *flagBinder) str(p *string, name, def, help string) binding {
@@ -97,54 +111,24 @@ func (b *flagBinder) secret(p *string, name, def, help string) binding {
 }
 
 func (b *flagBinder) dur(p *time.Duration, name string, def time.Duration, help string) binding {
-	if v, ok := b.env(name); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a duration: use a value like 500ms, 10s or 1m", envName(name), v))
-		} else {
-			def = d
-		}
-	}
+	def = envDefault(b, name, def, time.ParseDuration, "a duration: use a value like 500ms, 10s or 1m")
 	b.fs.DurationVar(p, name, def, b.usage(name, help))
 	return binding{b, name}
 }
 
 func (b *flagBinder) int(p *int, name string, def int, help string) binding {
-	if v, ok := b.env(name); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
-		} else {
-			def = n
-		}
-	}
-	b.fs.IntVar(p, name, def, b.usage(name, help))
+	b.fs.IntVar(p, name, envDefault(b, name, def, strconv.Atoi, "an integer"), b.usage(name, help))
 	return binding{b, name}
 }
 
 func (b *flagBinder) int64(p *int64, name string, def int64, help string) binding {
-	if v, ok := b.env(name); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
-		} else {
-			def = n
-		}
-	}
-	b.fs.Int64Var(p, name, def, b.usage(name, help))
+	parse := func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
+	b.fs.Int64Var(p, name, envDefault(b, name, def, parse, "an integer"), b.usage(name, help))
 	return binding{b, name}
 }
 
 func (b *flagBinder) bool(p *bool, name string, def bool, help string) binding {
-	if v, ok := b.env(name); ok {
-		t, err := strconv.ParseBool(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a boolean: use true or false", envName(name), v))
-		} else {
-			def = t
-		}
-	}
-	b.fs.BoolVar(p, name, def, b.usage(name, help))
+	b.fs.BoolVar(p, name, envDefault(b, name, def, strconv.ParseBool, "a boolean: use true or false"), b.usage(name, help))
 	return binding{b, name}
 }
 
@@ -165,32 +149,15 @@ func (b *flagBinder) flagError(fe *relay.FieldError) error {
 		}
 		name = strings.Join(flags, ", ")
 	}
-	// Err may name other fields too: "use at least Publish.MaxBatchBytes".
+	// Err may name other fields too ("use at least Publish.MaxBatchBytes"):
+	// longest first, so that Publish.MaxBatchBytes is not read as
+	// Publish.MaxBatch.
+	fields := slices.SortedFunc(maps.Keys(b.fields), func(x, y string) int { return len(y) - len(x) })
 	var pairs []string
-	for f, n := range b.fields {
+	for _, f := range fields {
 		if strings.Contains(f, ".") {
-			pairs = append(pairs, f, n)
+			pairs = append(pairs, f, b.fields[f])
 		}
 	}
-	sort.Sort(longestFirst(pairs)) // Publish.MaxBatchBytes before Publish.MaxBatch
-	return &renamedError{strings.NewReplacer(pairs...).Replace(name + strings.TrimPrefix(fe.Error(), fe.Field)), fe}
+	return errors.New(strings.NewReplacer(pairs...).Replace(name + strings.TrimPrefix(fe.Error(), fe.Field)))
 }
-
-// longestFirst orders old, new pairs by the length of old, longest first.
-type longestFirst []string
-
-func (p longestFirst) Len() int           { return len(p) / 2 }
-func (p longestFirst) Less(i, j int) bool { return len(p[2*i]) > len(p[2*j]) }
-func (p longestFirst) Swap(i, j int) {
-	p[2*i], p[2*j] = p[2*j], p[2*i]
-	p[2*i+1], p[2*j+1] = p[2*j+1], p[2*i+1]
-}
-
-// renamedError is a relay.FieldError with flag names.
-type renamedError struct {
-	msg string
-	fe  *relay.FieldError
-}
-
-func (e *renamedError) Error() string { return e.msg }
-func (e *renamedError) Unwrap() error { return e.fe }
