@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
@@ -30,45 +31,11 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	sctx, scancel := context.WithCancel(lctx)
 	defer scancel()
 	defer context.AfterFunc(ctx, scancel)()
-	st, err := r.slots.Status(sctx)
-	if err != nil {
-		if errors.Is(err, slot.ErrNotFound) {
-			return permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
-		}
-		return err
-	}
-	if err := r.slots.Check(sctx, st); err != nil {
-		var active *slot.ActiveError
-		if errors.As(err, &active) {
-			return r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
-		}
-		return permanentError{err}
-	}
-	// Resume exactly at the slot's confirmed position: an earlier LSN is
-	// moved forward by the server anyway, a later one would skip events.
-	start := st.ConfirmedFlushLSN
-
-	var params map[string]string
-	if r.cfg.Database.WALSenderTimeout > 0 {
-		params = map[string]string{"wal_sender_timeout": strconv.FormatInt(r.cfg.Database.WALSenderTimeout.Milliseconds(), 10)}
-	}
-	conn, err := replication.ConnectParams(sctx, r.cfg.Database.URL, params)
+	conn, start, resume, err := r.connect(ctx, sctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// Bounded: a cut network must not hold up the return to standby.
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	resume, err := r.resume(ctx, conn, st)
-	if err != nil {
-		if hint.Unfixable(err) { // e.g. a role without REPLICATION: reconnecting cannot help
-			return permanentError{err}
-		}
-		return err
-	}
+	defer closeConn(conn)
 
 	// The quarantine is what the table says now: while this process was a
 	// standby or reconnecting, another leader may have quarantined
@@ -117,6 +84,67 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	if err := s.Start(sctx, start); err != nil {
 		return err
 	}
+	fatal, err := r.drive(ctx, streamCtx, cancel, s, pub, tracker, start)
+	stopSaver()
+	if fatal != nil {
+		return permanentError{fatal}
+	}
+	err = r.classifyStreamErr(err)
+	if err == nil {
+		r.log.Info("final status sent", slog.String("stage", "shutdown"), slog.String("confirmed_flush_lsn", tracker.Flushed().String()))
+	}
+	return err
+}
+
+// connect checks the slot, opens the replication connection and compares
+// the slot with the saved checkpoint; start is where the stream resumes.
+func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start pglogrepl.LSN, rs resumeState, err error) {
+	st, err := r.slots.Status(sctx)
+	if err != nil {
+		if errors.Is(err, slot.ErrNotFound) {
+			err = permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
+		}
+		return nil, 0, rs, err
+	}
+	if err := r.slots.Check(sctx, st); err != nil {
+		var active *slot.ActiveError
+		if errors.As(err, &active) {
+			return nil, 0, rs, r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
+		}
+		return nil, 0, rs, permanentError{err}
+	}
+	var params map[string]string
+	if r.cfg.Database.WALSenderTimeout > 0 {
+		params = map[string]string{"wal_sender_timeout": strconv.FormatInt(r.cfg.Database.WALSenderTimeout.Milliseconds(), 10)}
+	}
+	if conn, err = replication.ConnectParams(sctx, r.cfg.Database.URL, params); err != nil {
+		return nil, 0, rs, err
+	}
+	if rs, err = r.resume(ctx, conn, st); err != nil {
+		closeConn(conn)
+		if hint.Unfixable(err) { // e.g. a role without REPLICATION: reconnecting cannot help
+			err = permanentError{err}
+		}
+		return nil, 0, rs, err
+	}
+	// Resume exactly at the slot's confirmed position: an earlier LSN is
+	// moved forward by the server anyway, a later one would skip events.
+	return conn, st.ConfirmedFlushLSN, rs, nil
+}
+
+// closeConn closes a replication connection, bounded: a cut network must
+// not hold up the return to standby.
+func closeConn(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// drive runs the started stream s until the end of ctx has drained it,
+// the leadership ends (streamCtx) or a permanent failure of the publisher
+// or the slot cancels it; fatal is that failure.
+func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc, s *replication.Stream,
+	pub *publisher.Publisher, tracker *checkpoint.Tracker, start pglogrepl.LSN) (fatal, err error) {
 	r.m.ReplicationStarts.Inc()
 	r.m.ReplicationUp.Set(1)
 	defer r.m.ReplicationUp.Set(0)
@@ -124,9 +152,9 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	defer r.streaming.Store(false)
 	r.log.Info("streaming", slog.String("stage", "stream"), slog.String("start_lsn", start.String()))
 
-	var fatal atomic.Pointer[error]
+	var failed atomic.Pointer[error]
 	setFatal := func(err error) {
-		fatal.CompareAndSwap(nil, &err)
+		failed.CompareAndSwap(nil, &err)
 		cancel()
 	}
 	go func() {
@@ -148,15 +176,10 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	idle := func() bool { return tracker.Stats().Events == 0 }
 	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
 	cancel()
-	stopSaver()
-	if f := fatal.Load(); f != nil {
-		return permanentError{*f}
+	if f := failed.Load(); f != nil {
+		return *f, err
 	}
-	err = r.classifyStreamErr(err)
-	if err == nil {
-		r.log.Info("final status sent", slog.String("stage", "shutdown"), slog.String("confirmed_flush_lsn", tracker.Flushed().String()))
-	}
-	return err
+	return nil, err
 }
 
 // sink connects the stream to the tracker and the publisher.
