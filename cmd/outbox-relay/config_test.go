@@ -49,6 +49,7 @@ func TestInvalidConfigSaysHowToFix(t *testing.T) {
 
 func TestMissingRequiredConfig(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "") // set when the stack's env is
 	_, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL=postgres://") ||
 		!strings.Contains(err.Error(), "OUTBOX_RELAY_KAFKA_BROKERS=") {
