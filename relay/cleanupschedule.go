@@ -39,16 +39,10 @@ func (s *cleanupSchedule) run(ctx context.Context, r *Relay) {
 	if s == nil {
 		return
 	}
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.cfg.Interval, func() bool {
 		s.once(ctx, r)
-	}
+		return true
+	})
 }
 
 func (s *cleanupSchedule) once(ctx context.Context, r *Relay) {

@@ -19,7 +19,29 @@ import (
 // max_slot_wal_keep_size or dropped can never deliver the WAL it lost, and
 // streaming on would hide that events may be missing.
 func (r *Relay) watchSlot(ctx context.Context, fail func(error)) {
-	t := time.NewTicker(r.cfg.Database.SlotCheckInterval)
+	every(ctx, r.cfg.Database.SlotCheckInterval, func() bool {
+		st, err := r.slots.Status(ctx)
+		switch {
+		case errors.Is(err, slot.ErrNotFound):
+			fail(fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err))
+			return false
+		case err != nil:
+			r.log.Debug("slot check failed", slog.String("stage", "slot_check"), slog.Any("error", err))
+		case st.LostError() != nil:
+			fail(st.LostError())
+			return false
+		default:
+			if r.quar != nil {
+				r.m.Quarantined.Set(float64(r.quar.Quarantined()))
+			}
+		}
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns false.
+func every(ctx context.Context, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -27,20 +49,8 @@ func (r *Relay) watchSlot(ctx context.Context, fail func(error)) {
 			return
 		case <-t.C:
 		}
-		st, err := r.slots.Status(ctx)
-		switch {
-		case errors.Is(err, slot.ErrNotFound):
-			fail(fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err))
+		if !f() {
 			return
-		case err != nil:
-			r.log.Debug("slot check failed", slog.String("stage", "slot_check"), slog.Any("error", err))
-		case st.LostError() != nil:
-			fail(st.LostError())
-			return
-		default:
-			if r.quar != nil {
-				r.m.Quarantined.Set(float64(r.quar.Quarantined()))
-			}
 		}
 	}
 }
@@ -83,36 +93,23 @@ func (r *Relay) heartbeat(ctx context.Context) {
 	if r.cfg.Database.HeartbeatInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(r.cfg.Database.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, r.cfg.Database.HeartbeatInterval, func() bool {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := r.pool.Exec(hctx, `SELECT pg_logical_emit_message(false, $1, '')`, replication.HeartbeatPrefix)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("heartbeat failed", slog.String("stage", "heartbeat"), slog.Any("error", err))
 		}
-	}
+		return true
+	})
 }
 
 // observe copies the window's state into gauges.
 func (r *Relay) observe(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() bool {
 		tr := r.tracker.Load()
 		if tr == nil {
-			continue
+			return true
 		}
 		s := tr.Stats()
 		if r.streaming.Load() {
@@ -127,5 +124,6 @@ func (r *Relay) observe(ctx context.Context) {
 		} else {
 			r.m.OldestUnackedAge.Set(time.Since(s.OldestCommit).Seconds())
 		}
-	}
+		return true
+	})
 }
