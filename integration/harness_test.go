@@ -94,9 +94,11 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// buildRelay builds ./cmd/outbox-relay into path and sets relayBin.
+// buildRelay builds ./cmd/outbox-relay into path and sets relayBin. The
+// testhooks tag lets the binary read test hooks such as
+// OUTBOX_RELAY_TEST_STATUS_HOLD (release builds ignore them).
 func buildRelay(path string) error {
-	build := exec.Command("go", "build", "-o", path, "./cmd/outbox-relay")
+	build := exec.Command("go", "build", "-tags", "testhooks", "-o", path, "./cmd/outbox-relay")
 	build.Dir = repoRoot
 	build.Stdout = os.Stderr
 	build.Stderr = os.Stderr

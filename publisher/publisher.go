@@ -13,7 +13,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -95,10 +94,6 @@ type Config struct {
 	// 0 sends at once. It trades a few milliseconds of latency for far
 	// fewer requests, which on a busy machine lowers the tail.
 	Linger time.Duration
-	// MetadataTTL is how stale kafka-go's metadata may get. kafka-go does
-	// not refresh on NotLeaderForPartition, so this bounds the stall
-	// after a leader change.
-	MetadataTTL time.Duration
 	// UnknownTopicTimeout is how long a missing topic (CreateTopics off)
 	// is retried before its events count as poison.
 	UnknownTopicTimeout time.Duration
@@ -114,8 +109,14 @@ type Config struct {
 	// DeadLetters takes poison and parked events; nil stops the publisher
 	// on the first poison event.
 	DeadLetters DeadLetters
-	// Security is the TLS and SASL setup of every broker connection.
-	Security kafkaconn.Security
+	// Transport carries every request to the brokers, so its TLS, SASL,
+	// ClientID, DialTimeout and MetadataTTL apply to all of them
+	// (kafka-go does not refresh metadata on NotLeaderForPartition, so
+	// MetadataTTL bounds the stall after a leader change). Close releases
+	// its idle connections. nil: PLAINTEXT, client ID "outbox-relay", a
+	// 5 s dial timeout and a 1 s MetadataTTL. The relay builds it from
+	// its one Kafka configuration (relay.KafkaConfig.Transport).
+	Transport *kafka.Transport
 	// LastFailure, if set, is told of every failed write and topic
 	// lookup (the stall detector's cause); it may outlive the Publisher.
 	LastFailure *LastFailure
@@ -143,8 +144,8 @@ func (c *Config) defaults() {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
-	if c.MetadataTTL <= 0 {
-		c.MetadataTTL = time.Second
+	if c.Transport == nil {
+		c.Transport = &kafka.Transport{ClientID: "outbox-relay", DialTimeout: 5 * time.Second, MetadataTTL: time.Second}
 	}
 	if c.UnknownTopicTimeout <= 0 {
 		c.UnknownTopicTimeout = time.Minute
@@ -205,8 +206,7 @@ type Publisher struct {
 // New returns a Publisher; it does not contact Kafka until used.
 func New(cfg Config, log *slog.Logger, m Metrics) *Publisher {
 	cfg.defaults()
-	transport := cfg.Security.Transport("outbox-relay", 5*time.Second, cfg.MetadataTTL)
-	return newPublisher(cfg, log, m, transport, transport.CloseIdleConnections)
+	return newPublisher(cfg, log, m, cfg.Transport, cfg.Transport.CloseIdleConnections)
 }
 
 // newPublisher returns a Publisher whose metadata and produce requests go

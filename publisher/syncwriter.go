@@ -24,7 +24,7 @@ func NewSyncWriter(cfg Config) *SyncWriter {
 	cfg.defaults()
 	return &SyncWriter{cfg: cfg, w: &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
-		Transport:    cfg.Security.Transport("outbox-relay-dlq", 5*time.Second, cfg.MetadataTTL),
+		Transport:    cfg.Transport,
 		Balancer:     &kafka.Murmur2Balancer{},
 		RequiredAcks: kafka.RequireAll,
 		BatchSize:    1,

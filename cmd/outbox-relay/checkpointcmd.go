@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -106,11 +106,5 @@ func checkpointJSON(cp checkpoint.Checkpoint) map[string]any {
 
 // identify runs IDENTIFY_SYSTEM on a short-lived replication connection.
 func identify(ctx context.Context, dsn string) (checkpoint.Identity, error) {
-	conn, err := replication.Connect(ctx, dsn)
-	if err != nil {
-		return checkpoint.Identity{}, err
-	}
-	defer conn.Close(context.Background())
-	id, _, err := checkpoint.Identify(ctx, conn)
-	return id, err
+	return outboxdb.Identify(ctx, dsn)
 }

@@ -4,199 +4,56 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/rs/zerolog"
 	"net"
-	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/rs/zerolog"
+
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// envPrefix prefixes the environment fallback of every flag.
-const envPrefix = "OUTBOX_RELAY_"
-
-// config is the relay's configuration, from flags with OUTBOX_RELAY_*
-// environment fallbacks.
+// config is every subcommand's configuration, from flags with
+// OUTBOX_RELAY_* environment fallbacks, named after the flags. The relay's
+// knobs map to relay.Config (relayConfig), which validates them; the rest
+// (logging, --metrics-addr, --pprof, --max-procs, migrate's) are the
+// binary's own.
 type config struct {
-	DatabaseURL       string
-	KafkaBrokers      string
-	Slot              string
-	Publication       string
-	Table             string
-	TopicTemplate     string
-	MetricsAddr       string
-	LogLevel          string
-	LogFormat         string
-	HeartbeatInterval time.Duration
-	StatusInterval    time.Duration
-	ShutdownTimeout   time.Duration
-	MaxInflightEvents int
-	MaxInflightBytes  int64
-	MaxBatch          int
-	MaxBatchBytes     int
-	Linger            time.Duration
-	BackoffBase       time.Duration
-	BackoffMax        time.Duration
-	CreateTopics      bool
-	TopicPartitions   int
-	TopicReplication  int
-	PayloadType       string
-	PoisonPolicy      string
-	MetadataTTL       time.Duration
-	UnknownTopicWait  time.Duration
-	// PartitionRefresh is how often a topic's partition count is re-read;
-	// TopicIdleTimeout how long an unused topic keeps its router and lanes
-	// (publisher.Config).
-	PartitionRefresh  time.Duration
-	TopicIdleTimeout  time.Duration
-	SlotCheckInterval time.Duration
-	PProf             bool
-	// MaxProcs is the GOMAXPROCS the run command sets (0: the Go
+	DatabaseURL, Slot, Publication, Table                  string
+	KafkaBrokers, TopicTemplate, PoisonPolicy, PayloadType string
+	MetricsAddr, LogLevel, LogFormat                       string
+	HeartbeatInterval, StatusInterval, SlotCheckInterval   time.Duration
+	WALSenderTimeout, ShutdownTimeout, StallTimeout        time.Duration
+	MaxInflightEvents, MaxBatch, MaxBatchBytes             int
+	MaxInflightBytes, WALDiskBudget                        int64
+	Linger, BackoffBase, BackoffMax, MetadataTTL           time.Duration
+	UnknownTopicWait, PartitionRefresh, TopicIdleTimeout   time.Duration
+	CreateTopics, PProf                                    bool
+	TopicPartitions, TopicReplication                      int
+	CheckpointInterval, CheckpointRetention, StatsInterval time.Duration
+	LeaderPollInterval, LeaderKeepaliveInterval            time.Duration
+	LeaderTimeout                                          time.Duration
+	CleanupSchedule                                        relay.CleanupConfig
+	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go
 	// runtime's own choice); see procs.go.
 	MaxProcs int
-	// CheckpointInterval is the cadence of checkpoint saves (0: off);
-	// CheckpointRetention bounds the checkpoint history.
-	CheckpointInterval  time.Duration
-	CheckpointRetention time.Duration
-	// CleanupSchedule is the leader's optional cleanup (cleanupschedule.go).
-	CleanupSchedule cleanupScheduleConfig
-	// testStatusHold delays standby status updates (tests only, from
-	// OUTBOX_RELAY_TEST_STATUS_HOLD; see testhook.go).
-	testStatusHold time.Duration
-
-	// StallTimeout is how long events may wait in flight without any
-	// acknowledgement before the relay reports a stall (0: never; see
-	// package stall and observe in run.go).
-	StallTimeout time.Duration
-
-	// Leader election and liveness of the connections (leader.Config).
-	LeaderPollInterval      time.Duration
-	LeaderKeepaliveInterval time.Duration
-	LeaderTimeout           time.Duration
-	WALSenderTimeout        time.Duration
-
-	// PostgreSQL statistics (stats.go).
-	statsConfig
-
-	// Security: Kafka TLS/SASL, the least-privilege role (issue 5).
-	KafkaTLS           bool
-	KafkaTLSCAFile     string
-	KafkaTLSCertFile   string
-	KafkaTLSKeyFile    string
-	KafkaTLSServerName string
-	KafkaTLSInsecure   bool
-	KafkaSASLMechanism string
-	KafkaSASLUsername  string
-	KafkaSASLPassword  string
-	GrantRole          string
-	GrantCleanup       bool
-	kafkaSecurity      kafkaconn.Security
+	// Kafka TLS and SASL (kafkaconn.Config's TLS.* and SASL.* fields),
+	// and the least-privilege role migrate grants.
+	KafkaTLS, KafkaTLSInsecure, GrantCleanup                  bool
+	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile         string
+	KafkaTLSServerName, KafkaSASLMechanism, KafkaSASLUsername string
+	KafkaSASLPassword, GrantRole                              string
 
 	// Derived by validate.
-	table    migrations.Table
-	brokers  []string
-	template publisher.TopicTemplate
-	level    zerolog.Level
-	policy   deadletter.Policy
-}
-
-// envName maps a flag name to its environment variable.
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// flagBinder registers flags whose defaults come from the environment, and
-// remembers malformed environment values to report them at validation.
-type flagBinder struct {
-	fs   *flag.FlagSet
-	errs []error
-}
-
-func (b *flagBinder) env(name string) (string, bool) { return os.LookupEnv(envName(name)) }
-
-func (b *flagBinder) usage(name, help string) string {
-	return fmt.Sprintf("%s (env %s)", help, envName(name))
-}
-
-func (b *flagBinder) str(p *string, name, def, help string) {
-	if v, ok := b.env(name); ok {
-		def = v
-	}
-	b.fs.StringVar(p, name, def, b.usage(name, help))
-}
-
-// secret is str for a secret: its value may also come from the file
-// named by <ENV>_FILE (trailing newlines dropped), so it need not sit in
-// the environment or on the command line (visible in ps).
-func (b *flagBinder) secret(p *string, name, def, help string) {
-	env := envName(name)
-	if path, ok := os.LookupEnv(env + "_FILE"); ok {
-		if _, both := b.env(name); both {
-			b.errs = append(b.errs, fmt.Errorf("both %s and %s_FILE are set: keep one", env, env))
-		} else if v, err := os.ReadFile(path); err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s_FILE: %w (point it at a readable file holding the value)", env, err))
-		} else {
-			def = strings.TrimRight(string(v), "\r\n")
-		}
-	} else if v, ok := b.env(name); ok {
-		def = v
-	}
-	b.fs.StringVar(p, name, def, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
-}
-
-func (b *flagBinder) dur(p *time.Duration, name string, def time.Duration, help string) {
-	if v, ok := b.env(name); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a duration: use a value like 500ms, 10s or 1m", envName(name), v))
-		} else {
-			def = d
-		}
-	}
-	b.fs.DurationVar(p, name, def, b.usage(name, help))
-}
-
-func (b *flagBinder) int(p *int, name string, def int, help string) {
-	if v, ok := b.env(name); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
-		} else {
-			def = n
-		}
-	}
-	b.fs.IntVar(p, name, def, b.usage(name, help))
-}
-
-func (b *flagBinder) int64(p *int64, name string, def int64, help string) {
-	if v, ok := b.env(name); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not an integer", envName(name), v))
-		} else {
-			def = n
-		}
-	}
-	b.fs.Int64Var(p, name, def, b.usage(name, help))
-}
-
-func (b *flagBinder) bool(p *bool, name string, def bool, help string) {
-	if v, ok := b.env(name); ok {
-		t, err := strconv.ParseBool(v)
-		if err != nil {
-			b.errs = append(b.errs, fmt.Errorf("%s=%q is not a boolean: use true or false", envName(name), v))
-		} else {
-			def = t
-		}
-	}
-	b.fs.BoolVar(p, name, def, b.usage(name, help))
+	kafkaSecurity kafkaconn.Security
+	table         migrations.Table
+	brokers       []string
+	template      publisher.TopicTemplate
+	level         zerolog.Level
 }
 
 // scope selects which flags a subcommand takes.
@@ -209,80 +66,135 @@ const (
 	scopeMigrate                   // migrate-only knobs
 )
 
-// bind registers the flags of the given scopes on fs.
+// bind registers the flags of the given scopes on fs, with the defaults
+// of relay.DefaultConfig, and records which relay.Config field each sets.
 func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 	b := &flagBinder{fs: fs}
+	d := relay.DefaultConfig()
 	b.str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.str(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem")
-		b.str(&c.Slot, "slot", "outbox_relay", "logical replication slot name")
-		b.str(&c.Publication, "publication", "outbox_relay", "publication name")
-		b.str(&c.Table, "table", "public.outbox", "outbox table, optionally schema-qualified")
+		b.secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem").
+			required("Database.URL", "postgres://user:pass@host:5432/db")
+		b.str(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").to("Database.Slot")
+		b.str(&c.Publication, "publication", d.Database.Publication, "publication name").to("Database.Publication")
+		b.str(&c.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified").to("Database.Table")
 	}
 	if s&scopeKafka != 0 {
-		b.str(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092")
-		b.str(&c.TopicTemplate, "topic-template", publisher.DefaultTopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}")
-		b.bool(&c.CreateTopics, "create-topics", false, "create missing topics")
-		b.int(&c.TopicPartitions, "topic-partitions", 6, "partitions of topics the relay creates")
-		b.int(&c.TopicReplication, "topic-replication-factor", -1, "replication factor of topics the relay creates (-1: broker default)")
-		b.int(&c.MaxBatch, "max-batch", 1000, "most events in one partition batch")
-		b.int(&c.MaxBatchBytes, "max-batch-bytes", 900<<10, "most bytes in one partition batch; keep under the broker's message.max.bytes")
-		b.dur(&c.Linger, "linger", 5*time.Millisecond, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)")
-		b.dur(&c.BackoffBase, "backoff-base", 100*time.Millisecond, "first retry delay (exponential, full jitter)")
-		b.dur(&c.BackoffMax, "backoff-max", 10*time.Second, "longest retry delay")
-		b.dur(&c.MetadataTTL, "metadata-ttl", time.Second, "Kafka metadata refresh; bounds the stall after a partition leader change")
-		b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", time.Minute, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops")
-		b.dur(&c.PartitionRefresh, "partition-refresh", time.Minute, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)")
-		b.dur(&c.TopicIdleTimeout, "topic-idle-timeout", 2*time.Minute, "how long an unused topic keeps its router and partition lanes (goroutines, queues)")
-	}
-	// Security: Kafka TLS and SASL (every Kafka connection), the
-	// least-privilege role migrate can grant.
-	if s&scopeKafka != 0 {
-		b.bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
-		b.str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)")
-		b.str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required")
-		b.str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file")
-		b.str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
-		b.bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)")
-		b.str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
-		b.str(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username")
-		b.secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password")
+		c.bindKafka(b, d)
 	}
 	if s&scopeMigrate != 0 {
 		b.str(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
 		b.bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
-	}
-	if s&scopeMigrate != 0 {
 		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
 	}
 	if s&scopeRun != 0 {
-		b.str(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
-		b.dur(&c.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables")
-		b.dur(&c.StatusInterval, "status-interval", time.Second, "cadence of standby status updates; keep well under wal_sender_timeout")
-		b.dur(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight events to be acknowledged")
-		b.int(&c.MaxInflightEvents, "max-inflight-events", 10000, "most unacknowledged events held in memory")
-		b.int64(&c.MaxInflightBytes, "max-inflight-bytes", 16<<20, "most unacknowledged bytes held in memory")
-		b.str(&c.PoisonPolicy, "poison-policy", string(deadletter.PolicyQuarantine), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
-		b.dur(&c.SlotCheckInterval, "slot-check-interval", 10*time.Second, "how often the running relay checks the slot's health (wal_status)")
-		b.dur(&c.StallTimeout, "stall-timeout", time.Minute, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables")
-		b.int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
-		b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
-		b.dur(&c.CheckpointInterval, "checkpoint-interval", time.Second, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
-		b.dur(&c.CheckpointRetention, "checkpoint-retention", 7*24*time.Hour, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention")
-		c.testStatusHold = testStatusHold(b)
-		c.CleanupSchedule.bind(b)
-		b.dur(&c.LeaderPollInterval, "leader-poll-interval", 2*time.Second, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
-		b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", time.Second, "how often the leader checks its lock connection")
-		b.dur(&c.LeaderTimeout, "leader-timeout", 10*time.Second, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
-		b.dur(&c.WALSenderTimeout, "wal-sender-timeout", 0, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting")
-		c.bindStats(b)
+		c.bindRun(b, d)
 	}
 	return b
 }
 
-// validate checks the configuration of scope s and derives typed values.
-// Each error says how to fix it.
+// bindKafka registers the Kafka flags: brokers, topics, batching, and the
+// TLS and SASL of every Kafka connection.
+func (c *config) bindKafka(b *flagBinder, d relay.Config) {
+	p := d.Publish
+	b.str(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").required("Kafka.Brokers", "host:9092[,host2:9092]")
+	b.str(&c.TopicTemplate, "topic-template", p.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}").to("Publish.TopicTemplate")
+	b.bool(&c.CreateTopics, "create-topics", p.CreateTopics, "create missing topics")
+	b.int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").to("Publish.TopicPartitions")
+	b.int(&c.TopicReplication, "topic-replication-factor", p.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
+	b.int(&c.MaxBatch, "max-batch", p.MaxBatch, "most events in one partition batch").to("Publish.MaxBatch")
+	b.int(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch; keep under the broker's message.max.bytes").to("Publish.MaxBatchBytes")
+	b.dur(&c.Linger, "linger", p.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)").to("Publish.Linger")
+	b.dur(&c.BackoffBase, "backoff-base", p.BackoffBase, "first retry delay (exponential, full jitter)").to("Publish.BackoffBase")
+	b.dur(&c.BackoffMax, "backoff-max", p.BackoffMax, "longest retry delay").to("Publish.BackoffMax")
+	b.dur(&c.MetadataTTL, "metadata-ttl", d.Kafka.MetadataTTL, "Kafka metadata refresh; bounds the stall after a partition leader change").to("Kafka.MetadataTTL")
+	b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", p.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops").to("Publish.UnknownTopicTimeout")
+	b.dur(&c.PartitionRefresh, "partition-refresh", p.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)").to("Publish.PartitionRefresh")
+	b.dur(&c.TopicIdleTimeout, "topic-idle-timeout", p.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)").to("Publish.TopicIdleTimeout")
+	b.bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
+	b.str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)").to("TLS.CAFile")
+	b.str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required").to("TLS.CertFile")
+	b.str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file").to("TLS.KeyFile")
+	b.str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
+	b.bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)").to("TLS.InsecureSkipVerify")
+	b.str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)").to("SASL.Mechanism")
+	b.str(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username").to("SASL.Username")
+	b.secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password").to("SASL.Password")
+}
+
+// bindRun registers the flags of the streaming commands (run, recover).
+func (c *config) bindRun(b *flagBinder, d relay.Config) {
+	b.str(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
+	b.dur(&c.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables").to("Database.HeartbeatInterval")
+	b.dur(&c.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout").to("Database.StatusInterval")
+	b.dur(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged").to("ShutdownTimeout")
+	b.int(&c.MaxInflightEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory").to("Window.MaxEvents")
+	b.int64(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory").to("Window.MaxBytes")
+	b.str(&c.PoisonPolicy, "poison-policy", string(d.Publish.PoisonPolicy), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)").to("Publish.PoisonPolicy")
+	b.dur(&c.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)").to("Database.SlotCheckInterval")
+	b.dur(&c.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables").to("Window.StallTimeout")
+	b.int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
+	b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
+	b.dur(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").to("Checkpoints.Interval")
+	b.dur(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention").to("Checkpoints.Retention")
+	b.dur(&c.CleanupSchedule.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)").to("Cleanup.OlderThan")
+	b.dur(&c.CleanupSchedule.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)").to("Cleanup.Interval")
+	b.dur(&c.LeaderPollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
+	b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", d.Leader.KeepaliveInterval, "how often the leader checks its lock connection")
+	b.dur(&c.LeaderTimeout, "leader-timeout", d.Leader.Timeout, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
+	b.group("Leader", "leader-timeout", "leader-keepalive-interval", "leader-poll-interval")
+	b.dur(&c.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting").to("Database.WALSenderTimeout")
+	b.dur(&c.StatsInterval, "stats-interval", d.Stats.Interval,
+		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables").to("Stats.Interval")
+	b.int64(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
+		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size; 0: none").to("Stats.WALDiskBudget")
+}
+
+// relayConfig is the relay's configuration from the flags.
+func (c *config) relayConfig() relay.Config {
+	return relay.Config{
+		Database: relay.DatabaseConfig{
+			URL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
+			StatusInterval: c.StatusInterval, HeartbeatInterval: c.HeartbeatInterval,
+			SlotCheckInterval: c.SlotCheckInterval, WALSenderTimeout: c.WALSenderTimeout,
+		},
+		Kafka: relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: c.MetadataTTL},
+		Publish: relay.PublishConfig{
+			TopicTemplate: c.TopicTemplate, CreateTopics: c.CreateTopics,
+			TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
+			MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes, Linger: c.Linger,
+			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
+			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
+			PoisonPolicy: relay.PoisonPolicy(c.PoisonPolicy),
+		},
+		Window: relay.WindowConfig{MaxEvents: c.MaxInflightEvents, MaxBytes: c.MaxInflightBytes, StallTimeout: c.StallTimeout},
+		Leader: relay.LeaderConfig{
+			PollInterval: c.LeaderPollInterval, KeepaliveInterval: c.LeaderKeepaliveInterval, Timeout: c.LeaderTimeout,
+		},
+		Checkpoints:     relay.CheckpointConfig{Interval: c.CheckpointInterval, Retention: c.CheckpointRetention},
+		Cleanup:         c.CleanupSchedule,
+		Stats:           relay.StatsConfig{Interval: c.StatsInterval, WALDiskBudget: c.WALDiskBudget},
+		ShutdownTimeout: c.ShutdownTimeout,
+	}
+}
+
+// publisherConfig is the configuration of a publisher beside the relay
+// (recover's and replay's back-fills, dlq's writer): the relay's topics,
+// batching and retries over the same Kafka connection settings.
+func (c *config) publisherConfig(clientID string) publisher.Config {
+	return publisher.Config{
+		Brokers: c.brokers, Template: c.template, Transport: c.kafkaTransport(clientID),
+		MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes, Linger: c.Linger,
+		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
+		CreateTopics: c.CreateTopics, TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
+		UnknownTopicTimeout: c.UnknownTopicWait, MetadataRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
+	}
+}
+
+// validate checks the configuration of scope s and derives typed values:
+// the relay's fields through relay.Config.Validate, the binary's own here.
+// Each error names its flag and says how to fix it.
 func (c *config) validate(b *flagBinder, s scope) error {
 	errs := append([]error(nil), b.errs...)
 	lvl, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel))
@@ -293,86 +205,31 @@ func (c *config) validate(b *flagBinder, s scope) error {
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		errs = append(errs, fmt.Errorf("--log-format %q: use json or console", c.LogFormat))
 	}
-	if s&scopeDB != 0 {
-		if c.DatabaseURL == "" {
-			errs = append(errs, errors.New("--database-url is required: set OUTBOX_RELAY_DATABASE_URL=postgres://user:pass@host:5432/db"))
-		} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			errs = append(errs, fmt.Errorf("--database-url must be a postgres:// URL, e.g. postgres://user:pass@host:5432/db"))
-		}
-		for _, n := range []struct{ flag, v string }{{"slot", c.Slot}, {"publication", c.Publication}} {
-			if !validName(n.v) {
-				errs = append(errs, fmt.Errorf("--%s %q: use 1-63 lower-case letters, digits and underscores", n.flag, n.v))
-			}
-		}
-		if t, err := migrations.ParseTable(c.Table); err != nil {
-			errs = append(errs, fmt.Errorf("--table: %w", err))
-		} else {
-			c.table = t
-		}
-	}
-	if s&scopeKafka != 0 {
-		c.brokers = nil
-		for _, br := range strings.Split(c.KafkaBrokers, ",") {
-			br = strings.TrimSpace(br)
-			if br == "" {
-				continue
-			}
-			if _, _, err := net.SplitHostPort(br); err != nil {
-				errs = append(errs, fmt.Errorf("--kafka-brokers: %q is not host:port", br))
-			}
+	c.brokers = nil
+	for _, br := range strings.Split(c.KafkaBrokers, ",") {
+		if br = strings.TrimSpace(br); br != "" {
 			c.brokers = append(c.brokers, br)
 		}
-		if len(c.brokers) == 0 {
-			errs = append(errs, errors.New("--kafka-brokers is required: set OUTBOX_RELAY_KAFKA_BROKERS=host:9092[,host2:9092]"))
-		}
-		if t, err := publisher.ParseTopicTemplate(c.TopicTemplate); err != nil {
-			errs = append(errs, fmt.Errorf("--topic-template: %w", err))
-		} else {
-			c.template = t
-		}
-		if c.MaxBatch < 1 || c.MaxBatch > 100000 {
-			errs = append(errs, fmt.Errorf("--max-batch %d: use 1..100000", c.MaxBatch))
-		}
-		if c.Linger < 0 || c.Linger > time.Second {
-			errs = append(errs, fmt.Errorf("--linger %s: use 0..1s (5ms, like the Java producer's linger.ms, is the default)", c.Linger))
-		}
-		if c.MaxBatchBytes < 1024 {
-			errs = append(errs, fmt.Errorf("--max-batch-bytes %d: use at least 1024", c.MaxBatchBytes))
-		}
-		if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
-			errs = append(errs, fmt.Errorf("--backoff-base %s / --backoff-max %s: need 0 < base <= max", c.BackoffBase, c.BackoffMax))
-		}
-		if c.MetadataTTL <= 0 || c.UnknownTopicWait <= 0 {
-			errs = append(errs, fmt.Errorf("--metadata-ttl %s / --unknown-topic-timeout %s: use positive durations", c.MetadataTTL, c.UnknownTopicWait))
-		}
-		if c.PartitionRefresh <= 0 || c.TopicIdleTimeout <= 0 {
-			errs = append(errs, fmt.Errorf("--partition-refresh %s / --topic-idle-timeout %s: use positive durations", c.PartitionRefresh, c.TopicIdleTimeout))
-		}
-		if c.TopicPartitions < 1 {
-			errs = append(errs, fmt.Errorf("--topic-partitions %d: use at least 1", c.TopicPartitions))
-		}
 	}
-	// Security: build the Kafka TLS/SASL setup now, so a missing file or
-	// a certificate without its key is a configuration error (exit 2).
 	if s&scopeKafka != 0 {
-		sec, err := kafkaconn.Config{
-			TLS: kafkaconn.TLSConfig{
-				Enabled: c.KafkaTLS, CAFile: c.KafkaTLSCAFile, CertFile: c.KafkaTLSCertFile, KeyFile: c.KafkaTLSKeyFile,
-				ServerName: c.KafkaTLSServerName, InsecureSkipVerify: c.KafkaTLSInsecure,
-			},
-			SASL: kafkaconn.SASLConfig{Mechanism: c.KafkaSASLMechanism, Username: c.KafkaSASLUsername, Password: c.KafkaSASLPassword},
-		}.Build()
-		errs = append(errs, securityFlagErrors(err)...)
+		// Loaded now, so a missing file or a certificate without its key
+		// is a configuration error (exit 2).
+		sec, err := c.kafkaConn().Build()
+		errs = append(errs, b.kafkaFlagErrors(err)...)
 		c.kafkaSecurity = sec
 	}
-	if s&scopeMigrate != 0 && c.GrantCleanup && c.GrantRole == "" {
-		errs = append(errs, errors.New("--grant-cleanup needs --grant-role NAME (the role to grant DELETE on the outbox to)"))
+	for _, e := range unjoin(c.relayConfig().Validate()) {
+		var fe *relay.FieldError
+		if !errors.As(e, &fe) {
+			errs = append(errs, e)
+		} else if fe := b.flagError(fe); fe != nil {
+			errs = append(errs, fe)
+		}
 	}
-	if s&scopeMigrate != 0 && c.GrantRole != "" && !validName(c.GrantRole) {
-		errs = append(errs, fmt.Errorf("--grant-role %q: use 1-63 lower-case letters, digits and underscores, e.g. outbox_relay", c.GrantRole))
-	}
-	if s&scopeMigrate != 0 && c.PayloadType != migrations.PayloadJSONB && c.PayloadType != migrations.PayloadBytea {
-		errs = append(errs, fmt.Errorf("--payload-type %q: use jsonb or bytea", c.PayloadType))
+	c.table, _ = migrations.ParseTable(c.Table)
+	c.template, _ = publisher.ParseTopicTemplate(c.TopicTemplate)
+	if s&scopeMigrate != 0 {
+		errs = append(errs, c.validateMigrate()...)
 	}
 	if s&scopeRun != 0 {
 		if c.MetricsAddr != "" {
@@ -380,62 +237,36 @@ func (c *config) validate(b *flagBinder, s scope) error {
 				errs = append(errs, fmt.Errorf("--metrics-addr %q is not host:port (empty disables metrics)", c.MetricsAddr))
 			}
 		}
-		if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
-			errs = append(errs, fmt.Errorf("--status-interval %s: use a value in (0, 30s], well under wal_sender_timeout", c.StatusInterval))
-		}
-		if c.HeartbeatInterval < 0 {
-			errs = append(errs, fmt.Errorf("--heartbeat-interval %s: use 0 (off) or a positive duration", c.HeartbeatInterval))
-		}
-		if c.ShutdownTimeout <= 0 {
-			errs = append(errs, fmt.Errorf("--shutdown-timeout %s: use a positive duration", c.ShutdownTimeout))
-		}
-		if p, err := deadletter.ParsePolicy(c.PoisonPolicy); err != nil {
-			errs = append(errs, fmt.Errorf("--poison-policy: %w", err))
-		} else {
-			c.policy = p
-		}
-		if c.CheckpointInterval < 0 || c.CheckpointRetention < 0 {
-			errs = append(errs, fmt.Errorf("--checkpoint-interval %s / --checkpoint-retention %s: use 0 (off) or a positive duration", c.CheckpointInterval, c.CheckpointRetention))
-		}
-		errs = append(errs, c.CleanupSchedule.validate()...)
-		if c.StallTimeout < 0 {
-			errs = append(errs, fmt.Errorf("--stall-timeout %s: use 0 (off) or a positive duration, e.g. 60s", c.StallTimeout))
-		}
-		if c.SlotCheckInterval <= 0 {
-			errs = append(errs, fmt.Errorf("--slot-check-interval %s: use a positive duration", c.SlotCheckInterval))
-		}
-		if err := c.leaderConfig().Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("--leader-timeout %s, --leader-keepalive-interval %s, --leader-poll-interval %s: %w",
-				c.LeaderTimeout, c.LeaderKeepaliveInterval, c.LeaderPollInterval, err))
-		}
-		if c.WALSenderTimeout != 0 && (c.WALSenderTimeout < time.Second || c.WALSenderTimeout < 3*c.StatusInterval) {
-			errs = append(errs, fmt.Errorf("--wal-sender-timeout %s: use 0 (the server's setting) or at least 1s and 3 x --status-interval (%s)",
-				c.WALSenderTimeout, 3*c.StatusInterval))
-		}
-		if c.MaxInflightEvents < 1 {
-			errs = append(errs, fmt.Errorf("--max-inflight-events %d: use at least 1", c.MaxInflightEvents))
-		}
-		if c.MaxInflightBytes < int64(c.MaxBatchBytes) {
-			errs = append(errs, fmt.Errorf("--max-inflight-bytes %d: use at least --max-batch-bytes (%d)", c.MaxInflightBytes, c.MaxBatchBytes))
-		}
 		if c.MaxProcs < 0 {
 			errs = append(errs, fmt.Errorf("--max-procs %d: use 1 (the default), a larger count, or 0 for the Go runtime's choice", c.MaxProcs))
 		}
-		errs = append(errs, c.validateStats()...)
 	}
 	return errors.Join(errs...)
 }
 
-func validName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
+func (c *config) validateMigrate() []error {
+	var errs []error
+	if c.GrantCleanup && c.GrantRole == "" {
+		errs = append(errs, errors.New("--grant-cleanup needs --grant-role NAME (the role to grant DELETE on the outbox to)"))
 	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
+	if c.GrantRole != "" && !outboxdb.ValidName(c.GrantRole) {
+		errs = append(errs, fmt.Errorf("--grant-role %q: use 1-63 lower-case letters, digits and underscores, e.g. outbox_relay", c.GrantRole))
 	}
-	return true
+	if c.PayloadType != migrations.PayloadJSONB && c.PayloadType != migrations.PayloadBytea {
+		errs = append(errs, fmt.Errorf("--payload-type %q: use jsonb or bytea", c.PayloadType))
+	}
+	return errs
+}
+
+// unjoin lists the errors err joins (none for nil).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // configError marks an invalid configuration (exit code 2).
@@ -446,12 +277,4 @@ func (e configError) Unwrap() error { return e.err }
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
-}
-
-// leaderConfig is the election configuration of run.
-func (c *config) leaderConfig() leader.Config {
-	return leader.Config{
-		DatabaseURL: c.DatabaseURL, Slot: c.Slot,
-		PollInterval: c.LeaderPollInterval, KeepaliveInterval: c.LeaderKeepaliveInterval, Timeout: c.LeaderTimeout,
-	}
 }

@@ -49,6 +49,7 @@ func TestInvalidConfigSaysHowToFix(t *testing.T) {
 
 func TestMissingRequiredConfig(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "") // set when the stack's env is
 	_, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL=postgres://") ||
 		!strings.Contains(err.Error(), "OUTBOX_RELAY_KAFKA_BROKERS=") {
@@ -81,8 +82,8 @@ func TestLeaderConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lc := cfg.leaderConfig(); lc.Timeout != 4*time.Second || lc.KeepaliveInterval != 500*time.Millisecond || lc.PollInterval != time.Second || lc.Slot != "outbox_relay" {
-		t.Fatalf("leader config %+v", lc)
+	if rc := cfg.relayConfig(); rc.Leader.Timeout != 4*time.Second || rc.Leader.KeepaliveInterval != 500*time.Millisecond || rc.Leader.PollInterval != time.Second || rc.Database.Slot != "outbox_relay" {
+		t.Fatalf("leader config %+v", rc.Leader)
 	}
 	_, err = parse("run", "", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"},
 		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})

@@ -126,9 +126,5 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // dlqWriter publishes the events of dlq retry and discard, one at a time,
 // on the one Kafka configuration.
 func dlqWriter(cfg *config) *publisher.SyncWriter {
-	return publisher.NewSyncWriter(publisher.Config{
-		Brokers: cfg.brokers, Template: cfg.template, MaxBatchBytes: cfg.MaxBatchBytes,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
-		Security: cfg.kafkaSecurity,
-	})
+	return publisher.NewSyncWriter(cfg.publisherConfig("outbox-relay-dlq"))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
@@ -110,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
 		return 3
 	default:
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], withHint(err))
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(err))
 		return 1
 	}
 }

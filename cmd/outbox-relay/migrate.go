@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -82,19 +83,9 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pc, err := outboxdb.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, configError{fmt.Errorf("--database-url: %w", err)}
 	}
-	pc.MaxConns = 4
-	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
-	}
-	return pool, nil
+	return outboxdb.Connect(ctx, pc)
 }

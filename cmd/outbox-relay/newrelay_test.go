@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -25,12 +26,18 @@ func TestNewRelaySetsUpLikeRun(t *testing.T) {
 	}
 	runtime.GOMAXPROCS(2)
 	var buf bytes.Buffer
-	r := newRelay(cfg, slog.New(zerolog.NewSlogHandler(zerolog.New(&buf))))
+	r, err := newRelay(cfg, slog.New(zerolog.NewSlogHandler(zerolog.New(&buf))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("GOMAXPROCS %d after --max-procs 1", got)
 	}
-	if r.cleanup == nil || r.cleanup.cfg.OlderThan != 168*time.Hour || r.m == nil {
-		t.Errorf("cleanup schedule %+v, metrics %v", r.cleanup, r.m)
+	// The cleanup schedule registers its collectors when it is on.
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), "outbox_relay_cleanup_runs_total") {
+		t.Errorf("no cleanup schedule: /metrics lacks outbox_relay_cleanup_runs_total")
 	}
 	for _, want := range []string{`"gomaxprocs":1`, "Go scheduler", "kafka connection security", "--kafka-tls-insecure-skip-verify", "sslmode=verify-full"} {
 		if !strings.Contains(buf.String(), want) {

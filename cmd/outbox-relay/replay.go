@@ -71,12 +71,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // replayPublisher is replay's publisher, on the one Kafka configuration.
 // It has no dead letters: quarantined aggregates are left out of a replay.
 func replayPublisher(cfg *config, stderr io.Writer) *publisher.Publisher {
-	return publisher.New(publisher.Config{
-		Brokers: cfg.brokers, Template: cfg.template, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, Linger: cfg.Linger,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, MetadataTTL: cfg.MetadataTTL,
-		CreateTopics: cfg.CreateTopics, TopicPartitions: cfg.TopicPartitions, TopicReplicationFactor: cfg.TopicReplication,
-		UnknownTopicTimeout: cfg.UnknownTopicWait, Security: cfg.kafkaSecurity,
-	}, newLogger(cfg, stderr), nil)
+	return publisher.New(cfg.publisherConfig("outbox-relay"), newLogger(cfg, stderr), nil)
 }
 
 // progressPrinter prints back-fill progress lines (replay, recover) to w.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,46 +8,32 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
-// kafkaFlags maps kafkaconn.Config fields to the flags that set them.
-var kafkaFlags = map[string]string{
-	"TLS.CAFile":             "--kafka-tls-ca-file",
-	"TLS.CertFile":           "--kafka-tls-cert-file",
-	"TLS.KeyFile":            "--kafka-tls-key-file",
-	"TLS.InsecureSkipVerify": "--kafka-tls-insecure-skip-verify",
-	"SASL.Mechanism":         "--kafka-sasl-mechanism",
-	"SASL.Username":          "--kafka-sasl-username",
-	"SASL.Password":          "--kafka-sasl-password",
-}
-
-// securityFlagErrors renames kafkaconn's field errors after our flags.
-func securityFlagErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	} else {
-		list = []error{err}
-	}
-	out := make([]error, 0, len(list))
-	for _, e := range list {
+// kafkaFlagErrors renames kafkaconn's field errors after the flags.
+func (b *flagBinder) kafkaFlagErrors(err error) []error {
+	var out []error
+	for _, e := range unjoin(err) {
 		var fe *kafkaconn.FieldError
-		if errors.As(e, &fe) {
-			if f, ok := kafkaFlags[fe.Field]; ok {
-				out = append(out, fmt.Errorf("%s: %w", f, fe.Err))
-				continue
-			}
+		if errors.As(e, &fe) && b.fields[fe.Field] != "" {
+			e = fmt.Errorf("%s: %w", b.fields[fe.Field], fe.Err)
 		}
 		out = append(out, e)
 	}
 	return out
+}
+
+// kafkaConn is the Kafka TLS and SASL setup the flags describe.
+func (c *config) kafkaConn() kafkaconn.Config {
+	return kafkaconn.Config{
+		TLS: kafkaconn.TLSConfig{
+			Enabled: c.KafkaTLS, CAFile: c.KafkaTLSCAFile, CertFile: c.KafkaTLSCertFile, KeyFile: c.KafkaTLSKeyFile,
+			ServerName: c.KafkaTLSServerName, InsecureSkipVerify: c.KafkaTLSInsecure,
+		},
+		SASL: kafkaconn.SASLConfig{Mechanism: c.KafkaSASLMechanism, Username: c.KafkaSASLUsername, Password: c.KafkaSASLPassword},
+	}
 }
 
 // secrets lists the values that must never be printed.
@@ -90,104 +75,4 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// withHint appends how to fix a connection failure that retrying cannot
-// cure: TLS and authentication problems of PostgreSQL or Kafka.
-func withHint(err error) error {
-	if err == nil {
-		return nil
-	}
-	var he *hintError
-	if errors.As(err, &he) {
-		return err
-	}
-	var ce *pgconn.ConnectError
-	var pe *pgconn.PgError
-	h := ""
-	if errors.As(err, &ce) || errors.As(err, &pe) {
-		h = pgHint(err)
-	} else {
-		h = kafkaHint(kafkaconn.Classify(err))
-	}
-	if h == "" {
-		return err
-	}
-	return &hintError{err, h}
-}
-
-// unfixable reports whether err is a connection failure that needs a
-// configuration change (withHint has a fix for it) rather than a retry.
-func unfixable(err error) bool {
-	var he *hintError
-	return errors.As(withHint(err), &he)
-}
-
-// hintError is an error with the fix for it.
-type hintError struct {
-	err  error
-	hint string
-}
-
-func (e *hintError) Error() string { return e.err.Error() + "; fix: " + e.hint }
-func (e *hintError) Unwrap() error { return e.err }
-
-func kafkaHint(f kafkaconn.Failure) string {
-	switch f {
-	case kafkaconn.FailureUnknownAuthority:
-		return "the broker's certificate is not signed by a trusted CA: set --kafka-tls-ca-file to the PEM CA bundle that signed it"
-	case kafkaconn.FailureHostname:
-		return "the broker's certificate does not name the address the relay dialled: set --kafka-tls-server-name to a name in the certificate, or fix the broker's certificate / advertised.listeners"
-	case kafkaconn.FailureCertificateInvalid:
-		return "the broker's certificate is expired, not yet valid (check clocks) or not usable for TLS: renew it"
-	case kafkaconn.FailureNotTLS:
-		return "the Kafka listener does not speak TLS: use the broker's SSL/SASL_SSL port, or drop --kafka-tls* for a PLAINTEXT listener"
-	case kafkaconn.FailureNeedsTLS:
-		return "the Kafka listener expects TLS: set --kafka-tls (and --kafka-tls-ca-file unless the system roots trust the broker)"
-	case kafkaconn.FailureRejected:
-		return "the broker rejected the TLS handshake, usually the client certificate: set --kafka-tls-cert-file and --kafka-tls-key-file to a certificate signed by a CA in the broker's ssl.truststore"
-	case kafkaconn.FailureSASLAuthentication:
-		return "check --kafka-sasl-username and its password (--kafka-sasl-password or OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE), and that --kafka-sasl-mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
-	case kafkaconn.FailureSASLMechanism:
-		return "the listener does not enable this SASL mechanism: set --kafka-sasl-mechanism to one in the broker's sasl.enabled.mechanisms"
-	}
-	return ""
-}
-
-// pgHint recognises PostgreSQL connection failures that need a change of
-// configuration.
-func pgHint(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case pe.Code == "28P01":
-			return "the password for this user is wrong: correct it in --database-url (or OUTBOX_RELAY_DATABASE_URL_FILE)"
-		case pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
-			return "the server accepts this user only over SSL (hostssl in pg_hba.conf): add sslmode=verify-full&sslrootcert=/path/to/ca.pem to --database-url"
-		case pe.Code == "28000":
-			return "pg_hba.conf has no entry for this user, host and database: add one, or connect as a user that has one"
-		case pe.Code == "42501" && strings.Contains(pe.Message, "replication"):
-			return "the role lacks the REPLICATION attribute: run `outbox-relay migrate --grant-role ROLE` as an admin, or ALTER ROLE ... REPLICATION"
-		case pe.Code == "42501":
-			return "the role lacks a privilege the relay needs: run `outbox-relay migrate --grant-role ROLE` as an admin (README: least-privilege role)"
-		}
-		return ""
-	}
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	msg := err.Error()
-	switch {
-	case errors.As(err, &ua):
-		return "the PostgreSQL server's certificate is not signed by a trusted CA: set sslrootcert=/path/to/ca.pem in --database-url"
-	case errors.As(err, &he):
-		return "the PostgreSQL server's certificate does not name the host in --database-url: connect by a name the certificate carries, or use sslmode=verify-ca"
-	case errors.As(err, &ci):
-		return "the PostgreSQL server's certificate is expired or not yet valid: renew it (or check clocks)"
-	case strings.Contains(msg, "server refused TLS connection"):
-		return "the PostgreSQL server has SSL off: set ssl = on on the server, or lower sslmode in --database-url"
-	case strings.Contains(msg, "remote error: tls:"):
-		return "the PostgreSQL server rejected the TLS handshake (client certificate?): check sslcert and sslkey in --database-url"
-	}
-	return ""
 }

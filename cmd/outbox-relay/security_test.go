@@ -9,10 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
@@ -143,35 +139,5 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	fmt.Fprintf(rw, "echo postgres://u:db-pass-9@h/db sasl-pass-9\n")
 	if strings.Contains(buf.String(), "pass-9") {
 		t.Errorf("not masked: %s", buf.String())
-	}
-}
-
-func TestWithHint(t *testing.T) {
-	cases := []struct {
-		err  error
-		want string
-	}{
-		{fmt.Errorf("kafka a:1: %w", kafka.SASLAuthenticationFailed), "check --kafka-sasl-username"},
-		{errors.New("kafka.(*Client).Metadata: tls: failed to verify certificate: x509: certificate signed by unknown authority"), "--kafka-tls-ca-file"},
-		{errors.New("kafka.(*Client).Metadata: remote error: tls: bad certificate"), "--kafka-tls-cert-file"},
-		{errors.New("kafka.(*Client).Metadata: unexpected EOF: broker appears to be expecting TLS"), "set --kafka-tls"},
-		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01", Message: "password authentication failed for user \"x\""}), "OUTBOX_RELAY_DATABASE_URL_FILE"},
-		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28000", Message: "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"d\", no encryption"}), "sslmode=verify-full"},
-		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "42501", Message: "must be superuser or replication role to start walsender"}), "--grant-role"},
-	}
-	for _, c := range cases {
-		got := withHint(c.err)
-		if !strings.Contains(got.Error(), "; fix: ") || !strings.Contains(got.Error(), c.want) {
-			t.Errorf("withHint(%v) = %v, want a fix naming %q", c.err, got, c.want)
-		}
-		if !unfixable(c.err) {
-			t.Errorf("unfixable(%v) = false", c.err)
-		}
-	}
-	if unfixable(errors.New("dial tcp: connection refused")) || withHint(errors.New("x")).Error() != "x" {
-		t.Error("ordinary errors got a hint")
-	}
-	if kafkaconn.Classify(errors.New("dial tcp: connection refused")) != kafkaconn.FailureNone {
-		t.Error("network error classified as security failure")
 	}
 }

@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +17,12 @@ const namespace = "outbox_relay"
 // Relay is the set of relay metrics. Labels are bounded: topics and error
 // reasons, never aggregates or events.
 type Relay struct {
+	// Registry is the private registry of New (with the Go and process
+	// collectors); nil for Register, whose caller serves its own.
 	Registry *prometheus.Registry
+	// Registerer is where the collectors are registered: Registry, or
+	// Register's reg. Collectors created later (NewCleanup) go there too.
+	Registerer prometheus.Registerer
 
 	EventsPublished   *prometheus.CounterVec // by topic
 	BatchesPublished  prometheus.Counter
@@ -155,8 +161,24 @@ func (s PGStats) collectors() []prometheus.Collector {
 // New creates the collectors and registers them, with the Go and process
 // collectors, on a fresh registry.
 func New() *Relay {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := Register(reg)
+	if err != nil {
+		panic(err) // a fresh registry has no collector to collide with
+	}
+	r.Registry = reg
+	return r
+}
+
+// Register creates the collectors and registers them on reg, without the
+// Go and process collectors (a caller's registry usually has them). It
+// fails when reg has outbox_relay_ collectors already, such as another
+// relay's: give each its own registerer, e.g. with
+// prometheus.WrapRegistererWith and a distinguishing label.
+func Register(reg prometheus.Registerer) (*Relay, error) {
 	r := &Relay{
-		Registry: prometheus.NewRegistry(),
+		Registerer: reg,
 		EventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_published_total",
 			Help: "Events acknowledged by Kafka, by topic.",
@@ -268,23 +290,34 @@ func New() *Relay {
 		}),
 		PG: newPGStats(),
 	}
-	r.Registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	cs := append([]prometheus.Collector{
 		r.EventsPublished, r.BatchesPublished, r.PublishAttempts, r.PublishErrors, r.CommitToAck, r.CommitToDecode,
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
 		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered, r.TopicPartitionChanges,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
-	)
-	r.Registry.MustRegister(r.PG.collectors()...)
-	return r
+	}, r.PG.collectors()...)
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done) // all or nothing
+			}
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return r, nil
 }
 
-// Handler serves the registry in the Prometheus exposition format.
-func (r *Relay) Handler() http.Handler {
-	return promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{Registry: r.Registry})
+// Handler serves g in the Prometheus exposition format. The handler's own
+// errors are counted on the private registry of New; a caller's registry
+// (Register) is left alone.
+func (r *Relay) Handler(g prometheus.Gatherer) http.Handler {
+	var opts promhttp.HandlerOpts
+	if r.Registry != nil {
+		opts.Registry = r.Registry
+	}
+	return promhttp.HandlerFor(g, opts)
 }
 
 // Cleanup is the metrics of the cleanup schedule the leader runs

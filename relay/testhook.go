@@ -1,7 +1,6 @@
-package main
+package relay
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -10,26 +9,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// testStatusHoldEnv names a test hook: standby status updates confirm only
-// positions acknowledged at least that long ago, while checkpoints are
-// saved as usual. It widens the (normally ~100 ms) window in which a
-// checkpoint is ahead of the slot, so a kill -9 test can land in it
-// deterministically. Not a flag on purpose: it only makes redelivery worse.
-const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
-
-func testStatusHold(b *flagBinder) time.Duration {
-	v, ok := b.env("test-status-hold")
-	if !ok || v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		b.errs = append(b.errs, fmt.Errorf("%s=%q is not a duration", testStatusHoldEnv, v))
-		return 0
-	}
-	return d
-}
-
+// heldProgress is the StatusHold test hook (internal/relayopt): standby
+// status updates confirm only positions acknowledged at least hold ago,
+// while checkpoints are saved as usual. It widens the (normally ~100 ms)
+// window in which a checkpoint is ahead of the slot, so a kill -9 test
+// can land in it deterministically. Not an exported option on purpose: it
+// only makes redelivery worse.
+//
 // heldProgress reports as flushed the newest position its inner Progress
 // reported at least hold ago.
 type heldProgress struct {

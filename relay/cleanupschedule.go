@@ -1,82 +1,53 @@
-package main
+package relay
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
-
-// cleanupScheduleConfig is run's optional cleanup schedule: the leader
-// deletes confirmed rows older than OlderThan every Interval.
-type cleanupScheduleConfig struct {
-	OlderThan time.Duration
-	Interval  time.Duration
-}
-
-func (c *cleanupScheduleConfig) bind(b *flagBinder) {
-	b.dur(&c.OlderThan, "cleanup-older-than", 0, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)")
-	b.dur(&c.Interval, "cleanup-interval", 10*time.Minute, "cadence of the leader's cleanup runs (each bounded by half of it)")
-}
-
-func (c *cleanupScheduleConfig) validate() []error {
-	var errs []error
-	if c.OlderThan < 0 {
-		errs = append(errs, fmt.Errorf("--cleanup-older-than %s: use 0 (off) or a positive duration, e.g. 168h", c.OlderThan))
-	}
-	if c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("--cleanup-interval %s: use at least 100ms (minutes are typical)", c.Interval))
-	}
-	return errs
-}
 
 // cleanupSchedule runs cleanup while this process leads.
 type cleanupSchedule struct {
-	cfg cleanupScheduleConfig
+	cfg CleanupConfig
 	m   *metrics.Cleanup
 }
 
 // newCleanupSchedule returns the schedule of r's configuration, nil when off.
-func newCleanupSchedule(r *relay) *cleanupSchedule {
-	c := r.cfg.CleanupSchedule
+func newCleanupSchedule(r *Relay) *cleanupSchedule {
+	c := r.cfg.Cleanup
 	if c.OlderThan <= 0 {
 		return nil
 	}
-	if r.cfg.CheckpointInterval <= 0 {
+	if r.cfg.Checkpoints.Interval <= 0 {
 		r.log.Warn("--cleanup-older-than with --checkpoint-interval 0: no checkpoint is saved, so cleanup deletes nothing", slog.String("stage", "cleanup"))
 	}
-	if r.cfg.CheckpointRetention > 0 && c.OlderThan > r.cfg.CheckpointRetention {
-		r.log.Warn("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than", slog.String("stage", "cleanup"), slog.Duration("cleanup_older_than", c.OlderThan), slog.Duration("checkpoint_retention", r.cfg.CheckpointRetention))
+	if ret := r.cfg.Checkpoints.Retention; ret > 0 && c.OlderThan > ret {
+		r.log.Warn("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than", slog.String("stage", "cleanup"), slog.Duration("cleanup_older_than", c.OlderThan), slog.Duration("checkpoint_retention", ret))
 	}
-	return &cleanupSchedule{cfg: c, m: metrics.NewCleanup(r.m.Registry)}
+	return &cleanupSchedule{cfg: c, m: metrics.NewCleanup(r.m.Registerer)}
 }
 
 // run cleans every interval until ctx (the leadership) ends. A nil
 // schedule does nothing.
-func (s *cleanupSchedule) run(ctx context.Context, r *relay) {
+func (s *cleanupSchedule) run(ctx context.Context, r *Relay) {
 	if s == nil {
 		return
 	}
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.cfg.Interval, func() bool {
 		s.once(ctx, r)
-	}
+		return true
+	})
 }
 
-func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
+func (s *cleanupSchedule) once(ctx context.Context, r *Relay) {
 	log := r.log.With(slog.String("stage", "cleanup"))
-	id, err := identify(ctx, r.cfg.DatabaseURL)
+	id, err := outboxdb.Identify(ctx, r.cfg.Database.URL)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.m.Runs.WithLabelValues("error").Inc()
@@ -84,7 +55,7 @@ func (s *cleanupSchedule) once(ctx context.Context, r *relay) {
 		}
 		return
 	}
-	c := &cleanup.Cleaner{DB: r.pool, Table: r.cfg.table, Slot: r.cfg.Slot, Identity: id, Log: log,
+	c := &cleanup.Cleaner{DB: r.pool, Table: r.c.table, Slot: r.cfg.Database.Slot, Identity: id, Log: log,
 		Options:  cleanup.Options{OlderThan: s.cfg.OlderThan, Pause: cleanup.DefaultPause, MaxDuration: max(s.cfg.Interval/2, time.Second)},
 		OnDelete: func(n int64) { s.m.DeletedRows.Add(float64(n)) },
 	}

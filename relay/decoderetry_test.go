@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func stopAt(lsn uint64, err error) error {
 // decodes then) but the same failure at the same place three times in a
 // row stops the relay; schema problems and a renamed outbox stop at once.
 func TestDecodeErrorsRetryBounded(t *testing.T) {
-	r := &relay{}
+	r := &Relay{}
 	garbled := stopAt(1, &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})
 	for i := 1; i < maxDecodeAttempts; i++ {
 		if err := r.classifyStreamErr(garbled); isPermanent(err) || err == nil {
@@ -33,13 +33,13 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 	}
 
 	// Another message, or an attempt that ended otherwise, starts over.
-	r = &relay{}
+	r = &Relay{}
 	for i := 0; i < 2*maxDecodeAttempts; i++ {
 		if err := r.classifyStreamErr(stopAt(uint64(i), &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})); isPermanent(err) {
 			t.Fatalf("failures at different positions stopped the relay: %v", err)
 		}
 	}
-	r = &relay{}
+	r = &Relay{}
 	for i := 0; i < 2*maxDecodeAttempts; i++ {
 		if err := r.classifyStreamErr(garbled); isPermanent(err) {
 			t.Fatalf("attempt %d: %v", i, err)
@@ -52,11 +52,11 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 		stopAt(1, &replication.RowError{Column: "*", Reason: "tuple has 2 columns, relation 9"}),
 		&replication.StopError{Err: &replication.RelationRenamedError{OID: 1, Old: "public.outbox", New: "public.outbox_v2"}},
 	} {
-		if got := (&relay{}).classifyStreamErr(err); !isPermanent(got) {
+		if got := (&Relay{}).classifyStreamErr(err); !isPermanent(got) {
 			t.Errorf("%v: not permanent", err)
 		}
 	}
-	if err := (&relay{}).classifyStreamErr(nil); err != nil {
+	if err := (&Relay{}).classifyStreamErr(nil); err != nil {
 		t.Errorf("nil became %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // ended with err (nil: SIGTERM): failures no reconnect can cure become
 // permanentError (exit 1, slot position held), decode errors are retried
 // a bounded number of times, anything else reconnects.
-func (r *relay) classifyStreamErr(err error) error {
+func (r *Relay) classifyStreamErr(err error) error {
 	var schemaErr *replication.SchemaError
 	var rowErr *replication.RowError
 	var eventErr *publisher.EventError

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // refuseLostSlot stops a start on a missing slot once the relay has run
 // before (a checkpoint exists): creating a fresh slot would silently skip
 // every event committed since the old one was lost. recover handles it.
-func (r *relay) refuseLostSlot(ctx context.Context) error {
+func (r *Relay) refuseLostSlot(ctx context.Context) error {
 	_, err := r.slots.Status(ctx)
 	if !errors.Is(err, slot.ErrNotFound) {
 		return nil // Ensure reports other problems
@@ -35,7 +35,7 @@ func (r *relay) refuseLostSlot(ctx context.Context) error {
 	return fmt.Errorf("slot %q does not exist, but this relay saved a checkpoint at %s (%s): the slot was dropped or lost, "+
 		"so events committed since may be missing from Kafka; run \"outbox-relay recover\" to recreate it and back-fill "+
 		"from the outbox table (or \"outbox-relay checkpoint reset\" to start fresh, accepting the gap)",
-		r.cfg.Slot, cp.LSN, cp.SavedAt.Format("2006-01-02 15:04:05Z07:00"))
+		r.cfg.Database.Slot, cp.LSN, cp.SavedAt.Format("2006-01-02 15:04:05Z07:00"))
 }
 
 // resumeState is what a stream attempt knows about its saved position.
@@ -50,7 +50,7 @@ type resumeState struct {
 
 // resume identifies the server and compares the newest checkpoint with the
 // slot. A checkpoint of another cluster or timeline stops the relay.
-func (r *relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status) (resumeState, error) {
+func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status) (resumeState, error) {
 	id, walEnd, err := checkpoint.Identify(ctx, conn)
 	if err != nil {
 		return resumeState{}, err
@@ -146,8 +146,8 @@ func (k *skipper) skipping(ordinal int) bool {
 // startSaver saves the tracker's acknowledged position at the configured
 // cadence until the returned stop is called (idempotent; it waits for the
 // final save).
-func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func()) {
-	if r.cfg.CheckpointInterval <= 0 {
+func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func()) {
+	if r.cfg.Checkpoints.Interval <= 0 {
 		return func() {}
 	}
 	// tok is what the snapshot being saved knew; the saver goroutine both
@@ -159,13 +159,13 @@ func (r *relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 			tok, a.Decoded = a.Token, r.decoded.load()
 			return a
 		},
-		r.cfg.CheckpointInterval, r.cfg.CheckpointRetention, r.log)
+		r.cfg.Checkpoints.Interval, r.cfg.Checkpoints.Retention, r.log)
 	// What is acknowledged of a large transaction is saved every eighth
 	// of the window's acknowledgements (at most every 10 ms), not only
 	// every interval, and until a save covered them those
 	// acknowledgements hold window space: a crash then re-sends at most
 	// about the window, whatever the throughput.
-	sv.Kick, sv.KickGap = tr.NotifyAcks(max(r.cfg.MaxInflightEvents/8, 128)), 10*time.Millisecond
+	sv.Kick, sv.KickGap = tr.NotifyAcks(max(r.cfg.Window.MaxEvents/8, 128)), 10*time.Millisecond
 	sv.Attempted = func() { tr.Saved(tok) }
 	sv.OnSave = func(cp checkpoint.Checkpoint) {
 		r.m.CheckpointSaves.Inc()

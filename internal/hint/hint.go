@@ -1,0 +1,116 @@
+// Package hint recognises failures that no retry can cure - TLS and
+// authentication problems of PostgreSQL or Kafka, missing privileges - and
+// says how to fix them. The relay stops on them instead of reconnecting
+// forever, and the binary prints the fix beside the error. The fixes name
+// the binary's flags: they are what an operator changes.
+package hint
+
+import (
+	"crypto/x509"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+)
+
+// With appends how to fix a connection failure that retrying cannot
+// cure: TLS and authentication problems of PostgreSQL or Kafka.
+func With(err error) error {
+	if err == nil {
+		return nil
+	}
+	var he *hintError
+	if errors.As(err, &he) {
+		return err
+	}
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	h := ""
+	if errors.As(err, &ce) || errors.As(err, &pe) {
+		h = pgHint(err)
+	} else {
+		h = kafkaHint(kafkaconn.Classify(err))
+	}
+	if h == "" {
+		return err
+	}
+	return &hintError{err, h}
+}
+
+// Unfixable reports whether err is a connection failure that needs a
+// configuration change (With has a fix for it) rather than a retry.
+func Unfixable(err error) bool {
+	var he *hintError
+	return errors.As(With(err), &he)
+}
+
+// hintError is an error with the fix for it.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + "; fix: " + e.hint }
+func (e *hintError) Unwrap() error { return e.err }
+
+func kafkaHint(f kafkaconn.Failure) string {
+	switch f {
+	case kafkaconn.FailureUnknownAuthority:
+		return "the broker's certificate is not signed by a trusted CA: set --kafka-tls-ca-file to the PEM CA bundle that signed it"
+	case kafkaconn.FailureHostname:
+		return "the broker's certificate does not name the address the relay dialled: set --kafka-tls-server-name to a name in the certificate, or fix the broker's certificate / advertised.listeners"
+	case kafkaconn.FailureCertificateInvalid:
+		return "the broker's certificate is expired, not yet valid (check clocks) or not usable for TLS: renew it"
+	case kafkaconn.FailureNotTLS:
+		return "the Kafka listener does not speak TLS: use the broker's SSL/SASL_SSL port, or drop --kafka-tls* for a PLAINTEXT listener"
+	case kafkaconn.FailureNeedsTLS:
+		return "the Kafka listener expects TLS: set --kafka-tls (and --kafka-tls-ca-file unless the system roots trust the broker)"
+	case kafkaconn.FailureRejected:
+		return "the broker rejected the TLS handshake, usually the client certificate: set --kafka-tls-cert-file and --kafka-tls-key-file to a certificate signed by a CA in the broker's ssl.truststore"
+	case kafkaconn.FailureSASLAuthentication:
+		return "check --kafka-sasl-username and its password (--kafka-sasl-password or OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE), and that --kafka-sasl-mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
+	case kafkaconn.FailureSASLMechanism:
+		return "the listener does not enable this SASL mechanism: set --kafka-sasl-mechanism to one in the broker's sasl.enabled.mechanisms"
+	}
+	return ""
+}
+
+// pgHint recognises PostgreSQL connection failures that need a change of
+// configuration.
+func pgHint(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "28P01":
+			return "the password for this user is wrong: correct it in --database-url (or OUTBOX_RELAY_DATABASE_URL_FILE)"
+		case pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
+			return "the server accepts this user only over SSL (hostssl in pg_hba.conf): add sslmode=verify-full&sslrootcert=/path/to/ca.pem to --database-url"
+		case pe.Code == "28000":
+			return "pg_hba.conf has no entry for this user, host and database: add one, or connect as a user that has one"
+		case pe.Code == "42501" && strings.Contains(pe.Message, "replication"):
+			return "the role lacks the REPLICATION attribute: run `outbox-relay migrate --grant-role ROLE` as an admin, or ALTER ROLE ... REPLICATION"
+		case pe.Code == "42501":
+			return "the role lacks a privilege the relay needs: run `outbox-relay migrate --grant-role ROLE` as an admin (README: least-privilege role)"
+		}
+		return ""
+	}
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &ua):
+		return "the PostgreSQL server's certificate is not signed by a trusted CA: set sslrootcert=/path/to/ca.pem in --database-url"
+	case errors.As(err, &he):
+		return "the PostgreSQL server's certificate does not name the host in --database-url: connect by a name the certificate carries, or use sslmode=verify-ca"
+	case errors.As(err, &ci):
+		return "the PostgreSQL server's certificate is expired or not yet valid: renew it (or check clocks)"
+	case strings.Contains(msg, "server refused TLS connection"):
+		return "the PostgreSQL server has SSL off: set ssl = on on the server, or lower sslmode in --database-url"
+	case strings.Contains(msg, "remote error: tls:"):
+		return "the PostgreSQL server rejected the TLS handshake (client certificate?): check sslcert and sslkey in --database-url"
+	}
+	return ""
+}

@@ -1,0 +1,46 @@
+package hint
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+)
+
+func TestWith(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("kafka a:1: %w", kafka.SASLAuthenticationFailed), "check --kafka-sasl-username"},
+		{errors.New("kafka.(*Client).Metadata: tls: failed to verify certificate: x509: certificate signed by unknown authority"), "--kafka-tls-ca-file"},
+		{errors.New("kafka.(*Client).Metadata: remote error: tls: bad certificate"), "--kafka-tls-cert-file"},
+		{errors.New("kafka.(*Client).Metadata: unexpected EOF: broker appears to be expecting TLS"), "set --kafka-tls"},
+		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01", Message: "password authentication failed for user \"x\""}), "OUTBOX_RELAY_DATABASE_URL_FILE"},
+		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28000", Message: "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"d\", no encryption"}), "sslmode=verify-full"},
+		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "42501", Message: "must be superuser or replication role to start walsender"}), "--grant-role"},
+	}
+	for _, c := range cases {
+		got := With(c.err)
+		if !strings.Contains(got.Error(), "; fix: ") || !strings.Contains(got.Error(), c.want) {
+			t.Errorf("With(%v) = %v, want a fix naming %q", c.err, got, c.want)
+		}
+		if !Unfixable(c.err) {
+			t.Errorf("Unfixable(%v) = false", c.err)
+		}
+		if again := With(got); again != got {
+			t.Errorf("With added a second hint: %v", again)
+		}
+	}
+	if Unfixable(errors.New("dial tcp: connection refused")) || With(errors.New("x")).Error() != "x" || With(nil) != nil {
+		t.Error("ordinary errors got a hint")
+	}
+	if kafkaconn.Classify(errors.New("dial tcp: connection refused")) != kafkaconn.FailureNone {
+		t.Error("network error classified as security failure")
+	}
+}

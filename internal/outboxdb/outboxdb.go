@@ -1,0 +1,147 @@
+// Package outboxdb is the database side of starting to relay: the pool,
+// the checks every streaming command runs before it touches the slot
+// (server settings, the outbox table's schema, its publication, the
+// checkpoint and dead-letter tables), and the server's identity. run
+// (package relay) and recover share it, so both refuse the same broken
+// set-ups with the same messages.
+package outboxdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+// ApplicationName is the application_name of the pool's sessions.
+const ApplicationName = "outbox-relay"
+
+// ParseConfig parses url into the pool configuration Connect uses: a few
+// connections (the relay's queries are small and rare; the data flows
+// through the replication connection), named ApplicationName.
+func ParseConfig(url string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = 4
+	pc.ConnConfig.RuntimeParams["application_name"] = ApplicationName
+	return pc, nil
+}
+
+// Connect opens a pool of pc and checks that the server answers.
+func Connect(ctx context.Context, pc *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	return pool, nil
+}
+
+// Outbox names what is streamed: the outbox table, its slot and its
+// publication.
+type Outbox struct {
+	Table       migrations.Table
+	Slot        string
+	Publication string
+}
+
+// Checked is an Outbox that passed Check, with the handles streaming uses.
+type Checked struct {
+	Schema      migrations.Schema
+	Slots       *slot.Manager
+	Checkpoints *checkpoint.Store
+	DeadLetters *deadletter.Store
+}
+
+// Check runs the start-up checks on pool: the server's settings, the
+// outbox table's schema (a missing table names what the publication holds
+// instead), the publication (created if missing), and the checkpoint and
+// dead-letter tables. Each error says how to fix it.
+func (o Outbox) Check(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Checked, error) {
+	if err := slot.CheckServer(ctx, pool, log); err != nil {
+		return nil, err
+	}
+	schema, err := migrations.Validate(ctx, pool, o.Table)
+	if err != nil {
+		var se *migrations.SchemaError
+		if errors.As(err, &se) && se.TableMissing {
+			err = ExplainMissingTable(ctx, pool, o.Publication, o.Table, err)
+		}
+		return nil, err
+	}
+	c := &Checked{
+		Schema:      schema,
+		Slots:       slot.NewManager(pool, o.Slot, o.Publication),
+		Checkpoints: checkpoint.NewStore(pool, o.Table, o.Slot),
+		DeadLetters: deadletter.NewStore(pool, o.Table),
+	}
+	if err := c.Slots.EnsurePublication(ctx, o.Table.Quoted(), o.Table.Schema, o.Table.Name); err != nil {
+		return nil, err
+	}
+	if err := c.Checkpoints.Check(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.DeadLetters.Check(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ExplainMissingTable adds to err, a missing outbox table, the tables the
+// publication still includes: a renamed or moved outbox stays in it under
+// its new name, which is then the likely fix. Best effort: a failed lookup
+// leaves err as it is.
+func ExplainMissingTable(ctx context.Context, db migrations.Querier, publication string, t migrations.Table, err error) error {
+	rows, qerr := db.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_catalog.pg_publication_tables
+		WHERE pubname = $1 AND NOT (schemaname = $2 AND tablename = $3) ORDER BY 1 LIMIT 5`, publication, t.Schema, t.Name)
+	if qerr != nil {
+		return err
+	}
+	names, qerr := pgx.CollectRows(rows, pgx.RowTo[string])
+	if qerr != nil || len(names) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; publication %q includes %s: if the outbox was renamed or moved (ALTER TABLE … RENAME / SET SCHEMA), "+
+		"rename it back, or run with --table set to its new name", err, publication, strings.Join(names, ", "))
+}
+
+// Identify runs IDENTIFY_SYSTEM on a short-lived replication connection:
+// the cluster and timeline a checkpoint must belong to.
+func Identify(ctx context.Context, dsn string) (checkpoint.Identity, error) {
+	conn, err := replication.Connect(ctx, dsn)
+	if err != nil {
+		return checkpoint.Identity{}, err
+	}
+	defer conn.Close(context.Background())
+	id, _, err := checkpoint.Identify(ctx, conn)
+	return id, err
+}
+
+// ValidName reports whether s can name a slot, publication or role: 1-63
+// lower-case letters, digits and underscores (no quoting needed).
+func ValidName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,227 @@
+package relay
+
+import (
+	"crypto/tls"
+	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+// Config is the whole relay configuration, grouped by component. Start
+// from DefaultConfig and set at least Database.URL and Kafka.Brokers: zero
+// values are not defaults, and for several knobs 0 means "off".
+type Config struct {
+	// Database is the outbox's PostgreSQL side: where to connect, what to
+	// stream and how the replication session is kept alive.
+	Database DatabaseConfig
+	// Kafka is the one Kafka configuration every client is built from.
+	Kafka KafkaConfig
+	// Publish shapes what is written to Kafka and how failures are retried.
+	Publish PublishConfig
+	// Window bounds what is held in memory between the WAL and Kafka.
+	Window WindowConfig
+	// Leader configures the election among the replicas that run the
+	// same slot.
+	Leader LeaderConfig
+	// Checkpoints configures the saved acknowledged positions.
+	Checkpoints CheckpointConfig
+	// Cleanup is the leader's optional deletion of relayed outbox rows.
+	Cleanup CleanupConfig
+	// Stats configures the PostgreSQL statistics metrics.
+	Stats StatsConfig
+	// ShutdownTimeout is how long Run keeps draining after its context
+	// ends: events already read are published and acknowledged, and the
+	// slot is confirmed past them, so the next leader re-sends nothing.
+	ShutdownTimeout time.Duration
+}
+
+// DatabaseConfig describes the outbox table, its slot and publication, and
+// the replication session.
+type DatabaseConfig struct {
+	// URL is the PostgreSQL connection URL (postgres://...). The role
+	// needs REPLICATION and the privileges `outbox-relay migrate
+	// --grant-role` grants. Use sslmode=verify-full outside localhost.
+	URL string
+	// Slot is the logical replication slot (pgoutput); it must exist
+	// (migrate creates it) or is created at the first start.
+	Slot string
+	// Publication is the publication of the outbox table.
+	Publication string
+	// Table is the outbox table, optionally schema-qualified.
+	Table string
+	// StatusInterval is the cadence of standby status updates, which
+	// confirm acknowledged positions to the server; keep it well under
+	// wal_sender_timeout.
+	StatusInterval time.Duration
+	// HeartbeatInterval is the cadence of WAL heartbeats
+	// (pg_logical_emit_message) that let an idle outbox in a busy
+	// database advance the slot, so it never pins WAL; 0 disables them.
+	HeartbeatInterval time.Duration
+	// SlotCheckInterval is how often the leader re-reads the slot: a slot
+	// invalidated or dropped while streaming stops the relay instead of
+	// hiding that events may be missing.
+	SlotCheckInterval time.Duration
+	// WALSenderTimeout is wal_sender_timeout for the replication session:
+	// how long the server keeps a silent relay's slot busy, which delays
+	// the next leader's takeover; 0 keeps the server's setting.
+	WALSenderTimeout time.Duration
+}
+
+// KafkaConfig is how every Kafka client reaches the brokers: the relay's
+// own, and those its methods build for tools, so that TLS and SASL apply
+// to all of them alike.
+type KafkaConfig struct {
+	// Brokers are the bootstrap brokers, host:port each.
+	Brokers []string
+	// TLS secures every broker connection; nil means PLAINTEXT. It is
+	// cloned per client (kafka-go sets ServerName per broker when empty).
+	TLS *tls.Config
+	// SASL authenticates every broker connection (kafka-go's
+	// sasl/plain and sasl/scram packages build one); nil means none.
+	SASL sasl.Mechanism
+	// MetadataTTL is how stale the clients' metadata may get. kafka-go
+	// does not refresh it on NotLeaderForPartition, so this bounds the
+	// stall after a partition leader change.
+	MetadataTTL time.Duration
+}
+
+// PoisonPolicy is what happens to a poison event, one Kafka rejects for
+// good or that cannot become a record.
+type PoisonPolicy string
+
+const (
+	// PoisonQuarantine dead-letters the poison event and parks its
+	// aggregate's later events until an operator retries or discards it
+	// (outbox-relay dlq); other aggregates flow on.
+	PoisonQuarantine PoisonPolicy = "quarantine"
+	// PoisonHalt stops the relay with the slot position held: nothing
+	// after the poison event is published until it is fixed.
+	PoisonHalt PoisonPolicy = "halt"
+)
+
+// PublishConfig shapes the records and the produce requests.
+type PublishConfig struct {
+	// TopicTemplate names an event's topic; placeholders
+	// {aggregate_type} and {event_type}.
+	TopicTemplate string
+	// CreateTopics creates missing topics with TopicPartitions and
+	// TopicReplicationFactor (-1: the broker's default). Without it, a
+	// missing topic is retried for UnknownTopicTimeout, then its events
+	// are poison.
+	CreateTopics           bool
+	TopicPartitions        int
+	TopicReplicationFactor int
+	// MaxBatch and MaxBatchBytes bound one partition batch (one record
+	// batch in a produce request); keep MaxBatchBytes under the broker's
+	// message.max.bytes.
+	MaxBatch      int
+	MaxBatchBytes int
+	// Linger is how long a partition batch waits for other partitions'
+	// batches to share its produce request; 0 sends at once.
+	Linger time.Duration
+	// BackoffBase and BackoffMax bound the retry delay of a failed write
+	// (exponential, full jitter). A partition retries inline: a later
+	// batch never overtakes it.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// UnknownTopicTimeout is how long a missing topic is retried before
+	// its events are poison (without CreateTopics), and how long a
+	// partition that vanished is retried before the relay stops.
+	UnknownTopicTimeout time.Duration
+	// PartitionRefresh is how often a topic's partition count is re-read;
+	// added partitions are used once the topic's earlier events are
+	// acknowledged, so no key is reordered.
+	PartitionRefresh time.Duration
+	// TopicIdleTimeout is how long an unused topic keeps its router and
+	// partition lanes (goroutines, queues): topics come from event data.
+	TopicIdleTimeout time.Duration
+	// PoisonPolicy decides what a poison event does.
+	PoisonPolicy PoisonPolicy
+}
+
+// WindowConfig bounds the events read from the WAL and not yet
+// acknowledged by Kafka. The relay stops reading while the window is full,
+// so a slow Kafka costs WAL on the server, never memory in the relay.
+type WindowConfig struct {
+	// MaxEvents and MaxBytes bound the unacknowledged events.
+	MaxEvents int
+	MaxBytes  int64
+	// StallTimeout is how long events may wait in flight with no
+	// acknowledgement before the relay reports a stall (logged, the
+	// outbox_relay_stalled gauge, Health not ready); 0 never reports one.
+	StallTimeout time.Duration
+}
+
+// LeaderConfig configures the election: every replica runs the relay, the
+// one holding the slot's advisory lock streams, the others stand by.
+type LeaderConfig struct {
+	// PollInterval is how often a standby tries to take the lock; it
+	// bounds the takeover after a leader stops.
+	PollInterval time.Duration
+	// KeepaliveInterval is how often the leader checks its lock
+	// connection.
+	KeepaliveInterval time.Duration
+	// Timeout bounds silence on the lock connection: a leader unable to
+	// confirm its lock for half of it stops streaming, and PostgreSQL
+	// frees the lock of a session silent this long.
+	Timeout time.Duration
+}
+
+// CheckpointConfig configures the saved acknowledged positions, which let
+// a restart skip what Kafka acknowledged already and let recover and
+// replay find where to start.
+type CheckpointConfig struct {
+	// Interval is the cadence of saves; 0 disables checkpoints.
+	Interval time.Duration
+	// Retention is how long the history is kept; keep it at least the
+	// outbox rows' retention.
+	Retention time.Duration
+}
+
+// CleanupConfig is the leader's optional cleanup schedule: it deletes
+// outbox rows a checkpoint shows relayed and older than OlderThan.
+type CleanupConfig struct {
+	// OlderThan is the rows' minimum age; 0 turns the schedule off.
+	OlderThan time.Duration
+	// Interval is the cadence of runs, each bounded by half of it.
+	Interval time.Duration
+}
+
+// StatsConfig configures the PostgreSQL statistics every replica scrapes
+// (standbys too: with the leader gone they still report the growing lag).
+type StatsConfig struct {
+	// Interval is the scrape cadence of the slot and outbox-table
+	// statistics; 0 turns them off.
+	Interval time.Duration
+	// WALDiskBudget is the WAL bytes the slot may retain before the disk
+	// is at risk (0: none); the exhaustion forecast aims at the smaller
+	// of it and safe_wal_size.
+	WALDiskBudget int64
+}
+
+// DefaultConfig returns the defaults of every knob (the binary's flag
+// defaults). Database.URL and Kafka.Brokers are left to the caller.
+func DefaultConfig() Config {
+	return Config{
+		Database: DatabaseConfig{
+			Slot: "outbox_relay", Publication: "outbox_relay", Table: "public.outbox",
+			StatusInterval: time.Second, HeartbeatInterval: 10 * time.Second, SlotCheckInterval: 10 * time.Second,
+		},
+		Kafka: KafkaConfig{MetadataTTL: time.Second},
+		Publish: PublishConfig{
+			TopicTemplate: publisher.DefaultTopicTemplate, TopicPartitions: 6, TopicReplicationFactor: -1,
+			MaxBatch: 1000, MaxBatchBytes: 900 << 10, Linger: 5 * time.Millisecond,
+			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
+			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
+			PoisonPolicy: PoisonQuarantine,
+		},
+		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
+		Leader:          LeaderConfig{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},
+		Checkpoints:     CheckpointConfig{Interval: time.Second, Retention: 7 * 24 * time.Hour},
+		Cleanup:         CleanupConfig{Interval: 10 * time.Minute},
+		Stats:           StatsConfig{Interval: 15 * time.Second},
+		ShutdownTimeout: 30 * time.Second,
+	}
+}

@@ -1,0 +1,70 @@
+// Package relay streams a PostgreSQL transactional outbox to Kafka: the
+// rows a service inserts into its outbox table, in the same transaction as
+// its business data, become Kafka records keyed by aggregate, in commit
+// order per aggregate, at least once.
+//
+// It reads the table's inserts through logical replication (a pgoutput
+// slot), publishes them with acks=all and Java-compatible murmur2
+// partitioning, and confirms the slot only past events Kafka has
+// acknowledged: a crash, a failover or a Kafka outage never loses an
+// event, and may re-send some (consumers deduplicate on the event_id
+// header; package inbox does it for Go consumers).
+//
+// The binary cmd/outbox-relay is this package behind flags. A Go service
+// can instead run the relay in-process beside its own handlers, with the
+// same guarantees and no extra deployment.
+//
+// # Embedding
+//
+// Every replica of the service runs a Relay for the same slot. They elect
+// a leader through a PostgreSQL advisory lock: the leader streams, the
+// others stand by and take over within Leader.PollInterval when it stops
+// or loses its connection. Run returns when its context ends, after
+// draining what it read for at most ShutdownTimeout:
+//
+//	cfg := relay.DefaultConfig()
+//	cfg.Database.URL = os.Getenv("DATABASE_URL")
+//	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+//	r, err := relay.New(cfg, relay.WithLogger(slog.Default()))
+//	if err != nil {
+//		log.Fatal(err) // every invalid field, each a *relay.FieldError
+//	}
+//	mux.Handle("/relay/", http.StripPrefix("/relay", r.Handler()))
+//	go func() { errc <- r.Run(ctx) }() // one replica leads, the others stand by
+//
+// The outbox table, its publication and the slot are created by
+// migrations.Apply and `outbox-relay migrate`; package outbox writes
+// events into the table.
+//
+// # Configuration
+//
+// Config groups the knobs by component. Start from DefaultConfig: zero
+// values are not defaults, and 0 turns several features off
+// (Database.HeartbeatInterval, Window.StallTimeout, Checkpoints.Interval,
+// Cleanup.OlderThan, Stats.Interval). New validates everything up front
+// and does no I/O; its error joins one *FieldError per invalid field,
+// named by its Go path ("Publish.MaxBatch").
+//
+// Kafka is the one Kafka configuration: the relay's clients and those
+// KafkaConfig builds for tools beside it (Transport, Dialer, Client,
+// Reader) share its brokers, TLS and SASL.
+//
+// # Failures
+//
+// Transient failures - Kafka or PostgreSQL unreachable, a broken
+// replication connection, a partition leader change - are retried with
+// backoff and never lose the slot position. A poison event (one Kafka
+// rejects for good, or that cannot become a record) is dead-lettered and
+// its aggregate quarantined under PoisonQuarantine, while the other
+// aggregates flow on; under PoisonHalt the relay stops. Failures no retry
+// can cure (a schema problem, a dropped or invalidated slot, a rejected
+// certificate or password) end Run with an error, the slot position held.
+//
+// # Observability
+//
+// Handler serves /healthz (liveness), /readyz (Health as JSON: 200 when
+// ready) and /metrics (the outbox_relay_* series; see WithRegisterer).
+// Logs go to the slog.Logger of WithLogger, with a stage attribute on
+// every record and event_id, aggregate_id and event_type for an event;
+// payloads are never logged.
+package relay

@@ -1,0 +1,91 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// A service runs the relay beside its own HTTP handlers; every replica
+// does, one leads. SIGTERM drains what the relay read before it returns.
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	cfg := relay.DefaultConfig()
+	cfg.Database.URL = os.Getenv("DATABASE_URL")
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	r, err := relay.New(cfg, relay.WithLogger(slog.Default()))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/relay/", http.StripPrefix("/relay", r.Handler())) // /relay/readyz, /relay/metrics
+	srv := &http.Server{Addr: ":8080", Handler: mux}
+	go func() { _ = srv.ListenAndServe() }()
+	defer srv.Close()
+
+	if err := r.Run(ctx); err != nil {
+		log.Fatal(err) // a failure no retry can cure; the slot position is held
+	}
+}
+
+// New reports every invalid field at once, each a *FieldError naming the
+// field by its Go path.
+func ExampleNew_invalid() {
+	cfg := relay.DefaultConfig()
+	cfg.Database.URL = "postgres://app@db:5432/app"
+	cfg.Publish.MaxBatch = 0
+	cfg.Window.StallTimeout = -1
+	_, err := relay.New(cfg)
+	fmt.Println(err)
+	var fe *relay.FieldError
+	if errors.As(err, &fe) && errors.Is(fe.Err, relay.ErrRequired) {
+		fmt.Println("first problem: set", fe.Field)
+	}
+	// Output:
+	// Kafka.Brokers: is required
+	// Publish.MaxBatch 0: use 1..100000
+	// Window.StallTimeout -1ns: use 0 (off) or a positive duration, e.g. 60s
+	// first problem: set Kafka.Brokers
+}
+
+// Two relays of one process (two outbox tables, each with its slot) register their
+// collectors on the service's registry, told apart by a label.
+func ExampleWithRegisterer() {
+	reg := prometheus.NewRegistry()
+	for _, outbox := range []string{"orders_outbox", "billing_outbox"} {
+		cfg := relay.DefaultConfig()
+		cfg.Database.URL = "postgres://app@db:5432/app"
+		cfg.Database.Table, cfg.Database.Slot, cfg.Database.Publication = outbox, outbox, outbox
+		cfg.Kafka.Brokers = []string{"kafka:9092"}
+		_, err := relay.New(cfg, relay.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": outbox}, reg)))
+		fmt.Println(outbox, err)
+	}
+	// Output:
+	// orders_outbox <nil>
+	// billing_outbox <nil>
+}
+
+// Tools beside the relay reach Kafka exactly as it does: the same
+// brokers, TLS and SASL.
+func ExampleKafkaConfig_Reader() {
+	cfg := relay.DefaultConfig()
+	cfg.Kafka.Brokers = []string{"kafka:9092"}
+	rd := cfg.Kafka.Reader("orders-audit", kafka.ReaderConfig{Topic: "outbox.event.order", GroupID: "orders-audit"})
+	defer rd.Close()
+	fmt.Println(rd.Config().Brokers)
+	// Output: [kafka:9092]
+}

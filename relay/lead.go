@@ -1,0 +1,100 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+// errLeadershipLost ends lead when the lease ends before SIGTERM.
+var errLeadershipLost = errors.New("leadership lost")
+
+// lead streams while lease holds: stream attempts with reconnects, as
+// before leader election, plus the WAL heartbeat. Losing the lease cancels
+// the stream at once (nothing more is drained or published).
+func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
+	lctx := lease.Context()
+	hctx, cancel := context.WithCancel(lctx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	go r.heartbeat(hctx)
+	go r.cleanup.run(hctx, r)
+
+	for attempt := 1; ; attempt++ {
+		started := time.Now()
+		err := r.stream(ctx, lctx)
+		if err == nil || ctx.Err() != nil && !isPermanent(err) {
+			r.log.Info("stopped", slog.String("stage", "shutdown"))
+			return nil
+		}
+		if lctx.Err() != nil {
+			return errLeadershipLost
+		}
+		var fence *fenceError
+		if errors.As(err, &fence) {
+			// A former leader's walsender still holds the slot; the server
+			// ends it within its wal_sender_timeout. Poll, don't back off.
+			r.log.Info("waiting for the former leader's walsender to release the slot", slog.String("stage", "leader"), slog.Int64("pid", int64(fence.pid)))
+			if !backoff.Sleep(hctx, r.cfg.Leader.PollInterval) {
+				if lctx.Err() != nil && ctx.Err() == nil {
+					return errLeadershipLost
+				}
+				return nil
+			}
+			attempt = 0
+			continue
+		}
+		if isPermanent(err) {
+			r.log.Error("stopping: permanent failure, slot position held", slog.String("stage", "stream"), slog.Any("error", hint.With(err)))
+			return err
+		}
+		if time.Since(started) > time.Minute {
+			attempt = 1
+		}
+		d := backoff.Jitter(attempt, 200*time.Millisecond, r.cfg.Publish.BackoffMax)
+		r.log.Warn("replication stream ended, reconnecting", slog.String("stage", "stream"), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))
+		if !backoff.Sleep(hctx, d) {
+			if lctx.Err() != nil && ctx.Err() == nil {
+				return errLeadershipLost
+			}
+			return nil
+		}
+	}
+}
+
+// fenceError is a slot still held by a relay's walsender (a former leader
+// or our own previous connection): it ends by itself, so the new leader
+// waits instead of failing.
+type fenceError struct {
+	pid int32
+	err error
+}
+
+func (e *fenceError) Error() string { return e.err.Error() }
+func (e *fenceError) Unwrap() error { return e.err }
+
+// fence classifies an active slot: held by a relay's walsender, the leader
+// waits for it (the slot's one-consumer rule is what keeps a stale leader
+// from streaming on); held by any other client, the relay stops, as
+// without leader election.
+func (r *Relay) fence(ctx context.Context, active *slot.ActiveError) error {
+	var app string
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(application_name, '') FROM pg_stat_activity WHERE pid = $1`, active.PID).Scan(&app)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && app == replication.ApplicationName {
+		return &fenceError{pid: active.PID, err: active}
+	}
+	if err != nil {
+		return fmt.Errorf("%w (and its application_name could not be read: %v)", active, err)
+	}
+	return permanentError{active}
+}

@@ -1,0 +1,200 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/internal/relayopt"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+// Relay streams one outbox table's inserts from its replication slot to
+// Kafka. Every replica of a service runs one for the same slot; the one
+// holding the slot's leader lock streams, the others stand by and take
+// over within Leader.PollInterval when it stops.
+type Relay struct {
+	cfg  Config
+	c    compiled
+	opts relayopt.Options
+	log  *slog.Logger
+	m    *metrics.Relay
+	// gatherer serves /metrics (nil: not served; see WithRegisterer).
+	gatherer prometheus.Gatherer
+	elector  *leader.Elector
+	running  atomic.Bool
+
+	// Set up by Run before streaming starts.
+	pool  *pgxpool.Pool
+	slots *slot.Manager
+	quar  *deadletter.Queue
+	// positions holds the saved checkpoints (skip-ahead, recover, replay).
+	positions *checkpoint.Store
+
+	tracker atomic.Pointer[checkpoint.Tracker]
+	// cleanup is the leader's cleanup schedule (nil: off).
+	cleanup *cleanupSchedule
+	// streaming is true while a replication stream runs (Health).
+	streaming atomic.Bool
+	// decoded is the highest position handed to the publisher (redelivery.go).
+	decoded decodedMark
+	// failures is the last publish failure of any stream's publisher, and
+	// stalls the stall detection fed from it and the window (stallwatch.go).
+	failures publisher.LastFailure
+	stalls   *stallWatch
+	// decodeFails bounds the reconnects on one undecodable message.
+	decodeFails decodeRetries
+}
+
+// New validates cfg and returns a Relay ready to Run. It does no I/O: a
+// wrong password or an unreachable broker shows when Run connects. Its
+// error joins a *FieldError for each invalid field.
+func New(cfg Config, opts ...Option) (*Relay, error) {
+	var o relayopt.Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Relay{cfg: cfg, c: c, opts: o, log: log}
+	if r.elector, err = leader.NewElector(cfg.Leader.elector(cfg.Database), log); err != nil {
+		return nil, &FieldError{Field: "Database.URL", Err: err}
+	}
+	if o.Registerer == nil {
+		r.m = metrics.New()
+		r.gatherer = r.m.Registry
+	} else if r.m, err = metrics.Register(o.Registerer); err != nil {
+		return nil, err
+	} else if g, ok := o.Registerer.(prometheus.Gatherer); ok {
+		r.gatherer = g
+	}
+	r.cleanup = newCleanupSchedule(r)
+	r.stalls = newStallWatch(cfg.Window.StallTimeout, log, r.m, &r.failures)
+	return r, nil
+}
+
+// permanentError stops the relay instead of reconnecting.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func isPermanent(err error) bool {
+	var pe permanentError
+	return errors.As(err, &pe)
+}
+
+// Run checks the database, waits for Kafka, then campaigns for the slot's
+// leader lock: as a standby it waits, as the leader it streams, and after
+// losing the lock it is a standby again. It returns when ctx ends - after
+// draining for at most ShutdownTimeout, with nil - or on a failure no
+// reconnect can cure (a schema problem, a lost slot, a poison event under
+// PoisonHalt, a rejected certificate), with the slot position held. Run
+// may be called once.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: Run called twice")
+	}
+	pool, err := outboxdb.Connect(ctx, r.c.pool)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r.pool = pool
+	out := outboxdb.Outbox{Table: r.c.table, Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication}
+	checked, err := out.Check(ctx, pool, r.log)
+	if err != nil {
+		return err
+	}
+	defer r.startStats(ctx)()
+	r.slots, r.positions = checked.Slots, checked.Checkpoints
+	if err := r.refuseLostSlot(ctx); err != nil {
+		return err
+	}
+	st, err := r.slots.Ensure(ctx)
+	var active *slot.ActiveError
+	if err != nil && !errors.As(err, &active) {
+		return err
+	}
+	// An active slot is usually the leader's: the stream checks it again,
+	// as leader, and fails then if another kind of client holds it.
+	if r.quar, err = deadletter.NewQueue(ctx, checked.DeadLetters, r.c.policy, r.log); err != nil {
+		return err
+	}
+	r.quar.OnPark = r.m.Parked.Inc
+	r.quar.OnDead = r.m.DeadLettered.Inc
+	r.log.Info("slot ready", slog.String("stage", "startup"), slog.String("slot", st.Name), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.Int64("lag_bytes", st.LagBytes), slog.String("wal_status", st.WALStatus))
+
+	if up, err := r.waitForKafka(ctx); err != nil {
+		r.log.Error("stopping: kafka refused the connection, no retry can fix it", slog.String("stage", "kafka_connect"), slog.Any("error", hint.With(err)))
+		return err
+	} else if !up {
+		return nil // stopped before Kafka answered
+	}
+	observing, stop := context.WithCancel(ctx)
+	defer stop()
+	go r.observe(observing)
+	return r.campaign(ctx)
+}
+
+// campaign is a standby until the lock is ours, leads until ctx ends or
+// the lock is lost; after a loss the relay is a standby again (no restart
+// needed).
+func (r *Relay) campaign(ctx context.Context) error {
+	for {
+		lease, err := r.elector.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				r.log.Info("stopped as standby", slog.String("stage", "shutdown"))
+				return nil
+			}
+			return err
+		}
+		r.m.LeaderAcquisitions.Inc()
+		r.m.Leader.Set(1)
+		// The gauge drops the moment the lease ends, when publishing
+		// stops, not after the stream's bounded clean-up.
+		unwatch := context.AfterFunc(lease.Context(), func() { r.m.Leader.Set(0) })
+		err = r.lead(ctx, lease)
+		unwatch()
+		r.m.Leader.Set(0)
+		if rerr := lease.Release(context.Background()); rerr != nil {
+			r.log.Debug("releasing the lock failed; closing its session frees it", slog.String("stage", "leader"), slog.Any("error", rerr))
+		}
+		if !errors.Is(err, errLeadershipLost) {
+			return err
+		}
+		r.log.Warn("stopped streaming after losing the lock; standby again", slog.String("stage", "leader"), slog.Any("error", lease.Err()))
+	}
+}
+
+// publisherConfig is the configuration of the stream's publisher (and of
+// the probe that waits for Kafka).
+func (r *Relay) publisherConfig() publisher.Config {
+	p := r.cfg.Publish
+	return publisher.Config{
+		Brokers: r.cfg.Kafka.Brokers, Template: r.c.template, Transport: r.cfg.Kafka.Transport("outbox-relay"),
+		MaxBatch: p.MaxBatch, MaxBatchBytes: p.MaxBatchBytes, Linger: p.Linger,
+		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
+		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
+		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
+		LastFailure: &r.failures,
+	}
+}

@@ -1,0 +1,251 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
+)
+
+// stream runs one replication connection with a fresh tracker and
+// publisher, from the slot's confirmed_flush_lsn. Anything in flight from
+// an earlier attempt was not confirmed and is redelivered.
+//
+// lctx is the leadership: its end cancels the stream at once, while the
+// end of ctx (SIGTERM) drains it.
+func (r *Relay) stream(ctx, lctx context.Context) error {
+	// Start-up queries end with either context.
+	sctx, scancel := context.WithCancel(lctx)
+	defer scancel()
+	defer context.AfterFunc(ctx, scancel)()
+	conn, start, resume, err := r.connect(ctx, sctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+
+	// The quarantine is what the table says now: while this process was a
+	// standby or reconnecting, another leader may have quarantined
+	// aggregates, and an operator may have lifted others.
+	if err := r.quar.Reload(sctx); err != nil {
+		return err
+	}
+	r.m.Quarantined.Set(float64(r.quar.Quarantined()))
+	// Resolved per stream: the stream recognises the outbox by it under
+	// any name (a renamed outbox stops the relay instead of being skipped).
+	oid, err := r.outboxOID(sctx)
+	if err != nil {
+		return err
+	}
+
+	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.Window.MaxEvents, MaxBytes: r.cfg.Window.MaxBytes})
+	r.tracker.Store(tracker)
+	pc := r.publisherConfig()
+	pc.DeadLetters = r.quar
+	pub := publisher.New(pc, r.log, r.m.Publisher())
+	defer pub.Close()
+
+	// A permanent publish failure, an invalidated slot or lost leadership
+	// cancels the stream; the end of ctx (SIGTERM) drains it.
+	streamCtx, cancel := context.WithCancel(lctx)
+	defer cancel()
+	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m),
+		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
+	var progress replication.Progress = tracker
+	if r.opts.StatusHold > 0 {
+		progress = newHeldProgress(tracker, r.opts.StatusHold)
+	}
+	s := replication.NewStream(conn, replication.Config{
+		Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication,
+		Namespace: r.c.table.Schema, Table: r.c.table.Name,
+		TableOID: oid, CurrentName: r.currentName,
+		StatusInterval: r.cfg.Database.StatusInterval,
+	}, sink, progress, r.log)
+	stopSaver := r.startSaver(resume, tracker)
+	defer stopSaver()
+	s.OnStatus(func(flush pglogrepl.LSN) {
+		r.m.StatusUpdates.Inc()
+		r.m.ConfirmedLSN.Set(float64(flush))
+		r.m.LastStatusTime.SetToCurrentTime()
+	})
+	if err := s.Start(sctx, start); err != nil {
+		return err
+	}
+	fatal, err := r.drive(ctx, streamCtx, cancel, s, pub, tracker, start)
+	stopSaver()
+	if fatal != nil {
+		return permanentError{fatal}
+	}
+	err = r.classifyStreamErr(err)
+	if err == nil {
+		r.log.Info("final status sent", slog.String("stage", "shutdown"), slog.String("confirmed_flush_lsn", tracker.Flushed().String()))
+	}
+	return err
+}
+
+// connect checks the slot, opens the replication connection and compares
+// the slot with the saved checkpoint; start is where the stream resumes.
+func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start pglogrepl.LSN, rs resumeState, err error) {
+	st, err := r.slots.Status(sctx)
+	if err != nil {
+		if errors.Is(err, slot.ErrNotFound) {
+			err = permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
+		}
+		return nil, 0, rs, err
+	}
+	if err := r.slots.Check(sctx, st); err != nil {
+		var active *slot.ActiveError
+		if errors.As(err, &active) {
+			return nil, 0, rs, r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
+		}
+		return nil, 0, rs, permanentError{err}
+	}
+	var params map[string]string
+	if r.cfg.Database.WALSenderTimeout > 0 {
+		params = map[string]string{"wal_sender_timeout": strconv.FormatInt(r.cfg.Database.WALSenderTimeout.Milliseconds(), 10)}
+	}
+	if conn, err = replication.ConnectParams(sctx, r.cfg.Database.URL, params); err != nil {
+		return nil, 0, rs, err
+	}
+	if rs, err = r.resume(ctx, conn, st); err != nil {
+		closeConn(conn)
+		if hint.Unfixable(err) { // e.g. a role without REPLICATION: reconnecting cannot help
+			err = permanentError{err}
+		}
+		return nil, 0, rs, err
+	}
+	// Resume exactly at the slot's confirmed position: an earlier LSN is
+	// moved forward by the server anyway, a later one would skip events.
+	return conn, st.ConfirmedFlushLSN, rs, nil
+}
+
+// closeConn closes a replication connection, bounded: a cut network must
+// not hold up the return to standby.
+func closeConn(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// drive runs the started stream s until the end of ctx has drained it,
+// the leadership ends (streamCtx) or a permanent failure of the publisher
+// or the slot cancels it; fatal is that failure.
+func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc, s *replication.Stream,
+	pub *publisher.Publisher, tracker *checkpoint.Tracker, start pglogrepl.LSN) (fatal, err error) {
+	r.m.ReplicationStarts.Inc()
+	r.m.ReplicationUp.Set(1)
+	defer r.m.ReplicationUp.Set(0)
+	r.streaming.Store(true)
+	defer r.streaming.Store(false)
+	r.log.Info("streaming", slog.String("stage", "stream"), slog.String("start_lsn", start.String()))
+
+	var failed atomic.Pointer[error]
+	setFatal := func(err error) {
+		failed.CompareAndSwap(nil, &err)
+		cancel()
+	}
+	go func() {
+		select {
+		case err := <-pub.Fatal():
+			setFatal(err)
+		case <-streamCtx.Done():
+		}
+	}()
+	go r.watchSlot(streamCtx, setFatal)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			close(stop)
+		case <-streamCtx.Done():
+		}
+	}()
+	idle := func() bool { return tracker.Stats().Events == 0 }
+	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
+	cancel()
+	if f := failed.Load(); f != nil {
+		return *f, err
+	}
+	return nil, err
+}
+
+// sink connects the stream to the tracker and the publisher.
+type sink struct {
+	ctx     context.Context
+	tracker *checkpoint.Tracker
+	pub     *publisher.Publisher
+	m       *metrics.Relay
+	tx      *checkpoint.Txn
+	events  int // in tx
+	// skip drops transactions a checkpoint says Kafka acknowledged already.
+	skip *skipper
+	// redo counts re-published events; decoded marks what was handed to
+	// the publisher, published the events of tx that were.
+	redo      *redelivery
+	decoded   *decodedMark
+	published int
+}
+
+func (s *sink) Begin(b replication.Begin) error {
+	s.tx = s.tracker.BeginTx(b.CommitTime, b.Xid, b.FinalLSN)
+	s.events, s.published = 0, 0
+	s.skip.begin(b)
+	s.redo.begin(b)
+	return nil
+}
+
+func (s *sink) Insert(ev *replication.Event) error {
+	s.m.DecodedEvents.Inc()
+	s.events++
+	if s.skip.skipping(ev.Ordinal) {
+		return nil // acknowledged before the crash: not published again
+	}
+	size := ev.Size()
+	seq := s.tracker.TrackOrdinal(s.tx, ev.Ordinal, size)
+	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, seq, size}); err != nil {
+		// Free its window share so the drain before stopping can finish;
+		// it is not acknowledged, so neither the slot nor a checkpoint's
+		// partial passes it.
+		s.tx.Release(size)
+		return err
+	}
+	s.published++
+	s.redo.published()
+	return nil
+}
+
+func (s *sink) Commit(c replication.Commit) error {
+	if s.events > 0 {
+		s.m.CommitToDecode.Observe(time.Since(s.tx.CommitTime).Seconds())
+	}
+	s.tracker.Commit(s.tx, c.EndLSN)
+	if s.published > 0 {
+		s.decoded.advance(c.EndLSN)
+	}
+	s.tx = nil
+	return nil
+}
+
+// sizedAck releases an event's window share; the publisher's own size
+// accounting differs (it counts Kafka framing), the tracker's must not.
+// The Seq tells the tracker which event it is, for the acknowledged prefix.
+type sizedAck struct {
+	tx   *checkpoint.Txn
+	seq  checkpoint.Seq
+	size int
+}
+
+func (a sizedAck) Ack(int) { a.tx.AckSeq(a.seq, a.size) }

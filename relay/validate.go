@@ -1,0 +1,245 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+// ErrRequired is the Err of a FieldError for a required field left empty.
+var ErrRequired = errors.New("is required")
+
+// FieldError is one invalid Config field. Validate and New join them (see
+// errors.Join), so a caller can list every problem at once and name each
+// in its own terms: the binary prints its flag names instead of Field.
+type FieldError struct {
+	// Field is the field's Go path, e.g. "Publish.MaxBatch", or a group's
+	// name ("Leader") for a rule over several of its fields.
+	Field string
+	// Value is the rejected value; nil when it is beside the point (or
+	// secret, like a URL with a password).
+	Value any
+	// Err says what is wrong and how to fix it. It may name other fields
+	// by their Go path.
+	Err error
+}
+
+// Error formats e as "Field Value: Err" (strings quoted), or "Field: Err"
+// without a Value.
+func (e *FieldError) Error() string {
+	if e.Value == nil {
+		return e.Field + ": " + e.Err.Error()
+	}
+	if s, ok := e.Value.(string); ok {
+		return fmt.Sprintf("%s %q: %v", e.Field, s, e.Err)
+	}
+	return fmt.Sprintf("%s %v: %v", e.Field, e.Value, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate checks every field and the rules between them, without any I/O.
+// The error joins one *FieldError per problem; each says how to fix it.
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
+// compiled is a validated Config's parsed values.
+type compiled struct {
+	pool     *pgxpool.Config
+	table    migrations.Table
+	template publisher.TopicTemplate
+	policy   deadletter.Policy
+}
+
+// checks collects FieldErrors.
+type checks []error
+
+func (cs *checks) fail(field string, value any, format string, args ...any) {
+	*cs = append(*cs, &FieldError{Field: field, Value: value, Err: fmt.Errorf(format, args...)})
+}
+
+func (cs *checks) wrap(field string, err error) {
+	*cs = append(*cs, &FieldError{Field: field, Err: err})
+}
+
+// compile validates c, component by component, and parses what Run needs.
+func (c Config) compile() (compiled, error) {
+	var out compiled
+	var cs checks
+	c.Database.validate(&cs, &out)
+	c.Kafka.validate(&cs)
+	c.Publish.validate(&cs, &out)
+	c.Window.validate(&cs, c.Publish)
+	c.Leader.validate(&cs, c.Database)
+	c.Checkpoints.validate(&cs)
+	c.Cleanup.validate(&cs)
+	c.Stats.validate(&cs)
+	if c.ShutdownTimeout <= 0 {
+		cs.fail("ShutdownTimeout", c.ShutdownTimeout, "use a positive duration")
+	}
+	return out, errors.Join(cs...)
+}
+
+func (d DatabaseConfig) validate(cs *checks, out *compiled) {
+	if d.URL == "" {
+		cs.wrap("Database.URL", ErrRequired)
+	} else if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		cs.fail("Database.URL", nil, "must be a postgres:// URL, e.g. postgres://user:pass@host:5432/db")
+	} else if out.pool, err = outboxdb.ParseConfig(d.URL); err != nil {
+		cs.wrap("Database.URL", err)
+	}
+	for _, n := range []struct{ field, v string }{{"Database.Slot", d.Slot}, {"Database.Publication", d.Publication}} {
+		if !outboxdb.ValidName(n.v) {
+			cs.fail(n.field, n.v, "use 1-63 lower-case letters, digits and underscores")
+		}
+	}
+	if t, err := migrations.ParseTable(d.Table); err != nil {
+		cs.wrap("Database.Table", err)
+	} else {
+		out.table = t
+	}
+	if d.StatusInterval <= 0 || d.StatusInterval > 30*time.Second {
+		cs.fail("Database.StatusInterval", d.StatusInterval, "use a value in (0, 30s], well under wal_sender_timeout")
+	}
+	if d.HeartbeatInterval < 0 {
+		cs.fail("Database.HeartbeatInterval", d.HeartbeatInterval, "use 0 (off) or a positive duration")
+	}
+	if d.SlotCheckInterval <= 0 {
+		cs.fail("Database.SlotCheckInterval", d.SlotCheckInterval, "use a positive duration")
+	}
+	if d.WALSenderTimeout != 0 && (d.WALSenderTimeout < time.Second || d.WALSenderTimeout < 3*d.StatusInterval) {
+		cs.fail("Database.WALSenderTimeout", d.WALSenderTimeout,
+			"use 0 (the server's setting) or at least 1s and 3 x Database.StatusInterval (%s)", 3*d.StatusInterval)
+	}
+}
+
+func (k KafkaConfig) validate(cs *checks) {
+	if len(k.Brokers) == 0 {
+		cs.wrap("Kafka.Brokers", ErrRequired)
+	}
+	for _, b := range k.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			cs.fail("Kafka.Brokers", nil, "%q is not host:port", b)
+		}
+	}
+	if k.MetadataTTL <= 0 {
+		cs.fail("Kafka.MetadataTTL", k.MetadataTTL, "use a positive duration")
+	}
+}
+
+func (p PublishConfig) validate(cs *checks, out *compiled) {
+	if t, err := publisher.ParseTopicTemplate(p.TopicTemplate); err != nil {
+		cs.wrap("Publish.TopicTemplate", err)
+	} else {
+		out.template = t
+	}
+	if p.MaxBatch < 1 || p.MaxBatch > 100000 {
+		cs.fail("Publish.MaxBatch", p.MaxBatch, "use 1..100000")
+	}
+	if p.Linger < 0 || p.Linger > time.Second {
+		cs.fail("Publish.Linger", p.Linger, "use 0..1s (5ms, like the Java producer's linger.ms, is the default)")
+	}
+	if p.MaxBatchBytes < 1024 {
+		cs.fail("Publish.MaxBatchBytes", p.MaxBatchBytes, "use at least 1024")
+	}
+	if p.BackoffBase <= 0 {
+		cs.fail("Publish.BackoffBase", p.BackoffBase, "use a positive duration")
+	} else if p.BackoffMax < p.BackoffBase {
+		cs.fail("Publish.BackoffMax", p.BackoffMax, "use at least Publish.BackoffBase (%s)", p.BackoffBase)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"Publish.UnknownTopicTimeout", p.UnknownTopicTimeout}, {"Publish.PartitionRefresh", p.PartitionRefresh}, {"Publish.TopicIdleTimeout", p.TopicIdleTimeout}} {
+		if d.v <= 0 {
+			cs.fail(d.field, d.v, "use a positive duration")
+		}
+	}
+	if p.TopicPartitions < 1 {
+		cs.fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
+	}
+	if pol, err := deadletter.ParsePolicy(string(p.PoisonPolicy)); err != nil {
+		cs.wrap("Publish.PoisonPolicy", err)
+	} else {
+		out.policy = pol
+	}
+}
+
+func (w WindowConfig) validate(cs *checks, p PublishConfig) {
+	if w.MaxEvents < 1 {
+		cs.fail("Window.MaxEvents", w.MaxEvents, "use at least 1")
+	}
+	if w.MaxBytes < int64(p.MaxBatchBytes) {
+		cs.fail("Window.MaxBytes", w.MaxBytes, "use at least Publish.MaxBatchBytes (%d)", p.MaxBatchBytes)
+	}
+	if w.StallTimeout < 0 {
+		cs.fail("Window.StallTimeout", w.StallTimeout, "use 0 (off) or a positive duration, e.g. 60s")
+	}
+}
+
+// elector is the election configuration of the leader's lock.
+func (l LeaderConfig) elector(d DatabaseConfig) leader.Config {
+	return leader.Config{
+		DatabaseURL: d.URL, Slot: d.Slot,
+		PollInterval: l.PollInterval, KeepaliveInterval: l.KeepaliveInterval, Timeout: l.Timeout,
+	}
+}
+
+// validate applies package leader's rules between the intervals.
+func (l LeaderConfig) validate(cs *checks, d DatabaseConfig) {
+	err := l.elector(d).Validate()
+	if err == nil {
+		return
+	}
+	for _, e := range unjoin(err) {
+		cs.wrap("Leader", e)
+	}
+}
+
+func (c CheckpointConfig) validate(cs *checks) {
+	if c.Interval < 0 {
+		cs.fail("Checkpoints.Interval", c.Interval, "use 0 (off) or a positive duration")
+	}
+	if c.Retention < 0 {
+		cs.fail("Checkpoints.Retention", c.Retention, "use 0 (off) or a positive duration")
+	}
+}
+
+func (c CleanupConfig) validate(cs *checks) {
+	if c.OlderThan < 0 {
+		cs.fail("Cleanup.OlderThan", c.OlderThan, "use 0 (off) or a positive duration, e.g. 168h")
+	}
+	if c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
+		cs.fail("Cleanup.Interval", c.Interval, "use at least 100ms (minutes are typical)")
+	}
+}
+
+func (s StatsConfig) validate(cs *checks) {
+	if s.Interval < 0 || s.Interval > 0 && s.Interval < 100*time.Millisecond {
+		cs.fail("Stats.Interval", s.Interval, "use 0 (off) or at least 100ms (15s is plenty for dashboards)")
+	}
+	if s.WALDiskBudget < 0 {
+		cs.fail("Stats.WALDiskBudget", s.WALDiskBudget, "use 0 (none) or the bytes of WAL the server can hold, e.g. 10737418240 for 10 GiB")
+	}
+}
+
+// unjoin lists the errors err joins (err itself when it joins none).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
