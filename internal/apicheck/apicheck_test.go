@@ -1,0 +1,86 @@
+// Package apicheck guards the module's public surface: which packages a
+// user can import, and that their exported API names no internal type (a
+// user could not construct or name it, and every change to it would break
+// them anyway).
+package apicheck
+
+import (
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/outbox-relay/outbox-relay"
+
+// public is the importable API: the engine, the producer and consumer
+// libraries, the schema, and the data path's building blocks (slot ->
+// replication -> publisher -> checkpoint). Adding to it is a decision, not
+// a side effect of a new directory: put new code under internal/.
+var public = []string{
+	"checkpoint",
+	"inbox",
+	"inbox/inboxprom",
+	"migrations",
+	"outbox",
+	"publisher",
+	"relay",
+	"replication",
+	"slot",
+}
+
+// notAPI are importable paths that are programs or tests, not libraries.
+var notAPI = regexp.MustCompile(`^(cmd|examples|integration)(/|$)`)
+
+func goCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+func TestOnlyTheAPIIsImportable(t *testing.T) {
+	var got []string
+	for _, p := range strings.Fields(goCmd(t, "list", "./...")) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if strings.HasPrefix(rel, "internal/") || notAPI.MatchString(rel) {
+			continue
+		}
+		got = append(got, rel)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, public) {
+		t.Fatalf("importable packages are %v, want %v: move new packages under internal/ (or extend the list on purpose)", got, public)
+	}
+}
+
+// opaque are internal names the API shows on purpose: relay.Option is a
+// func over internal settings so that users can only use the options the
+// relay package exports, while the module's own test builds can add hooks.
+var opaque = map[string]bool{"relayopt.Options": true}
+
+func TestAPINamesNoInternalType(t *testing.T) {
+	var names []string
+	for _, p := range strings.Fields(goCmd(t, "list", "./internal/...")) {
+		names = append(names, p[strings.LastIndex(p, "/")+1:])
+	}
+	// An identifier qualified by an internal package's name, outside
+	// comments: "kafkaconn.Security" in a field or signature.
+	ref := regexp.MustCompile(`\b(` + strings.Join(names, "|") + `)\.[A-Z]\w*`)
+	for _, p := range public {
+		for i, line := range strings.Split(goCmd(t, "doc", "-all", "./"+p), "\n") {
+			code, _, _ := strings.Cut(line, "//")
+			if strings.HasPrefix(line, "    ") { // doc text of a declaration
+				continue
+			}
+			if m := ref.FindString(code); m != "" && !opaque[m] {
+				t.Errorf("%s: go doc line %d names internal %s: %s", p, i+1, m, strings.TrimSpace(line))
+			}
+		}
+	}
+}
