@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
 const cleanupSummary = `Deletes outbox rows the relay has confirmed: created before now() - --older-than, committed
@@ -20,14 +21,14 @@ Checkpoints older than the cutoff are pruned (a replay from them would miss dele
 
 func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o cleanup.Options
-	var b *flagBinder
+	var b *envflag.Binder
 	cfg, rest, err := parseWith("cleanup", "", cleanupSummary, args, scopeDB, stderr, func(fs *flag.FlagSet) {
-		b = &flagBinder{fs: fs}
-		b.dur(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 168h")
-		b.int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
-		b.dur(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches")
-		b.dur(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
-		b.bool(&o.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
+		b = envflag.New(fs, envPrefix)
+		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 168h")
+		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
+		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches")
+		b.Duration(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
+		b.Bool(&o.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	})
 	if err != nil {
 		return err
@@ -35,7 +36,7 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
-	if err := errors.Join(append(b.errs, o.Validate())...); err != nil {
+	if err := errors.Join(append(b.Errs(), o.Validate())...); err != nil {
 		return configError{err}
 	}
 	pool, err := connectPool(ctx, cfg)

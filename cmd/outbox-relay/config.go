@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -68,25 +69,25 @@ const (
 
 // bind registers the flags of the given scopes on fs, with the defaults
 // of relay.DefaultConfig, and records which relay.Config field each sets.
-func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
-	b := &flagBinder{fs: fs}
+func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
+	b := envflag.New(fs, envPrefix)
 	d := relay.DefaultConfig()
-	b.str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
-	b.str(&c.LogFormat, "log-format", "json", "log format: json or console")
+	b.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem").
-			required("Database.URL", "postgres://user:pass@host:5432/db")
-		b.str(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").to("Database.Slot")
-		b.str(&c.Publication, "publication", d.Database.Publication, "publication name").to("Database.Publication")
-		b.str(&c.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified").to("Database.Table")
+		b.Secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem").
+			Required("Database.URL", "postgres://user:pass@host:5432/db")
+		b.String(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").To("Database.Slot")
+		b.String(&c.Publication, "publication", d.Database.Publication, "publication name").To("Database.Publication")
+		b.String(&c.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified").To("Database.Table")
 	}
 	if s&scopeKafka != 0 {
 		c.bindKafka(b, d)
 	}
 	if s&scopeMigrate != 0 {
-		b.str(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
-		b.bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
-		b.str(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
+		b.String(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
+		b.Bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
+		b.String(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
 	}
 	if s&scopeRun != 0 {
 		c.bindRun(b, d)
@@ -96,59 +97,59 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *flagBinder {
 
 // bindKafka registers the Kafka flags: brokers, topics, batching, and the
 // TLS and SASL of every Kafka connection.
-func (c *config) bindKafka(b *flagBinder, d relay.Config) {
+func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	p := d.Publish
-	b.str(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").required("Kafka.Brokers", "host:9092[,host2:9092]")
-	b.str(&c.TopicTemplate, "topic-template", p.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}").to("Publish.TopicTemplate")
-	b.bool(&c.CreateTopics, "create-topics", p.CreateTopics, "create missing topics")
-	b.int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").to("Publish.TopicPartitions")
-	b.int(&c.TopicReplication, "topic-replication-factor", p.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
-	b.int(&c.MaxBatch, "max-batch", p.MaxBatch, "most events in one partition batch").to("Publish.MaxBatch")
-	b.int(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch; keep under the broker's message.max.bytes").to("Publish.MaxBatchBytes")
-	b.dur(&c.Linger, "linger", p.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)").to("Publish.Linger")
-	b.dur(&c.BackoffBase, "backoff-base", p.BackoffBase, "first retry delay (exponential, full jitter)").to("Publish.BackoffBase")
-	b.dur(&c.BackoffMax, "backoff-max", p.BackoffMax, "longest retry delay").to("Publish.BackoffMax")
-	b.dur(&c.MetadataTTL, "metadata-ttl", d.Kafka.MetadataTTL, "Kafka metadata refresh; bounds the stall after a partition leader change").to("Kafka.MetadataTTL")
-	b.dur(&c.UnknownTopicWait, "unknown-topic-timeout", p.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops").to("Publish.UnknownTopicTimeout")
-	b.dur(&c.PartitionRefresh, "partition-refresh", p.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)").to("Publish.PartitionRefresh")
-	b.dur(&c.TopicIdleTimeout, "topic-idle-timeout", p.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)").to("Publish.TopicIdleTimeout")
-	b.bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
-	b.str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)").to("TLS.CAFile")
-	b.str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required").to("TLS.CertFile")
-	b.str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file").to("TLS.KeyFile")
-	b.str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
-	b.bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)").to("TLS.InsecureSkipVerify")
-	b.str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)").to("SASL.Mechanism")
-	b.str(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username").to("SASL.Username")
-	b.secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password").to("SASL.Password")
+	b.String(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").Required("Kafka.Brokers", "host:9092[,host2:9092]")
+	b.String(&c.TopicTemplate, "topic-template", p.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}").To("Publish.TopicTemplate")
+	b.Bool(&c.CreateTopics, "create-topics", p.CreateTopics, "create missing topics")
+	b.Int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").To("Publish.TopicPartitions")
+	b.Int(&c.TopicReplication, "topic-replication-factor", p.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
+	b.Int(&c.MaxBatch, "max-batch", p.MaxBatch, "most events in one partition batch").To("Publish.MaxBatch")
+	b.Int(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch; keep under the broker's message.max.bytes").To("Publish.MaxBatchBytes")
+	b.Duration(&c.Linger, "linger", p.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)").To("Publish.Linger")
+	b.Duration(&c.BackoffBase, "backoff-base", p.BackoffBase, "first retry delay (exponential, full jitter)").To("Publish.BackoffBase")
+	b.Duration(&c.BackoffMax, "backoff-max", p.BackoffMax, "longest retry delay").To("Publish.BackoffMax")
+	b.Duration(&c.MetadataTTL, "metadata-ttl", d.Kafka.MetadataTTL, "Kafka metadata refresh; bounds the stall after a partition leader change").To("Kafka.MetadataTTL")
+	b.Duration(&c.UnknownTopicWait, "unknown-topic-timeout", p.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops").To("Publish.UnknownTopicTimeout")
+	b.Duration(&c.PartitionRefresh, "partition-refresh", p.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)").To("Publish.PartitionRefresh")
+	b.Duration(&c.TopicIdleTimeout, "topic-idle-timeout", p.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)").To("Publish.TopicIdleTimeout")
+	b.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
+	b.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)").To("TLS.CAFile")
+	b.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required").To("TLS.CertFile")
+	b.String(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file").To("TLS.KeyFile")
+	b.String(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
+	b.Bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)").To("TLS.InsecureSkipVerify")
+	b.String(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)").To("SASL.Mechanism")
+	b.String(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username").To("SASL.Username")
+	b.Secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password").To("SASL.Password")
 }
 
 // bindRun registers the flags of the streaming commands (run, recover).
-func (c *config) bindRun(b *flagBinder, d relay.Config) {
-	b.str(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
-	b.dur(&c.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables").to("Database.HeartbeatInterval")
-	b.dur(&c.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout").to("Database.StatusInterval")
-	b.dur(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged").to("ShutdownTimeout")
-	b.int(&c.MaxInflightEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory").to("Window.MaxEvents")
-	b.int64(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory").to("Window.MaxBytes")
-	b.str(&c.PoisonPolicy, "poison-policy", string(d.Publish.PoisonPolicy), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)").to("Publish.PoisonPolicy")
-	b.dur(&c.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)").to("Database.SlotCheckInterval")
-	b.dur(&c.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables").to("Window.StallTimeout")
-	b.int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
-	b.bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
-	b.dur(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").to("Checkpoints.Interval")
-	b.dur(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention").to("Checkpoints.Retention")
-	b.dur(&c.CleanupSchedule.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)").to("Cleanup.OlderThan")
-	b.dur(&c.CleanupSchedule.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)").to("Cleanup.Interval")
-	b.dur(&c.LeaderPollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
-	b.dur(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", d.Leader.KeepaliveInterval, "how often the leader checks its lock connection")
-	b.dur(&c.LeaderTimeout, "leader-timeout", d.Leader.Timeout, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
-	b.group("Leader", "leader-timeout", "leader-keepalive-interval", "leader-poll-interval")
-	b.dur(&c.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting").to("Database.WALSenderTimeout")
-	b.dur(&c.StatsInterval, "stats-interval", d.Stats.Interval,
-		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables").to("Stats.Interval")
-	b.int64(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
-		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size; 0: none").to("Stats.WALDiskBudget")
+func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
+	b.String(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
+	b.Duration(&c.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables").To("Database.HeartbeatInterval")
+	b.Duration(&c.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout").To("Database.StatusInterval")
+	b.Duration(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged").To("ShutdownTimeout")
+	b.Int(&c.MaxInflightEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory").To("Window.MaxEvents")
+	b.Int64(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory").To("Window.MaxBytes")
+	b.String(&c.PoisonPolicy, "poison-policy", string(d.Publish.PoisonPolicy), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)").To("Publish.PoisonPolicy")
+	b.Duration(&c.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)").To("Database.SlotCheckInterval")
+	b.Duration(&c.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables").To("Window.StallTimeout")
+	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
+	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
+	b.Duration(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").To("Checkpoints.Interval")
+	b.Duration(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention").To("Checkpoints.Retention")
+	b.Duration(&c.CleanupSchedule.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)").To("Cleanup.OlderThan")
+	b.Duration(&c.CleanupSchedule.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)").To("Cleanup.Interval")
+	b.Duration(&c.LeaderPollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
+	b.Duration(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", d.Leader.KeepaliveInterval, "how often the leader checks its lock connection")
+	b.Duration(&c.LeaderTimeout, "leader-timeout", d.Leader.Timeout, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
+	b.Group("Leader", "leader-timeout", "leader-keepalive-interval", "leader-poll-interval")
+	b.Duration(&c.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting").To("Database.WALSenderTimeout")
+	b.Duration(&c.StatsInterval, "stats-interval", d.Stats.Interval,
+		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables").To("Stats.Interval")
+	b.Int64(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
+		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size; 0: none").To("Stats.WALDiskBudget")
 }
 
 // relayConfig is the relay's configuration from the flags.
@@ -195,8 +196,8 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 // validate checks the configuration of scope s and derives typed values:
 // the relay's fields through relay.Config.Validate, the binary's own here.
 // Each error names its flag and says how to fix it.
-func (c *config) validate(b *flagBinder, s scope) error {
-	errs := append([]error(nil), b.errs...)
+func (c *config) validate(b *envflag.Binder, s scope) error {
+	errs := append([]error(nil), b.Errs()...)
 	lvl, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel))
 	if err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel))
@@ -215,14 +216,14 @@ func (c *config) validate(b *flagBinder, s scope) error {
 		// Loaded now, so a missing file or a certificate without its key
 		// is a configuration error (exit 2).
 		sec, err := c.kafkaConn().Build()
-		errs = append(errs, b.kafkaFlagErrors(err)...)
+		errs = append(errs, kafkaFlagErrors(b, err)...)
 		c.kafkaSecurity = sec
 	}
 	for _, e := range unjoin(c.relayConfig().Validate()) {
 		var fe *relay.FieldError
 		if !errors.As(e, &fe) {
 			errs = append(errs, e)
-		} else if fe := b.flagError(fe); fe != nil {
+		} else if fe := flagError(b, fe); fe != nil {
 			errs = append(errs, fe)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
@@ -17,7 +18,7 @@ import (
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var topics string
 	var dedupe, outboxRetention, cpRetention time.Duration
-	var binder *flagBinder
+	var binder *envflag.Binder
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
 			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
@@ -25,11 +26,11 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
 			"each finding with its fix. Exit code 1 when any check fails.",
 		args, scopeDB|scopeKafka, stderr, func(fs *flag.FlagSet) {
-			binder = &flagBinder{fs: fs}
-			binder.str(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
-			binder.dur(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
-			binder.dur(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
-			binder.dur(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other windows")
+			binder = envflag.New(fs, envPrefix)
+			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
+			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
+			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
+			binder.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other windows")
 		})
 	if err != nil {
 		return err
@@ -37,7 +38,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
-	if err := errors.Join(binder.errs...); err != nil {
+	if err := errors.Join(binder.Errs()...); err != nil {
 		return configError{err}
 	}
 	rep := &doctor.Report{}

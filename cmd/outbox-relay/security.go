@@ -8,17 +8,20 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 // kafkaFlagErrors renames kafkaconn's field errors after the flags.
-func (b *flagBinder) kafkaFlagErrors(err error) []error {
+func kafkaFlagErrors(b *envflag.Binder, err error) []error {
 	var out []error
 	for _, e := range unjoin(err) {
 		var fe *kafkaconn.FieldError
-		if errors.As(e, &fe) && b.fields[fe.Field] != "" {
-			e = fmt.Errorf("%s: %w", b.fields[fe.Field], fe.Err)
+		if errors.As(e, &fe) {
+			if name, ok := b.Flag(fe.Field); ok {
+				e = fmt.Errorf("%s: %w", name, fe.Err)
+			}
 		}
 		out = append(out, e)
 	}
