@@ -2,12 +2,9 @@ package checkpoint
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -27,30 +24,9 @@ type dbEnv struct {
 // runs in parallel with others.
 func newEmptyDBEnv(t *testing.T) *dbEnv {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "t_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		defer pool.Close()
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	tbl := migrations.Table{Schema: name, Name: "outbox"}
-	return &dbEnv{ctx: ctx, pool: pool, tbl: tbl, store: NewStore(pool, tbl, "outbox_relay")}
+	s := testenv.Reserve(t)
+	tbl := migrations.Table{Schema: s.Schema, Name: "outbox"}
+	return &dbEnv{ctx: s.Ctx, pool: s.Pool, tbl: tbl, store: NewStore(s.Pool, tbl, "outbox_relay")}
 }
 
 // newDBEnv is newEmptyDBEnv with the project's migrations applied.

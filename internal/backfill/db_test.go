@@ -2,14 +2,10 @@ package backfill
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,29 +27,8 @@ type dbEnv struct {
 // not created). The test runs in parallel with others.
 func newEmptyDBEnv(t *testing.T) *dbEnv {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "t_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		defer pool.Close()
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return &dbEnv{ctx: ctx, pool: pool, tbl: migrations.Table{Schema: name, Name: "outbox"}}
+	s := testenv.Reserve(t)
+	return &dbEnv{ctx: s.Ctx, pool: s.Pool, tbl: migrations.Table{Schema: s.Schema, Name: "outbox"}}
 }
 
 // newDBEnv is newEmptyDBEnv with the project's migrations applied.

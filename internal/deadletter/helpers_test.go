@@ -2,8 +2,6 @@ package deadletter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -100,31 +98,9 @@ func newDBEnv(t *testing.T) *dbEnv {
 // exist yet.
 func newEmptyDBEnv(t *testing.T) *dbEnv {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "t_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		defer pool.Close()
-		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	tbl := migrations.Table{Schema: schema, Name: "outbox"}
-	return &dbEnv{ctx: ctx, pool: pool, tbl: tbl, store: NewStore(pool, tbl)}
+	s := testenv.Reserve(t)
+	tbl := migrations.Table{Schema: s.Schema, Name: "outbox"}
+	return &dbEnv{ctx: s.Ctx, pool: s.Pool, tbl: tbl, store: NewStore(s.Pool, tbl)}
 }
 
 // exec runs sql, failing the test on error.

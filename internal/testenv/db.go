@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,4 +39,42 @@ func Schema(tb testing.TB, pool *pgxpool.Pool, prefix string) string {
 		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+quoted+` CASCADE`)
 	})
 	return name
+}
+
+// Scratch is what a parallel database test gets from Reserve: a small pool
+// and the name of a schema of its own, not created yet (migrations create
+// it) and dropped with all it holds when the test ends.
+type Scratch struct {
+	Ctx    context.Context
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+// Reserve skips t unless the stack is configured; otherwise it marks t
+// parallel and returns a Scratch whose context ends after 30 s.
+func Reserve(t *testing.T) Scratch {
+	t.Helper()
+	url := DatabaseURL(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		defer pool.Close()
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return Scratch{Ctx: ctx, Pool: pool, Schema: name}
 }
