@@ -42,29 +42,9 @@ func NewStore(db DB, t migrations.Table, slot string) *Store {
 
 // Check verifies the checkpoint table exists.
 func (s *Store) Check(ctx context.Context) error {
-	var ok bool
-	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.table).Scan(&ok); err != nil {
-		return fmt.Errorf("check checkpoint table: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("checkpoint table %s does not exist (run \"outbox-relay migrate\")", s.table)
-	}
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attname = 'decoded_lsn' AND NOT attisdropped)`, s.table).Scan(&ok); err != nil {
-		return fmt.Errorf("check checkpoint table: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("checkpoint table %s has no column decoded_lsn (migration 4): run \"outbox-relay migrate\"", s.table)
-	}
-	var n int
-	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attname IN ('partial_commit_lsn', 'partial_events', 'partial_acked') AND NOT attisdropped`, s.table).Scan(&n); err != nil {
-		return fmt.Errorf("check checkpoint table: %w", err)
-	}
-	if n != 3 {
-		return fmt.Errorf("checkpoint table %s has no columns partial_commit_lsn, partial_events and partial_acked (migration 5): run \"outbox-relay migrate\"", s.table)
-	}
-	return nil
+	return migrations.CheckTable(ctx, s.db, "checkpoint table", s.table,
+		migrations.Added{Migration: 4, Columns: []string{"decoded_lsn"}},
+		migrations.Added{Migration: 5, Columns: []string{"partial_commit_lsn", "partial_events", "partial_acked"}})
 }
 
 const columns = `outbox_table, slot, lsn::text, commit_time, xid, system_identifier, timeline,

@@ -73,21 +73,8 @@ func NewStore(db DB, t migrations.Table) *Store {
 
 // Check verifies the dead-letter table exists.
 func (s *Store) Check(ctx context.Context) error {
-	var ok bool
-	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.table).Scan(&ok); err != nil {
-		return fmt.Errorf("check dead-letter table: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("dead-letter table %s does not exist (run \"outbox-relay migrate\")", s.table)
-	}
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attname = 'system_identifier' AND NOT attisdropped)`, s.table).Scan(&ok); err != nil {
-		return fmt.Errorf("check dead-letter table: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("dead-letter table %s has no column system_identifier (migration 5): run \"outbox-relay migrate\"", s.table)
-	}
-	return nil
+	return migrations.CheckTable(ctx, s.db, "dead-letter table", s.table,
+		migrations.Added{Migration: 5, Columns: []string{"system_identifier"}})
 }
 
 // systemID is the server's system identifier as SQL. Dead-letter
