@@ -33,8 +33,16 @@
 //	go func() { errc <- r.Run(ctx) }() // one replica leads, the others stand by
 //
 // The outbox table, its publication and the slot are created by
-// migrations.Apply and `outbox-relay migrate`; package outbox writes
-// events into the table.
+// `outbox-relay migrate` (migrations.Apply creates the table alone);
+// package outbox writes events into the table.
+//
+// On shutdown, stop taking requests first and cancel Run's context after
+// that (give Run a context of its own, not the signal's): the leader then
+// publishes what the last requests committed before it hands over, and the
+// next leader re-sends nothing. Mount /relay/readyz for the relay's own
+// health, not as the pod's readiness probe: a standby, or a leader waiting
+// for Kafka, is "not ready" while the service's handlers work fine.
+// examples/embedded is a complete service built this way.
 //
 // # Configuration
 //

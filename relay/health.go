@@ -12,8 +12,8 @@ import (
 type Health struct {
 	// Status is "ready" or "not_ready".
 	Status string
-	// Role is "leader", "standby" or "connecting" (no working lock
-	// connection yet).
+	// Role is "leader", "standby", "connecting" (no working lock
+	// connection yet) or "stopped" (Run returned; Reason says why).
 	Role string
 	// Streaming is true while a replication stream runs.
 	Streaming bool
@@ -37,6 +37,10 @@ func (r *Relay) Health() Health { return r.readiness(time.Now()) }
 
 func (r *Relay) readiness(now time.Time) Health {
 	h := Health{Status: "not_ready", Streaming: r.streaming.Load()}
+	if why := r.stopped.Load(); why != nil {
+		h.Role, h.Reason = "stopped", *why
+		return h
+	}
 	st := r.elector.Status()
 	h.Role, h.LastContact = st.Role.String(), st.LastContact
 	stalled := r.stalls.reason()

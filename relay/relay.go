@@ -34,6 +34,9 @@ type Relay struct {
 	gatherer prometheus.Gatherer
 	elector  *leader.Elector
 	running  atomic.Bool
+	// stopped is why Run returned ("" while it runs or before): Health
+	// reports it instead of the last role.
+	stopped atomic.Pointer[string]
 
 	// Set up by Run before streaming starts.
 	pool  *pgxpool.Pool
@@ -108,10 +111,17 @@ func isPermanent(err error) bool {
 // reconnect can cure (a schema problem, a lost slot, a poison event under
 // PoisonHalt, a rejected certificate), with the slot position held. Run
 // may be called once.
-func (r *Relay) Run(ctx context.Context) error {
+func (r *Relay) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
 	}
+	defer func() {
+		why := "Run returned: its context ended"
+		if err != nil {
+			why = "Run returned: " + err.Error()
+		}
+		r.stopped.Store(&why)
+	}()
 	pool, err := outboxdb.Connect(ctx, r.c.pool)
 	if err != nil {
 		return err

@@ -220,3 +220,29 @@ func TestRegistererCollision(t *testing.T) {
 		t.Fatalf("/metrics of a caller's registry:\n%s", rec.Body.String())
 	}
 }
+
+// TestHealthAfterRunReturns: once Run has returned, Health says so (role
+// "stopped", with Run's error) instead of the last role it had, so a
+// service that keeps serving does not report a dead relay as a standby.
+func TestHealthAfterRunReturns(t *testing.T) {
+	cfg := relay.DefaultConfig()
+	cfg.Database.URL = "postgres://relay@127.0.0.1:1/db?connect_timeout=1"
+	cfg.Kafka.Brokers = []string{"127.0.0.1:1"}
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := r.Health(); h.Role == "stopped" {
+		t.Fatalf("Health before Run = %+v", h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runErr := r.Run(ctx)
+	if runErr == nil {
+		t.Fatal("Run against a closed port returned nil")
+	}
+	h := r.Health()
+	if h.Status != "not_ready" || h.Role != "stopped" || !strings.Contains(h.Reason, runErr.Error()) {
+		t.Fatalf("Health after Run failed with %v = %+v, want not_ready, role stopped and the error", runErr, h)
+	}
+}
