@@ -32,35 +32,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	verb := args[0]
-	var target deadletter.Target
-	var reason string
-	var asJSON, all bool
-	s := scopeDB
-	argsUsage := ""
-	switch verb {
-	case "list":
-	case "show":
-		argsUsage = " EVENT_ID"
-	case "retry", "discard":
-		s |= scopeKafka
-		argsUsage = " EVENT_ID"
-	default:
-		fmt.Fprint(stderr, dlqUsage)
-		return fmt.Errorf("%w: unknown dlq command %q", errUsage, verb)
-	}
-	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqUsage, args[1:], s, stderr, func(fs *flag.FlagSet) {
-		if verb == "list" || verb == "retry" {
-			fs.StringVar(&target.AggregateID, "aggregate", "", "aggregate_id")
-			fs.StringVar(&target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
-		}
-		if verb == "list" {
-			fs.BoolVar(&all, "all", false, "include resolved (published, discarded) entries")
-			fs.BoolVar(&asJSON, "json", false, "print JSON lines")
-		}
-		if verb == "discard" {
-			fs.StringVar(&reason, "reason", "", "why the event is discarded (required, recorded)")
-		}
-	})
+	cfg, f, err := parseDLQ(verb, args[1:], stderr)
 	if err != nil {
 		return err
 	}
@@ -73,54 +45,90 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
-	if len(rest) > 0 {
-		target.EventID = rest[0]
-	}
-	var res deadletter.Result
 	switch verb {
 	case "list":
-		entries, err := store.List(ctx, deadletter.Filter{AggregateID: target.AggregateID, AggregateType: target.AggregateType, All: all})
+		entries, err := store.List(ctx, deadletter.Filter{AggregateID: f.target.AggregateID, AggregateType: f.target.AggregateType, All: f.all})
 		if err != nil {
 			return err
 		}
-		return deadletter.WriteEntries(stdout, entries, asJSON)
+		return deadletter.WriteEntries(stdout, entries, f.asJSON)
 	case "show":
-		if len(rest) != 1 {
-			return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
-		}
-		e, err := store.Get(ctx, target.EventID)
+		e, err := store.Get(ctx, f.target.EventID)
 		if err != nil {
 			return err
 		}
 		return deadletter.WriteEntry(stdout, e)
-	case "retry":
-		if (target.EventID == "") == (target.AggregateID == "") || len(rest) > 1 {
-			return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
-		}
-		agg, err := store.Find(ctx, target)
+	}
+	w := dlqWriter(cfg)
+	defer w.Close()
+	var res deadletter.Result
+	if verb == "retry" {
+		agg, err := store.Find(ctx, f.target)
 		if err != nil {
 			return err
 		}
-		w := dlqWriter(cfg)
-		defer w.Close()
-		if res, err = store.Retry(ctx, agg, w); err != nil {
+		res, err = store.Retry(ctx, agg, w)
+		if err != nil {
 			return err
 		}
-	case "discard":
-		if len(rest) != 1 {
-			return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
-		}
-		if reason == "" {
-			return configError{errors.New("--reason is required: say why the event is discarded")}
-		}
-		w := dlqWriter(cfg)
-		defer w.Close()
-		if res, err = store.Discard(ctx, target.EventID, reason, w); err != nil {
-			return err
-		}
+	} else if res, err = store.Discard(ctx, f.target.EventID, f.reason, w); err != nil {
+		return err
 	}
 	res.Write(stdout)
 	return res.Err()
+}
+
+// dlqFlags are the flags and argument of one dlq command.
+type dlqFlags struct {
+	target      deadletter.Target
+	reason      string
+	asJSON, all bool
+}
+
+// parseDLQ parses the flags of dlq verb and checks its argument.
+func parseDLQ(verb string, args []string, stderr io.Writer) (*config, dlqFlags, error) {
+	var f dlqFlags
+	s, argsUsage := scopeDB, " EVENT_ID"
+	switch verb {
+	case "list":
+		argsUsage = ""
+	case "show":
+	case "retry", "discard":
+		s |= scopeKafka
+	default:
+		fmt.Fprint(stderr, dlqUsage)
+		return nil, f, fmt.Errorf("%w: unknown dlq command %q", errUsage, verb)
+	}
+	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqUsage, args, s, stderr, func(fs *flag.FlagSet) {
+		if verb == "list" || verb == "retry" {
+			fs.StringVar(&f.target.AggregateID, "aggregate", "", "aggregate_id")
+			fs.StringVar(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
+		}
+		if verb == "list" {
+			fs.BoolVar(&f.all, "all", false, "include resolved (published, discarded) entries")
+			fs.BoolVar(&f.asJSON, "json", false, "print JSON lines")
+		}
+		if verb == "discard" {
+			fs.StringVar(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
+		}
+	})
+	if err != nil {
+		return nil, f, err
+	}
+	if len(rest) > 0 {
+		f.target.EventID = rest[0]
+	}
+	switch {
+	case verb == "show" && len(rest) != 1:
+		return nil, f, fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
+	case verb == "retry" && ((f.target.EventID == "") == (f.target.AggregateID == "") || len(rest) > 1):
+		return nil, f, fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
+	case verb == "discard" && len(rest) != 1:
+		return nil, f, fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
+	case verb == "discard" && f.reason == "":
+		return nil, f, configError{errors.New("--reason is required: say why the event is discarded")}
+	}
+	return cfg, f, nil
 }
 
 // dlqWriter publishes the events of dlq retry and discard, one at a time,
