@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
@@ -56,7 +58,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(names) == 0 {
 		names = doctor.OutboxTopics(ctx, pool, cfg.table, cfg.template.Render)
 	}
-	kt := doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe, Security: cfg.kafkaSecurity}
+	kt := doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe,
+		Client: func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
 	doctor.CheckKafka(ctx, kt, rep)
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
 	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)

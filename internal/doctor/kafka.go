@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // KafkaTarget names what the relay uses in Kafka.
@@ -18,17 +16,18 @@ type KafkaTarget struct {
 	// DedupeRetention is how long consumers remember event ids; 0 skips
 	// the retention check.
 	DedupeRetention time.Duration
-	// Security is the TLS/SASL setup of the connection (the relay's own).
-	Security kafkaconn.Security
+	// Client returns a client on the relay's one Kafka configuration
+	// (brokers, TLS, SASL) and the function that closes its idle
+	// connections.
+	Client func() (*kafka.Client, func())
 }
 
 // CheckKafka checks that a broker answers, and per topic its partitions,
 // replication factor, min.insync.replicas (the relay writes with acks=all)
 // and retention.ms against the consumers' dedupe retention.
 func CheckKafka(ctx context.Context, t KafkaTarget, r *Report) {
-	tr := t.Security.Transport("outbox-relay-doctor", 5*time.Second, time.Second)
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(t.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	c, closeIdle := t.Client()
+	defer closeIdle()
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	md, err := c.Metadata(mctx, &kafka.MetadataRequest{Topics: t.Topics})

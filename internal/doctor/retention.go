@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Retention is the set of windows docs/operations.md ("Retention") relates:
@@ -115,9 +113,8 @@ func CheckRetention(t Retention, r *Report) {
 // finite one (infinite when every topic keeps records forever); ok is
 // false when no topic's config was readable.
 func KafkaRetention(ctx context.Context, t KafkaTarget) (shortest time.Duration, infinite, ok bool) {
-	tr := t.Security.Transport("outbox-relay-doctor", 5*time.Second, time.Second)
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(t.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	c, closeIdle := t.Client()
+	defer closeIdle()
 	infinite = true
 	for _, topic := range t.Topics {
 		cfg, err := topicConfig(ctx, c, topic)
