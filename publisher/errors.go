@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,7 +64,7 @@ func classify(err error) (Class, string) {
 	}
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {
-		return classifyCode(kerr), kerr.Title()
+		return classifyCode(kerr), codeReason(kerr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Transient, "timeout"
@@ -73,6 +74,37 @@ func classify(err error) (Class, string) {
 		return Transient, "network"
 	}
 	return Transient, "other"
+}
+
+// codeReason is the metric reason of a Kafka error code: its title in
+// snake_case ("Leader Not Available" -> leader_not_available), like every
+// other reason, so label values need no quoting in PromQL and read the
+// same in logs, metrics and dead-letter rows. A code kafka-go has no title
+// for is kafka_error_<code> (still bounded: codes are small integers).
+func codeReason(code kafka.Error) string {
+	if r := snakeCase(code.Title()); r != "" {
+		return r
+	}
+	return fmt.Sprintf("kafka_error_%d", int(code))
+}
+
+// snakeCase lower-cases s and turns every run of other characters than
+// ASCII letters and digits into one underscore, trimmed at both ends.
+func snakeCase(s string) string {
+	var b strings.Builder
+	sep := false
+	for _, c := range strings.ToLower(s) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			if sep && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(c)
+			sep = false
+			continue
+		}
+		sep = true
+	}
+	return b.String()
 }
 
 // classifyCode is the class of a Kafka error code.

@@ -2,11 +2,15 @@ package publisher
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,8 +84,8 @@ func TestClassifyKafkaCodes(t *testing.T) {
 		for _, err := range []error{c.code, fmt.Errorf("%w: broker says why", c.code), kafka.WriteErrors{nil, c.code}} {
 			got, reason := classify(err)
 			sasl := c.code == kafka.SASLAuthenticationFailed || c.code == kafka.UnsupportedSASLMechanism || c.code == kafka.IllegalSASLState
-			if got != c.class || reason != c.code.Title() && !sasl { // SASL codes carry kafkaconn's reasons
-				t.Errorf("%d %v: %s (%q), want %s (%q)", int(c.code), err, got, reason, c.class, c.code.Title())
+			if got != c.class || reason != codeReason(c.code) && !sasl { // SASL codes carry kafkaconn's reasons
+				t.Errorf("%d %v: %s (%q), want %s (%q)", int(c.code), err, got, reason, c.class, codeReason(c.code))
 			}
 		}
 	}
@@ -95,21 +99,57 @@ func TestFatalErrorSaysTheFix(t *testing.T) {
 			code == kafka.IllegalSASLState {
 			continue // the SASL ones get their fix from kafkaconn's hints
 		}
-		msg := fatalError("t", 2, code.Title(), fmt.Errorf("%w: x", code)).Error()
+		msg := fatalError("t", 2, codeReason(code), fmt.Errorf("%w: x", code)).Error()
 		if !strings.HasPrefix(msg, "publish to t[2]: ") || !strings.Contains(msg, "; fix: ") {
 			t.Errorf("%d: %q lacks where or fix", int(code), msg)
 		}
 	}
-	msg := fatalError("t", 0, "Invalid Timestamp", kafka.InvalidTimestamp).Error()
+	msg := fatalError("t", 0, "invalid_timestamp", kafka.InvalidTimestamp).Error()
 	if !strings.Contains(msg, "message.timestamp.before.max.ms") {
 		t.Errorf("INVALID_TIMESTAMP fix does not name the topic setting: %q", msg)
 	}
-	msg = fatalError("t", 5, "Unknown Topic Or Partition", kafka.UnknownTopicOrPartition).Error()
+	msg = fatalError("t", 5, "unknown_topic_or_partition", kafka.UnknownTopicOrPartition).Error()
 	if !strings.Contains(msg, "no longer exists") {
 		t.Errorf("vanished partition: %q", msg)
 	}
-	if msg := fatalError("t", -1, "Policy Violation", kafka.PolicyViolation).Error(); !strings.HasPrefix(msg, "topic t: ") {
+	if msg := fatalError("t", -1, "policy_violation", kafka.PolicyViolation).Error(); !strings.HasPrefix(msg, "topic t: ") {
 		t.Errorf("topic lookup: %q", msg)
+	}
+}
+
+// TestReasonsAreSnakeCase: every reason classify can produce, for every
+// Kafka code kafka-go knows (and codes it does not), and for the other
+// failures, is a snake_case label value: the reason label of
+// outbox_relay_publish_errors_total never mixes "Leader Not Available"
+// with message_too_large.
+func TestReasonsAreSnakeCase(t *testing.T) {
+	snake := regexp.MustCompile(`^[a-z0-9_]+$`)
+	var errs []error
+	for code := kafka.Error(-1); code <= 200; code++ {
+		errs = append(errs, code, fmt.Errorf("%w: broker says why", code), kafka.WriteErrors{nil, code})
+	}
+	errs = append(errs, kafka.Error(9999), kafka.MessageTooLargeError{}, context.DeadlineExceeded,
+		&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, syscall.ECONNRESET, errors.New("something else"),
+		x509.UnknownAuthorityError{}, x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"})
+	seen := map[string]bool{}
+	for _, err := range errs {
+		_, reason := classify(err)
+		if !snake.MatchString(reason) {
+			t.Errorf("%v: reason %q is not snake_case", err, reason)
+		}
+		seen[reason] = true
+	}
+	for _, want := range []string{"leader_not_available", "unknown_topic_or_partition", "message_size_too_large",
+		"not_enough_replicas", "message_too_large", "timeout", "network", "other", "kafka_error_9999"} {
+		if !seen[want] {
+			t.Errorf("no error produced reason %s", want)
+		}
+	}
+	for in, want := range map[string]string{"Leader Not Available": "leader_not_available", " Non-Empty  Group ": "non_empty_group",
+		"SASL Authentication Failed": "sasl_authentication_failed", "": ""} {
+		if got := snakeCase(in); got != want {
+			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -210,7 +250,7 @@ func TestUnknownPartitionHeals(t *testing.T) {
 		t.Fatalf("fatal: %v", err)
 	default:
 	}
-	if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != kafka.UnknownTopicOrPartition.Title() {
+	if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != "unknown_topic_or_partition" {
 		t.Fatalf("last failure %+v", fl)
 	}
 }
