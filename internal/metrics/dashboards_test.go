@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
 )
 
 // Paths of the deployment files, from this package's directory.
@@ -31,28 +33,63 @@ var scrapeSeries = set("up")
 // every family Gather returns, with _bucket/_sum/_count for histograms
 // (and _sum/_count for summaries) instead of the bare name. A Vec without
 // children is missing from Gather, so every Vec in Relay (and its PGStats)
-// first gets one child, with as many dummy label values as it takes.
+// first gets one child, with as many dummy label values as it takes. The
+// inbox's collectors (package inboxprom, in the consumers' processes) are
+// included: the dashboard and the alerts cover them too.
 func exportedSeries(t testing.TB) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for name := range exportedLabels(t) {
+		out[name] = true
+	}
+	return out
+}
+
+// exportedLabels returns, for every series of exportedSeries, the names of
+// its labels (le excluded).
+func exportedLabels(t testing.TB) map[string]map[string]bool {
 	t.Helper()
 	r := New()
 	touchVecs(t, reflect.ValueOf(r).Elem())
+	touchInbox(inboxprom.New(r.Registry))
 	fams, err := r.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]bool{}
+	out := map[string]map[string]bool{}
 	for _, f := range fams {
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = true
+			}
+		}
 		name := f.GetName()
 		switch f.GetType() {
 		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
-			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
+			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = labels, labels, labels
 		case dto.MetricType_SUMMARY:
-			out[name], out[name+"_sum"], out[name+"_count"] = true, true, true
+			out[name], out[name+"_sum"], out[name+"_count"] = labels, labels, labels
 		default:
-			out[name] = true
+			out[name] = labels
 		}
 	}
 	return out
+}
+
+// touchInbox creates one child of every inbox collector (their fields are
+// unexported, so through the methods a consumer calls).
+func touchInbox(m *inboxprom.Metrics) {
+	const c = "x"
+	m.Applied(c)
+	m.Duplicate(c)
+	m.Parked(c)
+	m.DeadLettered(c)
+	m.Error(c, "handler")
+	m.OffsetCommit(c, time.Millisecond)
+	m.Pruned(c, 1)
+	m.Processed(c, time.Millisecond, time.Now())
+	m.Lag(c, "t", 0, 1)
 }
 
 // touchVecs creates one child of every metric vector in the struct v
@@ -145,12 +182,19 @@ type ruleFile struct {
 	} `yaml:"groups"`
 }
 
-// alertExprs parses a rule file and returns its expressions by rule name.
-func alertExprs(data []byte) (map[string][]string, error) {
+// parseRules decodes a rule file strictly.
+func parseRules(data []byte) (ruleFile, error) {
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)
 	var rf ruleFile
-	if err := dec.Decode(&rf); err != nil {
+	err := dec.Decode(&rf)
+	return rf, err
+}
+
+// alertExprs parses a rule file and returns its expressions by rule name.
+func alertExprs(data []byte) (map[string][]string, error) {
+	rf, err := parseRules(data)
+	if err != nil {
 		return nil, err
 	}
 	if len(rf.Groups) == 0 {
@@ -382,20 +426,21 @@ func TestComposeWiresPrometheusAndGrafana(t *testing.T) {
 		for _, st := range sc.StaticConfigs {
 			targets = append(targets, st.Targets...)
 		}
-		if sc.JobName != "outbox-relay" {
-			t.Errorf("job %q: the alerts (up{job=\"outbox-relay\"}) expect job outbox-relay", sc.JobName)
+		if sc.JobName == "" {
+			t.Error("a scrape config without job_name")
 		}
 	}
 	if want := net.JoinHostPort("outbox-relay", metricsPort); len(targets) != 1 || targets[0] != want {
 		t.Errorf("prometheus scrapes %v, want [%s]", targets, want)
 	}
 
-	// Grafana: provisioning directories, datasource uid used by the dashboard.
+	// Grafana: provisioning directories, the default datasource.
 	var ds struct {
 		Datasources []struct {
-			UID  string `yaml:"uid"`
-			Type string `yaml:"type"`
-			URL  string `yaml:"url"`
+			UID       string `yaml:"uid"`
+			Type      string `yaml:"type"`
+			URL       string `yaml:"url"`
+			IsDefault bool   `yaml:"isDefault"`
 		} `yaml:"datasources"`
 	}
 	dsDir, ok := gm["/etc/grafana/provisioning/datasources"]
@@ -428,22 +473,11 @@ func TestComposeWiresPrometheusAndGrafana(t *testing.T) {
 	if len(prov.Providers) != 1 || gm[prov.Providers[0].Options.Path+"/outbox-relay.json"] != dashboardPath {
 		t.Fatalf("dashboard provider %+v does not load the mounted deploy/grafana/outbox-relay.json (%v)", prov.Providers, gm)
 	}
-	var dash struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Datasource *struct {
-				UID string `json:"uid"`
-			} `json:"datasource"`
-			Type string `json:"type"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(readFile(t, dashboardPath), &dash); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range dash.Panels {
-		if p.Type != "row" && (p.Datasource == nil || p.Datasource.UID != ds.Datasources[0].UID) {
-			t.Errorf("a %s panel does not use datasource uid %q", p.Type, ds.Datasources[0].UID)
-		}
+	// The dashboard names no datasource uid (TestDashboardImportsAnywhere):
+	// its datasource variable falls back to Grafana's default datasource,
+	// which must therefore be this Prometheus.
+	if !ds.Datasources[0].IsDefault {
+		t.Error("the provisioned Prometheus is not the default datasource, which the dashboard's datasource variable picks")
 	}
 }
 
@@ -454,4 +488,325 @@ func containsPort(ports []string, port string) bool {
 		}
 	}
 	return false
+}
+
+// dashboard is the part of a Grafana dashboard the checks below read.
+type dashboard struct {
+	Inputs []struct {
+		Name     string `json:"name"`
+		Type     string `json:"type"`
+		PluginID string `json:"pluginId"`
+	} `json:"__inputs"`
+	Templating struct {
+		List []struct {
+			Name       string          `json:"name"`
+			Type       string          `json:"type"`
+			Query      json.RawMessage `json:"query"`
+			Datasource *dashDatasource `json:"datasource"`
+			Multi      bool            `json:"multi"`
+			IncludeAll bool            `json:"includeAll"`
+			AllValue   string          `json:"allValue"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []dashPanel `json:"panels"`
+}
+
+type dashDatasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type dashPanel struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options any    `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
+	} `json:"fieldConfig"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+	Panels []dashPanel `json:"panels"` // a collapsed row's
+}
+
+// panels returns every panel, those of collapsed rows included.
+func (d dashboard) panels() []dashPanel {
+	var out []dashPanel
+	var walk func([]dashPanel)
+	walk = func(ps []dashPanel) {
+		for _, p := range ps {
+			out = append(out, p)
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// unit is the unit Grafana shows the target refID in: an override
+// matching its refId, else the panel's default.
+func (p dashPanel) unit(refID string) string {
+	for _, o := range p.FieldConfig.Overrides {
+		if o.Matcher.ID != "byFrameRefID" || o.Matcher.Options != refID {
+			continue
+		}
+		for _, prop := range o.Properties {
+			if u, ok := prop.Value.(string); ok && prop.ID == "unit" {
+				return u
+			}
+		}
+	}
+	return p.FieldConfig.Defaults.Unit
+}
+
+// dsVar is how every panel, target and query variable names its
+// datasource: the dashboard's datasource variable, never a uid.
+const dsVar = "${datasource}"
+
+// datasourceProblems checks that the dashboard imports into any Grafana:
+// an __inputs entry for the import dialog, a datasource variable, and no
+// hard-coded datasource (uid or name) anywhere in the JSON.
+func datasourceProblems(data []byte) []string {
+	var bad []string
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		return []string{err.Error()}
+	}
+	if len(d.Inputs) != 1 || d.Inputs[0].Name != "DS_PROMETHEUS" || d.Inputs[0].Type != "datasource" || d.Inputs[0].PluginID != "prometheus" {
+		bad = append(bad, fmt.Sprintf("__inputs %+v: want one prometheus datasource DS_PROMETHEUS", d.Inputs))
+	}
+	hasVar := false
+	for _, v := range d.Templating.List {
+		if v.Name == "datasource" && v.Type == "datasource" && string(v.Query) == `"prometheus"` {
+			hasVar = true
+		}
+	}
+	if !hasVar {
+		bad = append(bad, "no datasource variable named datasource (type datasource, query prometheus)")
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return append(bad, err.Error())
+	}
+	var walk func(v any, where string)
+	walk = func(v any, where string) {
+		switch v := v.(type) {
+		case map[string]any:
+			if t, ok := v["title"].(string); ok {
+				where = t
+			} else if n, ok := v["name"].(string); ok {
+				where = n
+			}
+			for k, c := range v {
+				if k == "datasource" {
+					ds, ok := c.(map[string]any)
+					if !ok || ds["uid"] != dsVar || ds["type"] != "prometheus" {
+						bad = append(bad, fmt.Sprintf("%s: datasource %v, want {type: prometheus, uid: %s}", where, c, dsVar))
+					}
+					continue
+				}
+				walk(c, where)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c, where)
+			}
+		}
+	}
+	walk(doc, "dashboard")
+	sort.Strings(bad)
+	return bad
+}
+
+// filterLabels are the labels with a dashboard variable: every selector
+// of a metric carrying one of them must match it against its variable
+// (=~, since the variables are multi-valued with "All" as .*).
+var filterLabels = []string{"job", "instance", "slot", "consumer"}
+
+// scrapeLabels are added by Prometheus to every series, so every selector
+// must match them, whatever the metric's own labels.
+var scrapeLabels = set("job", "instance")
+
+// variableProblems checks that the variables exist and that every query
+// of the dashboard filters by them.
+func variableProblems(data []byte, labels map[string]map[string]bool) []string {
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		if v.Type == "query" && (v.Datasource == nil || v.Datasource.UID != dsVar || !v.Multi || !v.IncludeAll || v.AllValue != ".*") {
+			bad = append(bad, fmt.Sprintf("variable %s: want datasource %s, multi, includeAll with allValue .*", v.Name, dsVar))
+		}
+	}
+	for _, l := range filterLabels {
+		if !vars[l] {
+			bad = append(bad, "no "+l+" variable")
+		}
+	}
+	for _, p := range d.panels() {
+		for _, tg := range p.Targets {
+			sels, err := promqlSelectors(tg.Expr)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %q: %v", p.Title, tg.Expr, err))
+				continue
+			}
+			for _, s := range sels {
+				for _, l := range filterLabels {
+					if !scrapeLabels[l] && !labels[s.metric][l] {
+						continue
+					}
+					if !s.matches(l, "=~", "$"+l) {
+						bad = append(bad, fmt.Sprintf("%s: %q: %s lacks %s=~\"$%s\"", p.Title, tg.Expr, s.metric, l, l))
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// Grafana units by what they measure.
+var (
+	timeUnits  = set("s", "ms", "µs", "ns", "dtdurations", "dtdhms")
+	dateUnits  = set("dateTimeAsIso", "dateTimeAsSystem", "dateTimeFromNow")
+	byteUnits  = set("bytes", "decbytes", "kbytes", "mbytes", "gbytes")
+	rateUnits  = set("ops", "reqps", "rps", "wps", "cps")
+	countUnits = set("short", "none", "locale")
+)
+
+// allowedUnits is the set of units an expression over metric can be shown
+// in, from the metric's suffix: _seconds a duration (or, for a
+// _timestamp_seconds, a date unless subtracted from time()), _bytes a
+// size, a counter's rate per second, a counter's increase (or a gauge
+// without a unit suffix) a plain count.
+func allowedUnits(expr, metric string) map[string]bool {
+	base := strings.TrimSuffix(strings.TrimSuffix(metric, "_bucket"), "_sum")
+	if b, ok := strings.CutSuffix(base, "_count"); ok {
+		base = b + "_total"
+	}
+	switch {
+	case strings.HasSuffix(base, "_total"):
+		if strings.Contains(expr, "rate(") {
+			return rateUnits
+		}
+		return countUnits
+	case strings.HasSuffix(base, "_timestamp_seconds"):
+		if strings.Contains(expr, "time()") {
+			return timeUnits
+		}
+		return dateUnits
+	case strings.HasSuffix(base, "_seconds"):
+		return timeUnits
+	case strings.HasSuffix(base, "_bytes"):
+		return byteUnits
+	}
+	return countUnits
+}
+
+// unitProblems checks every target's unit against its metrics' suffixes.
+func unitProblems(data []byte) []string {
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	for _, p := range d.panels() {
+		for _, tg := range p.Targets {
+			names, err := promqlMetrics(tg.Expr)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %q: %v", p.Title, tg.Expr, err))
+				continue
+			}
+			u := p.unit(tg.RefID)
+			for _, n := range names {
+				if ok := allowedUnits(tg.Expr, n); !ok[u] {
+					bad = append(bad, fmt.Sprintf("%s (%s): %s shown in unit %q, want one of %v", p.Title, tg.RefID, n, u, keys(ok)))
+				}
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestDashboardImportsAnywhere(t *testing.T) {
+	for _, bad := range datasourceProblems(readFile(t, dashboardPath)) {
+		t.Error(bad)
+	}
+}
+
+func TestDashboardQueriesUseVariables(t *testing.T) {
+	for _, bad := range variableProblems(readFile(t, dashboardPath), exportedLabels(t)) {
+		t.Error(bad)
+	}
+}
+
+func TestDashboardUnitsMatchMetrics(t *testing.T) {
+	for _, bad := range unitProblems(readFile(t, dashboardPath)) {
+		t.Error(bad)
+	}
+}
+
+// TestDashboardChecksCatch proves the three checks above can fail: the
+// real dashboard with one thing broken must be rejected.
+func TestDashboardChecksCatch(t *testing.T) {
+	labels := exportedLabels(t)
+	dash := string(readFile(t, dashboardPath))
+	vars := func(b []byte) []string { return variableProblems(b, labels) }
+	q := func(expr string) string { return strings.ReplaceAll(expr, `"`, `\"`) } // as in the JSON
+	cases := []struct {
+		name, old, new string
+		check          func([]byte) []string
+	}{
+		{"hard-coded uid", `"uid": "${datasource}"`, `"uid": "prometheus"`, datasourceProblems},
+		{"datasource by name", `"type": "prometheus",
+          "uid": "${datasource}"`, `"type": "prometheus",
+          "name": "Prometheus"`, datasourceProblems},
+		{"no __inputs", `"__inputs"`, `"__unused"`, datasourceProblems},
+		{"no job filter", q(`outbox_relay_inflight_bytes{job=~"$job", `), `outbox_relay_inflight_bytes{`, vars},
+		{"job filter with =", q(`outbox_relay_leader{job=~"$job"`), q(`outbox_relay_leader{job="$job"`), vars},
+		{"no instance filter", q(`outbox_relay_leader{job=~"$job", instance=~"$instance"}`), q(`outbox_relay_leader{job=~"$job"}`), vars},
+		{"no slot filter", q(`(outbox_relay_slot_lag_bytes{job=~"$job", instance=~"$instance", slot=~"$slot"})`),
+			q(`(outbox_relay_slot_lag_bytes{job=~"$job", instance=~"$instance"})`), vars},
+		{"no consumer filter", q(`, consumer=~"$consumer"}`), `}`, vars},
+		{"bytes as a count", `"unit": "bytes"`, `"unit": "short"`, unitProblems},
+		{"seconds as bytes", `"unit": "s"`, `"unit": "bytes"`, unitProblems},
+		{"a rate in seconds", `"value": "ops"`, `"value": "s"`, unitProblems},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(dash, c.old) {
+				t.Fatalf("the dashboard no longer contains %q: update the case", c.old)
+			}
+			if bad := c.check([]byte(strings.Replace(dash, c.old, c.new, 1))); len(bad) == 0 {
+				t.Fatalf("replacing %q by %q went unnoticed", c.old, c.new)
+			}
+		})
+	}
 }

@@ -144,13 +144,55 @@ func set(words ...string) map[string]bool {
 	return m
 }
 
+// matcher is one label matcher of a selector: label op value, with value
+// a string's contents or a Grafana variable ($x, ${x}).
+type matcher struct{ label, op, value string }
+
+// selector is one vector selector: its metric name (empty for a
+// {__name__=~"..."} selector) and its label matchers.
+type selector struct {
+	metric   string
+	matchers []matcher
+}
+
+// matches reports whether s has a matcher label op value.
+func (s selector) matches(label, op, value string) bool {
+	for _, m := range s.matchers {
+		if m.label == label && m.op == op && m.value == value {
+			return true
+		}
+	}
+	return false
+}
+
 // promqlMetrics returns the metric names expr selects, sorted, once each.
 func promqlMetrics(expr string) ([]string, error) {
-	toks, err := lexPromQL(expr)
+	sels, err := promqlSelectors(expr)
 	if err != nil {
 		return nil, err
 	}
 	found := map[string]bool{}
+	for _, s := range sels {
+		if s.metric != "" {
+			found[s.metric] = true
+		}
+	}
+	out := make([]string, 0, len(found))
+	for m := range found {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// promqlSelectors returns the vector selectors of expr, in order.
+func promqlSelectors(expr string) ([]selector, error) {
+	toks, err := lexPromQL(expr)
+	if err != nil {
+		return nil, err
+	}
+	var sels []selector
+	lastMetric := -1 // index of the token that named the last selector's metric
 	var stack []string
 	next := func(i int) token {
 		if i+1 < len(toks) {
@@ -173,6 +215,10 @@ func promqlMetrics(expr string) ([]string, error) {
 				stack = stack[:len(stack)-1]
 			}
 			if t.text == "{" {
+				if lastMetric < 0 || lastMetric != i-1 {
+					sels = append(sels, selector{}) // {__name__=...} without a name in front
+				}
+				sel := &sels[len(sels)-1]
 				// Matchers: label op value [, ...]; only __name__ names a metric.
 				j := i + 1
 				for j < len(toks) && toks[j].text != "}" {
@@ -180,9 +226,11 @@ func promqlMetrics(expr string) ([]string, error) {
 						!matchOps[toks[j+1].text] {
 						return nil, fmt.Errorf("bad label matcher at %q", toks[j].text)
 					}
-					if toks[j].text == "__name__" && toks[j+1].text == "=" {
-						found[toks[j+2].text] = true
+					m := matcher{toks[j].text, toks[j+1].text, toks[j+2].text}
+					if m.label == "__name__" && m.op == "=" && sel.metric == "" {
+						sel.metric = m.value
 					}
+					sel.matchers = append(sel.matchers, m)
 					j += 3
 					if j < len(toks) && toks[j].text == "," {
 						j++
@@ -216,19 +264,15 @@ func promqlMetrics(expr string) ([]string, error) {
 					return nil, fmt.Errorf("unknown function %s()", t.text)
 				}
 			default:
-				found[t.text] = true
+				sels = append(sels, selector{metric: t.text})
+				lastMetric = i
 			}
 		}
 	}
 	if len(stack) > 0 {
 		return nil, fmt.Errorf("unclosed %q", stack[len(stack)-1])
 	}
-	out := make([]string, 0, len(found))
-	for m := range found {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out, nil
+	return sels, nil
 }
 
 func TestPromQLMetrics(t *testing.T) {
@@ -278,5 +322,24 @@ func TestPromQLMetrics(t *testing.T) {
 		if _, err := promqlMetrics(bad); err == nil {
 			t.Errorf("%s: accepted, want an error", bad)
 		}
+	}
+}
+
+func TestPromQLSelectors(t *testing.T) {
+	sels, err := promqlSelectors(`sum(rate(a_total{job=~"$job", instance=~"${instance}"}[5m])) / b + {__name__="c", slot="s"} + {__name__=~"d.+"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []selector{
+		{"a_total", []matcher{{"job", "=~", "$job"}, {"instance", "=~", "${instance}"}}},
+		{"b", nil},
+		{"c", []matcher{{"__name__", "=", "c"}, {"slot", "=", "s"}}},
+		{"", []matcher{{"__name__", "=~", "d.+"}}},
+	}
+	if fmt.Sprint(sels) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", sels, want)
+	}
+	if !sels[0].matches("job", "=~", "$job") || sels[0].matches("job", "=", "$job") {
+		t.Error("matches")
 	}
 }
