@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -808,5 +810,150 @@ func TestDashboardChecksCatch(t *testing.T) {
 				t.Fatalf("replacing %q by %q went unnoticed", c.old, c.new)
 			}
 		})
+	}
+}
+
+// runbookPrefix is where every alert's runbook_url points: a file of the
+// project's docs on GitHub, with the anchor of the alert's section.
+const runbookPrefix = "https://github.com/outbox-relay/outbox-relay/blob/main/"
+
+// githubAnchor is the anchor GitHub gives a Markdown heading: lower case,
+// spaces to hyphens, punctuation (but - and _) dropped.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// markdownAnchors returns the anchors of every heading of a Markdown
+// file (outside code fences); repeated headings get -1, -2, … as on GitHub.
+func markdownAnchors(md string) map[string]bool {
+	out := map[string]bool{}
+	fenced := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		text, ok := strings.CutPrefix(line, "#")
+		if fenced || !ok {
+			continue
+		}
+		a := githubAnchor(strings.TrimLeft(text, "#"))
+		for n := 1; out[a]; n++ {
+			a = fmt.Sprintf("%s-%d", githubAnchor(strings.TrimLeft(text, "#")), n)
+		}
+		out[a] = true
+	}
+	return out
+}
+
+// runbookProblems checks that every alert has a runbook_url to its own
+// section (anchor = the alert's name in lower case) of a docs file that
+// has that heading, that no rule hard-codes a job, and that the relay's
+// absence is detected with absent().
+func runbookProblems(data []byte, readDoc func(path string) (string, error)) []string {
+	rf, err := parseRules(data)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	hasAbsent := false
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			name := r.Alert + r.Record
+			sels, err := promqlSelectors(r.Expr)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", name, err))
+			}
+			for _, s := range sels {
+				for _, m := range s.matchers {
+					if m.label == "job" {
+						bad = append(bad, fmt.Sprintf("%s: %s{job%s%q}: a job name differs from one installation to the next", name, s.metric, m.op, m.value))
+					}
+				}
+			}
+			hasAbsent = hasAbsent || strings.Contains(r.Expr, "absent(")
+			if r.Alert == "" {
+				continue
+			}
+			url := r.Annotations["runbook_url"]
+			path, anchor, ok := strings.Cut(strings.TrimPrefix(url, runbookPrefix), "#")
+			if !strings.HasPrefix(url, runbookPrefix+"docs/") || !ok {
+				bad = append(bad, fmt.Sprintf("%s: runbook_url %q: want %sdocs/FILE.md#ANCHOR", name, url, runbookPrefix))
+				continue
+			}
+			if anchor != strings.ToLower(r.Alert) {
+				bad = append(bad, fmt.Sprintf("%s: runbook_url anchor %q: want the alert's own section #%s", name, anchor, strings.ToLower(r.Alert)))
+			}
+			md, err := readDoc(path)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: runbook_url %q: %v", name, url, err))
+				continue
+			}
+			if !markdownAnchors(md)[anchor] {
+				bad = append(bad, fmt.Sprintf("%s: %s has no heading with anchor #%s", name, path, anchor))
+			}
+		}
+	}
+	if !hasAbsent {
+		bad = append(bad, "no rule detects a missing relay with absent()")
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+func readRepoDoc(path string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(path)))
+	return string(b), err
+}
+
+func TestAlertsHaveRunbooks(t *testing.T) {
+	for _, bad := range runbookProblems(readFile(t, alertsPath), readRepoDoc) {
+		t.Error(bad)
+	}
+}
+
+func TestRunbookChecksCatch(t *testing.T) {
+	alerts := string(readFile(t, alertsPath))
+	cases := []struct{ name, old, new string }{
+		{"missing runbook_url", `runbook_url:`, `runbook_link:`},
+		{"anchor without a heading", `#outboxrelaystalled"`, `#outboxrelay-stalled"`},
+		{"another alert's section", `#outboxrelaystalled"`, `#outboxrelaydown"`},
+		{"a docs file that does not exist", `docs/operations.md#outboxrelaystalled`, `docs/runbooks.md#outboxrelaystalled`},
+		{"hard-coded job", `absent(outbox_relay_leader)`, `up{job="outbox-relay"} == 0`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(alerts, c.old) {
+				t.Fatalf("alerts.yml no longer contains %q: update the case", c.old)
+			}
+			broken := []byte(strings.Replace(alerts, c.old, c.new, 1))
+			if c.name == "missing runbook_url" {
+				// A misspelt key is a decode error already; drop the line instead.
+				broken = []byte(regexp.MustCompile(`(?m)^\s*runbook_url:.*\n`).ReplaceAllString(alerts, ""))
+			}
+			if bad := runbookProblems(broken, readRepoDoc); len(bad) == 0 {
+				t.Fatalf("replacing %q by %q went unnoticed", c.old, c.new)
+			}
+		})
+	}
+	for heading, want := range map[string]string{
+		" OutboxRelayDown": "outboxrelaydown", " Recover a lost slot": "recover-a-lost-slot",
+		" Dead letters: `dlq`": "dead-letters-dlq", " Retention: how the windows must relate": "retention-how-the-windows-must-relate",
+	} {
+		if got := githubAnchor(heading); got != want {
+			t.Errorf("githubAnchor(%q) = %q, want %q", heading, got, want)
+		}
+	}
+	if a := markdownAnchors("# A\n## A\n```\n# B\n```\n"); !a["a"] || !a["a-1"] || a["b"] {
+		t.Errorf("markdownAnchors: %v", a)
 	}
 }
