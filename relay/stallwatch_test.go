@@ -105,7 +105,7 @@ func TestStallReasonWithoutFailure(t *testing.T) {
 	if w.reason() != "" {
 		t.Fatalf("stall kept without a stream: %q", w.reason())
 	}
-	failures.Record(publisher.Failure{At: now.Add(5 * time.Second), Class: publisher.Transient, Reason: "Unknown Topic Or Partition",
+	failures.Record(publisher.Failure{At: now.Add(5 * time.Second), Class: publisher.Transient, Reason: "unknown_topic_or_partition",
 		Topic: "t", Partition: -1, Attempt: 9, Err: kafka.UnknownTopicOrPartition})
 	for i := 5; i <= 9; i++ {
 		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.Stats{Events: 1, Acked: 0})
