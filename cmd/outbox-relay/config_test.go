@@ -38,7 +38,7 @@ func TestInvalidConfigSaysHowToFix(t *testing.T) {
 		t.Fatalf("error type %T", err)
 	}
 	for _, want := range []string{
-		"OUTBOX_RELAY_STATUS_INTERVAL=\"soon\" is not a duration", "postgres:// URL", `"nohost" is not host:port`,
+		"OUTBOX_RELAY_STATUS_INTERVAL=\"soon\": not a duration", "postgres:// URL", `"nohost" is not host:port`,
 		"unknown placeholder {oops}", "use json or console", `--slot "Bad-Name"`,
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -39,11 +39,18 @@ func (c *config) kafkaConn() kafkaconn.Config {
 	}
 }
 
-// secrets lists the values that must never be printed.
-func (c *config) secrets() []string {
-	s := redact.DSNSecrets(c.DatabaseURL)
-	if c.KafkaSASLPassword != "" {
-		s = append(s, c.KafkaSASLPassword)
+// secrets lists the values that must never be printed: the Secret flags'
+// values, and the passwords in the connection strings.
+func secrets(b *envflag.Binder) []string {
+	plain, dsns := b.Secrets()
+	var s []string
+	for _, p := range plain {
+		if p != "" {
+			s = append(s, p)
+		}
+	}
+	for _, d := range dsns {
+		s = append(s, redact.DSNSecrets(d)...)
 	}
 	return s
 }
