@@ -75,7 +75,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 	b.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.ConnString(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem").
+		b.ConnString(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem, or key=value connection string, e.g. 'host=db dbname=app user=relay sslmode=verify-full'").
 			Required("Database.URL", "postgres://user:pass@host:5432/db")
 		b.String(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").To("Database.Slot")
 		b.String(&c.Publication, "publication", d.Database.Publication, "publication name").To("Database.Publication")

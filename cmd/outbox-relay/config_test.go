@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -144,5 +146,33 @@ func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
 	_, err = parse("run", "", append(base, "--partition-refresh", "0s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--partition-refresh") {
 		t.Fatalf("zero refresh: %v", err)
+	}
+}
+
+// TestValuesInTheFormsPeopleType: sizes with units, durations with days
+// and a libpq keyword/value connection string (its password redacted).
+func TestValuesInTheFormsPeopleType(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	t.Setenv("OUTBOX_RELAY_WAL_DISK_BUDGET", "50GB")
+	sink := redact.NewWriter(&bytes.Buffer{})
+	cfg, err := parse("run", "", []string{
+		"--database-url", "host=db port=5432 dbname=app user=relay password=kw-secret-1 sslmode=verify-full",
+		"--max-inflight-bytes", "16MiB", "--max-batch-bytes", "900KiB", "--checkpoint-retention", "7d",
+		"--cleanup-older-than", "1d12h",
+	}, scopeDB|scopeKafka|scopeRun, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.relayConfig()
+	if rc.Window.MaxBytes != 16<<20 || rc.Publish.MaxBatchBytes != 900<<10 || rc.Stats.WALDiskBudget != 50e9 ||
+		rc.Checkpoints.Retention != 7*24*time.Hour || rc.Cleanup.OlderThan != 36*time.Hour {
+		t.Fatalf("config %+v", rc)
+	}
+	if got := sink.String("password=kw-secret-1"); got != "password="+redact.Mask {
+		t.Fatalf("keyword password not redacted: %q", got)
+	}
+	if _, err := parse("run", "", []string{"--database-url", "mysql://x", "--max-inflight-bytes", "1048576"}, scopeDB|scopeKafka|scopeRun, sink); err == nil ||
+		!strings.Contains(err.Error(), "key=value connection string") {
+		t.Fatalf("mysql URL: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -71,11 +70,9 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 			log.Warn("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls", slog.String("stage", "startup"))
 		}
 	}
-	if u, err := url.Parse(c.DatabaseURL); err == nil {
-		mode := u.Query().Get("sslmode")
-		if mode != "verify-full" && mode != "verify-ca" && !loopback(u.Hostname()) {
-			log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
-		}
+	mode := redact.Param(c.DatabaseURL, "sslmode")
+	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.DatabaseURL, "host")) {
+		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 	}
 }
 
