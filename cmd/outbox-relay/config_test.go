@@ -74,6 +74,11 @@ func TestExitCodes(t *testing.T) {
 	if code := run([]string{"migrate"}, &out, &errOut); code != 2 {
 		t.Fatalf("invalid config exit %d", code)
 	}
+	// doctor: 4 when the checks could not run (1 stays "a check failed").
+	errOut.Reset()
+	if code := run([]string{"doctor", "--database-url", "postgres://u@127.0.0.1:1/db?connect_timeout=1", "--kafka-brokers", "127.0.0.1:1"}, &out, &errOut); code != exitNotChecked {
+		t.Fatalf("doctor without a database: exit %d, want %d\n%s", code, exitNotChecked, errOut.String())
+	}
 }
 
 func TestLeaderConfig(t *testing.T) {

@@ -156,6 +156,7 @@ const configDocIntro = "# Configuration reference\n\n" +
 	"Embedding the relay as a Go package instead? The same settings are the fields of `relay.Config`\n" +
 	"(`go doc github.com/outbox-relay/outbox-relay/relay Config`); `relay.DefaultConfig()` returns the\n" +
 	"defaults below.\n\n" +
+	"Exit codes: see [Exit codes](#exit-codes).\n\n" +
 	"## Commands\n\n| Command | What it does |\n|---|---|\n"
 
 // docRow is one row of the flag table: a flag and the commands taking it.
@@ -221,6 +222,10 @@ func renderConfigDoc(t *testing.T) string {
 			used = strings.Join(r.cmds, ", ")
 		}
 		fmt.Fprintf(&b, "| <a id=\"%s\"></a>%s | %s | %s | %s | %s |\n", r.anchor, name, f.env, def, used, mdCell(f.help))
+	}
+	b.WriteString("\n## Exit codes\n\n| Code | Commands | Meaning |\n|---|---|---|\n")
+	for _, c := range exitCodes {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", c.code, c.commands, mdCell(c.meaning))
 	}
 	return b.String()
 }

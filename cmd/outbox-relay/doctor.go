@@ -15,7 +15,7 @@ import (
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
 // Kafka topics and prints pass/warn/fail findings with their fixes; a fail
-// exits 1.
+// exits 1, a database it cannot connect to (nothing checked) exits 4.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var topics string
 	var dedupe, outboxRetention, cpRetention time.Duration
@@ -24,7 +24,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
 			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
-			"each finding with its fix. Exit code 1 when any check fails.",
+			"each finding with its fix. Exit code 1 when any check fails, 4 when the checks could not run\n"+
+			"(PostgreSQL unreachable or refusing the connection).",
 		args, scopeDB|scopeKafka, stderr, func(binder *envflag.Binder) {
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
@@ -40,7 +41,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rep := &doctor.Report{}
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
-		return err
+		return notCheckedError{err}
 	}
 	defer pool.Close()
 	doctor.CheckPostgres(ctx, pool, doctor.Target{
@@ -64,3 +65,11 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return nil
 }
+
+// notCheckedError is a failure before any check ran (exit 4): a monitor
+// running doctor can tell "the set-up is wrong" (exit 1) from "doctor
+// could not look" (exit 4).
+type notCheckedError struct{ err error }
+
+func (e notCheckedError) Error() string { return e.err.Error() }
+func (e notCheckedError) Unwrap() error { return e.err }

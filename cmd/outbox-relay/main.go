@@ -4,16 +4,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -55,27 +52,27 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a command line and returns the exit code: 0 on success, 2
-// on invalid usage or configuration, 1 on a runtime error.
+// run dispatches a command line and returns the exit code (exitcodes.go):
+// 0 on success, 2 on invalid usage or configuration, 1 on a runtime error.
 func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
 		fmt.Fprint(stdout, usage)
-		return 2
+		return exitUsage
 	case args[0] == "help" && len(args) > 1: // help CMD [VERB]
 		return run(append(args[1:], "--help"), stdout, stderr)
 	case isHelp(args[0]):
 		fmt.Fprint(stdout, usage)
-		return 0
+		return exitOK
 	case args[0] == "--version" || args[0] == "-version" || args[0] == "version":
 		fmt.Fprintln(stdout, versionLine())
-		return 0
+		return exitOK
 	}
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
 	redacted := redact.NewWriter(stderr)
 	stderr = redacted
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := interruptible(stderr, os.Exit)
 	defer stop()
 	var err error
 	switch args[0] {
@@ -101,25 +98,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReconcile(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		return exitUsage
 	}
 	var ce configError
 	var help *helpRequest
+	var nc notCheckedError
 	switch {
 	case err == nil:
-		return 0
+		return exitOK
 	case errors.As(err, &help):
 		fmt.Fprint(stdout, help.usage)
-		return 0
+		return exitOK
 	case errors.As(err, &ce), errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
-		return 2
+		return exitUsage
 	case errors.Is(err, errMissing):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
-		return 3
+		return exitMissing
+	case errors.As(err, &nc):
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(nc.err))
+		return exitNotChecked
 	default:
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(err))
-		return 1
+		return exitFailure
 	}
 }
 
