@@ -48,20 +48,8 @@ func TestCLISnapshots(t *testing.T) {
 			// The Go release differs between machines.
 			got = strings.ReplaceAll(got, runtime.Version(), "GOVERSION")
 			path := filepath.Join("testdata", "cli", c.name+".golden")
-			if *updateDocs {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v; generate: go test ./cmd/outbox-relay -run TestCLISnapshots -update", err)
-			}
-			if string(want) != got {
+			if !golden(t, path, got, "TestCLISnapshots") {
+				want, _ := os.ReadFile(path)
 				t.Errorf("output differs from %s (regenerate with -update if intended):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -21,21 +22,31 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from 
 const configDocPath = "../../docs/configuration.md"
 
 func TestConfigurationDoc(t *testing.T) {
-	got := renderConfigDoc(t)
-	if *updateDocs {
-		if err := os.WriteFile(configDocPath, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(configDocPath)
-	if err != nil {
-		t.Fatalf("%v; generate it: go test ./cmd/outbox-relay -run TestConfigurationDoc -update", err)
-	}
-	if string(want) != got {
+	if !golden(t, configDocPath, renderConfigDoc(t), "TestConfigurationDoc") {
 		t.Fatalf("docs/configuration.md is stale (a flag, default or help text changed); regenerate it:\n" +
 			"  go test ./cmd/outbox-relay -run TestConfigurationDoc -update")
 	}
+}
+
+// golden compares got with the file at path, or with -update writes it
+// there; it reports whether they matched. test names the test to
+// regenerate it with.
+func golden(t *testing.T, path, got, test string) bool {
+	t.Helper()
+	if *updateDocs {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v; generate it: go test ./cmd/outbox-relay -run %s -update", err, test)
+	}
+	return string(want) == got
 }
 
 // docCommand is one subcommand as the top-level usage lists it.

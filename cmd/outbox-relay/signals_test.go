@@ -2,37 +2,23 @@ package main
 
 import (
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// syncBuffer is a strings.Builder safe for the signal goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// lines is a writer handing each write to the test.
+type lines chan string
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func (l lines) Write(p []byte) (int, error) { l <- string(p); return len(p), nil }
 
 // TestSecondSignalExitsAtOnce: the first SIGINT starts the graceful
 // shutdown (ctx ends); a second one exits at once with exitInterrupted,
 // saying so.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	var out syncBuffer
+	out := make(lines, 1)
 	exited := make(chan int, 1)
-	ctx, stop := interruptible(&out, func(code int) { exited <- code })
+	ctx, stop := interruptible(out, func(code int) { exited <- code })
 	defer stop()
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -52,8 +38,8 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	}
 	select {
 	case code := <-exited:
-		if code != exitInterrupted || !strings.Contains(out.String(), "second interrupt during shutdown: exiting now") {
-			t.Fatalf("exit %d, stderr %q", code, out.String())
+		if msg := <-out; code != exitInterrupted || !strings.Contains(msg, "second interrupt during shutdown: exiting now") {
+			t.Fatalf("exit %d, stderr %q", code, msg)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("second SIGINT did not exit")
