@@ -122,8 +122,13 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 		r.stopped.Store(&why)
 	}()
-	pool, err := outboxdb.Connect(ctx, r.c.pool)
+	// PostgreSQL not reachable yet (starting, restarting) is waited out,
+	// as Kafka is below: exiting would only start a crash loop.
+	pool, err := outboxdb.ConnectRetrying(ctx, r.c.pool, r.log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before PostgreSQL answered
+		}
 		return err
 	}
 	defer pool.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,13 +94,28 @@ func (c Config) compile() (compiled, error) {
 	return out, errors.Join(cs...)
 }
 
+// connString reports whether s has the form of a PostgreSQL connection
+// string: a postgres:// (or postgresql://) URL, or libpq's keyword/value
+// form ("host=db dbname=app"), which pgx accepts as well.
+func connString(s string) bool {
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql")
+	}
+	return strings.Contains(s, "=")
+}
+
 func (d DatabaseConfig) validate(cs *checks, out *compiled) {
-	if d.URL == "" {
+	var err error
+	switch {
+	case d.URL == "":
 		cs.wrap("Database.URL", ErrRequired)
-	} else if u, err := url.Parse(d.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		cs.fail("Database.URL", nil, "must be a postgres:// URL, e.g. postgres://user:pass@host:5432/db")
-	} else if out.pool, err = outboxdb.ParseConfig(d.URL); err != nil {
-		cs.wrap("Database.URL", err)
+	case !connString(d.URL):
+		cs.fail("Database.URL", nil, "must be a postgres:// URL or a key=value connection string, e.g. postgres://user:pass@host:5432/db or host=db dbname=app user=relay")
+	default:
+		if out.pool, err = outboxdb.ParseConfig(d.URL); err != nil {
+			cs.wrap("Database.URL", err)
+		}
 	}
 	for _, n := range []struct{ field, v string }{{"Database.Slot", d.Slot}, {"Database.Publication", d.Publication}} {
 		if !outboxdb.ValidName(n.v) {

@@ -17,18 +17,24 @@ const checkpointUsage = `Usage: outbox-relay checkpoint show|reset [flags]
 
   checkpoint show     the newest saved position of the slot (JSON), compared with the slot and the server
   checkpoint reset    delete the slot's checkpoints (after a deliberate restore or re-initialisation)
+
+Run "outbox-relay checkpoint show|reset --help" for the flags.
 `
 
+// checkpointSummaries describe each checkpoint command in its --help.
+var checkpointSummaries = map[string]string{
+	"show": "Prints the newest saved checkpoint of the slot as JSON, compared with the slot and the server:\n" +
+		"whether it is usable (same system identifier and timeline) and how far ahead of the slot it is.",
+	"reset": "Deletes the slot's checkpoints, after a deliberate restore or re-initialisation of the database\n" +
+		"(a checkpoint of another system identifier or timeline is refused by recover, replay and cleanup).",
+}
+
 func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "reset") {
-		fmt.Fprint(stderr, checkpointUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return nil
-		}
-		return errUsage
+	verb, err := groupVerb(args, checkpointUsage, stderr, "show", "reset")
+	if err != nil {
+		return err
 	}
-	verb := args[0]
-	cfg, err := parse("checkpoint "+verb, checkpointUsage, args[1:], scopeDB, stderr)
+	cfg, err := parse("checkpoint "+verb, checkpointSummaries[verb], args[1:], scopeDB, stderr)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -21,10 +19,8 @@ Checkpoints older than the cutoff are pruned (a replay from them would miss dele
 
 func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o cleanup.Options
-	var b *envflag.Binder
-	cfg, rest, err := parseWith("cleanup", "", cleanupSummary, args, scopeDB, stderr, func(fs *flag.FlagSet) {
-		b = envflag.New(fs, envPrefix)
-		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 168h")
+	cfg, rest, err := parseWith("cleanup", "", cleanupSummary, args, scopeDB, stderr, func(b *envflag.Binder) {
+		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 7d or 168h")
 		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
 		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches")
 		b.Duration(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
@@ -36,7 +32,7 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
-	if err := errors.Join(append(b.Errs(), o.Validate())...); err != nil {
+	if err := o.Validate(); err != nil {
 		return configError{err}
 	}
 	pool, err := connectPool(ctx, cfg)

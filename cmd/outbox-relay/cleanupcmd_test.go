@@ -39,7 +39,7 @@ func TestCleanupCommandConfig(t *testing.T) {
 		{[]string{"--older-than", "1h", "--batch-size", "20000"}, "", "--batch-size 20000: use 1..10000"},
 		{[]string{"--older-than", "1h", "--pause", "1m"}, "", "--pause 1m0s: use 0..10s"},
 		{[]string{"--older-than", "1h", "--max-duration", "-1s"}, "", "--max-duration -1s"},
-		{nil, "OUTBOX_RELAY_OLDER_THAN=soon", "OUTBOX_RELAY_OLDER_THAN=\"soon\" is not a duration"},
+		{nil, "OUTBOX_RELAY_OLDER_THAN=soon", "OUTBOX_RELAY_OLDER_THAN=\"soon\": not a duration"},
 	} {
 		if tc.env != "" {
 			k, v, _ := strings.Cut(tc.env, "=")

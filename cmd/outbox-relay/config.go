@@ -75,7 +75,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 	b.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.Secret(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem").
+		b.ConnString(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem, or key=value connection string, e.g. 'host=db dbname=app user=relay sslmode=verify-full'").
 			Required("Database.URL", "postgres://user:pass@host:5432/db")
 		b.String(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").To("Database.Slot")
 		b.String(&c.Publication, "publication", d.Database.Publication, "publication name").To("Database.Publication")
@@ -105,7 +105,7 @@ func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	b.Int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").To("Publish.TopicPartitions")
 	b.Int(&c.TopicReplication, "topic-replication-factor", p.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
 	b.Int(&c.MaxBatch, "max-batch", p.MaxBatch, "most events in one partition batch").To("Publish.MaxBatch")
-	b.Int(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch; keep under the broker's message.max.bytes").To("Publish.MaxBatchBytes")
+	b.IntSize(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch, e.g. 900KiB; keep under the broker's message.max.bytes").To("Publish.MaxBatchBytes")
 	b.Duration(&c.Linger, "linger", p.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)").To("Publish.Linger")
 	b.Duration(&c.BackoffBase, "backoff-base", p.BackoffBase, "first retry delay (exponential, full jitter)").To("Publish.BackoffBase")
 	b.Duration(&c.BackoffMax, "backoff-max", p.BackoffMax, "longest retry delay").To("Publish.BackoffMax")
@@ -131,11 +131,11 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 	b.Duration(&c.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout").To("Database.StatusInterval")
 	b.Duration(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged").To("ShutdownTimeout")
 	b.Int(&c.MaxInflightEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory").To("Window.MaxEvents")
-	b.Int64(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory").To("Window.MaxBytes")
+	b.Size(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory, e.g. 16MiB").To("Window.MaxBytes")
 	b.String(&c.PoisonPolicy, "poison-policy", string(d.Publish.PoisonPolicy), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)").To("Publish.PoisonPolicy")
 	b.Duration(&c.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)").To("Database.SlotCheckInterval")
 	b.Duration(&c.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables").To("Window.StallTimeout")
-	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice (default 0 when GOMAXPROCS is set)")
+	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice, which is the default when GOMAXPROCS is set")
 	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
 	b.Duration(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").To("Checkpoints.Interval")
 	b.Duration(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention").To("Checkpoints.Retention")
@@ -148,8 +148,8 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 	b.Duration(&c.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting").To("Database.WALSenderTimeout")
 	b.Duration(&c.StatsInterval, "stats-interval", d.Stats.Interval,
 		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables").To("Stats.Interval")
-	b.Int64(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
-		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size; 0: none").To("Stats.WALDiskBudget")
+	b.Size(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
+		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size, e.g. 50GB; 0: none").To("Stats.WALDiskBudget")
 }
 
 // relayConfig is the relay's configuration from the flags.

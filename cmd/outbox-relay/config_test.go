@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -38,7 +40,7 @@ func TestInvalidConfigSaysHowToFix(t *testing.T) {
 		t.Fatalf("error type %T", err)
 	}
 	for _, want := range []string{
-		"OUTBOX_RELAY_STATUS_INTERVAL=\"soon\" is not a duration", "postgres:// URL", `"nohost" is not host:port`,
+		"OUTBOX_RELAY_STATUS_INTERVAL=\"soon\": not a duration", "postgres:// URL", `"nohost" is not host:port`,
 		"unknown placeholder {oops}", "use json or console", `--slot "Bad-Name"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -71,6 +73,11 @@ func TestExitCodes(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
 	if code := run([]string{"migrate"}, &out, &errOut); code != 2 {
 		t.Fatalf("invalid config exit %d", code)
+	}
+	// doctor: 4 when the checks could not run (1 stays "a check failed").
+	errOut.Reset()
+	if code := run([]string{"doctor", "--database-url", "postgres://u@127.0.0.1:1/db?connect_timeout=1", "--kafka-brokers", "127.0.0.1:1"}, &out, &errOut); code != exitNotChecked {
+		t.Fatalf("doctor without a database: exit %d, want %d\n%s", code, exitNotChecked, errOut.String())
 	}
 }
 
@@ -144,5 +151,33 @@ func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
 	_, err = parse("run", "", append(base, "--partition-refresh", "0s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--partition-refresh") {
 		t.Fatalf("zero refresh: %v", err)
+	}
+}
+
+// TestValuesInTheFormsPeopleType: sizes with units, durations with days
+// and a libpq keyword/value connection string (its password redacted).
+func TestValuesInTheFormsPeopleType(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	t.Setenv("OUTBOX_RELAY_WAL_DISK_BUDGET", "50GB")
+	sink := redact.NewWriter(&bytes.Buffer{})
+	cfg, err := parse("run", "", []string{
+		"--database-url", "host=db port=5432 dbname=app user=relay password=kw-secret-1 sslmode=verify-full",
+		"--max-inflight-bytes", "16MiB", "--max-batch-bytes", "900KiB", "--checkpoint-retention", "7d",
+		"--cleanup-older-than", "1d12h",
+	}, scopeDB|scopeKafka|scopeRun, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.relayConfig()
+	if rc.Window.MaxBytes != 16<<20 || rc.Publish.MaxBatchBytes != 900<<10 || rc.Stats.WALDiskBudget != 50e9 ||
+		rc.Checkpoints.Retention != 7*24*time.Hour || rc.Cleanup.OlderThan != 36*time.Hour {
+		t.Fatalf("config %+v", rc)
+	}
+	if got := sink.String("password=kw-secret-1"); got != "password="+redact.Mask {
+		t.Fatalf("keyword password not redacted: %q", got)
+	}
+	if _, err := parse("run", "", []string{"--database-url", "mysql://x", "--max-inflight-bytes", "1048576"}, scopeDB|scopeKafka|scopeRun, sink); err == nil ||
+		!strings.Contains(err.Error(), "key=value connection string") {
+		t.Fatalf("mysql URL: %v", err)
 	}
 }

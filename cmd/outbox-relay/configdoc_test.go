@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -21,21 +22,31 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from 
 const configDocPath = "../../docs/configuration.md"
 
 func TestConfigurationDoc(t *testing.T) {
-	got := renderConfigDoc(t)
-	if *updateDocs {
-		if err := os.WriteFile(configDocPath, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(configDocPath)
-	if err != nil {
-		t.Fatalf("%v; generate it: go test ./cmd/outbox-relay -run TestConfigurationDoc -update", err)
-	}
-	if string(want) != got {
+	if !golden(t, configDocPath, renderConfigDoc(t), "TestConfigurationDoc") {
 		t.Fatalf("docs/configuration.md is stale (a flag, default or help text changed); regenerate it:\n" +
 			"  go test ./cmd/outbox-relay -run TestConfigurationDoc -update")
 	}
+}
+
+// golden compares got with the file at path, or with -update writes it
+// there; it reports whether they matched. test names the test to
+// regenerate it with.
+func golden(t *testing.T, path, got, test string) bool {
+	t.Helper()
+	if *updateDocs {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v; generate it: go test ./cmd/outbox-relay -run %s -update", err, test)
+	}
+	return string(want) == got
 }
 
 // docCommand is one subcommand as the top-level usage lists it.
@@ -156,6 +167,7 @@ const configDocIntro = "# Configuration reference\n\n" +
 	"Embedding the relay as a Go package instead? The same settings are the fields of `relay.Config`\n" +
 	"(`go doc github.com/outbox-relay/outbox-relay/relay Config`); `relay.DefaultConfig()` returns the\n" +
 	"defaults below.\n\n" +
+	"Exit codes: see [Exit codes](#exit-codes).\n\n" +
 	"## Commands\n\n| Command | What it does |\n|---|---|\n"
 
 // docRow is one row of the flag table: a flag and the commands taking it.
@@ -221,6 +233,10 @@ func renderConfigDoc(t *testing.T) string {
 			used = strings.Join(r.cmds, ", ")
 		}
 		fmt.Fprintf(&b, "| <a id=\"%s\"></a>%s | %s | %s | %s | %s |\n", r.anchor, name, f.env, def, used, mdCell(f.help))
+	}
+	b.WriteString("\n## Exit codes\n\n| Code | Commands | Meaning |\n|---|---|---|\n")
+	for _, c := range exitCodes {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", c.code, c.commands, mdCell(c.meaning))
 	}
 	return b.String()
 }

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -23,13 +23,20 @@ All are safe while the relay runs: a retry holds the aggregate's lock, and the
 relay publishes that aggregate's new events only after it.
 `
 
+// dlqSummaries describe each dlq command in its --help.
+var dlqSummaries = map[string]string{
+	"list": "Lists the open (dead and parked) events of the dead-letter table, in commit order;\n" +
+		"--all also lists the resolved (published, discarded) ones.",
+	"show": "Shows one dead-letter entry, as JSON.",
+	"retry": "Re-publishes the open events of an aggregate (of EVENT_ID, or --aggregate A) in order; stops at\n" +
+		"the first that still fails (exit 1). Safe while the relay runs: the retry holds the aggregate's lock.",
+	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.",
+}
+
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stderr, dlqUsage)
-		if len(args) == 0 {
-			return errUsage
-		}
-		return nil
+	if len(args) == 0 || isHelp(args[0]) {
+		_, err := groupVerb(args, dlqUsage, stderr)
+		return err
 	}
 	verb := args[0]
 	cfg, f, err := parseDLQ(verb, args[1:], stderr)
@@ -99,17 +106,17 @@ func parseDLQ(verb string, args []string, stderr io.Writer) (*config, dlqFlags, 
 		fmt.Fprint(stderr, dlqUsage)
 		return nil, f, fmt.Errorf("%w: unknown dlq command %q", errUsage, verb)
 	}
-	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqUsage, args, s, stderr, func(fs *flag.FlagSet) {
+	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqSummaries[verb], args, s, stderr, func(b *envflag.Binder) {
 		if verb == "list" || verb == "retry" {
-			fs.StringVar(&f.target.AggregateID, "aggregate", "", "aggregate_id")
-			fs.StringVar(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
+			b.String(&f.target.AggregateID, "aggregate", "", "aggregate_id")
+			b.String(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
 		}
 		if verb == "list" {
-			fs.BoolVar(&f.all, "all", false, "include resolved (published, discarded) entries")
-			fs.BoolVar(&f.asJSON, "json", false, "print JSON lines")
+			b.Bool(&f.all, "all", false, "include resolved (published, discarded) entries")
+			b.Bool(&f.asJSON, "json", false, "print JSON lines")
 		}
 		if verb == "discard" {
-			fs.StringVar(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
+			b.String(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
 		}
 	})
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -16,19 +15,18 @@ import (
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
 // Kafka topics and prints pass/warn/fail findings with their fixes; a fail
-// exits 1.
+// exits 1, a database it cannot connect to (nothing checked) exits 4.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var topics string
 	var dedupe, outboxRetention, cpRetention time.Duration
-	var binder *envflag.Binder
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
 			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
 			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
-			"each finding with its fix. Exit code 1 when any check fails.",
-		args, scopeDB|scopeKafka, stderr, func(fs *flag.FlagSet) {
-			binder = envflag.New(fs, envPrefix)
+			"each finding with its fix. Exit code 1 when any check fails, 4 when the checks could not run\n"+
+			"(PostgreSQL unreachable or refusing the connection).",
+		args, scopeDB|scopeKafka, stderr, func(binder *envflag.Binder) {
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
 			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
@@ -40,13 +38,10 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
-	if err := errors.Join(binder.Errs()...); err != nil {
-		return configError{err}
-	}
 	rep := &doctor.Report{}
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
-		return err
+		return notCheckedError{err}
 	}
 	defer pool.Close()
 	doctor.CheckPostgres(ctx, pool, doctor.Target{
@@ -70,3 +65,11 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return nil
 }
+
+// notCheckedError is a failure before any check ran (exit 4): a monitor
+// running doctor can tell "the set-up is wrong" (exit 1) from "doctor
+// could not look" (exit 4).
+type notCheckedError struct{ err error }
+
+func (e notCheckedError) Error() string { return e.err.Error() }
+func (e notCheckedError) Unwrap() error { return e.err }

@@ -4,25 +4,22 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `outbox-relay relays a PostgreSQL transactional outbox to Kafka.
 
@@ -45,7 +42,7 @@ Commands:
   cleanup        delete confirmed outbox rows older than --older-than (batched; drops old partitions)
   doctor         check PostgreSQL settings, publication and slot; print fixes
   reconcile      compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing
-  version        print the version
+  version        print the version (also --version)
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
 and OUTBOX_RELAY_DATABASE_URL. Run "outbox-relay <command> --help" for its flags.
@@ -55,21 +52,27 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a command line and returns the exit code: 0 on success, 2
-// on invalid usage or configuration, 1 on a runtime error.
+// run dispatches a command line and returns the exit code (exitcodes.go):
+// 0 on success, 2 on invalid usage or configuration, 1 on a runtime error.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return exitUsage
+	case args[0] == "help" && len(args) > 1: // help CMD [VERB]
+		return run(append(args[1:], "--help"), stdout, stderr)
+	case isHelp(args[0]):
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case args[0] == "--version" || args[0] == "-version" || args[0] == "version":
+		fmt.Fprintln(stdout, versionLine())
+		return exitOK
 	}
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
 	redacted := redact.NewWriter(stderr)
 	stderr = redacted
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := interruptible(stderr, os.Exit)
 	defer stop()
 	var err error
 	switch args[0] {
@@ -93,30 +96,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDoctor(ctx, args[1:], stdout, stderr)
 	case "reconcile":
 		err = cmdReconcile(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "outbox-relay", version)
-		return 0
 	default:
 		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		return exitUsage
 	}
 	var ce configError
+	var help *helpRequest
+	var nc notCheckedError
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
+	case err == nil:
+		return exitOK
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.usage)
+		return exitOK
 	case errors.As(err, &ce), errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
-		return 2
+		return exitUsage
 	case errors.Is(err, errMissing):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
-		return 3
+		return exitMissing
+	case errors.As(err, &nc):
+		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(nc.err))
+		return exitNotChecked
 	default:
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(err))
-		return 1
+		return exitFailure
 	}
 }
 
 var errUsage = errors.New("usage error")
+
+// usageError is a command line a command cannot parse (an unknown flag, a
+// flag without its value): one line, and where to read the usage, rather
+// than the whole usage in front of the one line that matters.
+type usageError struct {
+	cmd string
+	err error
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%v; see 'outbox-relay %s --help'", e.err, e.cmd)
+}
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+// helpRequest is a command's --help: run prints usage to stdout, exit 0.
+type helpRequest struct{ usage string }
+
+func (h *helpRequest) Error() string        { return "help requested" }
+func (h *helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 // parse parses a subcommand's flags and validates the configuration.
 func parse(name, summary string, args []string, s scope, stderr io.Writer) (*config, error) {
@@ -128,27 +155,31 @@ func parse(name, summary string, args []string, s scope, stderr io.Writer) (*con
 }
 
 // parseWith is parse for subcommands with their own flags (registered by
-// extra) and positional arguments (returned; described by argsUsage).
-func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*flag.FlagSet)) (*config, []string, error) {
+// extra on the same Binder, so they have environment fallbacks too) and
+// positional arguments (returned; described by argsUsage).
+func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*envflag.Binder)) (*config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints the whole usage before any parse error;
+	// run prints the one-line error instead, and --help's usage to stdout.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	cfg := &config{}
 	b := cfg.bind(fs, s)
 	if extra != nil {
-		extra(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
-		fs.PrintDefaults()
+		extra(b)
 	}
 	// Flags may follow positional arguments (dlq show ID --json).
 	var rest []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, nil, err
+		if err := b.Parse(args); err != nil {
+			var ve *envflag.ValueError
+			switch {
+			case errors.Is(err, flag.ErrHelp):
+				return nil, nil, &helpRequest{commandUsage(name, argsUsage, summary, b)}
+			case errors.As(err, &ve):
+				return nil, nil, configError{err}
 			}
-			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, nil, &usageError{name, err}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -157,12 +188,20 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 		args = fs.Args()[1:]
 	}
 	if sink, ok := stderr.(secretSink); ok {
-		sink.Add(cfg.secrets()...)
+		sink.Add(secrets(b)...)
 	}
 	if err := cfg.validate(b, s); err != nil {
 		return nil, nil, configError{err}
 	}
 	return cfg, rest, nil
+}
+
+// commandUsage is a subcommand's --help text.
+func commandUsage(name, argsUsage, summary string, b *envflag.Binder) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
+	b.PrintDefaults(&w)
+	return w.String()
 }
 
 // newLogger builds the process logger: the libraries log through
@@ -176,4 +215,10 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	}
 	zl := zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
 	return slog.New(zerolog.NewSlogHandler(zl))
+}
+
+// versionLine is what version and --version print.
+func versionLine() string {
+	return fmt.Sprintf("outbox-relay %s (revision %s, built %s, %s)",
+		buildinfo.Version(), buildinfo.Revision(), buildinfo.BuildDate(), buildinfo.GoVersion())
 }

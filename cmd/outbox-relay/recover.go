@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/internal/recovery"
 )
@@ -23,10 +23,10 @@ Without a usable checkpoint pass --since TIME or --all.`
 func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var since string
 	var all, noRun bool
-	cfg, rest, err := parseWith("recover", "", recoverSummary, args, scopeDB|scopeKafka|scopeRun, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&since, "since", "", "back-fill events committed since this time (RFC 3339), instead of since the checkpoint")
-		fs.BoolVar(&all, "all", false, "back-fill every row still in the table")
-		fs.BoolVar(&noRun, "no-run", false, "exit after the back-fill instead of streaming")
+	cfg, rest, err := parseWith("recover", "", recoverSummary, args, scopeDB|scopeKafka|scopeRun, stderr, func(b *envflag.Binder) {
+		b.String(&since, "since", "", "back-fill events committed since this time (RFC 3339), instead of since the checkpoint")
+		b.Bool(&all, "all", false, "back-fill every row still in the table")
+		b.Bool(&noRun, "no-run", false, "exit after the back-fill instead of streaming")
 	})
 	if err != nil {
 		return err

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -27,17 +27,17 @@ may be included, none inside the window is missed):
 
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o replay.Config
-	cfg, rest, err := parseWith("replay", "", replaySummary, args, scopeDB|scopeKafka, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&o.Range.FromLSN, "from-lsn", "", "start at this WAL position (e.g. from checkpoint show)")
-		fs.StringVar(&o.Range.ToLSN, "to-lsn", "", "stop at this WAL position")
-		fs.BoolVar(&o.Range.FromCheckpoint, "from-checkpoint", false, "start at the newest saved checkpoint")
-		fs.StringVar(&o.Range.Since, "since", "", "start at this time (RFC 3339, e.g. 2026-12-02T18:00:00Z)")
-		fs.BoolVar(&o.Range.All, "all", false, "every row still in the table")
-		fs.StringVar(&o.AggregateID, "aggregate", "", "only this aggregate_id")
-		fs.StringVar(&o.AggregateType, "aggregate-type", "", "only this aggregate_type")
-		fs.StringVar(&o.EventType, "event-type", "", "only this event_type")
-		fs.BoolVar(&o.DryRun, "dry-run", false, "count and list the matching events, publish nothing")
-		fs.IntVar(&o.List, "list", 20, "with --dry-run, how many events to list")
+	cfg, rest, err := parseWith("replay", "", replaySummary, args, scopeDB|scopeKafka, stderr, func(b *envflag.Binder) {
+		b.String(&o.Range.FromLSN, "from-lsn", "", "start at this WAL position (e.g. from checkpoint show)")
+		b.String(&o.Range.ToLSN, "to-lsn", "", "stop at this WAL position")
+		b.Bool(&o.Range.FromCheckpoint, "from-checkpoint", false, "start at the newest saved checkpoint")
+		b.String(&o.Range.Since, "since", "", "start at this time (RFC 3339, e.g. 2026-12-02T18:00:00Z)")
+		b.Bool(&o.Range.All, "all", false, "every row still in the table")
+		b.String(&o.AggregateID, "aggregate", "", "only this aggregate_id")
+		b.String(&o.AggregateType, "aggregate-type", "", "only this aggregate_type")
+		b.String(&o.EventType, "event-type", "", "only this event_type")
+		b.Bool(&o.DryRun, "dry-run", false, "count and list the matching events, publish nothing")
+		b.Int(&o.List, "list", 20, "with --dry-run, how many events to list")
 	})
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -39,11 +38,18 @@ func (c *config) kafkaConn() kafkaconn.Config {
 	}
 }
 
-// secrets lists the values that must never be printed.
-func (c *config) secrets() []string {
-	s := redact.DSNSecrets(c.DatabaseURL)
-	if c.KafkaSASLPassword != "" {
-		s = append(s, c.KafkaSASLPassword)
+// secrets lists the values that must never be printed: the Secret flags'
+// values, and the passwords in the connection strings.
+func secrets(b *envflag.Binder) []string {
+	plain, dsns := b.Secrets()
+	var s []string
+	for _, p := range plain {
+		if p != "" {
+			s = append(s, p)
+		}
+	}
+	for _, d := range dsns {
+		s = append(s, redact.DSNSecrets(d)...)
 	}
 	return s
 }
@@ -64,11 +70,9 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 			log.Warn("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls", slog.String("stage", "startup"))
 		}
 	}
-	if u, err := url.Parse(c.DatabaseURL); err == nil {
-		mode := u.Query().Get("sslmode")
-		if mode != "verify-full" && mode != "verify-ca" && !loopback(u.Hostname()) {
-			log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
-		}
+	mode := redact.Param(c.DatabaseURL, "sslmode")
+	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.DatabaseURL, "host")) {
+		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 	}
 }
 

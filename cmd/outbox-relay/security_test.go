@@ -27,8 +27,9 @@ func TestSecretsFromFiles(t *testing.T) {
 	os.Unsetenv("OUTBOX_RELAY_DATABASE_URL")
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", url)
 	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE", pw)
+	sink := redact.NewWriter(&bytes.Buffer{})
 	cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "scram-sha-512", "--kafka-sasl-username", "relay"},
-		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		scopeDB|scopeKafka|scopeRun, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +39,8 @@ func TestSecretsFromFiles(t *testing.T) {
 	if cfg.kafkaSecurity.SASL == nil || cfg.kafkaSecurity.SASL.Name() != "SCRAM-SHA-512" {
 		t.Fatalf("SASL %v", cfg.kafkaSecurity.SASL)
 	}
-	if got := strings.Join(cfg.secrets(), ","); got != "from-file-1,sasl-secret" {
-		t.Fatalf("secrets %q", got)
+	if got := sink.String("from-file-1,sasl-secret"); got != redact.Mask+","+redact.Mask {
+		t.Fatalf("secrets not registered for redaction: %q", got)
 	}
 }
 

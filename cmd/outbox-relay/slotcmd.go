@@ -9,20 +9,28 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
+const slotUsage = `Usage: outbox-relay slot status|create|drop [flags]
+
+  slot status    the slot's position, lag and WAL health, as JSON
+  slot create    create the publication (if missing) and the slot (pgoutput)
+  slot drop      drop the slot
+
+Run "outbox-relay slot status|create|drop --help" for the flags.
+`
+
+// slotSummaries describe each slot command in its --help.
+var slotSummaries = map[string]string{
+	"status": "Shows the slot's confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size, active pid and lag.",
+	"create": "Creates the publication (if missing) and the slot with the pgoutput plugin.",
+	"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
+}
+
 func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "status" && args[0] != "create" && args[0] != "drop") {
-		fmt.Fprintln(stderr, "Usage: outbox-relay slot status|create|drop [flags]")
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return nil
-		}
-		return errUsage
+	verb, err := groupVerb(args, slotUsage, stderr, "status", "create", "drop")
+	if err != nil {
+		return err
 	}
-	verb := args[0]
-	cfg, err := parse("slot "+verb, map[string]string{
-		"status": "Shows the slot's confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size, active pid and lag.",
-		"create": "Creates the publication (if missing) and the slot with the pgoutput plugin.",
-		"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
-	}[verb], args[1:], scopeDB, stderr)
+	cfg, err := parse("slot "+verb, slotSummaries[verb], args[1:], scopeDB, stderr)
 	if err != nil {
 		return err
 	}

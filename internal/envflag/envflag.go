@@ -15,7 +15,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -25,11 +24,20 @@ type Binder struct {
 	fs     *flag.FlagSet
 	prefix string
 	errs   []error
+	// parseErr is the first malformed value Parse met on the command line.
+	parseErr error
+	// secrets are the values of Secret flags; dsn marks connection strings.
+	secrets []secret
 	// fields maps config fields to flag names ("--max-batch"), examples
 	// the required ones to an example value, and groups a rule over
 	// several fields to their flags.
 	fields, examples map[string]string
 	groups           map[string][]string
+}
+
+type secret struct {
+	p   *string
+	dsn bool
 }
 
 // New returns a Binder registering on fs; environment variables are
@@ -80,36 +88,39 @@ func (b *Binder) Flag(field string) (string, bool) {
 
 func (b *Binder) env(name string) (string, bool) { return os.LookupEnv(b.EnvName(name)) }
 
-func (b *Binder) usage(name, help string) string {
-	return fmt.Sprintf("%s (env %s)", help, b.EnvName(name))
-}
-
-// envDefault is def, or the environment's value for the flag name parsed
-// by parse; a malformed value is recorded ("is not what").
-func envDefault[T any](b *Binder, name string, def T, parse func(string) (T, error), what string) T {
-	if v, ok := b.env(name); ok {
-		t, err := parse(v)
-		if err == nil {
-			return t
+// register registers v (holding the default) as flag name: the
+// environment's value, if any, replaces the default; a malformed one is
+// recorded with the same message the flag would give.
+func (b *Binder) register(v flag.Value, name, help string) Binding {
+	if s, ok := b.env(name); ok {
+		if err := v.Set(s); err != nil {
+			b.errs = append(b.errs, &ValueError{Source: b.EnvName(name) + "=", Value: s, Err: err})
 		}
-		b.errs = append(b.errs, fmt.Errorf("%s=%q is not %s", b.EnvName(name), v, what))
 	}
-	return def
+	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s)", help, b.EnvName(name)))
+	return Binding{b, name}
 }
 
 // String registers a string flag.
 func (b *Binder) String(p *string, name, def, help string) Binding {
-	if v, ok := b.env(name); ok {
-		def = v
-	}
-	b.fs.StringVar(p, name, def, b.usage(name, help))
-	return Binding{b, name}
+	*p = def
+	return b.register(stringValue{p}, name, help)
 }
 
 // Secret is String for a secret: its value may also come from the file
 // named by <ENV>_FILE (trailing newlines dropped), so it need not sit in
 // the environment or on the command line (visible in ps).
 func (b *Binder) Secret(p *string, name, def, help string) Binding {
+	return b.secret(p, name, def, help, false)
+}
+
+// ConnString is Secret for a PostgreSQL connection string: Secrets lists
+// it among the connection strings, whose passwords are what to hide.
+func (b *Binder) ConnString(p *string, name, def, help string) Binding {
+	return b.secret(p, name, def, help, true)
+}
+
+func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
 	env := b.EnvName(name)
 	if path, ok := os.LookupEnv(env + "_FILE"); ok {
 		if _, both := b.env(name); both {
@@ -122,34 +133,60 @@ func (b *Binder) Secret(p *string, name, def, help string) Binding {
 	} else if v, ok := b.env(name); ok {
 		def = v
 	}
-	b.fs.StringVar(p, name, def, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
+	*p = def
+	b.secrets = append(b.secrets, secret{p, dsn})
+	b.fs.Var(&bound{Value: stringValue{p}, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
 	return Binding{b, name}
 }
 
-// Duration registers a time.Duration flag.
+// Secrets returns the current values of the Secret flags (plain) and of
+// the ConnString flags (dsns), for a redacting writer.
+func (b *Binder) Secrets() (plain, dsns []string) {
+	for _, s := range b.secrets {
+		if s.dsn {
+			dsns = append(dsns, *s.p)
+		} else {
+			plain = append(plain, *s.p)
+		}
+	}
+	return plain, dsns
+}
+
+// Duration registers a time.Duration flag; it also takes days ("7d").
 func (b *Binder) Duration(p *time.Duration, name string, def time.Duration, help string) Binding {
-	def = envDefault(b, name, def, time.ParseDuration, "a duration: use a value like 500ms, 10s or 1m")
-	b.fs.DurationVar(p, name, def, b.usage(name, help))
-	return Binding{b, name}
+	*p = def
+	return b.register(durationValue{p}, name, help)
 }
 
 // Int registers an int flag.
 func (b *Binder) Int(p *int, name string, def int, help string) Binding {
-	b.fs.IntVar(p, name, envDefault(b, name, def, strconv.Atoi, "an integer"), b.usage(name, help))
-	return Binding{b, name}
+	*p = def
+	return b.register(intValue[int]{p}, name, help)
 }
 
 // Int64 registers an int64 flag.
 func (b *Binder) Int64(p *int64, name string, def int64, help string) Binding {
-	parse := func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
-	b.fs.Int64Var(p, name, envDefault(b, name, def, parse, "an integer"), b.usage(name, help))
-	return Binding{b, name}
+	*p = def
+	return b.register(intValue[int64]{p}, name, help)
+}
+
+// Size registers a byte count flag: a plain integer or a value with a
+// unit (16MiB, 50GB).
+func (b *Binder) Size(p *int64, name string, def int64, help string) Binding {
+	*p = def
+	return b.register(sizeValue[int64]{p}, name, help)
+}
+
+// IntSize is Size for an int.
+func (b *Binder) IntSize(p *int, name string, def int, help string) Binding {
+	*p = def
+	return b.register(sizeValue[int]{p}, name, help)
 }
 
 // Bool registers a bool flag.
 func (b *Binder) Bool(p *bool, name string, def bool, help string) Binding {
-	b.fs.BoolVar(p, name, envDefault(b, name, def, strconv.ParseBool, "a boolean: use true or false"), b.usage(name, help))
-	return Binding{b, name}
+	*p = def
+	return b.register(boolValue{p}, name, help)
 }
 
 // FieldError renders an error about a config field in flag terms. detail

@@ -83,6 +83,8 @@ func pgHint(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == "3D000":
+			return "the database in --database-url does not exist: correct its name, or create it and run `outbox-relay migrate`"
 		case pe.Code == "28P01":
 			return "the password for this user is wrong: correct it in --database-url (or OUTBOX_RELAY_DATABASE_URL_FILE)"
 		case pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):

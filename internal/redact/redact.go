@@ -124,6 +124,28 @@ func DSNSecrets(dsn string) []string {
 	return out
 }
 
+// Param returns the value of key (such as sslmode or host) in a
+// PostgreSQL connection string of either form; a URL's host is its
+// (first) host name. Empty when unset or unparsable.
+func Param(dsn, key string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return ""
+		}
+		if v := u.Query().Get(key); v != "" || key != "host" {
+			return v
+		}
+		return u.Hostname()
+	}
+	for k, v := range keyValues(dsn) {
+		if k == key {
+			return v
+		}
+	}
+	return ""
+}
+
 // keyValues parses the key=value connection string form: values may be
 // single-quoted, with \' and \\ escapes.
 func keyValues(s string) func(yield func(k, v string) bool) {

@@ -60,3 +60,17 @@ func TestDSNSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestParam(t *testing.T) {
+	for _, c := range []struct{ dsn, key, want string }{
+		{"postgres://u@db.example:5432/app?sslmode=verify-full", "sslmode", "verify-full"},
+		{"postgres://u@db.example:5432/app", "host", "db.example"},
+		{"host=db.example dbname=app sslmode = require", "sslmode", "require"},
+		{"host='/var/run/postgresql' dbname=app", "host", "/var/run/postgresql"},
+		{"dbname=app", "host", ""},
+	} {
+		if got := Param(c.dsn, c.key); got != c.want {
+			t.Errorf("Param(%q, %q) = %q, want %q", c.dsn, c.key, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestCLISnapshots compares what users see - help, usage errors, version -
+// with the golden files in testdata/cli, exit code and both streams. After
+// an intended change regenerate them with
+//
+//	go test ./cmd/outbox-relay -run TestCLISnapshots -update
+func TestCLISnapshots(t *testing.T) {
+	cleanEnv := func(t *testing.T) { helpOf(t, "migrate") } // unsets OUTBOX_RELAY_* and GOMAXPROCS
+	withStack := []string{"OUTBOX_RELAY_DATABASE_URL=postgres://u@h:5432/db", "OUTBOX_RELAY_KAFKA_BROKERS=a:9092"}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"no-args", nil, nil},
+		{"help", []string{"--help"}, nil},
+		{"help-run", []string{"help", "run"}, nil},
+		{"run-help", []string{"run", "--help"}, nil},
+		{"slot-help", []string{"slot", "--help"}, nil},
+		{"dlq-list-help", []string{"dlq", "list", "--help"}, nil},
+		{"checkpoint-show-help", []string{"checkpoint", "show", "--help"}, nil},
+		{"mistyped-flag", []string{"run", "--max-inflight-byte", "16MiB"}, withStack},
+		{"invalid-value-flag", []string{"run", "--max-inflight-bytes", "lots"}, withStack},
+		{"invalid-value-env", []string{"run"}, append([]string{"OUTBOX_RELAY_MAX_INFLIGHT_BYTES=lots"}, withStack...)},
+		{"version", []string{"version"}, nil},
+		{"version-flag", []string{"--version"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cleanEnv(t)
+			for _, kv := range c.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			var out, errOut bytes.Buffer
+			code := run(c.args, &out, &errOut)
+			got := fmt.Sprintf("$ outbox-relay %s\nexit %d\n--- stdout\n%s--- stderr\n%s", strings.Join(c.args, " "), code, out.String(), errOut.String())
+			// The Go release differs between machines.
+			got = strings.ReplaceAll(got, runtime.Version(), "GOVERSION")
+			path := filepath.Join("testdata", "cli", c.name+".golden")
+			if !golden(t, path, got, "TestCLISnapshots") {
+				want, _ := os.ReadFile(path)
+				t.Errorf("output differs from %s (regenerate with -update if intended):\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// everyCommand lists every command that takes flags, from the top-level
+// usage and, for a group whose --help lists verbs instead of flags
+// (checkpoint), from the group's usage: a new command or verb is walked
+// without editing the tests.
+func everyCommand(t *testing.T) []string {
+	t.Helper()
+	var cmds []string
+	for _, c := range usageCommands(t) {
+		if c.args == "version" {
+			continue
+		}
+		help := helpOf(t, c.args)
+		if strings.Contains(help, "\nFlags:\n") {
+			cmds = append(cmds, c.args)
+			continue
+		}
+		verb := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(c.args) + ` ([a-z]+)\s`)
+		for _, m := range verb.FindAllStringSubmatch(help, -1) {
+			cmds = append(cmds, c.args+" "+m[1])
+		}
+	}
+	return cmds
+}
+
+// TestEveryFlagHasAnEnvFallback: "every flag has an OUTBOX_RELAY_*
+// environment fallback" (the usage and docs/configuration.md say so), and
+// every credential can come from a file (<ENV>_FILE), so it need be
+// neither in the environment nor on the command line, visible in ps.
+func TestEveryFlagHasAnEnvFallback(t *testing.T) {
+	credential := regexp.MustCompile(`password|database-url|secret|token`)
+	n := 0
+	for _, cmd := range everyCommand(t) {
+		_, flags := parseHelp(helpOf(t, cmd))
+		if len(flags) == 0 {
+			t.Errorf("%s --help lists no flags", cmd)
+		}
+		for _, f := range flags {
+			n++
+			want := "`" + envPrefix + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_")) + "`"
+			if !strings.HasPrefix(f.env, want) {
+				t.Errorf("%s --%s: environment fallback %q, want %s", cmd, f.name, f.env, want)
+			}
+			if credential.MatchString(f.name) && !strings.Contains(f.env, "_FILE`") {
+				t.Errorf("%s --%s is a credential without a _FILE variable (env %s)", cmd, f.name, f.env)
+			}
+		}
+	}
+	if n < 100 {
+		t.Fatalf("walked only %d flags: is the usage parsed?", n)
+	}
+}

@@ -1,0 +1,106 @@
+package envflag
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "1048576": 1 << 20, "16MiB": 16 << 20, "16mib": 16 << 20, "900KiB": 900 << 10,
+		"50GB": 50e9, "1.5GiB": 3 << 29, "2 MB": 2e6, "10B": 10, "1TiB": 1 << 40, "-1": -1,
+	} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "16M", "MiB", "1.5", "1e3", "99999999TiB", "16 MiBs"} {
+		if _, err := ParseSize(in); err == nil || !strings.HasPrefix(err.Error(), "not a size") {
+			t.Errorf("ParseSize(%q) accepted or unclear: %v", in, err)
+		}
+	}
+	for n, want := range map[int64]string{0: "0", 16 << 20: "16MiB", 921600: "900KiB", 1000: "1000", 1 << 40: "1TiB"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseSize(FormatSize(n)); err != nil || back != n {
+			t.Errorf("FormatSize(%d) does not parse back: %d %v", n, back, err)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour, "1d12h": 36 * time.Hour, "500ms": 500 * time.Millisecond,
+		"0": 0, "-1h": -time.Hour, "-2d": -48 * time.Hour, "168h": 168 * time.Hour,
+	} {
+		if got, err := ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "7", "soon", "1d-2h", "7days", "--1h"} {
+		if _, err := ParseDuration(in); err == nil || !strings.HasPrefix(err.Error(), "not a duration") {
+			t.Errorf("ParseDuration(%q) accepted or unclear: %v", in, err)
+		}
+	}
+}
+
+// TestSameMessageFromFlagAndEnv: a malformed value reads the same after
+// its source, whether typed as a flag or set in the environment.
+func TestSameMessageFromFlagAndEnv(t *testing.T) {
+	newSet := func() (*Binder, *int64, *bool) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		b := New(fs, "T_")
+		var n int64
+		var on bool
+		b.Size(&n, "max-bytes", 1<<20, "")
+		b.Bool(&on, "on", false, "")
+		return b, &n, &on
+	}
+	t.Setenv("T_MAX_BYTES", "lots")
+	b, n, _ := newSet()
+	envErr := b.Errs()
+	if len(envErr) != 1 || *n != 1<<20 {
+		t.Fatalf("env errors %v, value %d", envErr, *n)
+	}
+	t.Setenv("T_MAX_BYTES", "2MiB")
+	b, n, on := newSet()
+	flagErr := b.Parse([]string{"--max-bytes", "lots"})
+	env, fl := envErr[0].Error(), flagErr.Error()
+	if !strings.HasPrefix(env, `T_MAX_BYTES="lots": not a size`) || !strings.HasPrefix(fl, `--max-bytes "lots": not a size`) ||
+		env[strings.Index(env, ":"):] != fl[strings.Index(fl, ":"):] {
+		t.Fatalf("messages differ:\n env  %s\n flag %s", env, fl)
+	}
+	if err := b.Parse([]string{"--max-bytes", "3MiB", "--on"}); err != nil || *n != 3<<20 || !*on {
+		t.Fatalf("valid flags: %v %d %v", err, *n, *on)
+	}
+	if err := b.Parse([]string{"--nope"}); err == nil || err.Error() != "unknown flag --nope" {
+		t.Fatalf("unknown flag: %v", err)
+	}
+	if err := b.Parse([]string{"--on=maybe"}); err == nil || err.Error() != `--on "maybe": not a boolean: use true or false` {
+		t.Fatalf("bad bool: %v", err)
+	}
+}
+
+func TestPrintDefaultsNamesTypes(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	b := New(fs, "T_")
+	var n int64
+	var d time.Duration
+	var s string
+	b.Size(&n, "max-bytes", 16<<20, "most bytes")
+	b.Duration(&d, "wait", 7*24*time.Hour, "how long")
+	b.Secret(&s, "password", "", "the password")
+	var out strings.Builder
+	b.PrintDefaults(&out)
+	want := "  -max-bytes size\n    \tmost bytes (env T_MAX_BYTES) (default 16MiB)\n" +
+		"  -password string\n    \tthe password (env T_PASSWORD or T_PASSWORD_FILE)\n" +
+		"  -wait duration\n    \thow long (env T_WAIT) (default 168h0m0s)\n"
+	if out.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}

@@ -1,0 +1,58 @@
+package envflag
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// PrintDefaults prints the flags as flag.PrintDefaults does, naming each
+// Binder value's type ("-max-inflight-bytes size") where the flag package
+// would print "value" for a type it does not know.
+func (b *Binder) PrintDefaults(w io.Writer) {
+	b.fs.VisitAll(func(f *flag.Flag) {
+		var s strings.Builder
+		fmt.Fprintf(&s, "  -%s", f.Name)
+		name, usage := flag.UnquoteUsage(f)
+		if bv, ok := f.Value.(*bound); ok && name == "value" {
+			if t, ok := bv.Value.(typed); ok {
+				name = t.Type()
+			}
+		}
+		if name != "" {
+			s.WriteString(" " + name)
+		}
+		s.WriteString("\n    \t")
+		s.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if def := f.DefValue; !zero(f, def) {
+			if _, str := unbound(f.Value).(stringValue); str {
+				fmt.Fprintf(&s, " (default %q)", def)
+			} else {
+				fmt.Fprintf(&s, " (default %v)", def)
+			}
+		}
+		fmt.Fprintln(w, s.String())
+	})
+}
+
+func unbound(v flag.Value) flag.Value {
+	if bv, ok := v.(*bound); ok {
+		return bv.Value
+	}
+	return v
+}
+
+// zero reports whether def is the zero value of f's type, which the usage
+// does not print.
+func zero(f *flag.Flag, def string) bool {
+	switch unbound(f.Value).(type) {
+	case stringValue:
+		return def == ""
+	case boolValue:
+		return def == "false"
+	case durationValue:
+		return def == "0s"
+	}
+	return def == "0"
+}
