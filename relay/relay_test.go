@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -225,8 +226,27 @@ func TestRegistererCollision(t *testing.T) {
 // "stopped", with Run's error) instead of the last role it had, so a
 // service that keeps serving does not report a dead relay as a standby.
 func TestHealthAfterRunReturns(t *testing.T) {
+	// A server that refuses TLS to a client requiring it: a failure no
+	// retry cures, so Run returns at once (an unreachable server would
+	// be retried until ctx ends).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.ReadFull(c, make([]byte, 8)) // SSLRequest
+			_, _ = c.Write([]byte("N"))
+			c.Close()
+		}
+	}()
 	cfg := relay.DefaultConfig()
-	cfg.Database.URL = "postgres://relay@127.0.0.1:1/db?connect_timeout=1"
+	cfg.Database.URL = "postgres://relay@" + ln.Addr().String() + "/db?sslmode=require&connect_timeout=1"
 	cfg.Kafka.Brokers = []string{"127.0.0.1:1"}
 	r, err := relay.New(cfg)
 	if err != nil {

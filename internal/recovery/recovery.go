@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("parse database URL: %w", err)
 	}
-	pool, err := outboxdb.Connect(ctx, pc)
+	pool, err := outboxdb.ConnectRetrying(ctx, pc, cfg.Log)
 	if err != nil {
 		return err
 	}
