@@ -9,12 +9,37 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build up down status env stack-clean clean unit integration test demo lint fuzz-short bench chaos
+.PHONY: all build release up down status env stack-clean clean unit integration test demo lint fuzz-short bench chaos
 
 all: build
 
+# Build information stamped into internal/buildinfo (outbox-relay version, the
+# outbox_relay_build_info metric). Each is overridable: make release VERSION=v1.2.3.
+# Simply expanded, so every binary of a release carries the same date.
+BUILDINFO  := github.com/outbox-relay/outbox-relay/internal/buildinfo
+VERSION    := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
+REVISION   := $(or $(REVISION),$(shell git rev-parse HEAD 2>/dev/null),unknown)
+BUILD_DATE := $(or $(BUILD_DATE),$(shell date -u +%Y-%m-%dT%H:%M:%SZ))
+LDFLAGS    := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).date=$(BUILD_DATE)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/outbox-relay
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/outbox-relay
+
+# Static (CGO_ENABLED=0), stripped, path-independent binaries for every
+# RELEASE_PLATFORMS entry, named outbox-relay_<version>_<os>_<arch>, and their
+# SHA-256 checksums in dist/SHA256SUMS (check with: cd dist && sha256sum -c SHA256SUMS).
+DIST              := dist
+RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf $(DIST)
+	mkdir -p $(DIST)
+	for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(DIST)/outbox-relay_$(VERSION)_$${os}_$${arch}; \
+		echo "release: $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $$out ./cmd/outbox-relay; \
+	done
+	cd $(DIST) && if command -v sha256sum >/dev/null; then sha256sum outbox-relay_*; else shasum -a 256 outbox-relay_*; fi >SHA256SUMS
+	cat $(DIST)/SHA256SUMS
 
 up:
 	$(STACK) up
@@ -33,7 +58,7 @@ stack-clean:
 	$(STACK) clean
 
 clean:
-	rm -rf bin
+	rm -rf bin $(DIST)
 
 # Unit tests only: integration tests sit behind the `integration` build tag.
 unit:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,6 +24,11 @@ type Relay struct {
 	// Registerer is where the collectors are registered: Registry, or
 	// Register's reg. Collectors created later (NewCleanup) go there too.
 	Registerer prometheus.Registerer
+
+	// BuildInfo is always 1; its labels say which build runs (version,
+	// revision, goversion), the Prometheus convention for joining a
+	// version onto other series.
+	BuildInfo prometheus.Gauge
 
 	EventsPublished   *prometheus.CounterVec // by topic
 	BatchesPublished  prometheus.Counter
@@ -179,6 +185,7 @@ func New() *Relay {
 func Register(reg prometheus.Registerer) (*Relay, error) {
 	r := &Relay{
 		Registerer: reg,
+		BuildInfo:  newBuildInfo(buildinfo.Read()),
 		EventsPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_published_total",
 			Help: "Events acknowledged by Kafka, by topic.",
@@ -291,6 +298,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		PG: newPGStats(),
 	}
 	cs := append([]prometheus.Collector{
+		r.BuildInfo,
 		r.EventsPublished, r.BatchesPublished, r.PublishAttempts, r.PublishErrors, r.CommitToAck, r.CommitToDecode,
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
