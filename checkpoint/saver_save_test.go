@@ -338,6 +338,10 @@ func TestSaverKickGap(t *testing.T) {
 	src = &source{a: Acked{LSN: 0x300}}
 	s, _ = newTestSaver(t, db, nil, src)
 	kick = make(chan struct{})
+	// A fresh channel: the first Run's final save signalled the old one,
+	// and reading that signal here would let the source move before this
+	// Run's first save.
+	attempts = make(chan time.Time, 100)
 	s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func() { attempts <- time.Now() }
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
