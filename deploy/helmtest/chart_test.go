@@ -249,7 +249,9 @@ func TestInvalidValues(t *testing.T) {
 		{"no database secret", "kafka: {brokers: kafka:9092}", "database.existingSecret is required"},
 		{"no brokers", "database: {existingSecret: relay-db}", "kafka.brokers is required"},
 		{"grace not above the drain", requiredValues + "shutdownTimeout: 1m\nterminationGracePeriodSeconds: 60", "must exceed shutdownTimeout"},
-		{"shutdown timeout form", requiredValues + "shutdownTimeout: 1.5m", "use whole h, m and s units"},
+		{"shutdown timeout form", requiredValues + "shutdownTimeout: 1.5m", "'1.5m' does not match"},
+		{"misspelt value", requiredValues + "podDisruptionBudget: {maxUnavailible: 1}", "maxUnavailible"},
+		{"unknown SASL mechanism", requiredValues + "kafka: {sasl: {mechanism: SCRAM}}", "/kafka/sasl/mechanism"},
 		{"reserved flag in config", requiredValues + "config: {database-url: postgres://x}", "config.database-url: the chart sets --database-url"},
 		{"SASL without secret", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: PLAIN, username: u}}", "kafka.sasl.existingSecret is required"},
 		{"hook without admin secret", requiredValues + "migration: {hook: {enabled: true}}", "migration.hook.existingSecret is required"},
@@ -258,6 +260,9 @@ func TestInvalidValues(t *testing.T) {
 			_, err := render(t, tc.values)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("render: %v; want an error containing %q", err, tc.want)
+			}
+			if testing.Verbose() {
+				t.Log(err)
 			}
 		})
 	}
