@@ -19,16 +19,7 @@ const fullValues = "../helm/outbox-relay/ci/full-values.yaml"
 func TestDefaultValues(t *testing.T) {
 	flags := parseFlagTable(t)
 	o := decode(t, mustRender(t, requiredValues))
-	count(t, "Deployment", len(o.deployments), 1)
-	count(t, "Service", len(o.services), 1)
-	count(t, "ServiceAccount", len(o.serviceAccounts), 1)
-	count(t, "PodDisruptionBudget", len(o.pdbs), 1)
-	count(t, "Job", len(o.jobs), 0)
-	count(t, "ServiceMonitor", len(o.serviceMonitors), 0)
-	count(t, "PrometheusRule", len(o.prometheusRules), 0)
-	if t.Failed() {
-		t.FailNow()
-	}
+	checkCounts(t, o, map[string]int{"Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1})
 	d := o.deployments[0]
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas %v: want 2 (a leader and a standby)", d.Spec.Replicas)
@@ -54,15 +45,8 @@ func TestDefaultValues(t *testing.T) {
 func TestFullValues(t *testing.T) {
 	flags := parseFlagTable(t)
 	o := decode(t, mustRender(t, readFile(t, fullValues)))
-	count(t, "Deployment", len(o.deployments), 1)
-	count(t, "Service", len(o.services), 1)
-	count(t, "PodDisruptionBudget", len(o.pdbs), 1)
-	count(t, "migration Job", len(o.jobs), 1)
-	count(t, "ServiceMonitor", len(o.serviceMonitors), 1)
-	count(t, "PrometheusRule", len(o.prometheusRules), 1)
-	if t.Failed() {
-		t.FailNow()
-	}
+	checkCounts(t, o, map[string]int{"Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1,
+		"Job": 1, "ServiceMonitor": 1, "PrometheusRule": 1})
 	env := checkRelay(t, o, flags, 9188)
 	for name, want := range map[string]string{
 		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM":  "SCRAM-SHA-512",
@@ -91,10 +75,22 @@ func TestFullValues(t *testing.T) {
 	checkPrometheusRule(t, o.prometheusRules[0].Spec)
 }
 
-func count(t *testing.T, kind string, got, want int) {
+// checkCounts asserts how many objects of each kind were rendered (a kind
+// left out: none) and stops the test when that is wrong.
+func checkCounts(t *testing.T, o objects, want map[string]int) {
 	t.Helper()
-	if got != want {
-		t.Errorf("%d %s objects rendered, want %d", got, kind, want)
+	got := map[string]int{
+		"Deployment": len(o.deployments), "Service": len(o.services), "ServiceAccount": len(o.serviceAccounts),
+		"PodDisruptionBudget": len(o.pdbs), "Job": len(o.jobs),
+		"ServiceMonitor": len(o.serviceMonitors), "PrometheusRule": len(o.prometheusRules),
+	}
+	for kind, n := range got {
+		if n != want[kind] {
+			t.Errorf("%d %s objects rendered, want %d", n, kind, want[kind])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 
