@@ -52,7 +52,8 @@ func TestFullValues(t *testing.T) {
 		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM":  "SCRAM-SHA-512",
 		"OUTBOX_RELAY_KAFKA_TLS":             "true",
 		"OUTBOX_RELAY_MAX_INFLIGHT_BYTES":    "33554432", // not 3.3554432e+07
-		"OUTBOX_RELAY_WAL_DISK_BUDGET":       "53687091200",
+		"OUTBOX_RELAY_WAL_DISK_BUDGET":       "50GB",
+		"OUTBOX_RELAY_CLEANUP_OLDER_THAN":    "7d",
 		"OUTBOX_RELAY_SHUTDOWN_TIMEOUT":      "1m",
 		"OUTBOX_RELAY_TOPIC_TEMPLATE":        "orders.{aggregate_type}.{event_type}",
 		"OUTBOX_RELAY_KAFKA_TLS_SERVER_NAME": "kafka.internal",

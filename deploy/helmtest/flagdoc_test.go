@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
 // configDoc is docs/configuration.md, generated from the binary's flag
@@ -90,13 +91,16 @@ func (ft flagTable) check(env, value, command string) error {
 	return f.accepts(value)
 }
 
-// accepts parses value the way the flag's type does (the envflag Binder's
-// parsers); named string types (`--grant-role run`) take any text.
+// accepts parses value with the binary's own parser for the flag's type
+// (internal/envflag); named string types (`--grant-role run`) take any
+// text.
 func (f flagDoc) accepts(value string) error {
 	var err error
 	switch f.typ {
 	case "duration":
-		_, err = time.ParseDuration(value)
+		_, err = envflag.ParseDuration(value)
+	case "size":
+		_, err = envflag.ParseSize(value)
 	case "int", "int64":
 		_, err = strconv.ParseInt(value, 10, 64)
 	case "uint", "uint64":
