@@ -73,21 +73,6 @@ need_postgres() {
 
 # ---------------------------------------------------------------- PostgreSQL
 
-# Run a command as the OS user owning the cluster (postgres refuses to run as root).
-as_pg() {
-	if is_root; then
-		(cd / && runuser -u postgres -- "$@")
-	else
-		(cd / && "$@")
-	fi
-}
-
-# pg_dir_ok DIR: the postgres user can write DIR and the socket path fits (107 bytes).
-pg_dir_ok() {
-	[ $((${#1} + 24)) -lt 107 ] || return 1
-	as_pg test -w "$1" -a -x "$1"
-}
-
 # Resolve PG_DIR: normally <repo>/.stack/pg; if the postgres user cannot reach the
 # checkout (e.g. it lives under /root, mode 700), .stack/pg becomes a symlink to a
 # directory under /var/tmp keyed by the checkout path.

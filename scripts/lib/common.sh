@@ -31,3 +31,18 @@ apt_install() {
 	log "apt-get install $*"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
 }
+
+# Run a command as the OS user owning the cluster (postgres refuses to run as root).
+as_pg() {
+	if is_root; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		(cd / && "$@")
+	fi
+}
+
+# pg_dir_ok DIR: the postgres user can write DIR and the socket path fits (107 bytes).
+pg_dir_ok() {
+	[ $((${#1} + 24)) -lt 107 ] || return 1
+	as_pg test -w "$1" -a -x "$1"
+}
