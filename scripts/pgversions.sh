@@ -153,26 +153,10 @@ psql_at() {
 # slots, durability), on this cluster's port and socket directory.
 write_config() {
 	local port=$1
-	cat >"$PGDATA/outbox-relay.conf" <<EOF
-# Written by scripts/pgversions.sh on every start; included from postgresql.conf.
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$CLUSTER_DIR'
-max_connections = 200
-shared_buffers = 256MB
-wal_level = logical
-max_replication_slots = 20
-max_wal_senders = 20
-wal_sender_timeout = 60s
-max_slot_wal_keep_size = 4GB
-# crash tests need real durability: never fsync = off
-fsync = on
-logging_collector = off
-log_destination = 'stderr'
-log_line_prefix = '%m [%p] %q%u@%d '
-log_timezone = 'UTC'
-timezone = 'UTC'
-EOF
+	{
+		echo "# Written by scripts/pgversions.sh on every start; included from postgresql.conf."
+		pg_relay_settings "$port" "$CLUSTER_DIR"
+	} >"$PGDATA/outbox-relay.conf"
 	chmod 600 "$PGDATA/outbox-relay.conf"
 	if is_root; then chown postgres:postgres "$PGDATA/outbox-relay.conf"; fi
 	if ! grep -q "^include_if_exists = 'outbox-relay.conf'" "$PGDATA/postgresql.conf"; then

@@ -128,26 +128,10 @@ pg_psql() {
 pg_write_config() {
 	local conf=$PGDATA/outbox-relay.conf tmp
 	tmp=$(mktemp)
-	cat >"$tmp" <<EOF
-# Written by scripts/stack.sh on every start; included from postgresql.conf.
-port = $PG_PORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$PG_DIR'
-max_connections = 200
-shared_buffers = 256MB
-wal_level = logical
-max_replication_slots = 20
-max_wal_senders = 20
-wal_sender_timeout = 60s
-max_slot_wal_keep_size = 4GB
-# crash tests need real durability: never fsync = off
-fsync = on
-logging_collector = off
-log_destination = 'stderr'
-log_line_prefix = '%m [%p] %q%u@%d '
-log_timezone = 'UTC'
-timezone = 'UTC'
-EOF
+	{
+		echo "# Written by scripts/stack.sh on every start; included from postgresql.conf."
+		pg_relay_settings "$PG_PORT" "$PG_DIR"
+	} >"$tmp"
 	PG_CONFIG_CHANGED=0
 	if ! cmp -s "$tmp" "$conf"; then
 		PG_CONFIG_CHANGED=1

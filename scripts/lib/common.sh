@@ -46,3 +46,28 @@ pg_dir_ok() {
 	[ $((${#1} + 24)) -lt 107 ] || return 1
 	as_pg test -w "$1" -a -x "$1"
 }
+
+# pg_relay_settings PORT SOCKET_DIR: the postgresql.conf settings every test cluster of the
+# relay runs with (logical decoding, slots, real durability), for scripts/stack.sh and
+# scripts/pgversions.sh alike.
+pg_relay_settings() {
+	cat <<EOF
+port = $1
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$2'
+max_connections = 200
+shared_buffers = 256MB
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+wal_sender_timeout = 60s
+max_slot_wal_keep_size = 4GB
+# crash tests need real durability: never fsync = off
+fsync = on
+logging_collector = off
+log_destination = 'stderr'
+log_line_prefix = '%m [%p] %q%u@%d '
+log_timezone = 'UTC'
+timezone = 'UTC'
+EOF
+}
