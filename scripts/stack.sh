@@ -48,11 +48,7 @@ KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
 
 # Serialise state-changing verbs of one checkout (tests may call kafka-stop while
 # another shell runs up). fd 9 is closed for every daemon we start.
-take_lock() {
-	mkdir -p "$STACK"
-	exec 9>"$STACK/.lock"
-	flock -w 600 9 || die "could not lock $STACK/.lock"
-}
+take_lock() { lock_fd9 "$STACK/.lock"; }
 
 # ---------------------------------------------------------------- packages
 
@@ -72,21 +68,6 @@ need_postgres() {
 }
 
 # ---------------------------------------------------------------- PostgreSQL
-
-# Run a command as the OS user owning the cluster (postgres refuses to run as root).
-as_pg() {
-	if is_root; then
-		(cd / && runuser -u postgres -- "$@")
-	else
-		(cd / && "$@")
-	fi
-}
-
-# pg_dir_ok DIR: the postgres user can write DIR and the socket path fits (107 bytes).
-pg_dir_ok() {
-	[ $((${#1} + 24)) -lt 107 ] || return 1
-	as_pg test -w "$1" -a -x "$1"
-}
 
 # Resolve PG_DIR: normally <repo>/.stack/pg; if the postgres user cannot reach the
 # checkout (e.g. it lives under /root, mode 700), .stack/pg becomes a symlink to a
@@ -143,26 +124,10 @@ pg_psql() {
 pg_write_config() {
 	local conf=$PGDATA/outbox-relay.conf tmp
 	tmp=$(mktemp)
-	cat >"$tmp" <<EOF
-# Written by scripts/stack.sh on every start; included from postgresql.conf.
-port = $PG_PORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$PG_DIR'
-max_connections = 200
-shared_buffers = 256MB
-wal_level = logical
-max_replication_slots = 20
-max_wal_senders = 20
-wal_sender_timeout = 60s
-max_slot_wal_keep_size = 4GB
-# crash tests need real durability: never fsync = off
-fsync = on
-logging_collector = off
-log_destination = 'stderr'
-log_line_prefix = '%m [%p] %q%u@%d '
-log_timezone = 'UTC'
-timezone = 'UTC'
-EOF
+	{
+		echo "# Written by scripts/stack.sh on every start; included from postgresql.conf."
+		pg_relay_settings "$PG_PORT" "$PG_DIR"
+	} >"$tmp"
 	PG_CONFIG_CHANGED=0
 	if ! cmp -s "$tmp" "$conf"; then
 		PG_CONFIG_CHANGED=1
@@ -181,14 +146,7 @@ EOF
 pg_init() {
 	need_postgres
 	pg_prepare_dir
-	if [ ! -f "$PGDATA/PG_VERSION" ]; then
-		log "initdb $PGDATA"
-		as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-			>"$PG_DIR/initdb.log" 2>&1 || {
-			cat "$PG_DIR/initdb.log" >&2
-			die "initdb failed"
-		}
-	fi
+	pg_initdb "$PG_BIN/initdb" "$PGDATA" "$PG_DIR/initdb.log"
 	pg_write_config
 }
 
@@ -230,14 +188,8 @@ pg_start() {
 }
 
 pg_stop() {
-	local mode=${1:-fast}
-	case $mode in fast | immediate | smart) ;; *) die "pg-stop mode must be fast|immediate|smart" ;; esac
-	if ! pg_running; then
-		log "PostgreSQL already down"
-		return 0
-	fi
-	log "stopping PostgreSQL (-m $mode)"
-	as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m "$mode" -w -t 60 stop >/dev/null
+	pg_resolve
+	pg_ctl_stop pg_running "$PG_BIN/pg_ctl" "$PGDATA" "${1:-fast}" PostgreSQL
 }
 
 # ---------------------------------------------------------------- Kafka
@@ -478,10 +430,7 @@ cmd_env() {
 	echo "export OUTBOX_RELAY_TEST_KAFKA_BROKERS='$KAFKA_BROKERS'"
 }
 
-usage() {
-	sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-	exit 2
-}
+usage() { print_usage 11; }
 
 main() {
 	local verb=${1:-}

