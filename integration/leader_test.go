@@ -228,7 +228,9 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	if !n2.r.LogContains("standby: another relay holds the lock") {
+	// The standby names the lock holder just after it turns standby (one
+	// more query): wait for the line rather than read the log once.
+	if !within(5*time.Second, 50*time.Millisecond, func() bool { return n2.r.LogContains("standby: another relay holds the lock") }) {
 		t.Errorf("standby log does not name the lock holder:\n%s", n2.r.LogTail(10))
 	}
 	sampler := startSampler(nodes...)
