@@ -59,7 +59,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	id, err := identify(ctx, cfg.DatabaseURL)
+	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}
@@ -108,9 +108,4 @@ func checkpointJSON(cp checkpoint.Checkpoint) map[string]any {
 		m["partial"] = map[string]any{"commit_lsn": p.CommitLSN.String(), "events": p.Events, "acked_past": p.Known() - p.Events}
 	}
 	return m
-}
-
-// identify runs IDENTIFY_SYSTEM on a short-lived replication connection.
-func identify(ctx context.Context, dsn string) (checkpoint.Identity, error) {
-	return outboxdb.Identify(ctx, dsn)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
 const cleanupSummary = `Deletes outbox rows the relay has confirmed: created before now() - --older-than, committed
@@ -40,7 +41,7 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
-	id, err := identify(ctx, cfg.DatabaseURL)
+	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,7 @@ func (c *config) relayConfig() relay.Config {
 			StatusInterval: c.StatusInterval, HeartbeatInterval: c.HeartbeatInterval,
 			SlotCheckInterval: c.SlotCheckInterval, WALSenderTimeout: c.WALSenderTimeout,
 		},
-		Kafka: relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: c.MetadataTTL},
+		Kafka: c.kafka(),
 		Publish: relay.PublishConfig{
 			TopicTemplate: c.TopicTemplate, CreateTopics: c.CreateTopics,
 			TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,

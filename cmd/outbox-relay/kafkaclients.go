@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // Every Kafka client of every subcommand is built by relay.KafkaConfig from
@@ -15,17 +17,23 @@ import (
 // kafkaClient returns a kafka.Client over the configured brokers and
 // security, and the function that closes its idle connections.
 func (c *config) kafkaClient(clientID string, timeout time.Duration) (*kafka.Client, func()) {
-	return c.relayConfig().Kafka.Client(clientID, timeout)
+	return c.kafka().Client(clientID, timeout)
 }
 
 // kafkaReader returns a kafka.Reader of rc over the configured brokers,
 // secured like every other client (rc's Brokers and Dialer are set here).
 func (c *config) kafkaReader(clientID string, rc kafka.ReaderConfig) *kafka.Reader {
-	return c.relayConfig().Kafka.Reader(clientID, rc)
+	return c.kafka().Reader(clientID, rc)
 }
 
 // kafkaTransport returns a kafka.Transport for a publisher.Config (or a
 // kafka.Writer), secured like every other client.
 func (c *config) kafkaTransport(clientID string) *kafka.Transport {
-	return c.relayConfig().Kafka.Transport(clientID)
+	return c.kafka().Transport(clientID)
+}
+
+// kafka is the one Kafka configuration the flags describe; relayConfig
+// and every client above take it from here.
+func (c *config) kafka() relay.KafkaConfig {
+	return relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: c.MetadataTTL}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
@@ -45,7 +46,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		DatabaseURL: cfg.DatabaseURL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Slot, Publication: cfg.Publication},
 		Policy: deadletter.Policy(cfg.PoisonPolicy), Publisher: cfg.publisherConfig("outbox-relay"),
 		CheckpointRetention: cfg.CheckpointRetention, All: all,
-		Out: stdout, Progress: progressPrinter(stderr, "recover"), Log: log,
+		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,
 	}
 	if since != "" {
 		if rc.Since, err = time.Parse(time.RFC3339Nano, since); err != nil {

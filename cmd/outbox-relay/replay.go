@@ -9,6 +9,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -56,10 +57,10 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer pool.Close()
 	err = replay.Run(ctx, o, replay.Deps{
 		Pool:         pool,
-		Identify:     func(ctx context.Context) (checkpoint.Identity, error) { return identify(ctx, cfg.DatabaseURL) },
+		Identify:     func(ctx context.Context) (checkpoint.Identity, error) { return outboxdb.Identify(ctx, cfg.DatabaseURL) },
 		NewPublisher: func() replay.Publisher { return replayPublisher(cfg, stderr) },
 		Out:          stdout,
-		Progress:     progressPrinter(stderr, "replay"),
+		Progress:     backfill.PrintProgress(stderr, "replay"),
 	})
 	var ce *replay.ConfigError
 	if errors.As(err, &ce) {
@@ -72,9 +73,4 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // It has no dead letters: quarantined aggregates are left out of a replay.
 func replayPublisher(cfg *config, stderr io.Writer) *publisher.Publisher {
 	return publisher.New(cfg.publisherConfig("outbox-relay"), newLogger(cfg, stderr), nil)
-}
-
-// progressPrinter prints back-fill progress lines (replay, recover) to w.
-func progressPrinter(w io.Writer, what string) func(backfill.Stats) {
-	return backfill.PrintProgress(w, what)
 }
