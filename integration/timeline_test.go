@@ -72,7 +72,7 @@ func TestCheckpointAcrossTimelines(t *testing.T) {
 	}
 	pool.Reset()
 	for _, args := range [][]string{{"-m", "fast", "-w", "restart"}, {"-w", "promote"}} {
-		if out, err := asPostgres(ctx, filepath.Join(pgBinDir, "pg_ctl"), append([]string{"-D", data, "-l", filepath.Join(pg.Dir, "server.log")}, args...)...).CombinedOutput(); err != nil {
+		if out, err := asPostgres(ctx, filepath.Join(pg.BinDir, "pg_ctl"), append([]string{"-D", data, "-l", filepath.Join(pg.Dir, "server.log")}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("pg_ctl %v: %v\n%s", args, err, out)
 		}
 	}
