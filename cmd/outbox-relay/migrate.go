@@ -16,7 +16,8 @@ import (
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse("migrate",
 		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
-			"and the logical replication slot, so events committed from now on are retained until relayed.\n"+
+			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n"+
+			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n"+
 			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
 			"grants it exactly the table privileges listed in the README; run it as a superuser for that.",
 		args, scopeDB|scopeMigrate, stderr)
@@ -39,7 +40,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, cfg.Slot, cfg.Publication)
+	m := slot.NewManager(pool, cfg.Slot, cfg.Publication, slot.WithFailover(cfg.FailoverSlot))
 	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
 		return err
 	}
@@ -47,7 +48,8 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	st, err := m.Status(ctx)
-	if errors.Is(err, slot.ErrNotFound) {
+	created := errors.Is(err, slot.ErrNotFound)
+	if created {
 		st, err = m.Create(ctx)
 	}
 	if err != nil {
@@ -56,6 +58,11 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := m.Check(ctx, st); err != nil {
 		var active *slot.ActiveError
 		if !errors.As(err, &active) { // a running relay is fine here
+			return err
+		}
+	}
+	if !created {
+		if err := migrateFailover(ctx, cfg, pool, &st, stdout); err != nil {
 			return err
 		}
 	}
@@ -78,7 +85,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
 	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN)
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN, failoverNote(st))
 	return nil
 }
 
