@@ -24,12 +24,16 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
 			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
-			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), on PostgreSQL 17+\n"+
-			"the slot's failover chain (its failover flag, synchronized_standby_slots and, with --standby-url, each\n"+
-			"standby's settings and its synchronized copy of the slot; a gap fails when the slot has failover = true), Kafka reachability\n"+
+			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
 			"each finding with its fix. Exit code 1 when any check fails, 4 when the checks could not run\n"+
-			"(PostgreSQL unreachable or refusing the connection).",
+			"(PostgreSQL unreachable or refusing the connection).\n"+
+			"On PostgreSQL 17+ it also checks the slot's failover chain: the slot's failover flag, the primary's\n"+
+			"synchronized_standby_slots (existing, active physical slots) and, on each --standby-url, recovery,\n"+
+			"system identifier, sync_replication_slots, hot_standby_feedback, primary_slot_name (named in\n"+
+			"synchronized_standby_slots), a dbname in primary_conninfo, wal_level and the slot's synchronized copy\n"+
+			"(synced, failover, persistent). A gap fails when the slot has failover = true and warns otherwise;\n"+
+			"failover = false fails when --standby-url is given. Before 17 a standby gets the checks that exist there.",
 		args, scopeDB|scopeKafka, stderr, func(binder *envflag.Binder) {
 			binder.ConnStrings(&standbyURLs, "standby-url", "a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated")
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
