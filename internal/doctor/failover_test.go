@@ -117,6 +117,8 @@ func TestFailoverSlotOff(t *testing.T) {
 	if n := slices.IndexFunc(r.Findings[1:], func(f Finding) bool { return f.Level == Fail }); n >= 0 {
 		t.Errorf("a fail besides the slot flag's:\n%s", strings.Join(lines(r), "\n"))
 	}
+	s = goodStandby() // a copy left from when the slot had failover = true
+	expect(t, evalReport(p, s), []string{`WARN its copy of "outbox_relay" is obsolete`})
 	r = evalReport(p) // physical slot sb1, no --standby-url
 	expect(t, r, []string{`WARN "outbox_relay" has failover = false`, "WARN synchronized_standby_slots: empty"}, Fail)
 }

@@ -89,7 +89,7 @@ func checkStandbyChain(p primaryFacts, slotName string, s standbyFacts, level Le
 		r.add(check, level, "primary_conninfo has no dbname: slot synchronization connects to a database on the primary to read the slots, and cannot",
 			"on the standby: add dbname=postgres (any database; streaming ignores it) to primary_conninfo (ALTER SYSTEM SET primary_conninfo = '... dbname=postgres')"+reload)
 	}
-	standbyCopy(slotName, s, check, level, r)
+	standbyCopy(p, slotName, s, check, level, r)
 	if len(r.Findings) == before {
 		r.add(check, Pass, fmt.Sprintf("synchronizes %s (synced = true, failover = true)", pgx.Identifier{slotName}.Sanitize()), "")
 	}
@@ -120,11 +120,15 @@ func hasSlot(p primaryFacts, n string) bool {
 }
 
 // standbyCopy checks the relay's slot on the standby: present, synced
-// from the primary, a failover slot, persistent and valid.
-func standbyCopy(slotName string, s standbyFacts, check string, level Level, r *Report) {
+// from the primary, a failover slot, persistent and valid; and not left
+// over from a primary slot that is no failover slot (any more).
+func standbyCopy(p primaryFacts, slotName string, s standbyFacts, check string, level Level, r *Report) {
 	q := pgx.Identifier{slotName}.Sanitize()
 	c := s.slot
 	switch {
+	case c != nil && c.synced && !p.slotFailover:
+		r.add(check, level, fmt.Sprintf("its copy of %s is obsolete: the primary's slot has failover = false, so the standby drops the copy and a failover loses the slot", q),
+			"set failover = true on the primary's slot: stop the relay, then outbox-relay migrate --failover-slot")
 	case c == nil:
 		r.add(check, level, fmt.Sprintf("has no copy of slot %s: a failover to it loses the slot", q),
 			"with failover = true on the primary's slot and the settings above the standby copies it within seconds; check the standby's log for slot synchronization errors")
