@@ -30,13 +30,18 @@ func newFailoverEnv(t *testing.T, p *TempCluster) *failoverEnv {
 		topic: "it." + sfx + ".order", urlPassword: "s3cret" + sfx}
 }
 
-func (e *failoverEnv) run(args ...string) CLIResult {
-	e.t.Helper()
-	return runCLI(e.t, 90*time.Second, processEnv([]string{
+func (e *failoverEnv) env() []string {
+	return processEnv([]string{
 		"OUTBOX_RELAY_DATABASE_URL=" + e.primary.DBURL("app"),
 		"OUTBOX_RELAY_KAFKA_BROKERS=" + strings.Join(kafkaBrokers, ","),
 		"OUTBOX_RELAY_SLOT=" + e.slot, "OUTBOX_RELAY_PUBLICATION=" + e.pub, "OUTBOX_RELAY_TABLE=" + e.table,
-	}), args...)
+		"OUTBOX_RELAY_METRICS_ADDR=",
+	})
+}
+
+func (e *failoverEnv) run(args ...string) CLIResult {
+	e.t.Helper()
+	return runCLI(e.t, 90*time.Second, e.env(), args...)
 }
 
 // doctor runs doctor with a --standby-url per standby (with a password in
@@ -207,6 +212,39 @@ func TestFailoverSlotDoctor(t *testing.T) {
 	waitSlotSynced(t, p, good, e.slot)
 	if res = e.doctor(good); res.Code != 0 || len(failLines(res.Stdout)) > 0 {
 		t.Errorf("doctor after migrate --failover-slot: exit %d, want 0 without FAIL", res.Code)
+	}
+
+	// recover recreates a lost slot with the same option (over a
+	// replication connection, with an exported snapshot).
+	for _, on := range []bool{true, false} {
+		if r := e.run("slot", "drop"); r.Code != 0 {
+			t.Fatalf("slot drop: exit %d\n%s", r.Code, r.Stderr)
+		}
+		r := e.run("recover", "--all", "--no-run", fmt.Sprintf("--failover-slot=%t", on))
+		if r.Code != 0 {
+			t.Fatalf("recover --failover-slot=%t: exit %d\n%s%s", on, r.Code, r.Stdout, tail(r.Stderr, 20))
+		}
+		if got := p.Query(t, "postgres", slotFailover, e.slot); got != fmt.Sprint(on) {
+			t.Errorf("slot recreated by recover --failover-slot=%t: failover = %s", on, got)
+		}
+	}
+
+	// run creates a missing slot at its first start, with the same option.
+	for _, on := range []bool{false, true} {
+		if r := e.run("slot", "drop"); r.Code != 0 {
+			t.Fatalf("slot drop: exit %d\n%s", r.Code, r.Stderr)
+		}
+		if r := e.run("checkpoint", "reset"); r.Code != 0 { // else run refuses: the slot was lost after a checkpoint
+			t.Fatalf("checkpoint reset: exit %d\n%s", r.Code, r.Stderr)
+		}
+		relay := StartRelay(t, e.env(), fmt.Sprintf("--failover-slot=%t", on))
+		p.WaitFor(t, 60*time.Second, "postgres", activeSlot, "true", e.slot)
+		if code, exited := relay.Term(30 * time.Second); !exited || code != 0 {
+			t.Fatalf("run: exit %d (exited %v)\n%s", code, exited, relay.LogTail(20))
+		}
+		if got := p.Query(t, "postgres", slotFailover, e.slot); got != fmt.Sprint(on) {
+			t.Errorf("slot created by run --failover-slot=%t: failover = %s", on, got)
+		}
 	}
 }
 

@@ -48,8 +48,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	st, err := m.Status(ctx)
-	created := errors.Is(err, slot.ErrNotFound)
-	if created {
+	if errors.Is(err, slot.ErrNotFound) {
 		st, err = m.Create(ctx)
 	}
 	if err != nil {
@@ -61,10 +60,8 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	if !created {
-		if err := migrateFailover(ctx, cfg, pool, &st, stdout); err != nil {
-			return err
-		}
+	if err := migrateFailover(ctx, cfg, pool, &st, stdout); err != nil {
+		return err
 	}
 	if cfg.GrantRole != "" {
 		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, migrations.GrantOptions{Cleanup: cfg.GrantCleanup})
