@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ex, err := slot.CreateExported(ctx, repl, cfg.Outbox.Slot)
+	ex, err := slot.CreateExported(ctx, repl, cfg.Outbox.Slot, slot.WithFailover(cfg.Outbox.FailoverSlot))
 	if err != nil {
 		repl.Close(context.Background())
 		return err
