@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration test demo lint fuzz-short bench chaos
+.PHONY: all build release up down status env stack-clean clean unit integration versions test demo lint fuzz-short bench chaos
 
 all: build
 
@@ -74,6 +74,31 @@ integration: up
 	echo "in-process tests against the stack: $$pkgs"; \
 	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi
 
+# The version matrix: the core subset PG_VERSION_TESTS of ./integration on each of
+# PG_VERSIONS, every version on a fresh cluster of its own (scripts/pgversions.sh run: a new
+# initdb on a free port, stopped and deleted afterwards even on failure) with the stack's
+# Kafka; OUTBOX_RELAY_TEST_PG_BIN points the tests' temp clusters at the same binaries.
+# A failing version does not stop the others; each prints its time. PG_VERSIONS= skips it;
+# make versions PG_VERSIONS=17 runs one. The regex is read raw ($(value)): write '$' once.
+PG_VERSIONS      ?= 16 17 18
+PG_VERSION_TESTS ?= ^(TestEndToEnd|TestKill9MidStream|TestSchemaChange|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestLeaderFailover|TestDoctor|TestRecoverLostSlot|TestPrimaryFailover.*|TestFailoverSlot.*)$
+PG_VERSION_TIMEOUT ?= 20m
+PGVERSIONS       := scripts/pgversions.sh
+versions:
+	@if [ -z "$(strip $(PG_VERSIONS))" ]; then echo "versions: PG_VERSIONS is empty: no version matrix"; exit 0; fi; \
+	$(STACK) up; \
+	for v in $(PG_VERSIONS); do $(PGVERSIONS) fetch $$v; done; \
+	eval "$$($(STACK) env)"; \
+	failed=""; summary=""; \
+	for v in $(PG_VERSIONS); do \
+		echo "versions: PostgreSQL $$v: go test -run '$(value PG_VERSION_TESTS)'"; t0=$$SECONDS; \
+		if $(PGVERSIONS) run $$v $(GO) test -tags integration -count=1 -v -timeout $(PG_VERSION_TIMEOUT) \
+			-run '$(value PG_VERSION_TESTS)' ./integration/; then r=ok; else r=FAILED; failed="$$failed $$v"; fi; \
+		summary="$$summary"$$'\n'"versions: PostgreSQL $$v: $$r in $$((SECONDS - t0)) s"; \
+	done; \
+	echo "$$summary"; \
+	if [ -n "$$failed" ]; then echo "versions: failed on PostgreSQL$$failed"; exit 1; fi
+
 # The long chaos run (integration/chaos_test.go): 20+ kill -9, broker stops, PostgreSQL
 # restarts, network cuts and hangs under steady load; a few minutes. The short variant runs
 # in `make integration`. CHAOS_SEED=N replays a schedule (default: the test's fixed seed).
@@ -83,12 +108,14 @@ chaos: up
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
 		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED))
 
-# Sequential on purpose (also under make -j): unit first, then integration.
+# Sequential on purpose (also under make -j): unit first, then integration (the full suite
+# on PostgreSQL 15), then the version matrix (a core subset on PG_VERSIONS).
 test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory fuzz-short
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory versions
 
 # A short, bounded run of every fuzz target of FUZZ_PKGS, FUZZTIME each (seed corpora in
 # <pkg>/testdata/fuzz/<Target>/). `go test -fuzz` takes one target per package per run, so
