@@ -2,13 +2,9 @@ package slot
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
@@ -19,44 +15,23 @@ import (
 // must hold on every version, and invalidation_reason, read through
 // to_jsonb, must be the column 17+ has under that name.
 func TestStatusOnServer(t *testing.T) {
-	url := testenv.DatabaseURL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	name := "slot_status_test_" + hex.EncodeToString(b)
-	m := NewManager(conn, name, name)
+	sc := testenv.Reserve(t)
+	ctx, pool, name := sc.Ctx, sc.Pool, sc.Schema // the slot takes the reserved schema's unique name
+	m := NewManager(pool, name, name)
 
 	if _, err := m.Status(ctx); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Status of a missing slot = %v, want ErrNotFound", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, name, Plugin); err != nil {
+	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, name, Plugin); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer ccancel()
-		c, err := pgx.Connect(cctx, url)
-		if err != nil {
-			t.Errorf("drop slot %s: %v", name, err)
-			return
-		}
-		defer c.Close(cctx)
-		if _, err := c.Exec(cctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
-			t.Errorf("drop slot %s: %v", name, err)
-		}
-	})
+	t.Cleanup(func() { dropSlot(t, pool, name) })
 	st, err := m.Status(ctx)
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
 	var db string
-	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
 	}
 	if st.Name != name || st.Plugin != Plugin || st.Database != db || st.Active || st.WALStatus != "reserved" ||
@@ -73,7 +48,7 @@ func TestStatusOnServer(t *testing.T) {
 
 	var version int
 	var hasColumn bool
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int,
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int,
 		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_replication_slots'::regclass
 			AND attname = 'invalidation_reason' AND NOT attisdropped)`).Scan(&version, &hasColumn); err != nil {
 		t.Fatal(err)
@@ -82,4 +57,14 @@ func TestStatusOnServer(t *testing.T) {
 		t.Fatalf("PostgreSQL %d: pg_replication_slots has invalidation_reason = %v, want %v", version, hasColumn, want)
 	}
 	t.Logf("PostgreSQL %d: Status %+v", version, st)
+}
+
+// dropSlot drops a test's slot when it ends, on a context of its own: the
+// test's may be over.
+func dropSlot(t *testing.T, db DB, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
+		t.Errorf("drop slot %s: %v", name, err)
+	}
 }
