@@ -11,15 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// fakeRow scans vals into the destinations by position; destinations past
+// scanRow scans vals into the destinations by position; destinations past
 // the end of vals keep their zero value, so a column added to the Status
 // query does not break these tests.
-type fakeRow struct {
+type scanRow struct {
 	vals []any
 	err  error
 }
 
-func (r fakeRow) Scan(dest ...any) error {
+func (r scanRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
@@ -34,19 +34,19 @@ func (r fakeRow) Scan(dest ...any) error {
 	return nil
 }
 
-// fakeDB answers the Status query with slot and the invalidation_reason
+// statusDB answers the Status query with slot and the invalidation_reason
 // query with reason, and counts the latter.
-type fakeDB struct {
-	slot, reason   fakeRow
+type statusDB struct {
+	slot, reason   scanRow
 	reasonQueries  int
 	reasonSlotArgs []any
 }
 
-func (db *fakeDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+func (db *statusDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
 	return pgconn.CommandTag{}, errors.New("not supported")
 }
 
-func (db *fakeDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+func (db *statusDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
 	if strings.Contains(sql, "invalidation_reason") {
 		db.reasonQueries++
 		db.reasonSlotArgs = args
@@ -55,11 +55,11 @@ func (db *fakeDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
 	return db.slot
 }
 
-func str(s string) *string { return &s }
+func strPtr(s string) *string { return &s }
 
-func slotRow(walStatus string) fakeRow {
-	return fakeRow{vals: []any{"s1", str(Plugin), str("outbox"), false, (*int32)(nil), str("0/16B3748"), str("0/16B3700"),
-		str(walStatus), (*int64)(nil), "0/16B4000"}}
+func slotRow(walStatus string) scanRow {
+	return scanRow{vals: []any{"s1", strPtr(Plugin), strPtr("outbox"), false, (*int32)(nil), strPtr("0/16B3748"), strPtr("0/16B3700"),
+		strPtr(walStatus), (*int64)(nil), "0/16B4000"}}
 }
 
 // Before PostgreSQL 17 there is no reason: the message is the one the
@@ -109,7 +109,7 @@ func TestLostErrorNamesTheReason(t *testing.T) {
 // on a path that ends the relay) and carries it into LostError.
 func TestStatusReadsTheReasonOfALostSlot(t *testing.T) {
 	ctx := context.Background()
-	db := &fakeDB{slot: slotRow("reserved"), reason: fakeRow{vals: []any{str(ReasonIdleTimeout)}}}
+	db := &statusDB{slot: slotRow("reserved"), reason: scanRow{vals: []any{strPtr(ReasonIdleTimeout)}}}
 	m := NewManager(db, "s1", "p1")
 	st, err := m.Status(ctx)
 	if err != nil || st.InvalidationReason != "" || db.reasonQueries != 0 {
@@ -128,12 +128,12 @@ func TestStatusReadsTheReasonOfALostSlot(t *testing.T) {
 		t.Errorf("LostError = %v", err)
 	}
 
-	db.reason = fakeRow{vals: []any{(*string)(nil)}} // before 17: no such column, NULL
+	db.reason = scanRow{vals: []any{(*string)(nil)}} // before 17: no such column, NULL
 	if st, err = m.Status(ctx); err != nil || st.InvalidationReason != "" {
 		t.Fatalf("lost slot before 17: Status = %+v, %v", st, err)
 	}
 
-	db.reason = fakeRow{err: errors.New("conn closed")}
+	db.reason = scanRow{err: errors.New("conn closed")}
 	if _, err = m.Status(ctx); err == nil || !strings.Contains(err.Error(), "invalidation_reason") {
 		t.Fatalf("reason query failing: Status error = %v", err)
 	}
