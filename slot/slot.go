@@ -35,6 +35,11 @@ type Status struct {
 	// WALStatus is reserved, extended, unreserved or lost; lost means the
 	// slot can never resume and events may be missing.
 	WALStatus string
+	// InvalidationReason says why a lost slot was invalidated
+	// (pg_replication_slots.invalidation_reason, PostgreSQL 17+; see
+	// ReasonWALRemoved and the others). Empty for a slot that is not lost,
+	// and before 17.
+	InvalidationReason string
 	// SafeWALSize is the bytes that can still be written before the slot
 	// is invalidated; -1 when max_slot_wal_keep_size is unlimited.
 	SafeWALSize int64
@@ -107,6 +112,11 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		}
 		s.RetainedBytes = int64(s.CurrentLSN) - int64(s.RestartLSN)
 	}
+	if s.WALStatus == "lost" {
+		if s.InvalidationReason, err = m.invalidationReason(ctx); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 
@@ -177,16 +187,6 @@ func (m *Manager) Check(ctx context.Context, s Status) error {
 		return &ActiveError{Slot: m.slot, PID: s.ActivePID}
 	}
 	return s.LostError()
-}
-
-// LostError reports a slot invalidated by max_slot_wal_keep_size: it can
-// never resume, and the WAL it lost may have held events.
-func (s Status) LostError() error {
-	if s.WALStatus != "lost" {
-		return nil
-	}
-	return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
-		"recreate the slot and back-fill from the outbox table (outbox-relay recover), and raise max_slot_wal_keep_size", s.Name)
 }
 
 // ActiveError reports a slot streamed by another process.
