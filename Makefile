@@ -86,7 +86,7 @@ integration: up
 # make versions PG_VERSIONS=17 runs one; PG_VERSIONS= skips the matrix (also in make test).
 # PG_VERSION_TESTS is a go test -run regex, read raw ($(value)): write '$' as is.
 PG_VERSIONS        ?= 16 17 18
-PG_VERSION_TESTS   ?= ^(TestEndToEnd|TestKill9MidStream|TestSchemaChange|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestLeaderFailover|TestDoctor|TestRecoverLostSlot|TestWALSafety|TestPrimaryFailover.*|TestFailoverSlot.*)$
+PG_VERSION_TESTS   ?= ^(TestEndToEnd|TestKill9MidStream|TestSchemaChange|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestLeaderFailover|TestDoctor|TestRecoverLostSlot|TestWALSafety|TestTempStandby|TestCheckpointAcrossTimelines|TestPrimaryFailover.*|TestFailoverSlot.*)$
 PG_VERSION_TIMEOUT ?= 20m
 PGVERSIONS         := scripts/pgversions.sh
 versions:
