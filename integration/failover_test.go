@@ -186,17 +186,25 @@ func (r *failoverRig) requireLockOnNewPrimary(db *DB, relay *Relay) {
 		r.t.Fatalf("leader locks held on the new primary: %d (%v), want 1", holders, err)
 	}
 	// After the crash: a lock acquisition first, then streaming.
-	var after []string
+	var after, story []string
 	for _, line := range strings.Split(relay.Log(), "\n") {
 		var l struct {
 			Time    time.Time `json:"time"`
+			Level   string    `json:"level"`
 			Message string    `json:"message"`
+			Error   string    `json:"error"`
 		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Time.After(r.crashed) &&
-			(l.Message == "lock acquired: leading" || l.Message == "streaming") {
+		if json.Unmarshal([]byte(line), &l) != nil || !l.Time.After(r.crashed) {
+			continue
+		}
+		if l.Level != "debug" && len(story) < 20 {
+			story = append(story, fmt.Sprintf("+%s %s %s", l.Time.Sub(r.crashed).Round(time.Millisecond), l.Message, l.Error))
+		}
+		if l.Message == "lock acquired: leading" || l.Message == "streaming" {
 			after = append(after, l.Message)
 		}
 	}
+	r.t.Logf("the relay after the crash:\n%s", strings.Join(story, "\n"))
 	if len(after) < 2 || after[0] != "lock acquired: leading" || after[1] != "streaming" {
 		r.t.Fatalf("after the crash the relay logged %q: it must take the lock on the new primary before streaming there", after)
 	}
