@@ -11,6 +11,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // The failover tests run one primary and one physical standby of the
@@ -210,6 +215,29 @@ func (r *failoverRig) requireLockOnNewPrimary(db *DB, relay *Relay) {
 	}
 }
 
+// waitFencedCheckpoint waits until the standby holds a checkpoint of the
+// relay with a fence (the xid bound recover back-fills from): the saver
+// attaches a fence only once the acknowledged position passed one, which
+// under load takes a few checkpoint intervals after the start.
+func (r *failoverRig) waitFencedCheckpoint(timeout time.Duration) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, r.standby.URL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer pool.Close()
+	store := checkpoint.NewStore(pool, migrations.Table{Schema: "public", Name: r.env.TableName}, r.env.Slot)
+	var cp checkpoint.Checkpoint
+	if !within(timeout, 100*time.Millisecond, func() bool {
+		cp, err = store.Latest(ctx)
+		return err == nil && cp.Fence != nil
+	}) {
+		r.t.Fatalf("no checkpoint with a fence on the standby within %s: %+v, %v", timeout, cp, err)
+	}
+}
+
 // newPrimaryDB opens the promoted standby directly.
 func (r *failoverRig) newPrimaryDB() *DB {
 	r.t.Helper()
@@ -362,6 +390,7 @@ func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 	if !r.consumer.WaitCount(300, 30*time.Second) {
 		t.Fatalf("fewer than 300 records within 30s\n%s", relay.LogTail(20))
 	}
+	r.waitFencedCheckpoint(20 * time.Second)
 	r.crash()
 	code, exited := relay.Wait(45 * time.Second)
 	if !exited || code != 1 || !relay.LogContains("outbox-relay recover") {
