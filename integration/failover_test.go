@@ -118,6 +118,18 @@ func (r *failoverRig) startRelay() *Relay {
 	return r.env.StartRelay("OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")
 }
 
+// start starts the relay and 4 writers, and waits until Kafka holds n
+// records.
+func (r *failoverRig) start(n int) *Relay {
+	r.t.Helper()
+	relay := r.startRelay()
+	r.startWriters(4)
+	if !r.consumer.WaitCount(n, 30*time.Second) {
+		r.t.Fatalf("fewer than %d records within 30s\n%s", n, relay.LogTail(20))
+	}
+	return relay
+}
+
 // startWriters starts n writers, each over its own 5 aggregates, so
 // aggregate versions rise in commit order. A failed test stops them
 // before the Env's clean-up drops the table.
@@ -313,6 +325,17 @@ func (r *failoverRig) settle(db *DB, timeout time.Duration) failoverResult {
 	return res
 }
 
+// finish lets the writers go on for a while on the new primary (db), then
+// settles, and checks that the slot's confirmed_flush_lsn there advanced
+// past the end of the writes (early: where it was at the start).
+func (r *failoverRig) finish(db *DB) (res failoverResult, early, confirmed LSN) {
+	r.t.Helper()
+	early = r.confirmedOnNewPrimary(db)
+	time.Sleep(2 * time.Second)
+	res = r.settle(db, 30*time.Second)
+	return res, early, r.waitConfirmedPast(db, early, 20*time.Second)
+}
+
 // waitConfirmedPast waits until the slot on the new primary confirmed
 // the WAL written up to now (the writers have stopped).
 func (r *failoverRig) waitConfirmedPast(db *DB, before LSN, timeout time.Duration) LSN {
@@ -343,11 +366,7 @@ func (r *failoverRig) waitConfirmedPast(db *DB, before LSN, timeout time.Duratio
 // not received (synchronized_standby_slots).
 func TestPrimaryFailoverSlotSync(t *testing.T) {
 	r := newFailoverRig(t, true)
-	relay := r.startRelay()
-	r.startWriters(4)
-	if !r.consumer.WaitCount(200, 30*time.Second) {
-		t.Fatalf("fewer than 200 records within 30s\n%s", relay.LogTail(20))
-	}
+	relay := r.start(200)
 	// The synced slot stays temporary, and is dropped at promotion, until
 	// it has decoded a running-transactions record past the standby's
 	// catalog xmin: log one now rather than waiting for the bgwriter.
@@ -367,10 +386,7 @@ func TestPrimaryFailoverSlotSync(t *testing.T) {
 	}
 	db := r.newPrimaryDB()
 	r.requireLockOnNewPrimary(db, relay)
-	early := r.confirmedOnNewPrimary(db)
-	time.Sleep(2 * time.Second) // writing on the new primary
-	res := r.settle(db, 30*time.Second)
-	confirmed := r.waitConfirmedPast(db, early, 20*time.Second)
+	res, early, confirmed := r.finish(db)
 	if res.appLostPublished != 0 {
 		t.Fatalf("the relay published %d events the standby never received: synchronized_standby_slots must prevent that", res.appLostPublished)
 	}
@@ -385,11 +401,7 @@ func TestPrimaryFailoverSlotSync(t *testing.T) {
 // is lost or reordered.
 func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 	r := newFailoverRig(t, false)
-	relay := r.startRelay()
-	r.startWriters(4)
-	if !r.consumer.WaitCount(300, 30*time.Second) {
-		t.Fatalf("fewer than 300 records within 30s\n%s", relay.LogTail(20))
-	}
+	relay := r.start(300)
 	r.waitFencedCheckpoint(20 * time.Second)
 	r.crash()
 	code, exited := relay.Wait(45 * time.Second)
@@ -408,11 +420,7 @@ func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 	}
 	resumed := r.startRelay()
 	took := r.waitFirstFromNewPrimary(45 * time.Second)
-	db := r.newPrimaryDB()
-	early := r.confirmedOnNewPrimary(db)
-	time.Sleep(2 * time.Second)
-	out := r.settle(db, 30*time.Second)
-	confirmed := r.waitConfirmedPast(db, early, 20*time.Second)
+	out, early, confirmed := r.finish(r.newPrimaryDB())
 	if !resumed.Running() {
 		t.Fatalf("the relay exited after recover (code %d):\n%s", resumed.exitCode, resumed.LogTail(20))
 	}
