@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // The failover tests run one primary and one physical standby of the
@@ -72,6 +74,7 @@ func newFailoverRig(t *testing.T, slotSync bool) *failoverRig {
 		p.Exec(t, `SELECT pg_reload_conf()`)
 	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", p.Port, s.Port)
+	requireWritableChosen(t, p, s)
 	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, url), ledger: NewLedger()}
 	if major >= 17 {
 		r.setFailoverFlag(slotSync)
@@ -80,6 +83,37 @@ func newFailoverRig(t *testing.T, slotSync bool) *failoverRig {
 	r.writing.cfg.MaxTxEvents, r.writing.cfg.TxInterval = 3, 10*time.Millisecond
 	r.consumer = StartConsumer(t, r.env.Topic, r.env.Partitions)
 	return r
+}
+
+// requireWritableChosen checks that target_session_attrs=read-write skips
+// the standby, which accepts replication connections too, for the
+// relay's replication connection and its sessions, in both forms of a
+// multi-host connection string, even with the standby named first.
+func requireWritableChosen(t *testing.T, primary, standby *TempCluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := fmt.Sprintf("127.0.0.1:%d", primary.Port)
+	for _, dsn := range []string{
+		fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", standby.Port, primary.Port),
+		fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write", standby.Port, primary.Port),
+	} {
+		repl, err := replication.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatalf("replication connection with %s: %v", dsn, err)
+		}
+		got := repl.Conn().RemoteAddr().String()
+		repl.Close(ctx)
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatalf("connect with %s: %v", dsn, err)
+		}
+		gotSQL := conn.PgConn().Conn().RemoteAddr().String()
+		conn.Close(ctx)
+		if got != want || gotSQL != want {
+			t.Fatalf("%s: replication connection to %s, session to %s; want the primary %s", dsn, got, gotSQL, want)
+		}
+	}
 }
 
 // pairEnv is an Env whose database is the temp pair behind url: NewEnv's
