@@ -44,18 +44,21 @@ type failoverRig struct {
 	env      *Env
 	consumer *Consumer
 	ledger   *Ledger
-	writing  *chaos // its writer/commit: retries across the outage, resolves ambiguous commits on the new primary
-	stop     atomic.Bool
-	wg       sync.WaitGroup
+	// cli is the environment of every outbox-relay command: the slot's
+	// failover flag (--failover-slot).
+	cli     []string
+	writing *chaos // its writer/commit: retries across the outage, resolves ambiguous commits on the new primary
+	stop    atomic.Bool
+	wg      sync.WaitGroup
 	// crashed is when the primary was told to crash, dead when it was gone.
 	crashed, dead time.Time
 }
 
 // newFailoverRig starts the pair and migrates the outbox through the
 // multi-host URL. With slotSync, the standby synchronizes failover slots
-// (sync_replication_slots) and the primary's logical walsenders wait for
-// it (synchronized_standby_slots); the slot's failover flag is set to
-// slotSync on 17+ either way (what migrate --failover-slot does).
+// (sync_replication_slots), the primary's logical walsenders wait for it
+// (synchronized_standby_slots), and migrate creates a failover slot (its
+// default on 17+); without, every command runs with --failover-slot=false.
 func newFailoverRig(t *testing.T, slotSync bool) *failoverRig {
 	t.Helper()
 	bin := testPGBin(t)
@@ -75,9 +78,13 @@ func newFailoverRig(t *testing.T, slotSync bool) *failoverRig {
 	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", p.Port, s.Port)
 	requireWritableChosen(t, p, s)
-	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, url), ledger: NewLedger()}
+	cli := []string{fmt.Sprintf("OUTBOX_RELAY_FAILOVER_SLOT=%t", slotSync)}
+	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, url, cli), ledger: NewLedger(), cli: cli}
 	if major >= 17 {
-		r.setFailoverFlag(slotSync)
+		flag := p.Query(t, "postgres", `SELECT failover::text FROM pg_replication_slots WHERE slot_name = $1`, r.env.Slot)
+		if flag != fmt.Sprint(slotSync) {
+			t.Fatalf("slot %s created by migrate with %s has failover = %s", r.env.Slot, cli[0], flag)
+		}
 	}
 	r.writing = &chaos{t: t, env: r.env, ledger: r.ledger}
 	r.writing.cfg.MaxTxEvents, r.writing.cfg.TxInterval = 3, 10*time.Millisecond
@@ -118,8 +125,9 @@ func requireWritableChosen(t *testing.T, primary, standby *TempCluster) {
 
 // pairEnv is an Env whose database is the temp pair behind url: NewEnv's
 // topic and clean-up (which, registered after the clusters', runs while
-// they are up), with the pool and the relay's URL swapped.
-func pairEnv(t *testing.T, url string) *Env {
+// they are up), with the pool and the relay's URL swapped. It runs migrate
+// with the extra environment.
+func pairEnv(t *testing.T, url string, extra []string) *Env {
 	t.Helper()
 	env := NewEnv(t, EnvOptions{NoMigrate: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -130,26 +138,15 @@ func pairEnv(t *testing.T, url string) *Env {
 	}
 	env.DB.Close()
 	env.DB, env.DatabaseURL = db, url
-	env.Migrate()
-	return env
-}
-
-// setFailoverFlag makes the (still unused) slot's failover flag want,
-// re-creating it when migrate made it otherwise.
-func (r *failoverRig) setFailoverFlag(want bool) {
-	r.t.Helper()
-	q := `SELECT failover::text FROM pg_replication_slots WHERE slot_name = $1`
-	if r.primary.Query(r.t, "postgres", q, r.env.Slot) == fmt.Sprint(want) {
-		return
+	if res := env.RunCLI(60*time.Second, extra, "migrate"); res.Code != 0 {
+		t.Fatalf("outbox-relay migrate: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
 	}
-	r.primary.Exec(r.t, fmt.Sprintf(`SELECT pg_drop_replication_slot('%s')`, r.env.Slot))
-	r.primary.Exec(r.t, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput', false, false, %t)`, r.env.Slot, want))
-	r.t.Logf("slot %s re-created with failover = %t", r.env.Slot, want)
+	return env
 }
 
 // startRelay runs the relay on the pair's URL.
 func (r *failoverRig) startRelay() *Relay {
-	return r.env.StartRelay("OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")
+	return r.env.StartRelay(append([]string{"OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms"}, r.cli...)...)
 }
 
 // start starts the relay and 4 writers, and waits until Kafka holds n
@@ -447,7 +444,7 @@ func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 	if code, exited := again.Wait(30 * time.Second); !exited || code != 1 || !again.LogContains("outbox-relay recover") {
 		t.Fatalf("run on the new primary without the slot: exited=%v code=%d, want exit 1 naming outbox-relay recover\n%s", exited, code, again.LogTail(15))
 	}
-	res := r.env.RunCLI(90*time.Second, nil, "recover", "--no-run")
+	res := r.env.RunCLI(90*time.Second, r.cli, "recover", "--no-run")
 	t.Logf("recover: exit %d\n%s", res.Code, res.Stdout)
 	if res.Code != 0 || !strings.Contains(res.Stdout, "back-filled") {
 		t.Fatalf("recover: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
