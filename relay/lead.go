@@ -58,6 +58,15 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 			r.log.Error("stopping: permanent failure, slot position held", slog.String("stage", "stream"), slog.Any("error", hint.With(err)))
 			return err
 		}
+		// A broken stream may be a crashed server, whose lock went with it:
+		// confirm the lock before reconnecting, which a multi-host URL may
+		// lead to a promoted standby where this relay holds no lock.
+		if lease.Confirm(hctx) != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return errLeadershipLost
+		}
 		if time.Since(started) > time.Minute {
 			attempt = 1
 		}

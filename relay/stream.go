@@ -102,7 +102,7 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 	st, err := r.slots.Status(sctx)
 	if err != nil {
 		if errors.Is(err, slot.ErrNotFound) {
-			err = permanentError{fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err)}
+			err = permanentError{slotGone(err)}
 		}
 		return nil, 0, rs, err
 	}
@@ -130,6 +130,16 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 	// Resume exactly at the slot's confirmed position: an earlier LSN is
 	// moved forward by the server anyway, a later one would skip events.
 	return conn, st.ConfirmedFlushLSN, rs, nil
+}
+
+// slotGone explains a slot that vanished while the relay ran: dropped, or
+// lost in a failover to a standby that did not have it (no failover slot:
+// PostgreSQL before 17, or a slot created without it). Either way recover
+// is the fix, as for a start on a lost slot (refuseLostSlot).
+func slotGone(err error) error {
+	return fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing. "+
+		"If the server is a promoted standby, the slot was not a synchronized failover slot. "+
+		"Run \"outbox-relay recover\" to recreate it and back-fill from the outbox table", err)
 }
 
 // closeConn closes a replication connection, bounded: a cut network must

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -23,7 +22,7 @@ func (r *Relay) watchSlot(ctx context.Context, fail func(error)) {
 		st, err := r.slots.Status(ctx)
 		switch {
 		case errors.Is(err, slot.ErrNotFound):
-			fail(fmt.Errorf("%w: it was dropped while the relay ran; events after its last position may be missing", err))
+			fail(slotGone(err))
 			return false
 		case err != nil:
 			r.log.Debug("slot check failed", slog.String("stage", "slot_check"), slog.Any("error", err))

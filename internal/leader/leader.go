@@ -279,12 +279,16 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
 	done   chan struct{}
-	once   sync.Once
+	// confirm asks the keepalive goroutine, the only user of conn, for a
+	// check now (Confirm); it answers on the channel sent.
+	confirm chan chan error
+	once    sync.Once
 }
 
 func newLease(e *Elector, conn *pgx.Conn, key int64, acquired time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
+		confirm: make(chan chan error)}
 	go l.keepalive(acquired)
 	return l
 }
@@ -311,10 +315,12 @@ func (l *Lease) keepalive(last time.Time) {
 	t := time.NewTicker(l.e.cfg.KeepaliveInterval)
 	defer t.Stop()
 	for {
+		var reply chan error // a Confirm waiting for this check
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
+		case reply = <-l.confirm:
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), last.Add(l.e.cfg.Timeout/2))
@@ -329,10 +335,43 @@ func (l *Lease) keepalive(last time.Time) {
 			l.cancel(fmt.Errorf("%w: lock connection unconfirmed for %s: %v", ErrLost, time.Since(last).Round(time.Millisecond), err))
 			l.e.role.Store(int32(RoleConnecting))
 			l.e.log.Warn("leadership lost: stopping the stream", slog.Any("error", err), slog.Duration("since_last_keepalive", time.Since(last)))
+			if reply != nil {
+				reply <- l.Err()
+			}
 			return
 		}
 		l.e.touch()
 		last = sent
+		if reply != nil {
+			reply <- nil
+		}
+	}
+}
+
+// Confirm checks the lock now instead of at the next keepalive, and
+// returns nil while the lease holds, else why it ended (the lease's
+// context is then cancelled). A caller that saw its server connection
+// break calls it before reconnecting: when the server crashed, or a
+// multi-host URL now leads to a promoted standby, the lock went with the
+// old server, and the relay must campaign again on the new one rather
+// than stream there on a lock it no longer holds.
+func (l *Lease) Confirm(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case l.confirm <- reply:
+	case <-l.done: // keepalive ended: lost, or being released
+		if err := l.Err(); err != nil {
+			return err
+		}
+		return ErrReleased
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

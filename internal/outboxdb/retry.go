@@ -57,12 +57,17 @@ func ConnectRetrying(ctx context.Context, pc *pgxpool.Config, log *slog.Logger) 
 
 // Transient reports whether err, from connecting to PostgreSQL, may pass
 // by itself: the server is unreachable, refuses or drops connections, is
-// starting up or shutting down, or has no connection slot free. Errors
+// starting up or shutting down, or has no connection slot free, or no
+// server of a multi-host URL is writable yet (target_session_attrs =
+// read-write during a failover, before the standby is promoted). Errors
 // the server gives about the login itself (password, database,
 // privileges) and TLS set-up errors are not.
 func Transient(err error) bool {
 	if err == nil || hint.Unfixable(err) {
 		return false
+	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection) {
+		return true
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

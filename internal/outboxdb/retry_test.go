@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 func TestTransient(t *testing.T) {
@@ -31,6 +33,10 @@ func TestTransient(t *testing.T) {
 		fmt.Errorf("dial: %w", syscall.ECONNREFUSED):                             true,
 		context.DeadlineExceeded:                                                 true,
 		errors.New("tls: failed to verify certificate: x509: unknown authority"): false,
+		// target_session_attrs found no writable server (yet): a standby
+		// not promoted, or all hosts of a multi-host URL read-only.
+		fmt.Errorf("ValidateConnect failed: %w", pgconn.ErrReadOnlyConnection):                                             true,
+		errors.Join(fmt.Errorf("h1: %w", pgconn.ErrStandbyConnection), fmt.Errorf("h2: %w", pgconn.ErrReadOnlyConnection)): true,
 	} {
 		if got := Transient(err); got != want {
 			t.Errorf("Transient(%v) = %v, want %v", err, got, want)
@@ -64,6 +70,29 @@ func TestConnectRetryingWaitsForAnUnreachableServer(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "PostgreSQL unreachable, retrying"); n < 2 ||
 		!strings.Contains(logs.String(), "stage=startup") || !strings.Contains(logs.String(), "attempt=2") {
+		t.Fatalf("%d retry warnings:\n%s", n, logs.String())
+	}
+}
+
+// TestConnectRetryingWaitsForAWritableServer: with target_session_attrs =
+// read-write, a server that is read-only (here by default_transaction_read_only,
+// as a standby is until promoted) is retried, not a reason to exit: a
+// failover is under way.
+func TestConnectRetryingWaitsForAWritableServer(t *testing.T) {
+	pc, err := ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pc.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	var logs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pool, err := ConnectRetrying(ctx, pc, slog.New(slog.NewTextHandler(&logs, nil)))
+	if pool != nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, %v; want ctx's error after retrying\n%s", pool, err, logs.String())
+	}
+	if n := strings.Count(logs.String(), "PostgreSQL unreachable, retrying"); n < 2 || !strings.Contains(logs.String(), "read only connection") {
 		t.Fatalf("%d retry warnings:\n%s", n, logs.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -100,19 +101,22 @@ func (w *Writer) Write(p []byte) (int, error) {
 // or key=value form): the user's password and sslpassword.
 func DSNSecrets(dsn string) []string {
 	var out []string
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return nil
+	add := func(v string) {
+		if v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
 		}
-		if p, ok := u.User.Password(); ok {
-			out = append(out, p)
-		}
-		q := u.Query()
-		for _, k := range []string{"password", "sslpassword"} {
-			if v := q.Get(k); v != "" {
-				out = append(out, v)
-			}
+	}
+	if u, ok := parseURL(dsn); ok {
+		add(u.password)
+		add(u.query["password"])
+		add(u.query["sslpassword"])
+		// Where net/url reads a malformed URL otherwise, mask its
+		// reading too: the operator may have meant either.
+		if nu, err := url.Parse(dsn); err == nil {
+			p, _ := nu.User.Password()
+			add(p)
+			add(nu.Query().Get("password"))
+			add(nu.Query().Get("sslpassword"))
 		}
 		return out
 	}
@@ -125,18 +129,15 @@ func DSNSecrets(dsn string) []string {
 }
 
 // Param returns the value of key (such as sslmode or host) in a
-// PostgreSQL connection string of either form; a URL's host is its
-// (first) host name. Empty when unset or unparsable.
+// PostgreSQL connection string of either form. A URL's host is its host
+// names, comma-separated when it names several (postgres://a:1,b:2/db),
+// as in the key=value form (host=a,b). Empty when unset or unparsable.
 func Param(dsn, key string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return ""
-		}
-		if v := u.Query().Get(key); v != "" || key != "host" {
+	if u, ok := parseURL(dsn); ok {
+		if v := u.query[key]; v != "" || key != "host" {
 			return v
 		}
-		return u.Hostname()
+		return strings.Join(u.hosts, ",")
 	}
 	for k, v := range keyValues(dsn) {
 		if k == key {
@@ -144,6 +145,67 @@ func Param(dsn, key string) string {
 		}
 	}
 	return ""
+}
+
+// pgURL is what DSNSecrets and Param need of a postgres:// URL.
+type pgURL struct {
+	password string
+	hosts    []string
+	query    map[string]string
+}
+
+// parseURL splits a postgres:// (or postgresql://) URL the way libpq and
+// pgx do, not as RFC 3986: libpq's several hosts (postgres://u:pw@a:1,b:2/db)
+// are no valid URL authority, and net/url misreads them (a host "a:1,b")
+// or rejects them (IPv6 literals), which must not let a password through
+// unmasked. Percent-escapes are decoded; '+' is not a space. ok is false
+// for the key=value form.
+func parseURL(dsn string) (u pgURL, ok bool) {
+	rest, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(dsn, "postgres://"); !ok {
+			return u, false
+		}
+	}
+	// As in libpq, only a '/' ends the search for the user information.
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		if _, pw, found := strings.Cut(rest[:i], ":"); found {
+			u.password = unescape(pw)
+		}
+		rest = rest[i+1:]
+	}
+	netloc, query := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		netloc = rest[:i]
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		query = rest[i+1:]
+	}
+	for _, hp := range strings.Split(netloc, ",") {
+		if h, found := strings.CutPrefix(hp, "["); found { // [IPv6]:port
+			h, _, _ = strings.Cut(h, "]")
+			u.hosts = append(u.hosts, unescape(h))
+			continue
+		}
+		h, _, _ := strings.Cut(hp, ":")
+		u.hosts = append(u.hosts, unescape(h))
+	}
+	u.query = map[string]string{}
+	for _, kv := range strings.Split(query, "&") {
+		if k, v, found := strings.Cut(kv, "="); found {
+			u.query[unescape(k)] = unescape(v)
+		}
+	}
+	return u, true
+}
+
+// unescape decodes percent-escapes; an invalid one leaves s as it is (a
+// secret is better masked verbatim than not at all).
+func unescape(s string) string {
+	if v, err := url.PathUnescape(s); err == nil {
+		return v
+	}
+	return s
 }
 
 // keyValues parses the key=value connection string form: values may be

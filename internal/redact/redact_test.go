@@ -52,6 +52,11 @@ func TestDSNSecrets(t *testing.T) {
 		`password='it\'s' user=u`:                                  {"it's"},
 		"host=h user=u password=kvsecret sslpassword=kp2 dbname=d": {"kvsecret", "kp2"},
 		"postgres://u@h/db":                                        nil,
+		// libpq's several hosts, which net/url misreads or rejects.
+		"postgres://u:multi1@h1:5432,h2:5433/db?target_session_attrs=read-write":            {"multi1"},
+		"postgres://u:v6pass@[::1]:5432,[::1]:5433/db":                                      {"v6pass"},
+		"postgresql://u@h1,h2/db?sslpassword=k%2By&password=a+b":                            {"a+b", "k+y", "a b"},
+		"host=h1,h2 port=5432,5433 user=u password=kvmulti target_session_attrs=read-write": {"kvmulti"},
 	}
 	for dsn, want := range cases {
 		got := DSNSecrets(dsn)
@@ -68,6 +73,11 @@ func TestParam(t *testing.T) {
 		{"host=db.example dbname=app sslmode = require", "sslmode", "require"},
 		{"host='/var/run/postgresql' dbname=app", "host", "/var/run/postgresql"},
 		{"dbname=app", "host", ""},
+		{"postgres://u:p@h1:5432,h2:5433/app?target_session_attrs=read-write", "host", "h1,h2"},
+		{"postgres://u:p@h1:5432,h2:5433/app?target_session_attrs=read-write", "target_session_attrs", "read-write"},
+		{"postgres://[::1]:5432,127.0.0.1/app", "host", "::1,127.0.0.1"},
+		{"postgres://u@h1,h2/app?host=/tmp", "host", "/tmp"},
+		{"host=a,b port=1,2 dbname=app", "host", "a,b"},
 	} {
 		if got := Param(c.dsn, c.key); got != c.want {
 			t.Errorf("Param(%q, %q) = %q, want %q", c.dsn, c.key, got, c.want)
