@@ -656,8 +656,10 @@ func TestPoisonQuarantinesAggregate(t *testing.T) {
 		t.Fatalf("%d events of the quarantined aggregate are in Kafka (poison or later): %v", len(seen), seen)
 	}
 	// The load goes on: check against a later snapshot of the ledger, of
-	// which only what was committed before the wait must be there.
-	checkWhileLoaded(t, c.Records(), env.Partitions, expected, union(others.Committed(), idsOf(before)), forbidden)
+	// which only what was committed before the wait must be there. Events
+	// whose COMMIT is in flight may be in Kafka before the writer records
+	// them (a starved writer on a loaded machine), so they are allowed too.
+	checkWhileLoaded(t, c.Records(), env.Partitions, expected, union(others.Committed(), others.Pending(), idsOf(before)), forbidden)
 	if others := dlRows(t, env, ""); len(others) != len(rows) {
 		t.Fatalf("dead-letter table holds rows of other aggregates: %d rows in all, %d of %s", len(others), len(rows), P)
 	}

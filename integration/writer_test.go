@@ -34,11 +34,36 @@ type Ledger struct {
 	committed  map[string]Event
 	order      []string // committed ids in commit order (per writer)
 	rolledBack map[string]Event
+	// pending holds events whose COMMIT was sent but not yet recorded
+	// (or whose outcome stayed unknown): the relay may deliver them
+	// before the writer records them.
+	pending    map[string]Event
 	commitLSNs []string // pg_current_wal_insert_lsn() right after each commit
 }
 
 func NewLedger() *Ledger {
-	return &Ledger{committed: map[string]Event{}, rolledBack: map[string]Event{}}
+	return &Ledger{committed: map[string]Event{}, rolledBack: map[string]Event{}, pending: map[string]Event{}}
+}
+
+// addPending records evs as being committed, before COMMIT is sent.
+func (l *Ledger) addPending(evs []Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range evs {
+		l.pending[e.ID] = e
+	}
+}
+
+// Pending returns a copy of the events whose COMMIT was sent but whose
+// outcome is not recorded yet: a check taken while writers run allows them.
+func (l *Ledger) Pending() map[string]Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]Event, len(l.pending))
+	for k, v := range l.pending {
+		out[k] = v
+	}
+	return out
 }
 
 func (l *Ledger) addCommitted(evs []Event, lsn string) {
@@ -47,6 +72,7 @@ func (l *Ledger) addCommitted(evs []Event, lsn string) {
 	for _, e := range evs {
 		l.committed[e.ID] = e
 		l.order = append(l.order, e.ID)
+		delete(l.pending, e.ID)
 	}
 	if lsn != "" {
 		l.commitLSNs = append(l.commitLSNs, lsn)
@@ -58,6 +84,7 @@ func (l *Ledger) addRolledBack(evs []Event) {
 	defer l.mu.Unlock()
 	for _, e := range evs {
 		l.rolledBack[e.ID] = e
+		delete(l.pending, e.ID)
 	}
 }
 
@@ -184,6 +211,7 @@ func (w *Writer) InsertTx(ctx context.Context, evs []Event, commit bool) error {
 		w.Ledger.addRolledBack(evs)
 		return nil
 	}
+	w.Ledger.addPending(evs)
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
