@@ -266,3 +266,19 @@ func TestHealthAfterRunReturns(t *testing.T) {
 		t.Fatalf("Health after Run failed with %v = %+v, want not_ready, role stopped and the error", runErr, h)
 	}
 }
+
+// TestMultiHostURLs: the multi-host forms pgx supports, IPv6 included,
+// are accepted, so a relay can follow a PostgreSQL failover.
+func TestMultiHostURLs(t *testing.T) {
+	for _, u := range []string{
+		"postgres://relay:pw@pg-a:5432,pg-b:5432/app?target_session_attrs=read-write",
+		"postgresql://relay@[::1]:5432,[::1]:5433/app?target_session_attrs=read-write",
+		"host=pg-a,pg-b port=5432,5433 dbname=app user=relay target_session_attrs=read-write",
+	} {
+		cfg := relay.DefaultConfig()
+		cfg.Database.URL, cfg.Kafka.Brokers = u, []string{"k:9092"}
+		if _, err := relay.New(cfg, relay.WithRegisterer(prometheus.NewRegistry())); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
@@ -99,8 +98,9 @@ func (c Config) compile() (compiled, error) {
 // form ("host=db dbname=app"), which pgx accepts as well.
 func connString(s string) bool {
 	if strings.Contains(s, "://") {
-		u, err := url.Parse(s)
-		return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql")
+		// Only the scheme: pgconn parses the rest (net/url refuses
+		// multi-host URLs with IPv6 hosts, [::1]:5432,[::2]:5432).
+		return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 	}
 	return strings.Contains(s, "=")
 }

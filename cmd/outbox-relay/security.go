@@ -76,10 +76,16 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 	}
 }
 
-func loopback(host string) bool {
-	if host == "" || host == "localhost" || strings.HasPrefix(host, "/") {
-		return true
+// loopback reports whether every host of a (multi-host) host list is local.
+func loopback(hosts string) bool {
+	for _, host := range strings.Split(hosts, ",") {
+		host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(host), "["), "]")
+		if host == "" || host == "localhost" || strings.HasPrefix(host, "/") {
+			continue
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return false
+		}
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return true
 }

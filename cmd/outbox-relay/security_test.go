@@ -142,3 +142,22 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		t.Errorf("not masked: %s", buf.String())
 	}
 }
+
+// TestLoopbackHostLists: the certificate warning is skipped only when every
+// host of a multi-host URL is local.
+func TestLoopbackHostLists(t *testing.T) {
+	for hosts, want := range map[string]bool{
+		"":                    true,
+		"localhost":           true,
+		"127.0.0.1,::1":       true,
+		"[::1],[::1]":         true,
+		"/var/run/postgresql": true,
+		"127.0.0.1,pg-b":      false,
+		"pg-a":                false,
+		"10.0.0.1":            false,
+	} {
+		if got := loopback(hosts); got != want {
+			t.Errorf("loopback(%q) = %v, want %v", hosts, got, want)
+		}
+	}
+}
