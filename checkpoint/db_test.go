@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -81,4 +82,18 @@ func (e *dbEnv) latest(t *testing.T) Checkpoint {
 		t.Fatal(err)
 	}
 	return cp
+}
+
+// replConn opens a replication connection (replication=database) to the
+// test database, closed when t ends.
+func (e *dbEnv) replConn(t *testing.T) *pgconn.PgConn {
+	t.Helper()
+	cfg := e.pool.Config().ConnConfig.Config.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }

@@ -42,10 +42,41 @@
 // transaction after the position, which a restart skips when the slot
 // replays that transaction.
 //
+// # Failovers and other timelines
+//
 // An LSN is meaningful only on the cluster and timeline that wrote it, so
 // every checkpoint carries the server's system identifier and timeline
-// (IDENTIFY_SYSTEM); a checkpoint of another identity is refused with a
-// *MismatchError, never applied.
+// (IDENTIFY_SYSTEM). A promoted standby keeps its primary's system
+// identifier and starts a new timeline, whose history (TIMELINE_HISTORY,
+// History) names the timelines it descends from and where each ended: WAL
+// up to that switch point is the same on both. So a checkpoint saved on
+// (system S, timeline T) at LSN L is judged, on a server of (S', T'), by
+// Checkpoint.Lineage and Store.Resume:
+//
+//   - S = S' and T = T': applied (the skip-ahead and the Partial).
+//   - S = S', T an ancestor of T', L at or before where T ended: applied
+//     the same way. Its position names the same WAL here, its fence's xids
+//     are the same transactions (a physical replica replays the primary's
+//     WAL), and the relay saves it again under T' at its first save. Only
+//     a Decoded past the switch point and a Partial of a transaction that
+//     commits at or past it are dropped: those positions name other WAL
+//     here.
+//   - S = S', T an ancestor, L past where T ended: the relay confirmed WAL
+//     the promoted standby never received (possible when the primary's
+//     synchronized_standby_slots does not name the standby). Refusing it
+//     would stop the relay after a legitimate failover, and applying it
+//     would skip WAL of the new timeline, so neither: nothing is skipped,
+//     the relay resumes from the slot's own position (duplicates, never
+//     loss) and logs a warning (Resumption.Diverged) that events past the
+//     switch point may have been published from the old primary although
+//     this timeline lacks them.
+//   - S ≠ S', or T not an ancestor of T' (a sibling branch, a later
+//     timeline): refused with a *MismatchError, never applied.
+//
+// recover bounds its back-fill by the fence of an ancestor's checkpoint
+// when the fence is at or before the switch point. cleanup and replay
+// (Verify) accept only the server's own timeline: the relay saves one as
+// soon as it resumes after a failover.
 //
 // Outbox rows carry no LSN. To map a position to rows the saver records a
 // Fence with each checkpoint: two snapshots around a WAL insert position.

@@ -101,8 +101,10 @@ type Checkpoint struct {
 // ErrNoCheckpoint is returned when no checkpoint was saved for the slot.
 var ErrNoCheckpoint = errors.New("no checkpoint saved")
 
-// MismatchError is a checkpoint saved on another cluster or timeline: its
-// LSN does not name the same WAL here, so it is never applied.
+// MismatchError is a checkpoint saved on another cluster, or on a
+// timeline the server's does not descend from (Verify: on any other
+// timeline): its LSN does not name the same WAL here, so it is never
+// applied.
 type MismatchError struct {
 	Slot    string
 	Saved   Identity
@@ -119,7 +121,12 @@ func (e *MismatchError) Error() string {
 		"or \"outbox-relay checkpoint reset\" to discard it", e.Slot, e.Saved, e.Current, what)
 }
 
-// Verify refuses cp unless it was saved on id.
+// Verify refuses cp unless it was saved on id: the strict check of the
+// commands that read checkpoints over a plain connection only. cleanup
+// and replay keep it, also after a failover: a checkpoint of an ancestor
+// timeline (Lineage) would do for them too, but the relay saves one on
+// the new timeline as soon as it resumes there, so they wait for that one
+// instead of needing a replication connection for the timeline history.
 func (cp Checkpoint) Verify(id Identity) error {
 	if cp.Identity != id {
 		return &MismatchError{Slot: cp.Slot, Saved: cp.Identity, Current: id}

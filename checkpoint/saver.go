@@ -34,6 +34,11 @@ type Saver struct {
 	fence       *Fence  // newest fence at or before saved
 	pending     []Fence // fences ahead of the saved position, oldest first
 	partial     Partial // Partial of the last save
+	// carry is set while the continued checkpoint was saved under another
+	// identity (an ancestor timeline): the first Save writes its position
+	// again under id, even if nothing moved, so the newest row names the
+	// server's timeline (cleanup and replay accept only that).
+	carry bool
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
@@ -51,8 +56,10 @@ type Saver struct {
 
 // NewSaver returns a saver of source's positions into store, on the
 // server identified by id. prev, if not nil, is the checkpoint to continue
-// from (already verified against id): positions at or before it are not
-// saved again, and its fence is reused until a newer one applies.
+// from (Resumption.Prev: saved on id, or on an ancestor timeline and
+// limited to the WAL it shares with id's): positions at or before it are
+// not saved again, except once under id when prev was saved under another
+// identity, and its fence is reused until a newer one applies.
 func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() Acked,
 	interval, retention time.Duration, log *slog.Logger) *Saver {
 	s := &Saver{store: store, db: db, id: id, source: source, interval: interval, retention: retention, log: log}
@@ -60,6 +67,7 @@ func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() 
 		s.saved, s.fence, s.decoded = prev.LSN, prev.Fence, prev.Decoded
 		s.savedCommit, s.savedXid = prev.CommitTime, prev.Xid
 		s.partial = prev.Partial
+		s.carry = prev.Identity != id
 	}
 	return s
 }
@@ -125,7 +133,7 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 		pos.LSN, pos.CommitTime, pos.Xid = s.saved, s.savedCommit, s.savedXid
 	}
 	part := s.partialAt(pos.LSN, pos.Partial)
-	if pos.LSN == s.saved && pos.Decoded <= s.decoded && part.Equal(s.partial) {
+	if pos.LSN == s.saved && pos.Decoded <= s.decoded && part.Equal(s.partial) && !s.carry {
 		return nil
 	}
 	// The newest fence at or before the position applies to it.
@@ -142,7 +150,7 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 		return err
 	}
 	s.saved, s.decoded, s.savedCommit, s.savedXid = pos.LSN, cp.Decoded, pos.CommitTime, pos.Xid
-	s.partial = part
+	s.partial, s.carry = part, false
 	if s.OnSave != nil {
 		s.OnSave(cp)
 	}

@@ -45,8 +45,8 @@ func TestDBSaver(t *testing.T) {
 	if got := e.latest(t); got.LSN != pos || got.Xid != 4 || got.Fence == nil || got.Fence.LSN != cp.Fence.LSN {
 		t.Fatalf("after a restart behind the checkpoint: %+v", got)
 	}
-	prev, skip, err := e.store.Resume(e.ctx, testID, 0x10, 0)
-	if err != nil || prev == nil || skip != pos {
-		t.Fatalf("Resume = %+v, %s, %v; want to skip to %s", prev, skip, err, pos)
+	res, err := e.store.Resume(e.ctx, nil, testID, 0x10, 0)
+	if err != nil || res.Prev == nil || res.SkipBefore != pos {
+		t.Fatalf("Resume = %+v, %v; want to skip to %s", res, err, pos)
 	}
 }

@@ -138,6 +138,32 @@ func TestSaverContinuesFromPrev(t *testing.T) {
 	}
 }
 
+// A saver continuing a checkpoint of an ancestor timeline (a promoted
+// standby) saves its position once more under the server's identity, with
+// its fence, even though nothing moved: the newest row then names the new
+// timeline, which cleanup and replay need. After that it saves only what
+// moved, as usual.
+func TestSaverCarriesAncestorCheckpoint(t *testing.T) {
+	db := &fakeDB{updated: 0}
+	f0 := &Fence{LSN: 0x400, Xmin: 40, Xmax: 45, At: time.Unix(40, 0)}
+	old := Identity{SystemID: testID.SystemID, Timeline: testID.Timeline + 1}
+	prev := &Checkpoint{LSN: 0x500, CommitTime: time.Unix(50, 0), Xid: 50, Identity: old, Fence: f0, Decoded: 0x500}
+	src := &source{a: Acked{LSN: 0x300}} // the synchronized slot lags the checkpoint
+	s := NewSaver(NewStore(db, migrations.Table{Schema: "public", Name: "outbox"}, "outbox_relay"), db, testID, prev, src.last, time.Hour, 0, testLogger(t))
+	save(t, s, false)
+	w := lastWrite(t, db, 1)
+	if !w.insert || w.lsn != "0/500" || w.system != testID.SystemID || w.timeline != testID.Timeline || *w.fence() != *f0 || w.xid != int64(50) {
+		t.Fatalf("carried checkpoint %+v", w)
+	}
+	save(t, s, false)
+	lastWrite(t, db, 1)
+	src.set(Acked{LSN: 0x600})
+	save(t, s, false)
+	if w := lastWrite(t, db, 2); w.lsn != "0/600" || w.timeline != testID.Timeline {
+		t.Fatalf("next save %+v", w)
+	}
+}
+
 // The fence saved with a position is always at or before it (so rows
 // with xid >= its Xmin hold every row committed after the position), and
 // it is the newest such fence captured. Random walk against a model.

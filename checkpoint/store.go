@@ -226,30 +226,3 @@ func (e *AheadError) Error() string {
 	return fmt.Sprintf("checkpoint of slot %q is at %s, past the server's WAL end %s: it belongs to another history, so it is refused; "+
 		"run \"outbox-relay checkpoint reset\" (or \"outbox-relay recover\") after checking what happened", e.Slot, e.LSN, e.WAL)
 }
-
-// Resume decides where a relay starting on a slot confirmed at confirmed,
-// on server id whose WAL ends at walEnd, stands. It returns the newest
-// checkpoint (nil when none) and, when that checkpoint is ahead of the
-// slot, its LSN: transactions that commit before it were acknowledged by
-// Kafka already (the relay crashed before confirming them, or PostgreSQL
-// lost the slot's in-memory position), so they may be skipped instead of
-// re-published. A checkpoint of another identity is a *MismatchError.
-func (s *Store) Resume(ctx context.Context, id Identity, confirmed, walEnd pglogrepl.LSN) (*Checkpoint, pglogrepl.LSN, error) {
-	cp, err := s.Latest(ctx)
-	if errors.Is(err, ErrNoCheckpoint) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := cp.Verify(id); err != nil {
-		return nil, 0, err
-	}
-	if walEnd != 0 && cp.LSN > walEnd {
-		return nil, 0, &AheadError{Slot: s.slot, LSN: cp.LSN, WAL: walEnd}
-	}
-	if cp.LSN > confirmed {
-		return &cp, cp.LSN, nil
-	}
-	return &cp, 0, nil
-}

@@ -157,6 +157,53 @@ func TestDBSaveNewRowsAndPrune(t *testing.T) {
 	}
 }
 
+// After a failover to a promoted standby the relay saves on the new
+// timeline while its synchronized slot lags the old primary's last
+// checkpoint: the new timeline's rows are written (never merged into the
+// old timeline's row, never refused as a step back) and Latest returns
+// them, though their LSN is lower.
+func TestDBSaveAfterTimelineSwitch(t *testing.T) {
+	e := newDBEnv(t)
+	f1 := &Fence{LSN: 0x300, Xmin: 30, Xmax: 31, At: time.Unix(3000, 0)}
+	e.save(t, e.store, Checkpoint{LSN: 0x400, Xid: 4, Identity: testID, Fence: f1}, 0)
+	e.save(t, e.store, Checkpoint{LSN: 0x900, Xid: 9, Identity: testID}, 0) // the old primary's last save
+	promoted := Identity{SystemID: testID.SystemID, Timeline: testID.Timeline + 1}
+
+	// The relay resumed on the promoted standby from a checkpoint at 0x400
+	// (the newest it replicated) and carries it over.
+	prev := Checkpoint{LSN: 0x400, Xid: 4, Identity: testID, Fence: f1}
+	src := &source{a: Acked{LSN: 0x200}}
+	sv := NewSaver(e.store, e.pool, promoted, &prev, src.last, time.Hour, 0, testLogger(t))
+	if err := sv.Save(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	got := e.latest(t)
+	if got.Identity != promoted || got.LSN != 0x400 || got.Xid != 4 || got.Fence == nil || got.Fence.Xmin != 30 || e.rows(t, "outbox_relay") != 2 {
+		t.Fatalf("after the switch: Latest = %+v, %d rows", got, e.rows(t, "outbox_relay"))
+	}
+	src.set(Acked{LSN: 0x500, Xid: 5})
+	if err := sv.Save(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.latest(t); got.Identity != promoted || got.LSN != 0x500 || got.Xid != 5 || e.rows(t, "outbox_relay") != 2 {
+		t.Fatalf("next save: Latest = %+v, %d rows, want the new timeline's row updated in place", got, e.rows(t, "outbox_relay"))
+	}
+	// The old timeline's row is history, untouched.
+	var lsn string
+	var tli int32
+	if err := e.pool.QueryRow(e.ctx, `SELECT lsn::text, timeline FROM `+e.cpTable()+` ORDER BY id LIMIT 1`).Scan(&lsn, &tli); err != nil {
+		t.Fatal(err)
+	}
+	if lsn != "0/900" || tli != testID.Timeline {
+		t.Fatalf("old timeline's row at %s on timeline %d", lsn, tli)
+	}
+	// A restart on the new timeline resumes from its own row.
+	res, err := e.store.Resume(e.ctx, nil, promoted, 0x300, 0x1000)
+	if err != nil || res.Prev == nil || res.Prev.LSN != 0x500 || res.Lineage.Ancestor || res.SkipBefore != 0x500 {
+		t.Fatalf("Resume on the new timeline = %+v, %v", res, err)
+	}
+}
+
 func TestDBReset(t *testing.T) {
 	e := newDBEnv(t)
 	other := NewStore(e.pool, e.tbl, "other_slot")
@@ -251,12 +298,14 @@ func TestDBFences(t *testing.T) {
 }
 
 // Resume: a checkpoint ahead of the slot is skipped to; one of another
-// identity or past the server's WAL is refused.
+// identity or past the server's WAL is refused. (A checkpoint of the
+// server's own identity, or of another system, needs no replication
+// connection: conn is nil.)
 func TestDBResume(t *testing.T) {
 	e := newDBEnv(t)
-	cp, skip, err := e.store.Resume(e.ctx, testID, 0x100, 0x1000)
-	if cp != nil || skip != 0 || err != nil {
-		t.Fatalf("Resume without a checkpoint = %v, %s, %v", cp, skip, err)
+	res, err := e.store.Resume(e.ctx, nil, testID, 0x100, 0x1000)
+	if res != (Resumption{}) || err != nil {
+		t.Fatalf("Resume without a checkpoint = %+v, %v", res, err)
 	}
 	e.save(t, e.store, Checkpoint{LSN: 0x500, Xid: 5, Identity: testID}, 0)
 	for _, c := range []struct {
@@ -268,22 +317,29 @@ func TestDBResume(t *testing.T) {
 		{0x400, 0x500, 0x500}, // at the WAL end
 		{0x400, 0, 0x500},     // WAL end unknown
 	} {
-		cp, skip, err := e.store.Resume(e.ctx, testID, c.confirmed, c.walEnd)
-		if err != nil || cp == nil || cp.LSN != 0x500 || cp.Xid != 5 || skip != c.skip {
-			t.Errorf("Resume(confirmed %s, WAL %s) = %+v, %s, %v; want skip %s", c.confirmed, c.walEnd, cp, skip, err, c.skip)
+		res, err := e.store.Resume(e.ctx, nil, testID, c.confirmed, c.walEnd)
+		if err != nil || res.Prev == nil || res.Prev.LSN != 0x500 || res.Prev.Xid != 5 || res.SkipBefore != c.skip || res.Diverged != nil || res.Lineage.Ancestor {
+			t.Errorf("Resume(confirmed %s, WAL %s) = %+v, %v; want skip %s", c.confirmed, c.walEnd, res, err, c.skip)
 		}
 	}
-	_, _, err = e.store.Resume(e.ctx, testID, 0x100, 0x4ff)
+	_, err = e.store.Resume(e.ctx, nil, testID, 0x100, 0x4ff)
 	var ae *AheadError
 	if !errors.As(err, &ae) || ae.LSN != 0x500 || ae.WAL != 0x4ff || ae.Slot != "outbox_relay" {
 		t.Fatalf("Resume past the WAL = %v", err)
 	}
 	// Another cluster: refused before anything else is compared.
 	restored := Identity{SystemID: "7300000000000000009", Timeline: 1}
-	cp, skip, err = e.store.Resume(e.ctx, restored, 0x100, 0x4ff)
+	res, err = e.store.Resume(e.ctx, nil, restored, 0x100, 0x4ff)
 	var me *MismatchError
-	if !errors.As(err, &me) || me.Saved != testID || me.Current != restored || cp != nil || skip != 0 {
-		t.Fatalf("Resume on another cluster = %v, %s, %v", cp, skip, err)
+	if !errors.As(err, &me) || me.Saved != testID || me.Current != restored || res != (Resumption{}) {
+		t.Fatalf("Resume on another cluster = %+v, %v", res, err)
+	}
+	// A later timeline of the checkpoint's system: its history is read on
+	// the replication connection, here one to the stack's server, which
+	// has no timeline 1000, so the read fails and Resume says so.
+	promoted := Identity{SystemID: testID.SystemID, Timeline: 1000}
+	if _, err = e.store.Resume(e.ctx, e.replConn(t), promoted, 0x100, 0x1000); err == nil || !strings.Contains(err.Error(), "TIMELINE_HISTORY 1000") {
+		t.Fatalf("Resume on timeline 1000 without its history = %v", err)
 	}
 }
 
@@ -339,13 +395,7 @@ func TestDBIdentify(t *testing.T) {
 	if _, _, err := Identify(e.ctx, plain); err == nil || !strings.Contains(err.Error(), "IDENTIFY_SYSTEM") {
 		t.Fatalf("Identify on a plain connection = %v", err)
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(e.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(e.ctx)
-	id, pos, err := Identify(e.ctx, conn)
+	id, pos, err := Identify(e.ctx, e.replConn(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,12 @@ type DatabaseConfig struct {
 	// how long the server keeps a silent relay's slot busy, which delays
 	// the next leader's takeover; 0 keeps the server's setting.
 	WALSenderTimeout time.Duration
+	// FailoverSlot creates the slot, when the relay creates it, with
+	// failover = true on PostgreSQL 17+, so standbys with
+	// sync_replication_slots = on keep a copy and a failover does not lose
+	// it. Ignored before 17, and for a slot that exists already (outbox-relay
+	// migrate --failover-slot changes that one).
+	FailoverSlot bool
 }
 
 // KafkaConfig is how every Kafka client reaches the brokers: the relay's
@@ -208,6 +214,7 @@ func DefaultConfig() Config {
 		Database: DatabaseConfig{
 			Slot: "outbox_relay", Publication: "outbox_relay", Table: "public.outbox",
 			StatusInterval: time.Second, HeartbeatInterval: 10 * time.Second, SlotCheckInterval: 10 * time.Second,
+			FailoverSlot: true,
 		},
 		Kafka: KafkaConfig{MetadataTTL: time.Second},
 		Publish: PublishConfig{

@@ -133,7 +133,8 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	}
 	defer pool.Close()
 	r.pool = pool
-	out := outboxdb.Outbox{Table: r.c.table, Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication}
+	out := outboxdb.Outbox{Table: r.c.table, Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication,
+		FailoverSlot: r.cfg.Database.FailoverSlot}
 	checked, err := out.Check(ctx, pool, r.log)
 	if err != nil {
 		return err

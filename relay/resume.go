@@ -49,13 +49,16 @@ type resumeState struct {
 }
 
 // resume identifies the server and compares the newest checkpoint with the
-// slot. A checkpoint of another cluster or timeline stops the relay.
+// slot. A checkpoint of another cluster, or of a timeline this server's
+// does not descend from, stops the relay; one of an ancestor timeline (a
+// promoted standby of the same cluster) applies up to where that timeline
+// ended.
 func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status) (resumeState, error) {
 	id, walEnd, err := checkpoint.Identify(ctx, conn)
 	if err != nil {
 		return resumeState{}, err
 	}
-	prev, skip, err := r.positions.Resume(ctx, id, st.ConfirmedFlushLSN, walEnd)
+	res, err := r.positions.Resume(ctx, conn, id, st.ConfirmedFlushLSN, walEnd)
 	if err != nil {
 		var mismatch *checkpoint.MismatchError
 		var ahead *checkpoint.AheadError
@@ -64,6 +67,8 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 		}
 		return resumeState{}, err
 	}
+	r.logLineage(res, id, st.ConfirmedFlushLSN)
+	prev, skip := res.Prev, res.SkipBefore
 	if skip != 0 {
 		r.log.Info("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published", slog.String("stage", "checkpoint"), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.String("checkpoint_lsn", skip.String()), slog.Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)))
 	}
@@ -74,6 +79,27 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 		rs.partial = prev.Partial
 	}
 	return rs, nil
+}
+
+// logLineage reports a checkpoint saved on an earlier timeline: applied
+// when it is within the WAL this timeline shares, otherwise a warning that
+// the old primary may have published events this timeline lacks.
+func (r *Relay) logLineage(res checkpoint.Resumption, id checkpoint.Identity, confirmed pglogrepl.LSN) {
+	lin := res.Lineage
+	if !lin.Ancestor {
+		return
+	}
+	attrs := []any{slog.String("stage", "checkpoint"), slog.Int64("checkpoint_timeline", int64(lin.Timeline)),
+		slog.Int64("timeline", int64(id.Timeline)), slog.String("switch_point", lin.End.String()),
+		slog.String("confirmed_flush_lsn", confirmed.String())}
+	if d := res.Diverged; d != nil {
+		r.log.Warn("checkpoint was saved past the point where its timeline ended on the way to this server's (the relay confirmed WAL this promoted standby never received): "+
+			"nothing is skipped, streaming resumes from the slot's position (duplicates, never loss); events committed past the switch point may have been published from the old primary although this timeline lacks them",
+			append(attrs, slog.String("checkpoint_lsn", d.LSN.String()))...)
+		return
+	}
+	r.log.Info("checkpoint was saved on an earlier timeline of this cluster (a promoted standby), before that timeline ended: it applies here",
+		append(attrs, slog.String("checkpoint_lsn", res.Prev.LSN.String()))...)
 }
 
 // prevDecoded is the saved checkpoint's decoded position (0: unknown).

@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
@@ -101,5 +104,56 @@ func TestSkipperPartialPastPrefix(t *testing.T) {
 	}
 	if fmt.Sprint(skipped) != "[0 1 2 4 6]" {
 		t.Fatalf("skipped %v, want [0 1 2 4 6]", skipped)
+	}
+}
+
+// After a failover, a checkpoint of the old timeline is reported: applied
+// (info) within the WAL the timelines share, a warning naming both
+// positions and the switch point past it; nothing for one of the server's
+// own timeline.
+func TestLogLineage(t *testing.T) {
+	id := checkpoint.Identity{SystemID: "7300000000000000001", Timeline: 2}
+	anc := checkpoint.Lineage{Ancestor: true, Timeline: 1, End: 0x3000}
+	cp := &checkpoint.Checkpoint{LSN: 0x2800, Identity: checkpoint.Identity{SystemID: id.SystemID, Timeline: 1}}
+	past := &checkpoint.Checkpoint{LSN: 0x3800, Identity: cp.Identity}
+	cases := []struct {
+		name  string
+		res   checkpoint.Resumption
+		level string // "": nothing logged
+		msg   string
+		lsn   string
+	}{
+		{"same timeline", checkpoint.Resumption{Prev: &checkpoint.Checkpoint{LSN: 0x2800, Identity: id}}, "", "", ""},
+		{"no checkpoint", checkpoint.Resumption{}, "", "", ""},
+		{"ancestor, shared", checkpoint.Resumption{Prev: cp, Lineage: anc}, "INFO", "it applies here", "0/2800"},
+		{"ancestor, past the switch point", checkpoint.Resumption{Diverged: past, Lineage: anc}, "WARN",
+			"events committed past the switch point may have been published from the old primary although this timeline lacks them", "0/3800"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			r := &Relay{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+			r.logLineage(c.res, id, 0x2000)
+			if c.level == "" {
+				if buf.Len() != 0 {
+					t.Fatalf("logged %s", buf.String())
+				}
+				return
+			}
+			var rec map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+				t.Fatalf("%v: %s", err, buf.String())
+			}
+			want := map[string]any{"level": c.level, "stage": "checkpoint", "checkpoint_lsn": c.lsn, "confirmed_flush_lsn": "0/2000",
+				"switch_point": "0/3000", "checkpoint_timeline": 1.0, "timeline": 2.0}
+			for k, v := range want {
+				if rec[k] != v {
+					t.Errorf("%s = %v, want %v", k, rec[k], v)
+				}
+			}
+			if msg, _ := rec["msg"].(string); !strings.Contains(msg, c.msg) {
+				t.Errorf("message %q lacks %q", msg, c.msg)
+			}
+		})
 	}
 }

@@ -6,4 +6,10 @@
 // a slot the relay must not use — one of another output plugin, of another
 // database, or held by another process — with an error that says what to do,
 // because streaming from such a slot would silently lose or steal events.
+//
+// On PostgreSQL 17 and later the slot is created as a failover slot
+// (WithFailover, on by default): standbys with sync_replication_slots = on
+// keep a synchronized copy, so after a failover the promoted standby has
+// the slot and the relay resumes there instead of losing the events after
+// its position. SetFailover changes an existing slot's flag.
 package slot

@@ -2,8 +2,10 @@ package slot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -28,10 +30,18 @@ type Exported struct {
 var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 
 // CreateExported creates the slot (pgoutput) on conn, a replication
-// connection, with EXPORT_SNAPSHOT. The publication must exist.
-func CreateExported(ctx context.Context, conn *pgconn.PgConn, name string) (Exported, error) {
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, name, Plugin,
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+// connection, with an exported snapshot; on PostgreSQL 17+ as a failover
+// slot unless WithFailover(false). The publication must exist.
+func CreateExported(ctx context.Context, conn *pgconn.PgConn, name string, opts ...Option) (Exported, error) {
+	v, err := replicationServerVersion(ctx, conn)
+	if err != nil {
+		return Exported{}, fmt.Errorf("create slot %q: %w", name, err)
+	}
+	sql := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s EXPORT_SNAPSHOT", quoteIdent(name), Plugin)
+	if newOptions(opts).failoverOn(v) {
+		sql = fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s (SNAPSHOT 'export', FAILOVER)", quoteIdent(name), Plugin)
+	}
+	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, sql))
 	if err != nil {
 		return Exported{}, fmt.Errorf("create slot %q: %w", name, err)
 	}
@@ -94,4 +104,21 @@ func Hold(ctx context.Context, conn *pgconn.PgConn, name string, pluginArgs []st
 			return fmt.Errorf("hold slot %q: server ended the stream", name)
 		}
 	}
+}
+
+// replicationServerVersion reads server_version_num on a replication
+// connection, where SHOW is one of the few commands there are.
+func replicationServerVersion(ctx context.Context, conn *pgconn.PgConn) (int, error) {
+	res, err := conn.Exec(ctx, "SHOW server_version_num").ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read server_version_num: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("read server_version_num: unexpected result shape")
+	}
+	v, err := strconv.Atoi(string(res[0].Rows[0][0]))
+	if err != nil {
+		return 0, fmt.Errorf("read server_version_num: %w", err)
+	}
+	return v, nil
 }

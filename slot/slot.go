@@ -44,6 +44,10 @@ type Status struct {
 	LagBytes int64
 	// RetainedBytes is CurrentLSN - RestartLSN: WAL the slot pins on disk.
 	RetainedBytes int64
+	// Failover is the slot's failover flag (PostgreSQL 17+; always false
+	// before): standbys with sync_replication_slots = on keep a copy of
+	// the slot, so it survives a failover.
+	Failover bool
 }
 
 // Manager handles one slot and its publication.
@@ -51,11 +55,13 @@ type Manager struct {
 	db          DB
 	slot        string
 	publication string
+	opts        options
 }
 
-// NewManager returns a manager for slot and publication on db.
-func NewManager(db DB, slot, publication string) *Manager {
-	return &Manager{db: db, slot: slot, publication: publication}
+// NewManager returns a manager for slot and publication on db. The options
+// say how Create (and Ensure) create the slot.
+func NewManager(db DB, slot, publication string, opts ...Option) *Manager {
+	return &Manager{db: db, slot: slot, publication: publication, opts: newOptions(opts)}
 }
 
 // Status reads the slot's row. It returns ErrNotFound when there is none.
@@ -69,9 +75,9 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 	err := m.db.QueryRow(ctx, `
 		SELECT slot_name, plugin, database, active, active_pid,
 		       confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-		       pg_current_wal_lsn()::text
-		FROM pg_replication_slots WHERE slot_name = $1`, m.slot).
-		Scan(&s.Name, &plugin, &database, &s.Active, &pid, &confirmed, &restart, &walStatus, &safe, &current)
+		       pg_current_wal_lsn()::text, coalesce((to_jsonb(s) ->> 'failover')::bool, false)
+		FROM pg_replication_slots s WHERE slot_name = $1`, m.slot).
+		Scan(&s.Name, &plugin, &database, &s.Active, &pid, &confirmed, &restart, &walStatus, &safe, &current, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("slot %q: %w", m.slot, ErrNotFound)
 	}
@@ -111,10 +117,20 @@ func deref(s *string) string {
 	return *s
 }
 
-// Create creates the slot with the pgoutput plugin. The publication must
-// exist first: pgoutput looks it up as of each decoded transaction.
+// Create creates the slot with the pgoutput plugin, on PostgreSQL 17+ as a
+// failover slot unless WithFailover(false). The publication must exist
+// first: pgoutput looks it up as of each decoded transaction.
 func (m *Manager) Create(ctx context.Context) (Status, error) {
-	_, err := m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, m.slot, Plugin)
+	v, err := ServerVersion(ctx, m.db)
+	if err != nil {
+		return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
+	}
+	if m.opts.failoverOn(v) {
+		// (name, plugin, temporary, two_phase, failover)
+		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2, false, false, true)`, m.slot, Plugin)
+	} else {
+		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, m.slot, Plugin)
+	}
 	if err != nil {
 		return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -24,9 +24,11 @@ Run "outbox-relay checkpoint show|reset --help" for the flags.
 // checkpointSummaries describe each checkpoint command in its --help.
 var checkpointSummaries = map[string]string{
 	"show": "Prints the newest saved checkpoint of the slot as JSON, compared with the slot and the server:\n" +
-		"whether it is usable (same system identifier and timeline) and how far ahead of the slot it is.",
+		"whether it is usable (same system identifier, and the same timeline or, after a promotion, an earlier one\n" +
+		"this server's timeline descends from, up to where it ended) and how far ahead of the slot it is.",
 	"reset": "Deletes the slot's checkpoints, after a deliberate restore or re-initialisation of the database\n" +
-		"(a checkpoint of another system identifier or timeline is refused by recover, replay and cleanup).",
+		"(a checkpoint of another system identifier, or of a timeline this server's does not descend from, is refused by\n" +
+		"run and recover; replay and cleanup want one of the server's own timeline).",
 }
 
 func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,18 +61,9 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
 	out := checkpointJSON(cp)
-	out["server_system_identifier"] = id.SystemID
-	out["server_timeline"] = id.Timeline
-	if verr := cp.Verify(id); verr != nil {
-		out["usable"] = false
-		out["refused"] = verr.Error()
-	} else {
-		out["usable"] = true
+	if err := checkpointUsable(ctx, cfg.DatabaseURL, cp, out); err != nil {
+		return err
 	}
 	st, err := slot.NewManager(pool, cfg.Slot, cfg.Publication).Status(ctx)
 	switch {
@@ -87,6 +80,49 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// checkpointUsable identifies the server on a replication connection and
+// reports in out whether cp applies there, as the relay decides it
+// (checkpoint.Store.Resume): saved on the server's system and timeline, or
+// on an earlier timeline of the same system (a promoted standby) at or
+// before where that timeline ended.
+func checkpointUsable(ctx context.Context, url string, cp checkpoint.Checkpoint, out map[string]any) error {
+	conn, err := replication.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	id, _, err := checkpoint.Identify(ctx, conn)
+	if err != nil {
+		return err
+	}
+	out["server_system_identifier"] = id.SystemID
+	out["server_timeline"] = id.Timeline
+	lin, err := cp.Trace(ctx, conn, id)
+	var mismatch *checkpoint.MismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		out["usable"] = false
+		out["refused"] = err.Error()
+		return nil
+	case err != nil:
+		return err
+	}
+	out["usable"] = lin.Shares(cp.LSN)
+	if !lin.Ancestor {
+		return nil
+	}
+	out["timeline_switch_lsn"] = lin.End.String()
+	if lin.Shares(cp.LSN) {
+		out["lineage"] = fmt.Sprintf("promoted standby of the same cluster: saved on timeline %d, which this server's timeline %d descends from, "+
+			"before that timeline ended at %s: it applies", lin.Timeline, id.Timeline, lin.End)
+		return nil
+	}
+	out["lineage"] = fmt.Sprintf("promoted standby of the same cluster, but saved past the point where timeline %d ended (%s): "+
+		"the relay resumes from the slot's position without skipping (duplicates, never loss); events committed past %s "+
+		"may have been published from the old primary although this timeline lacks them", lin.Timeline, lin.End, lin.End)
+	return nil
 }
 
 func checkpointJSON(cp checkpoint.Checkpoint) map[string]any {

@@ -48,6 +48,12 @@ type config struct {
 	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile         string
 	KafkaTLSServerName, KafkaSASLMechanism, KafkaSASLUsername string
 	KafkaSASLPassword, GrantRole                              string
+	// FailoverSlot: the slot migrate, slot create, run and recover create
+	// is a failover slot on PostgreSQL 17+. failoverSlotSet records that
+	// it was given (flag or environment): only then does migrate change
+	// an existing slot's flag.
+	FailoverSlot    bool
+	failoverSlotSet bool
 
 	// Derived by validate.
 	kafkaSecurity kafkaconn.Security
@@ -88,11 +94,21 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 		b.String(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
 		b.Bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
 		b.String(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
+		bindFailoverSlot(b, &c.FailoverSlot, "; set explicitly, migrate also sets an existing slot's flag to it (stop the relay first)")
 	}
 	if s&scopeRun != 0 {
 		c.bindRun(b, d)
+		bindFailoverSlot(b, &c.FailoverSlot, "; applies when the relay creates a missing slot (an existing slot keeps its flag: migrate --failover-slot changes it)")
 	}
 	return b
+}
+
+// bindFailoverSlot registers --failover-slot (migrate, slot create, run,
+// recover: every command that creates the slot) into p; more ends its help.
+func bindFailoverSlot(b *envflag.Binder, p *bool, more string) {
+	b.Bool(p, "failover-slot", relay.DefaultConfig().Database.FailoverSlot,
+		"create the logical slot with failover = true on PostgreSQL 17+, so a standby with sync_replication_slots = on keeps it "+
+			"through a failover; false opts out; ignored before 17"+more).To("Database.FailoverSlot")
 }
 
 // bindKafka registers the Kafka flags: brokers, topics, batching, and the
@@ -159,6 +175,7 @@ func (c *config) relayConfig() relay.Config {
 			URL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
 			StatusInterval: c.StatusInterval, HeartbeatInterval: c.HeartbeatInterval,
 			SlotCheckInterval: c.SlotCheckInterval, WALSenderTimeout: c.WALSenderTimeout,
+			FailoverSlot: c.FailoverSlot,
 		},
 		Kafka: c.kafka(),
 		Publish: relay.PublishConfig{
@@ -198,6 +215,7 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 // Each error names its flag and says how to fix it.
 func (c *config) validate(b *envflag.Binder, s scope) error {
 	errs := append([]error(nil), b.Errs()...)
+	c.failoverSlotSet = b.IsSet("failover-slot")
 	lvl, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel))
 	if err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel))

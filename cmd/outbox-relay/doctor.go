@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
@@ -18,6 +19,7 @@ import (
 // exits 1, a database it cannot connect to (nothing checked) exits 4.
 func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var topics string
+	var standbyURLs []string
 	var dedupe, outboxRetention, cpRetention time.Duration
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
@@ -25,8 +27,15 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
 			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
 			"each finding with its fix. Exit code 1 when any check fails, 4 when the checks could not run\n"+
-			"(PostgreSQL unreachable or refusing the connection).",
+			"(PostgreSQL unreachable or refusing the connection).\n"+
+			"On PostgreSQL 17+ it also checks the slot's failover chain: the slot's failover flag, the primary's\n"+
+			"synchronized_standby_slots (existing, active physical slots) and, on each --standby-url, recovery,\n"+
+			"system identifier, sync_replication_slots, hot_standby_feedback, primary_slot_name (named in\n"+
+			"synchronized_standby_slots), a dbname in primary_conninfo, wal_level and the slot's synchronized copy\n"+
+			"(synced, failover, persistent). A gap fails when the slot has failover = true and warns otherwise;\n"+
+			"failover = false fails when --standby-url is given. Before 17 a standby gets the checks that exist there.",
 		args, scopeDB|scopeKafka, stderr, func(binder *envflag.Binder) {
+			binder.ConnStrings(&standbyURLs, "standby-url", "a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated")
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
 			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
@@ -38,16 +47,29 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
+	for i, u := range standbyURLs {
+		if _, err := outboxdb.ParseConfig(u); err != nil {
+			return configError{fmt.Errorf("--standby-url #%d: %w", i+1, err)}
+		}
+	}
 	rep := &doctor.Report{}
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return notCheckedError{err}
 	}
 	defer pool.Close()
-	doctor.CheckPostgres(ctx, pool, doctor.Target{
+	target := doctor.Target{
 		Slot: cfg.Slot, Publication: cfg.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
 		Cleanup: outboxRetention > 0,
-	}, rep)
+	}
+	doctor.CheckPostgres(ctx, pool, target, rep)
+	standbys := make([]doctor.Standby, len(standbyURLs))
+	for i, u := range standbyURLs {
+		var closeStandby func()
+		standbys[i], closeStandby = doctor.OpenStandby(ctx, u)
+		defer closeStandby()
+	}
+	doctor.CheckFailover(ctx, pool, target, standbys, rep)
 
 	names := doctor.SplitTopics(topics)
 	if len(names) == 0 {

@@ -16,7 +16,8 @@ import (
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse("migrate",
 		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
-			"and the logical replication slot, so events committed from now on are retained until relayed.\n"+
+			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n"+
+			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n"+
 			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
 			"grants it exactly the table privileges listed in the README; run it as a superuser for that.",
 		args, scopeDB|scopeMigrate, stderr)
@@ -39,7 +40,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, cfg.Slot, cfg.Publication)
+	m := slot.NewManager(pool, cfg.Slot, cfg.Publication, slot.WithFailover(cfg.FailoverSlot))
 	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
 		return err
 	}
@@ -58,6 +59,9 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if !errors.As(err, &active) { // a running relay is fine here
 			return err
 		}
+	}
+	if err := migrateFailover(ctx, cfg, pool, &st, stdout); err != nil {
+		return err
 	}
 	if cfg.GrantRole != "" {
 		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, migrations.GrantOptions{Cleanup: cfg.GrantCleanup})
@@ -78,7 +82,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
 	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN)
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN, failoverNote(st))
 	return nil
 }
 

@@ -43,7 +43,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	rc := recovery.Config{
-		DatabaseURL: cfg.DatabaseURL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Slot, Publication: cfg.Publication},
+		DatabaseURL: cfg.DatabaseURL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Slot, Publication: cfg.Publication, FailoverSlot: cfg.FailoverSlot},
 		Policy: deadletter.Policy(cfg.PoisonPolicy), Publisher: cfg.publisherConfig("outbox-relay"),
 		CheckpointRetention: cfg.CheckpointRetention, All: all,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -21,7 +22,7 @@ Run "outbox-relay slot status|create|drop --help" for the flags.
 // slotSummaries describe each slot command in its --help.
 var slotSummaries = map[string]string{
 	"status": "Shows the slot's confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size, active pid and lag.",
-	"create": "Creates the publication (if missing) and the slot with the pgoutput plugin.",
+	"create": "Creates the publication (if missing) and the slot with the pgoutput plugin, on PostgreSQL 17+ as a failover slot.",
 	"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
 }
 
@@ -30,16 +31,24 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	cfg, err := parse("slot "+verb, slotSummaries[verb], args[1:], scopeDB, stderr)
+	var failover bool
+	cfg, rest, err := parseWith("slot "+verb, "", slotSummaries[verb], args[1:], scopeDB, stderr, func(b *envflag.Binder) {
+		if verb == "create" {
+			bindFailoverSlot(b, &failover, "")
+		}
+	})
 	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
 	}
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m := slot.NewManager(pool, cfg.Slot, cfg.Publication)
+	m := slot.NewManager(pool, cfg.Slot, cfg.Publication, slot.WithFailover(failover))
 	switch verb {
 	case "create":
 		if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
@@ -49,7 +58,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "created slot %s at %s\n", st.Name, st.ConfirmedFlushLSN)
+		fmt.Fprintf(stdout, "created slot %s at %s%s\n", st.Name, st.ConfirmedFlushLSN, failoverNote(st))
 		return nil
 	case "drop":
 		if err := m.Drop(ctx); err != nil {
@@ -67,6 +76,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"active_pid": st.ActivePID, "confirmed_flush_lsn": st.ConfirmedFlushLSN.String(),
 		"restart_lsn": st.RestartLSN.String(), "wal_status": st.WALStatus, "safe_wal_size": st.SafeWALSize,
 		"current_wal_lsn": st.CurrentLSN.String(), "lag_bytes": st.LagBytes, "retained_bytes": st.RetainedBytes,
+		"failover": st.Failover,
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")

@@ -26,8 +26,10 @@ type Binder struct {
 	errs   []error
 	// parseErr is the first malformed value Parse met on the command line.
 	parseErr error
-	// secrets are the values of Secret flags; dsn marks connection strings.
-	secrets []secret
+	// secrets are the values of Secret flags; dsn marks connection
+	// strings. dsnLists are the values of ConnStrings flags.
+	secrets  []secret
+	dsnLists []*[]string
 	// fields maps config fields to flag names ("--max-batch"), examples
 	// the required ones to an example value, and groups a rule over
 	// several fields to their flags.
@@ -121,6 +123,14 @@ func (b *Binder) ConnString(p *string, name, def, help string) Binding {
 }
 
 func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
+	*p = b.secretEnv(name, def)
+	b.secrets = append(b.secrets, secret{p, dsn})
+	return b.registerSecret(stringValue{p}, name, help)
+}
+
+// secretEnv is a secret flag's value from the environment: <ENV>, or the
+// file <ENV>_FILE names; def when neither is set.
+func (b *Binder) secretEnv(name, def string) string {
 	env := b.EnvName(name)
 	if path, ok := os.LookupEnv(env + "_FILE"); ok {
 		if _, both := b.env(name); both {
@@ -133,9 +143,12 @@ func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
 	} else if v, ok := b.env(name); ok {
 		def = v
 	}
-	*p = def
-	b.secrets = append(b.secrets, secret{p, dsn})
-	b.fs.Var(&bound{Value: stringValue{p}, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
+	return def
+}
+
+func (b *Binder) registerSecret(v flag.Value, name, help string) Binding {
+	env := b.EnvName(name)
+	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
 	return Binding{b, name}
 }
 
@@ -148,6 +161,9 @@ func (b *Binder) Secrets() (plain, dsns []string) {
 		} else {
 			plain = append(plain, *s.p)
 		}
+	}
+	for _, l := range b.dsnLists {
+		dsns = append(dsns, *l...)
 	}
 	return plain, dsns
 }

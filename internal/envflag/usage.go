@@ -47,6 +47,8 @@ func unbound(v flag.Value) flag.Value {
 // does not print.
 func zero(f *flag.Flag, def string) bool {
 	switch unbound(f.Value).(type) {
+	case *listValue:
+		return true // connection strings: never printed
 	case stringValue:
 		return def == ""
 	case boolValue:

@@ -58,6 +58,9 @@ type Outbox struct {
 	Table       migrations.Table
 	Slot        string
 	Publication string
+	// FailoverSlot: a slot created for streaming is a failover slot on
+	// PostgreSQL 17+ (slot.WithFailover).
+	FailoverSlot bool
 }
 
 // Checked is an Outbox that passed Check, with the handles streaming uses.
@@ -86,7 +89,7 @@ func (o Outbox) Check(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger)
 	}
 	c := &Checked{
 		Schema:      schema,
-		Slots:       slot.NewManager(pool, o.Slot, o.Publication),
+		Slots:       slot.NewManager(pool, o.Slot, o.Publication, slot.WithFailover(o.FailoverSlot)),
 		Checkpoints: checkpoint.NewStore(pool, o.Table, o.Slot),
 		DeadLetters: deadletter.NewStore(pool, o.Table),
 	}

@@ -75,16 +75,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.dropLostSlot(ctx, checked.Slots); err != nil {
 		return err
 	}
-	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
 	commitTS, err := backfill.CommitTimestamps(ctx, pool)
 	if err != nil {
 		return err
 	}
 	positions := checked.Checkpoints
-	w, desc, foreign, err := window(ctx, positions, id, cfg.Since, cfg.All, commitTS)
+	id, w, desc, foreign, err := cfg.plan(ctx, positions, commitTS)
 	if err != nil {
 		return err
 	}
@@ -98,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ex, err := slot.CreateExported(ctx, repl, cfg.Outbox.Slot)
+	ex, err := slot.CreateExported(ctx, repl, cfg.Outbox.Slot, slot.WithFailover(cfg.Outbox.FailoverSlot))
 	if err != nil {
 		repl.Close(context.Background())
 		return err
@@ -146,10 +142,36 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 	}
 }
 
+// plan identifies the server on a short-lived replication connection and
+// picks the back-fill window (window), reading the timeline history there
+// when the checkpoint is of an earlier timeline.
+func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Window, string, bool, error) {
+	conn, err := replication.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return checkpoint.Identity{}, backfill.Window{}, "", false, err
+	}
+	defer conn.Close(context.Background())
+	id, _, err := checkpoint.Identify(ctx, conn)
+	if err != nil {
+		return id, backfill.Window{}, "", false, err
+	}
+	trace := func(cp checkpoint.Checkpoint) (checkpoint.Lineage, error) { return cp.Trace(ctx, conn, id) }
+	w, desc, foreign, err := window(ctx, positions, id, trace, cfg.Since, cfg.All, commitTS)
+	return id, w, desc, foreign, err
+}
+
 // window picks the back-fill's lower bound: the newest checkpoint's
-// fence, or --since / --all. foreign reports a checkpoint of another
-// cluster or timeline, replaced after the back-fill.
-func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, since time.Time, all, commitTS bool) (backfill.Window, string, bool, error) {
+// fence, or --since / --all. trace relates a checkpoint to the server
+// (Checkpoint.Trace). foreign reports a checkpoint of another cluster, or
+// of a timeline the server's does not descend from, replaced after the
+// back-fill. A checkpoint of an ancestor timeline (a promoted standby of
+// the same cluster) bounds the back-fill like one of the server's own
+// timeline when its fence is within the WAL the timelines share: the
+// standby replayed the transactions before it with the same xids, and
+// every later one, of either timeline, has a larger xid. Its rows stay,
+// as history of the cluster.
+func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, trace func(checkpoint.Checkpoint) (checkpoint.Lineage, error),
+	since time.Time, all, commitTS bool) (backfill.Window, string, bool, error) {
 	var w backfill.Window
 	if all {
 		return w, "every row in the table", false, nil
@@ -158,7 +180,15 @@ func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Iden
 	if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return w, "", false, err
 	}
-	foreign := err == nil && cp.Verify(id) != nil
+	var lin checkpoint.Lineage
+	var refused error // a *MismatchError
+	if err == nil {
+		var mismatch *checkpoint.MismatchError
+		if lin, refused = trace(cp); refused != nil && !errors.As(refused, &mismatch) {
+			return w, "", false, refused
+		}
+	}
+	foreign := refused != nil
 	if !since.IsZero() {
 		t := since
 		w.Since = t
@@ -177,14 +207,22 @@ func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Iden
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return w, "", false, fmt.Errorf("%w: pass --since TIME (when the slot was last healthy) or --all", err)
 	}
-	if verr := cp.Verify(id); verr != nil {
-		return w, "", false, fmt.Errorf("%w (pass --since TIME or --all to choose the back-fill start yourself)", verr)
+	if refused != nil {
+		return w, "", false, fmt.Errorf("%w (pass --since TIME or --all to choose the back-fill start yourself)", refused)
 	}
 	if cp.Fence == nil {
 		return w, "", false, fmt.Errorf("checkpoint at %s has no fence (saved before the relay captured one): pass --since TIME or --all", cp.LSN)
 	}
+	if !lin.Shares(cp.Fence.LSN) {
+		return w, "", false, fmt.Errorf("checkpoint at %s was saved on timeline %d, which this server's timeline %d shares only up to %s, "+
+			"and its fence at %s is past that, so its xid bound does not hold here: pass --since TIME or --all", cp.LSN, lin.Timeline, id.Timeline, lin.End, cp.Fence.LSN)
+	}
 	w.FromXid = &cp.Fence.Xmin
-	return w, fmt.Sprintf("since checkpoint %s (xid >= %d, fence at %s)", cp.LSN, cp.Fence.Xmin, cp.Fence.LSN), false, nil
+	desc := fmt.Sprintf("since checkpoint %s (xid >= %d, fence at %s)", cp.LSN, cp.Fence.Xmin, cp.Fence.LSN)
+	if lin.Ancestor {
+		desc += fmt.Sprintf(", saved on timeline %d, which this server's timeline %d descends from (it ended at %s)", lin.Timeline, id.Timeline, lin.End)
+	}
+	return w, desc, false, nil
 }
 
 // backfillSlot imports the slot's snapshot, holds the slot on repl (the

@@ -1,0 +1,86 @@
+package slot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// FailoverVersion is the first server_version_num with failover slots
+// (PostgreSQL 17): a logical slot created with failover = true is copied
+// to standbys that run with sync_replication_slots = on, so after a
+// failover the promoted standby has the slot and the relay resumes there.
+// Before 17 a failover loses the slot and the events after its position
+// must be back-filled (outbox-relay recover).
+const FailoverVersion = 170000
+
+// Option configures how a slot is created (NewManager, CreateExported).
+type Option func(*options)
+
+type options struct {
+	failover bool
+}
+
+// newOptions applies opts over the defaults: failover slots on.
+func newOptions(opts []Option) options {
+	o := options{failover: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithFailover sets whether the slot is created with failover = true on
+// PostgreSQL 17 and later (the default): standbys with
+// sync_replication_slots = on then keep a copy, so a failover does not lose
+// the slot. Turn it off only where no standby may ever take over, or where
+// the primary's synchronized_standby_slots must not hold the relay back
+// (a failover slot's changes wait for the standbys it names). Before 17
+// the option is ignored: those servers have no failover slots.
+func WithFailover(on bool) Option {
+	return func(o *options) { o.failover = on }
+}
+
+// ServerVersion reads server_version_num, e.g. 170006 for 17.6.
+func ServerVersion(ctx context.Context, db DB) (int, error) {
+	var v int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read server_version_num: %w", err)
+	}
+	return v, nil
+}
+
+// SetFailover sets the failover flag of the existing slot name to on with
+// ALTER_REPLICATION_SLOT over conn, a replication connection
+// (replication=database) to a PostgreSQL 17+ primary. There is no SQL
+// function for it. The server refuses while the slot is active: the
+// relay streaming from it must be stopped first (ActiveError).
+func SetFailover(ctx context.Context, conn *pgconn.PgConn, name string, on bool) error {
+	sql := fmt.Sprintf("ALTER_REPLICATION_SLOT %s (FAILOVER %t)", quoteIdent(name), on)
+	if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55006" { // object_in_use: active for a PID
+			return fmt.Errorf("set failover = %t on slot %q: %w; stop the relay streaming from it, then run outbox-relay migrate %s again",
+				on, name, err, failoverFlag(on))
+		}
+		return fmt.Errorf("set failover = %t on slot %q: %w", on, name, err)
+	}
+	return nil
+}
+
+// failoverFlag is the outbox-relay flag that asks for failover = on, for
+// messages that say what to run.
+func failoverFlag(on bool) string {
+	if on {
+		return "--failover-slot"
+	}
+	return "--failover-slot=false"
+}
+
+// failoverOn reports whether a slot created on a server of version v is a
+// failover slot: asked for, and a server that has them.
+func (o options) failoverOn(v int) bool {
+	return o.failover && v >= FailoverVersion
+}
