@@ -458,3 +458,48 @@ func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 	t.Logf("TestPrimaryFailoverWithoutSlotSync (PostgreSQL %d): relay stopped %s after the crash; crash to first event from the new primary %s (recover included); %s; confirmed_flush_lsn on the new primary %s -> %s",
 		r.major, stopped.Round(time.Millisecond), took.Round(time.Millisecond), out, early, confirmed)
 }
+
+// TestFailoverSlotStandbyDown: with synchronized_standby_slots naming a
+// standby that is down, the relay publishes nothing committed after the
+// standby went away (it would be lost by a failover to that standby), and
+// the slot does not confirm past it; the relay stays up, and once the
+// standby is back it catches up with nothing lost.
+func TestFailoverSlotStandbyDown(t *testing.T) {
+	r := newFailoverRig(t, true)
+	relay := r.start(200)
+	db := r.env.DB
+	r.standby.Stop(t, "fast")
+	down := time.Now()
+	held := r.confirmedOnNewPrimary(db) // the primary: nothing was promoted
+	time.Sleep(3 * time.Second)
+	// Allow what the standby received just before it stopped.
+	margin := down.Add(500 * time.Millisecond)
+	committed := r.ledger.Committed()
+	var leaked, after int
+	for _, ev := range committed {
+		if ev.CommitTime.After(margin) {
+			after++
+		}
+	}
+	for _, rec := range r.consumer.Records() {
+		if ev, ok := committed[rec.EventID()]; ok && ev.CommitTime.After(margin) {
+			leaked++
+		}
+	}
+	confirmed := r.confirmedOnNewPrimary(db)
+	if after == 0 {
+		t.Fatal("the writers committed nothing while the standby was down")
+	}
+	if leaked > 0 {
+		t.Fatalf("%d of the %d events committed while the standby was down reached Kafka: synchronized_standby_slots must hold them back", leaked, after)
+	}
+	if !relay.Running() {
+		t.Fatalf("the relay exited while the standby was down (code %d):\n%s", relay.exitCode, relay.LogTail(20))
+	}
+	t.Logf("standby down: %d events committed, none published; confirmed_flush_lsn %s -> %s", after, held, confirmed)
+	r.standby.Start(t)
+	back := time.Now()
+	res, _, end := r.finish(db)
+	t.Logf("TestFailoverSlotStandbyDown (PostgreSQL %d): standby back; writes went on for 2 s more and everything settled %s after the restart; %s; confirmed_flush_lsn %s",
+		r.major, time.Since(back).Round(time.Millisecond), res, end)
+}
