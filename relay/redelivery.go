@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -15,7 +16,28 @@ import (
 // persists it (decoded_lsn, migration 4), so the next run — after a crash,
 // a reconnect or a failover — can tell events that were possibly
 // delivered already from new ones.
-type decodedMark struct{ lsn atomic.Uint64 }
+type decodedMark struct {
+	lsn atomic.Uint64
+	// timeline is the server timeline lsn was recorded on (0: none yet).
+	timeline atomic.Int32
+}
+
+// rebase moves the mark to the timeline of a new stream attempt, before
+// it streams. After a promotion the mark of the old timeline names other
+// WAL past that timeline's end: it is capped at the switch point when the
+// checkpoint's lineage describes that timeline, and dropped otherwise, so
+// new transactions are not counted as redelivered.
+func (d *decodedMark) rebase(timeline int32, lin checkpoint.Lineage) {
+	old := d.timeline.Swap(timeline)
+	if old == 0 || old == timeline {
+		return
+	}
+	if lin.Ancestor && lin.Timeline == old {
+		d.lsn.Store(min(d.lsn.Load(), uint64(lin.End)))
+		return
+	}
+	d.lsn.Store(0)
+}
 
 func (d *decodedMark) advance(lsn pglogrepl.LSN) {
 	for {

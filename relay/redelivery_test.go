@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -26,6 +27,41 @@ func TestDecodedMarkOnlyAdvances(t *testing.T) {
 	d.advance(10)
 	if got := d.load(); got != 5000 {
 		t.Fatalf("mark %d, want the highest, 5000", got)
+	}
+}
+
+// TestDecodedMarkRebase: after a promotion (a stream on a new timeline)
+// the mark of the old timeline is capped at the switch point, or dropped
+// when the lineage does not describe its timeline; on the same timeline it
+// stays.
+func TestDecodedMarkRebase(t *testing.T) {
+	ancestor := checkpoint.Lineage{Ancestor: true, Timeline: 1, End: 3000}
+	cases := []struct {
+		name string
+		tli  int32
+		lin  checkpoint.Lineage
+		want pglogrepl.LSN
+	}{
+		{"same timeline", 1, checkpoint.Lineage{}, 5000},
+		{"promoted: capped at the switch point", 2, ancestor, 3000},
+		{"promoted: lineage of another timeline", 3, checkpoint.Lineage{Ancestor: true, Timeline: 2, End: 4000}, 0},
+		{"promoted: no lineage (no checkpoint)", 2, checkpoint.Lineage{}, 0},
+	}
+	for _, c := range cases {
+		var d decodedMark
+		d.rebase(1, checkpoint.Lineage{})
+		d.advance(5000)
+		d.rebase(c.tli, c.lin)
+		if got := d.load(); got != c.want {
+			t.Errorf("%s: mark %s, want %s", c.name, got, c.want)
+		}
+	}
+	var d decodedMark
+	d.rebase(2, ancestor)
+	d.advance(1000)
+	d.rebase(2, ancestor)
+	if got := d.load(); got != 1000 {
+		t.Errorf("first stream, then the same timeline again: mark %s, want 0/3E8", got)
 	}
 }
 

@@ -46,6 +46,8 @@ type resumeState struct {
 	// partial is the acknowledged prefix of a transaction the slot will
 	// replay (zero: none).
 	partial checkpoint.Partial
+	// lineage relates the newest checkpoint's timeline to the server's.
+	lineage checkpoint.Lineage
 }
 
 // resume identifies the server and compares the newest checkpoint with the
@@ -72,7 +74,7 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 	if skip != 0 {
 		r.log.Info("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published", slog.String("stage", "checkpoint"), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.String("checkpoint_lsn", skip.String()), slog.Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)))
 	}
-	rs := resumeState{id: id, prev: prev, skipBefore: skip}
+	rs := resumeState{id: id, prev: prev, skipBefore: skip, lineage: res.Lineage}
 	// The slot replays the transaction of the partial unless it confirmed
 	// past its commit (then the partial is stale and never matches).
 	if prev != nil && !prev.Partial.Empty() && prev.Partial.CommitLSN >= st.ConfirmedFlushLSN {

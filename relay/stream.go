@@ -62,6 +62,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	// cancels the stream; the end of ctx (SIGTERM) drains it.
 	streamCtx, cancel := context.WithCancel(lctx)
 	defer cancel()
+	r.decoded.rebase(resume.id.Timeline, resume.lineage)
 	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m),
 		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
 	var progress replication.Progress = tracker
