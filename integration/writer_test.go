@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -59,11 +60,7 @@ func (l *Ledger) addPending(evs []Event) {
 func (l *Ledger) Pending() map[string]Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]Event, len(l.pending))
-	for k, v := range l.pending {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(l.pending)
 }
 
 func (l *Ledger) addCommitted(evs []Event, lsn string) {
@@ -92,22 +89,14 @@ func (l *Ledger) addRolledBack(evs []Event) {
 func (l *Ledger) Committed() map[string]Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]Event, len(l.committed))
-	for k, v := range l.committed {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(l.committed)
 }
 
 // RolledBack returns a copy of the rolled-back events by id.
 func (l *Ledger) RolledBack() map[string]Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]Event, len(l.rolledBack))
-	for k, v := range l.rolledBack {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(l.rolledBack)
 }
 
 // CommittedCount is the number of committed events.
