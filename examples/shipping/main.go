@@ -10,10 +10,19 @@
 // commit and the offset commit, or a replay under a fresh consumer group —
 // is absorbed and counted.
 //
+// The inbox applies events in batches (one transaction for up to
+// --batch-size events, or what arrived within --batch-linger) and works on
+// up to --concurrency partitions at a time; 0 keeps the library's default
+// for each. --batch-size 1 --concurrency 1 is the one-event-per-transaction
+// path of earlier versions. The pool gets at least --concurrency + 2
+// connections, so a busy consumer never starves its own bookkeeping.
+//
 // Usage:
 //
 //	go run ./examples/shipping --until-idle 5s
 //	go run ./examples/shipping --group shipping-replay --until-idle 5s   # forced redelivery: all duplicates
+//	go run ./examples/shipping --batch-size 200 --batch-linger 10ms --concurrency 6 --until-idle 5s
+//	go run ./examples/shipping --batch-size 1 --concurrency 1 --until-idle 5s   # one transaction per event
 //
 // The database (SHIPPING_DATABASE_URL, else OUTBOX_RELAY_DATABASE_URL) gets
 // the schema "shipping" with the inbox tables, shipments and counters.
@@ -62,6 +71,9 @@ type config struct {
 	commitInterval time.Duration
 	sessionTimeout time.Duration
 	untilIdle      time.Duration
+	batchSize      int
+	batchLinger    time.Duration
+	concurrency    int
 	duration       time.Duration
 	metricsAddr    string
 	logLevel       zerolog.Level
@@ -91,6 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&policy, "policy", string(inbox.PolicyWait), "permanent failures: wait (dead-letter, the aggregate waits) or halt")
 	fs.DurationVar(&cfg.commitInterval, "commit-interval", time.Second, "offset commit cadence (batched)")
 	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 10*time.Second, "consumer group session and rebalance timeout")
+	fs.IntVar(&cfg.batchSize, "batch-size", 0, "most events applied in one transaction (0: the library default; 1: one transaction per event)")
+	fs.DurationVar(&cfg.batchLinger, "batch-linger", 0, "how long a partition waits for more records before it applies a partial batch (0: the library default)")
+	fs.IntVar(&cfg.concurrency, "concurrency", 0, "partitions applied at the same time (0: the library default, the pool size; 1: one at a time)")
 	fs.DurationVar(&cfg.untilIdle, "until-idle", 0, "exit after this long without an event (0: run until SIGTERM)")
 	fs.DurationVar(&cfg.duration, "duration", 0, "exit after this long (0: no limit)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve /metrics here (empty: off)")
@@ -122,6 +137,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.policy = p
 	if cfg.commitInterval <= 0 || cfg.sessionTimeout < 6*time.Second || cfg.untilIdle < 0 || cfg.duration < 0 {
 		errs = append(errs, errors.New("--commit-interval must be positive, --session-timeout at least 6s (the broker's minimum), --until-idle and --duration not negative"))
+	}
+	if cfg.batchSize < 0 || cfg.batchLinger < 0 || cfg.concurrency < 0 {
+		errs = append(errs, errors.New("--batch-size, --batch-linger and --concurrency must not be negative (0: the library default)"))
 	}
 	if cfg.logLevel, err = zerolog.ParseLevel(level); err != nil || level == "" {
 		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", level))
@@ -162,7 +180,15 @@ type service struct {
 }
 
 func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
-	pool, err := pgxpool.New(ctx, cfg.databaseURL)
+	pcfg, err := pgxpool.ParseConfig(cfg.databaseURL)
+	if err != nil {
+		return fmt.Errorf("--database-url: %w", err)
+	}
+	// Each partition applying a batch holds a connection for the whole
+	// transaction; two more leave room for the dead-letter writes and the
+	// final totals query.
+	pcfg.MaxConns = max(pcfg.MaxConns, int32(cfg.concurrency)+2)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -201,6 +227,9 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		Handler:        s.handle,
 		Policy:         cfg.policy,
 		CommitInterval: cfg.commitInterval,
+		BatchSize:      cfg.batchSize,
+		BatchLinger:    cfg.batchLinger,
+		Concurrency:    cfg.concurrency,
 		Metrics:        metrics,
 		Logger:         log,
 		TuneReader: func(rc *kafka.ReaderConfig) {

@@ -32,3 +32,28 @@ func TestParseFlagsErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFlagsBatching(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://x/y")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:1")
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0 leaves each to the library's default.
+	if cfg.batchSize != 0 || cfg.batchLinger != 0 || cfg.concurrency != 0 {
+		t.Fatalf("batching defaults = %d, %s, %d; want zeros", cfg.batchSize, cfg.batchLinger, cfg.concurrency)
+	}
+	cfg, err = parseFlags([]string{"--batch-size", "200", "--batch-linger", "10ms", "--concurrency", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.batchSize != 200 || cfg.batchLinger != 10*time.Millisecond || cfg.concurrency != 3 {
+		t.Fatalf("batching = %d, %s, %d", cfg.batchSize, cfg.batchLinger, cfg.concurrency)
+	}
+	for _, args := range [][]string{{"--batch-size", "-1"}, {"--batch-linger", "-1ms"}, {"--concurrency", "-2"}} {
+		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("%v: err = %v, want a negative-value error", args, err)
+		}
+	}
+}
