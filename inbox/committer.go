@@ -3,56 +3,102 @@ package inbox
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 )
 
-// committer batches offset commits. It only ever holds messages whose
-// outcome is final in PostgreSQL, and since events are processed one at a
-// time in fetch order, the highest held offset of a partition is never
-// past one whose outcome is unknown.
+// committer batches one generation's offset commits. Workers mark a
+// partition's next offset only after every record before it has a final
+// outcome in PostgreSQL (each partition is applied in order), so a
+// committed offset is never past a record whose outcome is unknown.
 type committer struct {
-	r       *kafka.Reader
-	c       *Consumer
-	pending map[topicPartition]kafka.Message
-	n       int // events marked since the last commit
+	c   *Consumer
+	gen *kafka.Generation
+
+	mu      sync.Mutex
+	pending map[string]map[int]int64 // topic → partition → next offset to read
+	n       int                      // events marked since the last commit
+	kick    chan struct{}            // CommitBatch reached
 }
 
-type topicPartition struct {
-	topic     string
-	partition int
+func newCommitter(c *Consumer, gen *kafka.Generation) *committer {
+	return &committer{c: c, gen: gen, pending: map[string]map[int]int64{}, kick: make(chan struct{}, 1)}
 }
 
-func newCommitter(r *kafka.Reader, c *Consumer) *committer {
-	return &committer{r: r, c: c, pending: map[topicPartition]kafka.Message{}}
+// mark records that every record of topic/partition before next has its
+// outcome committed in PostgreSQL; events is how many that adds.
+func (k *committer) mark(topic string, partition int, next int64, events int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pending[topic] == nil {
+		k.pending[topic] = map[int]int64{}
+	}
+	k.pending[topic][partition] = next
+	k.n += events
+	if k.n >= k.c.cfg.CommitBatch {
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// mark records that m's outcome is committed in PostgreSQL.
-func (k *committer) mark(m kafka.Message) {
-	k.pending[topicPartition{m.Topic, m.Partition}] = m
-	k.n++
+// run commits every CommitInterval or CommitBatch events until ctx ends,
+// then waits for the workers (their batches in flight) and commits what
+// they marked last: the generation's final commit, made before kafka-go
+// rejoins the group and the partitions move.
+func (k *committer) run(ctx context.Context, workers *sync.WaitGroup) {
+	tick := time.NewTicker(k.c.cfg.CommitInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			workers.Wait()
+			k.flush()
+			return
+		case <-tick.C:
+			k.flush()
+		case <-k.kick:
+			k.flush()
+		}
+	}
 }
 
-// flush commits the marked offsets. A failed commit (a rebalance, the
-// broker away) is logged and dropped: the next commit of the partition
-// supersedes it, and at worst the events are delivered again and absorbed.
-func (k *committer) flush(ctx context.Context) {
+// flush commits the marked offsets. A failed commit (the generation ended,
+// the coordinator away) is logged and its offsets are kept for the next
+// try unless newer ones were marked meanwhile; at worst the events are
+// delivered again and absorbed.
+func (k *committer) flush() {
+	k.mu.Lock()
 	if len(k.pending) == 0 {
+		k.mu.Unlock()
 		return
 	}
-	msgs := make([]kafka.Message, 0, len(k.pending))
-	for _, m := range k.pending {
-		msgs = append(msgs, m)
-	}
-	clear(k.pending)
-	k.n = 0
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	offsets := k.pending
+	k.pending, k.n = map[string]map[int]int64{}, 0
+	k.mu.Unlock()
+
 	start := time.Now()
-	if err := k.r.CommitMessages(cctx, msgs...); err != nil {
+	if err := k.gen.CommitOffsets(offsets); err != nil {
 		k.c.m.errors("offset_commit")
-		k.c.log.Warn("offset commit failed; the events will be delivered again and absorbed", slog.String("stage", "offset_commit"), slog.Any("error", err), slog.Int("partitions", len(msgs)))
+		k.c.log.Warn("offset commit failed; the events will be delivered again and absorbed unless a later commit succeeds",
+			slog.String("stage", "offset_commit"), slog.Any("error", err), slog.Int("generation", int(k.gen.ID)))
+		k.mu.Lock()
+		for topic, parts := range offsets {
+			if k.pending[topic] == nil {
+				k.pending[topic] = maps.Clone(parts)
+				continue
+			}
+			for p, o := range parts {
+				if _, newer := k.pending[topic][p]; !newer {
+					k.pending[topic][p] = o
+				}
+			}
+		}
+		k.mu.Unlock()
 		return
 	}
 	k.c.commits.Add(1)

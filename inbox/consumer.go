@@ -64,18 +64,39 @@ type Config struct {
 	// handler changes live there, so one transaction covers both.
 	Pool *pgxpool.Pool
 	// Schema holds the inbox tables (Migrate); default "public".
-	Schema  string
-	Handler Handler
+	Schema string
+	// Handler applies one event at a time; BatchHandler applies a batch's
+	// events at once. Exactly one of the two is required. Either way the
+	// events of a batch share one transaction (see BatchSize).
+	Handler      Handler
+	BatchHandler BatchHandler
 	// Policy for permanent failures; default PolicyWait.
 	Policy Policy
+
+	// BatchSize is the most events of one partition applied in one
+	// transaction (default 500). A transaction per batch instead of per
+	// event is what makes the inbox keep up with the relay; 1 gives one
+	// transaction per event. Memory is bounded by BatchSize times the
+	// assigned partitions, whatever the backlog.
+	BatchSize int
+	// BatchLinger is how long a partition waits for more records after
+	// the first one of a batch before it applies a partial batch (default
+	// 5ms). A backlog fills batches at once; the linger only adds latency
+	// to a trickle.
+	BatchLinger time.Duration
+	// Concurrency is how many partitions apply a batch at the same time
+	// (default: the pool's MaxConns). Each assigned partition has its own
+	// reader and worker, so order within a partition (and so within an
+	// aggregate) is kept; this bounds the database connections they hold.
+	Concurrency int
 
 	// MaxAttempts is how often a failing handler runs before the event is
 	// a permanent failure (default 5). Infrastructure failures of
 	// PostgreSQL are retried without limit and never count.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the exponential backoff with full
-	// jitter between attempts (defaults 100ms, 5s). The consumer processes
-	// one event at a time, so every partition waits during the backoff.
+	// jitter between attempts (defaults 100ms, 5s). Only the failing
+	// event's partition waits during the backoff.
 	BackoffBase, BackoffMax time.Duration
 
 	// CommitInterval and CommitBatch batch offset commits: the processed
@@ -98,12 +119,18 @@ type Config struct {
 	// (the default: a new consumer sees every retained event) or
 	// kafka.LastOffset.
 	StartOffset int64
-	// ShutdownTimeout bounds the final offset commit when Run stops
-	// (default 10s).
+	// ShutdownTimeout bounds how long the batches in flight may take to
+	// finish when Run stops, before they are cancelled (and roll back)
+	// and the final offsets are committed (default 10s).
 	ShutdownTimeout time.Duration
-	// TuneReader, if set, may adjust the kafka-go reader configuration
-	// (session and rebalance timeouts, fetch sizes) before it is created.
-	// GroupID, GroupTopics and CommitInterval are the inbox's.
+	// TuneReader, if set, may adjust the kafka-go configuration before the
+	// consumer group and the partition readers are created: the group
+	// settings (SessionTimeout, RebalanceTimeout, HeartbeatInterval,
+	// JoinGroupBackoff, GroupBalancers, Dialer, StartOffset) go to the
+	// kafka.ConsumerGroup, the fetch settings (MinBytes, MaxBytes,
+	// MaxWait, QueueCapacity, ReadBackoffMin/Max, IsolationLevel) to each
+	// partition's reader. GroupID, GroupTopics, Topic, Partition and
+	// CommitInterval are the inbox's.
 	TuneReader func(*kafka.ReaderConfig)
 
 	Metrics Metrics      // nil: no metrics; inboxprom.New gives Prometheus collectors
@@ -118,6 +145,7 @@ type Stats struct {
 	DeadLettered int64 // permanent failures written to the dead-letter table
 	Retries      int64 // handler attempts after the first, and infrastructure retries
 	Commits      int64 // successful offset commits
+	Batches      int64 // transactions that committed a batch of events
 }
 
 // Consumer reads outbox events from Kafka with a consumer group and applies
@@ -128,7 +156,10 @@ type Consumer struct {
 	log   *slog.Logger
 	m     *consumerMetrics
 
-	applied, duplicates, parked, dead, retries, commits atomic.Int64
+	// sem bounds the transactions in flight (Concurrency).
+	sem chan struct{}
+
+	applied, duplicates, parked, dead, retries, commits, batches atomic.Int64
 }
 
 // New validates cfg and returns a Consumer. It does not connect.
@@ -149,8 +180,8 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Pool == nil {
 		errs = append(errs, errors.New("inbox: Pool is required"))
 	}
-	if cfg.Handler == nil {
-		errs = append(errs, errors.New("inbox: Handler is required"))
+	if (cfg.Handler == nil) == (cfg.BatchHandler == nil) {
+		errs = append(errs, errors.New("inbox: exactly one of Handler and BatchHandler is required"))
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
@@ -180,13 +211,21 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.CommitBatch == 0 {
 		cfg.CommitBatch = 1000
 	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 500
+	}
+	def(&cfg.BatchLinger, 5*time.Millisecond)
+	if cfg.Concurrency == 0 && cfg.Pool != nil {
+		cfg.Concurrency = int(cfg.Pool.Config().MaxConns)
+	}
 	if cfg.StartOffset == 0 {
 		cfg.StartOffset = kafka.FirstOffset
 	}
-	if cfg.MaxAttempts < 1 || cfg.CommitBatch < 1 {
-		errs = append(errs, fmt.Errorf("inbox: MaxAttempts (%d) and CommitBatch (%d) must be at least 1", cfg.MaxAttempts, cfg.CommitBatch))
+	if cfg.MaxAttempts < 1 || cfg.CommitBatch < 1 || cfg.BatchSize < 1 || cfg.BatchSize > maxBatchSize || (cfg.Concurrency < 1 && cfg.Pool != nil) {
+		errs = append(errs, fmt.Errorf("inbox: MaxAttempts (%d), CommitBatch (%d) and Concurrency (%d) must be at least 1, BatchSize (%d) 1 to %d",
+			cfg.MaxAttempts, cfg.CommitBatch, cfg.Concurrency, cfg.BatchSize, maxBatchSize))
 	}
-	if cfg.BackoffBase < 0 || cfg.BackoffMax < cfg.BackoffBase || cfg.CommitInterval < 0 || cfg.PruneInterval < 0 {
+	if cfg.BackoffBase < 0 || cfg.BackoffMax < cfg.BackoffBase || cfg.CommitInterval < 0 || cfg.PruneInterval < 0 || cfg.BatchLinger < 0 {
 		errs = append(errs, errors.New("inbox: durations must be positive and BackoffBase <= BackoffMax"))
 	}
 	if err := CheckRetention(cfg.Retention, cfg.ReplayWindow); err != nil {
@@ -195,7 +234,7 @@ func New(cfg Config) (*Consumer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler)}
+	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency)}
 	if cfg.Logger != nil {
 		c.log = cfg.Logger.With(slog.String("consumer", cfg.Name))
 	}
@@ -228,225 +267,8 @@ func CheckRetention(retention, replayWindow time.Duration) error {
 func (c *Consumer) Stats() Stats {
 	return Stats{
 		Applied: c.applied.Load(), Duplicates: c.duplicates.Load(), Parked: c.parked.Load(),
-		DeadLettered: c.dead.Load(), Retries: c.retries.Load(), Commits: c.commits.Load(),
+		DeadLettered: c.dead.Load(), Retries: c.retries.Load(), Commits: c.commits.Load(), Batches: c.batches.Load(),
 	}
-}
-
-// Run consumes until ctx is done (it then returns nil after committing the
-// processed offsets) or a fatal error (a *HaltError under PolicyHalt).
-// Offsets are committed only for events whose transaction committed (or
-// that were dead-lettered), so a crash at any point causes redelivery,
-// never a skipped event.
-func (c *Consumer) Run(ctx context.Context) error {
-	rc := kafka.ReaderConfig{
-		Brokers:               c.cfg.Brokers,
-		GroupID:               c.cfg.GroupID,
-		GroupTopics:           c.cfg.Topics,
-		StartOffset:           c.cfg.StartOffset,
-		MinBytes:              1,
-		MaxBytes:              8 << 20,
-		MaxWait:               500 * time.Millisecond,
-		HeartbeatInterval:     time.Second,
-		WatchPartitionChanges: true,
-		ReadBackoffMin:        100 * time.Millisecond,
-		ReadBackoffMax:        time.Second,
-		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
-			c.log.Warn(fmt.Sprintf(f, a...), slog.String("stage", "kafka"))
-		}),
-	}
-	if c.cfg.TuneReader != nil {
-		c.cfg.TuneReader(&rc)
-	}
-	rc.GroupID, rc.GroupTopics, rc.Topic, rc.Partition = c.cfg.GroupID, c.cfg.Topics, "", 0
-	rc.CommitInterval = 0 // synchronous: CommitMessages returns once the broker stored the offsets
-	r := kafka.NewReader(rc)
-
-	fctx, stopFetch := context.WithCancel(ctx)
-	defer stopFetch()
-	type fetched struct {
-		m   kafka.Message
-		err error
-	}
-	msgs := make(chan fetched)
-	go func() {
-		for {
-			m, err := r.FetchMessage(fctx)
-			select {
-			case msgs <- fetched{m, err}:
-			case <-fctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
-	if c.cfg.Retention > 0 {
-		go c.pruneLoop(fctx)
-	}
-	c.log.Info("inbox consumer started", slog.String("stage", "start"), slog.String("group", c.cfg.GroupID), slog.Any("topics", c.cfg.Topics))
-
-	com := newCommitter(r, c)
-	tick := time.NewTicker(c.cfg.CommitInterval)
-	defer tick.Stop()
-	finish := func(err error) error {
-		stopFetch()
-		cctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-		defer cancel()
-		com.flush(cctx)
-		if cerr := r.Close(); cerr != nil {
-			c.log.Warn("closing the Kafka reader", slog.String("stage", "shutdown"), slog.Any("error", cerr))
-		}
-		c.log.Info("inbox consumer stopped", slog.String("stage", "shutdown"))
-		return err
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return finish(nil)
-		case <-tick.C:
-			com.flush(ctx)
-		case f := <-msgs:
-			if f.err != nil {
-				if ctx.Err() != nil {
-					return finish(nil)
-				}
-				return finish(fmt.Errorf("inbox: fetch: %w", f.err))
-			}
-			if err := c.process(ctx, f.m); err != nil {
-				if ctx.Err() != nil {
-					return finish(nil)
-				}
-				return finish(err)
-			}
-			com.mark(f.m)
-			if com.n >= c.cfg.CommitBatch {
-				com.flush(ctx)
-			}
-		}
-	}
-}
-
-// outcome of one attempt at an event.
-type outcome int
-
-const (
-	applied outcome = iota
-	duplicate
-	parked
-)
-
-// process takes one record to a final outcome: applied, absorbed as a
-// duplicate, parked, dead-lettered; or returns a *HaltError or ctx's error.
-func (c *Consumer) process(ctx context.Context, m kafka.Message) error {
-	if m.HighWaterMark > 0 {
-		c.m.lag(m.Topic, m.Partition, m.HighWaterMark-m.Offset-1)
-	}
-	ev, err := Decode(m)
-	if err != nil {
-		ev.ID = recordID(m.Topic, m.Partition, m.Offset)
-		c.m.errors("decode")
-		return c.fail(ctx, &ev, err, 0)
-	}
-	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType))
-	for attempt, infra := 1, 0; ; {
-		start := time.Now()
-		out, err := c.once(ctx, &ev)
-		if err == nil {
-			c.m.processed(time.Since(start), ev.Time)
-			switch out {
-			case applied:
-				c.applied.Add(1)
-				c.m.applied()
-			case duplicate:
-				c.duplicates.Add(1)
-				c.m.duplicate()
-				log.Debug("duplicate absorbed", slog.String("stage", "dedupe"))
-			case parked:
-				c.parked.Add(1)
-				c.m.parked()
-				log.Warn("aggregate is waiting on a dead-lettered event: event parked", slog.String("stage", "park"))
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var se *storeError
-		if errors.As(err, &se) && !isTransientPG(err) {
-			// The inbox's own SQL failed (tables missing, no privilege): no
-			// event is at fault, so none is dead-lettered.
-			return fmt.Errorf("inbox: %w (run inbox.Migrate for schema %q and check the role's privileges)", err, c.cfg.Schema)
-		}
-		var wait time.Duration
-		switch {
-		case isTransientPG(err) || errors.Is(err, errConnLost):
-			c.m.errors("database")
-			infra++
-			wait = c.backoff(infra)
-			log.Warn("database unavailable, retrying", slog.String("stage", "apply"), slog.Int("attempt", attempt), slog.Any("error", err), slog.Duration("backoff", wait))
-		case IsPermanent(err) || attempt >= c.cfg.MaxAttempts:
-			reason := "handler"
-			if IsPermanent(err) {
-				reason = "permanent"
-			}
-			c.m.errors(reason)
-			return c.fail(ctx, &ev, err, attempt)
-		default:
-			c.m.errors("handler")
-			wait = c.backoff(attempt)
-			log.Warn("handler failed, retrying", slog.String("stage", "apply"), slog.Int("attempt", attempt), slog.Any("error", err), slog.Duration("backoff", wait))
-			attempt++
-		}
-		c.retries.Add(1)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-}
-
-// once runs one transaction for ev: lock the aggregate, skip a known event,
-// park it behind a dead-lettered one, or register it and run the handler.
-func (c *Consumer) once(ctx context.Context, ev *Event) (outcome, error) {
-	tx, err := c.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return 0, &storeError{"begin", err}
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck
-	known, quarantined, err := c.store.check(ctx, tx, ev)
-	if err != nil {
-		return 0, &storeError{"check " + ev.ID, err}
-	}
-	if known {
-		return duplicate, nil
-	}
-	if quarantined {
-		if err := c.store.insertDead(ctx, tx, ev, "parked", "aggregate waits on an earlier dead-lettered event", 0); err != nil {
-			return 0, &storeError{"park " + ev.ID, err}
-		}
-		return parked, tx.Commit(ctx)
-	}
-	fresh, err := c.store.register(ctx, tx, ev)
-	if err != nil {
-		return 0, &storeError{"register " + ev.ID, err}
-	}
-	if !fresh {
-		return duplicate, nil
-	}
-	if err := c.cfg.Handler(ctx, tx, ev); err != nil {
-		if tx.Conn().IsClosed() && !IsPermanent(err) {
-			// The connection died under the handler: not the event's fault.
-			return 0, fmt.Errorf("inbox: handler lost its connection: %w (%w)", err, errConnLost)
-		}
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("inbox: commit %s: %w", ev.ID, err)
-	}
-	return applied, nil
 }
 
 // storeError is a failure of the inbox's own statements.

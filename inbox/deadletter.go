@@ -132,7 +132,12 @@ func (c *Consumer) applyIsolated(ctx context.Context, tx pgx.Tx, ev *Event) erro
 	if err != nil {
 		return err
 	}
-	if err := c.cfg.Handler(ctx, sp, ev); err != nil {
+	if c.cfg.Handler != nil {
+		err = c.cfg.Handler(ctx, sp, ev)
+	} else {
+		err = c.cfg.BatchHandler(ctx, sp, []*Event{ev})
+	}
+	if err != nil {
 		sp.Rollback(ctx) //nolint:errcheck
 		return err
 	}

@@ -10,20 +10,46 @@
 // consumer name, as long as the effect lives in the consumer's PostgreSQL
 // database:
 //
-//  1. For each record, one transaction: take the aggregate's advisory lock,
-//     INSERT INTO processed_events (consumer, event_id, …) ON CONFLICT DO
-//     NOTHING RETURNING, and only if a row came back run the Handler with
-//     the same transaction; then COMMIT. A redelivered event finds its row
-//     and is skipped and counted (Stats.Duplicates,
-//     outbox_relay_inbox_duplicates_absorbed_total).
+//  1. Records are applied in batches, one transaction per batch: take the
+//     advisory locks of the batch's aggregates (one statement, in a fixed
+//     order), INSERT INTO processed_events (consumer, event_id, …) SELECT …
+//     FROM unnest(…) ON CONFLICT DO NOTHING RETURNING event_id, and run the
+//     handler only for the events that came back, in record order, with
+//     the same transaction; then COMMIT. A redelivered event (also one
+//     repeated inside a batch) finds its row and is skipped and counted
+//     (Stats.Duplicates, outbox_relay_inbox_duplicates_absorbed_total).
 //  2. If the handler fails (an error, or an expectation such as
 //     ExpectRows on a version-guarded UPDATE), the whole transaction rolls
-//     back: an event that was not applied is never marked processed.
+//     back: an event that was not applied is never marked processed. The
+//     batch is then applied again around the failing event (for a
+//     BatchHandler: in halves until it is alone), so that only that event
+//     meets the retry and dead-letter policy and every other one is
+//     applied once.
 //  3. The record's offset is committed to Kafka only after that COMMIT,
-//     batched (Config.CommitInterval, Config.CommitBatch). Events are
-//     handled one at a time in fetch order, so a committed offset is never
-//     past an event whose outcome is unknown. A crash between the COMMIT
-//     and the offset commit causes a redelivery, which step 1 absorbs.
+//     batched (Config.CommitInterval, Config.CommitBatch). Each partition
+//     is applied in order, so a committed offset is never past an event
+//     whose outcome is unknown. A crash between the COMMIT and the offset
+//     commit causes a redelivery, which step 1 absorbs.
+//
+// # Batches and parallelism
+//
+// Every assigned partition has its own reader and worker, and up to
+// Config.Concurrency partitions apply a batch at the same time; records of
+// one partition, and so of one aggregate, are applied in order. A batch is
+// up to Config.BatchSize records (default 500), or what arrived within
+// Config.BatchLinger (default 5ms) of its first record. Memory is bounded
+// by the batch size and the reader queues per assigned partition, whatever
+// the backlog. A rebalance ends the consumer-group generation: each worker
+// finishes the batch it is applying, the final offsets are committed, and
+// only then are the partitions released.
+//
+// Handler is called once per event and fits most effects: one or two
+// statements per event. BatchHandler receives the batch's fresh events at
+// once, for set-based effects (INSERT … SELECT FROM unnest(…), UPDATE …
+// FROM), which is several times faster for simple effects. Its checks
+// compare with the batch: a version-guarded UPDATE over n events must
+// change n rows (ExpectRows(tag, n)), and a mismatch fails the batch,
+// whose halving then finds the event at fault.
 //
 // What it does not cover: effects outside the transaction (HTTP calls,
 // e-mails, another database) can happen more than once; give them an
@@ -53,11 +79,12 @@
 //
 // Kafka keeps order per partition and the relay keys records by
 // aggregate_id, so one consumer instance sees an aggregate's events in
-// order. During a consumer-group rebalance records already fetched by the
-// previous owner of a partition may be handled while the new owner starts:
-// the inbox still applies each effect once (the second transaction waits
-// on the first one's processed_events row), but a handler that depends on
-// order should check aggregate_version (ExpectRows on
+// order, and a rebalance hands a partition over only after its previous
+// owner finished its batch. An owner that lost its membership without
+// knowing it (a session timeout during a long pause) may still apply a
+// batch while the new owner starts: the advisory locks serialize the two
+// and the inbox still applies each effect once, but a handler that
+// depends on order should check aggregate_version (ExpectRows on
 // "WHERE version = $v - 1", or ApplyNewer).
 //
 // # Projections without the inbox

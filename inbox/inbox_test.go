@@ -85,8 +85,21 @@ func TestCheckRetention(t *testing.T) {
 	}
 }
 
+// testPool is a pool that is never used: pgxpool connects lazily.
+var testPool = func() *pgxpool.Pool {
+	pc, err := pgxpool.ParseConfig("postgres://127.0.0.1:1/x?pool_max_conns=7")
+	if err != nil {
+		panic(err)
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 func validConfig() Config {
-	return Config{Name: "shipping", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: &pgxpool.Pool{},
+	return Config{Name: "shipping", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: testPool,
 		Handler: func(context.Context, pgx.Tx, *Event) error { return nil }}
 }
 
@@ -95,8 +108,30 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.cfg.GroupID != "shipping" || c.cfg.Policy != PolicyWait || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset {
+	if c.cfg.GroupID != "shipping" || c.cfg.Policy != PolicyWait || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset ||
+		c.cfg.BatchSize != 500 || c.cfg.BatchLinger != 5*time.Millisecond || c.cfg.Concurrency != 7 || cap(c.sem) != 7 {
 		t.Fatalf("defaults: %+v", c.cfg)
+	}
+	both := validConfig()
+	both.BatchHandler = func(context.Context, pgx.Tx, []*Event) error { return nil }
+	if _, err := New(both); err == nil || !strings.Contains(err.Error(), "exactly one of Handler and BatchHandler") {
+		t.Fatalf("Handler and BatchHandler: %v", err)
+	}
+	both.Handler = nil
+	if _, err := New(both); err != nil {
+		t.Fatalf("BatchHandler alone: %v", err)
+	}
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.BatchSize = -1 },
+		func(c *Config) { c.BatchSize = maxBatchSize + 1 },
+		func(c *Config) { c.Concurrency = -2 },
+		func(c *Config) { c.BatchLinger = -time.Second },
+	} {
+		cfg := validConfig()
+		mod(&cfg)
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New accepted %+v", cfg)
+		}
 	}
 	bad := validConfig()
 	bad.Name, bad.Topics, bad.Handler, bad.Schema, bad.Policy = "", nil, nil, "Bad-Schema", "sometimes"

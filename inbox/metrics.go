@@ -34,10 +34,20 @@ type Metrics interface {
 	Lag(consumer, topic string, partition int, records int64)
 }
 
+// BatchMetrics is implemented by a Metrics that also observes batches
+// (inboxprom's does). It is a separate interface so that Metrics
+// implementations written before batching keep compiling.
+type BatchMetrics interface {
+	// Batch observes one committed transaction: how many events it took
+	// to a final outcome and how long it ran.
+	Batch(consumer string, events int, tx time.Duration)
+}
+
 // consumerMetrics binds Metrics to one consumer's name.
 type consumerMetrics struct {
 	name string
 	m    Metrics
+	bm   BatchMetrics // nil: not observed
 }
 
 type nopMetrics struct{}
@@ -56,7 +66,8 @@ func forConsumer(m Metrics, name string) *consumerMetrics {
 	if m == nil {
 		m = nopMetrics{}
 	}
-	return &consumerMetrics{name: name, m: m}
+	b, _ := m.(BatchMetrics)
+	return &consumerMetrics{name: name, m: m, bm: b}
 }
 
 func (c *consumerMetrics) applied()               { c.m.Applied(c.name) }
@@ -68,6 +79,11 @@ func (c *consumerMetrics) pruned(rows int64)      { c.m.Pruned(c.name, rows) }
 func (c *consumerMetrics) commit(d time.Duration) { c.m.OffsetCommit(c.name, d) }
 func (c *consumerMetrics) lag(topic string, partition int, records int64) {
 	c.m.Lag(c.name, topic, partition, records)
+}
+func (c *consumerMetrics) batch(events int, d time.Duration) {
+	if c.bm != nil {
+		c.bm.Batch(c.name, events, d)
+	}
 }
 func (c *consumerMetrics) processed(d time.Duration, recordTime time.Time) {
 	c.m.Processed(c.name, d, recordTime)

@@ -34,26 +34,6 @@ func newStore(pool *pgxpool.Pool, schema, consumer string) *store {
 // never interleave and parked events are applied in arrival order.
 const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/' || $3, 0))`
 
-// check reads, under the aggregate's lock, whether the event already has a
-// dead-letter row and whether its aggregate is quarantined (has open rows).
-func (s *store) check(ctx context.Context, tx pgx.Tx, ev *Event) (known, quarantined bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(lockSQL, s.consumer, ev.AggregateType, ev.AggregateID)
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM `+s.dl+` WHERE consumer = $1 AND event_id = $2),
-		EXISTS (SELECT 1 FROM `+s.dl+` WHERE consumer = $1 AND aggregate_type = $3 AND aggregate_id = $4 AND status IN ('dead', 'parked'))`,
-		s.consumer, ev.ID, ev.AggregateType, ev.AggregateID)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return false, false, err
-	}
-	if err := br.QueryRow().Scan(&known, &quarantined); err != nil {
-		br.Close()
-		return false, false, err
-	}
-	return known, quarantined, br.Close()
-}
-
 // register inserts the processed_events row; false means it was there
 // already (a duplicate).
 func (s *store) register(ctx context.Context, tx pgx.Tx, ev *Event) (bool, error) {
@@ -69,9 +49,134 @@ func (s *store) register(ctx context.Context, tx pgx.Tx, ev *Event) (bool, error
 	return inserted, err
 }
 
-// insertDead writes ev to the dead-letter table with status (dead or
-// parked). An existing row (a redelivery) is left as it is.
-func (s *store) insertDead(ctx context.Context, tx pgx.Tx, ev *Event, status, reason string, attempts int) error {
+// aggregateKey names one aggregate.
+type aggregateKey struct{ typ, id string }
+
+// lockBatchSQL takes the advisory locks of a batch's aggregates (the keys
+// of lockSQL) in one statement, in the order of the lock keys: two
+// transactions that lock overlapping sets in the same order cannot
+// deadlock. The volatile lock function is evaluated after the sort.
+const lockBatchSQL = `SELECT pg_advisory_xact_lock(k) FROM (
+	SELECT DISTINCT hashtextextended($1 || '/' || t || '/' || i, 0) AS k FROM unnest($2::text[], $3::text[]) AS u(t, i)) s ORDER BY k`
+
+// checkBatch locks the batch's aggregates and reads which of its events
+// already have a dead-letter row (known) and which of its aggregates wait
+// on an open one (waiting), in one round trip.
+func (s *store) checkBatch(ctx context.Context, tx pgx.Tx, evs []*Event) (known map[string]bool, waiting map[aggregateKey]bool, err error) {
+	ids := make([]string, len(evs))
+	types := make([]string, len(evs))
+	aggs := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i], types[i], aggs[i] = ev.ID, ev.AggregateType, ev.AggregateID
+	}
+	b := &pgx.Batch{}
+	b.Queue(lockBatchSQL, s.consumer, types, aggs)
+	b.Queue(`SELECT true, event_id::text, '', '' FROM `+s.dl+` WHERE consumer = $1 AND event_id = ANY ($2::text[]::uuid[])
+		UNION ALL
+		SELECT DISTINCT false, '', aggregate_type, aggregate_id FROM `+s.dl+` WHERE consumer = $1 AND status IN ('dead', 'parked')
+			AND (aggregate_type, aggregate_id) IN (SELECT * FROM unnest($3::text[], $4::text[]))`,
+		s.consumer, ids, types, aggs)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var isEvent bool
+		var id, typ, agg string
+		if err := rows.Scan(&isEvent, &id, &typ, &agg); err != nil {
+			return nil, nil, err
+		}
+		if isEvent {
+			if known == nil {
+				known = map[string]bool{}
+			}
+			known[id] = true
+		} else {
+			if waiting == nil {
+				waiting = map[aggregateKey]bool{}
+			}
+			waiting[aggregateKey{typ, agg}] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return known, waiting, br.Close()
+}
+
+// registerBatch parks the events of waiting aggregates and inserts the
+// processed_events rows of the candidates in one statement, in one round
+// trip. It returns the IDs it inserted: the others were processed already
+// (duplicates).
+func (s *store) registerBatch(ctx context.Context, tx pgx.Tx, candidates, park []*Event) (map[string]struct{}, error) {
+	b := &pgx.Batch{}
+	for _, ev := range park {
+		s.queueDead(b, ev, "parked", "aggregate waits on an earlier dead-lettered event", 0)
+	}
+	n := len(candidates)
+	if n > 0 {
+		ids, types, aggs, evTypes, topics := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		versions, offsets := make([]int64, n), make([]int64, n)
+		partitions := make([]int32, n)
+		for i, ev := range candidates {
+			ids[i], types[i], aggs[i], evTypes[i], topics[i] = ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, ev.Topic
+			versions[i], offsets[i], partitions[i] = ev.AggregateVersion, ev.Offset, int32(ev.Partition)
+		}
+		b.Queue(`INSERT INTO `+s.processed+` (consumer, event_id, aggregate_type, aggregate_id, aggregate_version,
+			event_type, topic, kafka_partition, kafka_offset)
+			SELECT $1, u.id::uuid, u.t, u.a, u.v, u.e, u.topic, u.p, u.o
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::int[], $9::bigint[])
+				AS u(id, t, a, v, e, topic, p, o)
+			ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id::text`,
+			s.consumer, ids, types, aggs, versions, evTypes, topics, partitions, offsets)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range park {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	fresh := make(map[string]struct{}, n)
+	if n > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			fresh[id] = struct{}{}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return fresh, br.Close()
+}
+
+// insertDeadSQL writes an event to the dead-letter table with a status
+// (dead or parked). An existing row (a redelivery) is left as it is.
+const insertDeadSQL = `INSERT INTO %s (consumer, event_id, aggregate_type, aggregate_id, aggregate_version, event_type,
+	schema_version, headers, payload, topic, kafka_partition, kafka_offset, record_time, status, reason, attempts)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+	ON CONFLICT (consumer, event_id) DO NOTHING`
+
+// deadArgs are insertDeadSQL's arguments for ev.
+func (s *store) deadArgs(ev *Event, status, reason string, attempts int) []any {
 	var headers any
 	if len(ev.Headers) > 0 {
 		headers = ev.Headers
@@ -80,13 +185,20 @@ func (s *store) insertDead(ctx context.Context, tx pgx.Tx, ev *Event, status, re
 	if !ev.Time.IsZero() {
 		recTime = ev.Time
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+s.dl+` (consumer, event_id, aggregate_type, aggregate_id, aggregate_version, event_type,
-		schema_version, headers, payload, topic, kafka_partition, kafka_offset, record_time, status, reason, attempts)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-		ON CONFLICT (consumer, event_id) DO NOTHING`,
-		s.consumer, ev.ID, ev.AggregateType, ev.AggregateID, ev.AggregateVersion, ev.EventType, ev.SchemaVersion,
-		headers, ev.Payload, ev.Topic, ev.Partition, ev.Offset, recTime, status, reason, attempts)
+	return []any{s.consumer, ev.ID, ev.AggregateType, ev.AggregateID, ev.AggregateVersion, ev.EventType, ev.SchemaVersion,
+		headers, ev.Payload, ev.Topic, ev.Partition, ev.Offset, recTime, status, reason, attempts}
+}
+
+// insertDead writes ev to the dead-letter table with status (dead or
+// parked). An existing row (a redelivery) is left as it is.
+func (s *store) insertDead(ctx context.Context, tx pgx.Tx, ev *Event, status, reason string, attempts int) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf(insertDeadSQL, s.dl), s.deadArgs(ev, status, reason, attempts)...)
 	return err
+}
+
+// queueDead queues insertDead on b.
+func (s *store) queueDead(b *pgx.Batch, ev *Event, status, reason string, attempts int) {
+	b.Queue(fmt.Sprintf(insertDeadSQL, s.dl), s.deadArgs(ev, status, reason, attempts)...)
 }
 
 // deadLetter writes ev as the dead event of its aggregate, in its own

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
 // Metrics are the inbox's Prometheus collectors, labelled by consumer name
@@ -21,6 +23,7 @@ type Metrics struct {
 	errs                                      *prometheus.CounterVec
 	commits, pruned                           *prometheus.CounterVec
 	processing, age, commitSeconds            *prometheus.HistogramVec
+	batchEvents, txSeconds                    *prometheus.HistogramVec
 	lag                                       *prometheus.GaugeVec
 }
 
@@ -48,11 +51,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		age: hist("event_age_seconds", "Time from the outbox commit (record timestamp) to the event's outcome at this consumer.",
 			prometheus.ExponentialBuckets(0.005, 2, 16)),
 		commitSeconds: hist("offset_commit_seconds", "Duration of batched offset commits.", prometheus.ExponentialBuckets(0.001, 2, 12)),
+		batchEvents: hist("batch_events", "Events per committed transaction (a batch of one partition's records).",
+			[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000}),
+		txSeconds: hist("transaction_seconds", "Duration of the committed transactions that applied a batch, locks to COMMIT.",
+			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lag_messages",
 			Help: "Records behind the partition's high watermark at the last fetched record."}, []string{"consumer", "topic", "partition"}),
 	}
 	reg.MustRegister(m.applied, m.duplicates, m.parked, m.deadLettered, m.errs, m.commits, m.pruned,
-		m.processing, m.age, m.commitSeconds, m.lag)
+		m.processing, m.age, m.commitSeconds, m.batchEvents, m.txSeconds, m.lag)
 	return m
 }
 
@@ -77,6 +84,13 @@ func (m *Metrics) OffsetCommit(consumer string, d time.Duration) {
 	m.commitSeconds.WithLabelValues(consumer).Observe(d.Seconds())
 }
 
+// Batch observes outbox_relay_inbox_batch_events and
+// outbox_relay_inbox_transaction_seconds (inbox.BatchMetrics).
+func (m *Metrics) Batch(consumer string, events int, tx time.Duration) {
+	m.batchEvents.WithLabelValues(consumer).Observe(float64(events))
+	m.txSeconds.WithLabelValues(consumer).Observe(tx.Seconds())
+}
+
 // Pruned counts outbox_relay_inbox_pruned_total.
 func (m *Metrics) Pruned(consumer string, rows int64) {
 	m.pruned.WithLabelValues(consumer).Add(float64(rows))
@@ -95,3 +109,9 @@ func (m *Metrics) Processed(consumer string, d time.Duration, recordTime time.Ti
 func (m *Metrics) Lag(consumer, topic string, partition int, records int64) {
 	m.lag.WithLabelValues(consumer, topic, strconv.Itoa(partition)).Set(float64(records))
 }
+
+// Metrics observes batches too.
+var (
+	_ inbox.Metrics      = (*Metrics)(nil)
+	_ inbox.BatchMetrics = (*Metrics)(nil)
+)

@@ -1,0 +1,249 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Run consumes until ctx is done (it then returns nil after the batches in
+// flight finished and the processed offsets were committed) or a fatal
+// error (a *HaltError under PolicyHalt).
+//
+// Run joins the consumer group and, per generation, starts one worker per
+// assigned partition with its own reader: partitions are applied
+// concurrently (up to Concurrency transactions at a time), each one in
+// order. Offsets are committed only for events whose transaction committed
+// (or that were dead-lettered), so a crash at any point causes redelivery,
+// never a skipped event. A rebalance ends the generation: every worker
+// finishes its batch in flight, the final offsets are committed, and only
+// then does the consumer rejoin and release its partitions.
+func (c *Consumer) Run(ctx context.Context) error {
+	rc := c.readerConfig()
+	group, err := kafka.NewConsumerGroup(groupConfig(c.cfg, rc))
+	if err != nil {
+		return fmt.Errorf("inbox: consumer group: %w", err)
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if c.cfg.Retention > 0 {
+		go c.pruneLoop(runCtx)
+	}
+	c.log.Info("inbox consumer started", slog.String("stage", "start"), slog.String("group", c.cfg.GroupID),
+		slog.Any("topics", c.cfg.Topics), slog.Int("batch_size", c.cfg.BatchSize), slog.Int("concurrency", c.cfg.Concurrency))
+	for {
+		gen, err := group.Next(runCtx)
+		if err != nil {
+			if runCtx.Err() != nil {
+				break
+			}
+			// Joining failed (coordinator away, a rebalance raced us): the
+			// group retries on its own after JoinGroupBackoff.
+			c.log.Warn("joining the consumer group failed; retrying", slog.String("stage", "kafka"), slog.Any("error", err))
+			continue
+		}
+		c.startGeneration(runCtx, cancel, gen, rc)
+	}
+	// Close waits for the generation's workers (in-flight batches and the
+	// final offset commit), then leaves the group.
+	if err := group.Close(); err != nil {
+		c.log.Warn("closing the consumer group", slog.String("stage", "shutdown"), slog.Any("error", err))
+	}
+	c.log.Info("inbox consumer stopped", slog.String("stage", "shutdown"))
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return nil
+}
+
+// readerConfig is the kafka-go configuration after TuneReader; it is split
+// into the group's settings (groupConfig) and each partition reader's
+// (partitionReader).
+func (c *Consumer) readerConfig() kafka.ReaderConfig {
+	rc := kafka.ReaderConfig{
+		Brokers:               c.cfg.Brokers,
+		GroupID:               c.cfg.GroupID,
+		GroupTopics:           c.cfg.Topics,
+		StartOffset:           c.cfg.StartOffset,
+		MinBytes:              1,
+		MaxBytes:              8 << 20,
+		MaxWait:               500 * time.Millisecond,
+		QueueCapacity:         max(100, c.cfg.BatchSize),
+		HeartbeatInterval:     time.Second,
+		WatchPartitionChanges: true,
+		ReadBackoffMin:        100 * time.Millisecond,
+		ReadBackoffMax:        time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
+			c.log.Warn(fmt.Sprintf(f, a...), slog.String("stage", "kafka"))
+		}),
+	}
+	if c.cfg.TuneReader != nil {
+		c.cfg.TuneReader(&rc)
+	}
+	rc.GroupID, rc.GroupTopics, rc.Topic, rc.Partition, rc.CommitInterval = c.cfg.GroupID, c.cfg.Topics, "", 0, 0
+	return rc
+}
+
+// groupConfig takes the consumer group's settings from rc.
+func groupConfig(cfg Config, rc kafka.ReaderConfig) kafka.ConsumerGroupConfig {
+	return kafka.ConsumerGroupConfig{
+		ID:                     cfg.GroupID,
+		Brokers:                rc.Brokers,
+		Dialer:                 rc.Dialer,
+		Topics:                 cfg.Topics,
+		GroupBalancers:         rc.GroupBalancers,
+		HeartbeatInterval:      rc.HeartbeatInterval,
+		PartitionWatchInterval: rc.PartitionWatchInterval,
+		WatchPartitionChanges:  rc.WatchPartitionChanges,
+		SessionTimeout:         rc.SessionTimeout,
+		RebalanceTimeout:       rc.RebalanceTimeout,
+		JoinGroupBackoff:       rc.JoinGroupBackoff,
+		RetentionTime:          rc.RetentionTime,
+		StartOffset:            rc.StartOffset,
+		Logger:                 rc.Logger,
+		ErrorLogger:            rc.ErrorLogger,
+	}
+}
+
+// partitionReader reads one assigned partition from offset.
+func partitionReader(rc kafka.ReaderConfig, topic string, partition int, offset int64) (*kafka.Reader, error) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:          rc.Brokers,
+		Dialer:           rc.Dialer,
+		Topic:            topic,
+		Partition:        partition,
+		MinBytes:         rc.MinBytes,
+		MaxBytes:         rc.MaxBytes,
+		MaxWait:          rc.MaxWait,
+		ReadBatchTimeout: rc.ReadBatchTimeout,
+		QueueCapacity:    rc.QueueCapacity,
+		ReadLagInterval:  -1,
+		ReadBackoffMin:   rc.ReadBackoffMin,
+		ReadBackoffMax:   rc.ReadBackoffMax,
+		IsolationLevel:   rc.IsolationLevel,
+		MaxAttempts:      rc.MaxAttempts,
+		Logger:           rc.Logger,
+		ErrorLogger:      rc.ErrorLogger,
+	})
+	if err := r.SetOffset(offset); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("inbox: %s/%d: set offset %d: %w", topic, partition, offset, err)
+	}
+	return r, nil
+}
+
+// startGeneration starts a worker per assigned partition and the
+// generation's committer, all bound to gen: kafka-go waits for them before
+// it rejoins the group, which is what makes a revocation clean.
+func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCauseFunc, gen *kafka.Generation, rc kafka.ReaderConfig) {
+	com := newCommitter(c, gen)
+	var workers sync.WaitGroup
+	assigned := 0
+	for topic, parts := range gen.Assignments {
+		for _, pa := range parts {
+			assigned++
+			workers.Add(1)
+			gen.Start(func(genCtx context.Context) {
+				defer workers.Done()
+				wctx, stop := context.WithCancel(ctx)
+				defer stop()
+				defer context.AfterFunc(genCtx, stop)()
+				w := &partitionWorker{c: c, com: com, topic: topic, partition: pa.ID}
+				if err := w.run(wctx, rc, pa.Offset); err != nil {
+					fatal(err)
+				}
+			})
+		}
+	}
+	c.log.Info("consumer group generation started", slog.String("stage", "rebalance"), slog.Int("generation", int(gen.ID)),
+		slog.Int("partitions", assigned))
+	gen.Start(func(genCtx context.Context) {
+		cctx, stop := context.WithCancel(ctx)
+		defer stop()
+		defer context.AfterFunc(genCtx, stop)()
+		com.run(cctx, &workers)
+	})
+}
+
+// partitionWorker applies one assigned partition's records in order, a
+// batch at a time, for one generation.
+type partitionWorker struct {
+	c         *Consumer
+	com       *committer
+	topic     string
+	partition int
+}
+
+// run reads and applies until ctx ends (a rebalance, Run stopping), and
+// returns only fatal errors. The batch in flight when ctx ends still
+// finishes (bounded by ShutdownTimeout): its transaction runs on a context
+// that is cancelled only ShutdownTimeout after ctx.
+func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset int64) error {
+	c := w.c
+	r, err := partitionReader(rc, w.topic, w.partition, offset)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTx()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelTx) })()
+
+	buf := make([]kafka.Message, 0, c.cfg.BatchSize)
+	for {
+		var err error
+		buf, err = w.fetch(ctx, r, buf[:0])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("inbox: fetch %s/%d: %w", w.topic, w.partition, err)
+		}
+		if ctx.Err() != nil {
+			return nil // the generation ended while the batch filled: leave it to the next owner
+		}
+		last := buf[len(buf)-1]
+		if last.HighWaterMark > 0 {
+			c.m.lag(w.topic, w.partition, last.HighWaterMark-last.Offset-1)
+		}
+		done, err := c.applyRecords(ctx, txCtx, buf)
+		if done > 0 {
+			w.com.mark(w.topic, w.partition, buf[done-1].Offset+1, done)
+		}
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// fetch returns the next batch: the first record (waiting as long as it
+// takes), then what arrives within BatchLinger, up to BatchSize records.
+func (w *partitionWorker) fetch(ctx context.Context, r *kafka.Reader, buf []kafka.Message) ([]kafka.Message, error) {
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		return buf, err
+	}
+	buf = append(buf, m)
+	size := w.c.cfg.BatchSize
+	if size == 1 {
+		return buf, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, w.c.cfg.BatchLinger)
+	defer cancel()
+	for len(buf) < size {
+		m, err := r.FetchMessage(lctx)
+		if err != nil {
+			break // the linger is over (or ctx ended: the caller sees it next time)
+		}
+		buf = append(buf, m)
+	}
+	return buf, nil
+}
