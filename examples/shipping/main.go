@@ -174,20 +174,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// poolConfig parses the database URL and makes the pool big enough for
+// concurrency: each partition applying a batch holds a connection for the
+// whole transaction, and two more leave room for the dead-letter writes and
+// the final totals query. A larger pool_max_conns in the URL is kept.
+func poolConfig(databaseURL string, concurrency int) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	pcfg.MaxConns = max(pcfg.MaxConns, int32(min(concurrency, 1<<20))+2)
+	return pcfg, nil
+}
+
 // service is the shipping service's state: its own database.
 type service struct {
 	shipments, counters string // quoted tables
 }
 
 func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
-	pcfg, err := pgxpool.ParseConfig(cfg.databaseURL)
+	pcfg, err := poolConfig(cfg.databaseURL, cfg.concurrency)
 	if err != nil {
-		return fmt.Errorf("--database-url: %w", err)
+		return err
 	}
-	// Each partition applying a batch holds a connection for the whole
-	// transaction; two more leave room for the dead-letter writes and the
-	// final totals query.
-	pcfg.MaxConns = max(pcfg.MaxConns, int32(cfg.concurrency)+2)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -264,8 +273,8 @@ loop:
 			break loop
 		case <-progress.C:
 			st := c.Stats()
-			fmt.Fprintf(stdout, "shipping: applied %d, duplicates absorbed %d, dead-lettered %d, parked %d\n",
-				st.Applied, st.Duplicates, st.DeadLettered, st.Parked)
+			fmt.Fprintf(stdout, "shipping: applied %d, duplicates absorbed %d, dead-lettered %d, parked %d, batch transactions %d\n",
+				st.Applied, st.Duplicates, st.DeadLettered, st.Parked, st.Batches)
 		}
 	}
 	st := c.Stats()

@@ -57,3 +57,26 @@ func TestParseFlagsBatching(t *testing.T) {
 		}
 	}
 }
+
+func TestPoolConfig(t *testing.T) {
+	for _, tc := range []struct {
+		url         string
+		concurrency int
+		want        int32
+	}{
+		{"postgres://x/y?pool_max_conns=5", 0, 5},   // the default concurrency is the pool size itself
+		{"postgres://x/y?pool_max_conns=5", 6, 8},   // every partition plus two
+		{"postgres://x/y?pool_max_conns=20", 6, 20}, // a larger configured pool is kept
+	} {
+		pcfg, err := poolConfig(tc.url, tc.concurrency)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pcfg.MaxConns != tc.want {
+			t.Errorf("%s, concurrency %d: MaxConns %d, want %d", tc.url, tc.concurrency, pcfg.MaxConns, tc.want)
+		}
+	}
+	if _, err := poolConfig("postgres://x/y?pool_max_conns=zero", 0); err == nil || !strings.Contains(err.Error(), "--database-url") {
+		t.Errorf("bad URL: err = %v", err)
+	}
+}
