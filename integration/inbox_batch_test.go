@@ -680,10 +680,12 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 	if st.Applied != wantApplied || st.DeadLettered != 1 || st.Parked != 2 || st.Duplicates != 0 {
 		t.Fatalf("stats %+v: want applied %d, dead-lettered 1, parked 2, duplicates 0", st, wantApplied)
 	}
-	// The failed attempt at a1 v4 is a handler attempt after the first:
-	// Retries counts it whether the event was alone or in a (halved) batch.
-	if st.Retries < 1 {
-		t.Errorf("stats %+v: Retries %d, want >= 1 (a1 v4 failed once and was applied again)", st, st.Retries)
+	// A Handler's a1 v4 fails alone and meets the retry policy. A
+	// BatchHandler's fails inside a half that is halved again, and the half
+	// holding it succeeds: the halving attempts are not retries (docs/design.md),
+	// so Retries is 0 there.
+	if !batch && st.Retries < 1 {
+		t.Fatalf("stats %+v: Retries %d, want >= 1 (a1 v4 failed once and was retried)", st, st.Retries)
 	}
 	if st.Batches < 1 || st.Batches > int64(len(msgs)/2) {
 		t.Errorf("%d batch transactions for %d records: want a few (batched), not one per event", st.Batches, len(msgs))
