@@ -125,7 +125,12 @@ func (c *Consumer) apply(ctx, txCtx context.Context, evs []*Event) (int, error) 
 		if errors.As(err, &he) {
 			return c.applySplit(ctx, txCtx, evs, he.index, he.err)
 		}
-		c.log.Debug("batch failed; applying it in halves to find the failing event", slog.String("stage", "apply"),
+		// A BatchHandler does not say which event failed: halve until the
+		// failing one is alone. The halving re-runs the handler, so it
+		// counts as a retry and the failure as a handler error.
+		c.m.errors("handler")
+		c.retries.Add(1)
+		c.log.Warn("batch handler failed; applying the batch in halves to find the failing event", slog.String("stage", "apply"),
 			slog.Int("events", len(evs)), slog.Any("error", err))
 		h := len(evs) / 2
 		n, err := c.apply(ctx, txCtx, evs[:h])
