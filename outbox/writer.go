@@ -65,6 +65,7 @@ type Writer struct {
 	headers bool
 	insert  string // single-row INSERT
 	columns string // column list shared by single and batch inserts
+	metrics Metrics
 }
 
 const (
@@ -80,7 +81,7 @@ const (
 // schema (see package migrations). By default the payload column is
 // assumed to be jsonb or json and the headers column to exist.
 func NewWriter(table migrations.Table, opts ...Option) *Writer {
-	w := &Writer{table: table, payload: payloadJSON, headers: true}
+	w := &Writer{table: table, payload: payloadJSON, headers: true, metrics: nopMetrics{}}
 	for _, o := range opts {
 		o(w)
 	}
