@@ -493,11 +493,12 @@ func TestMonitorForecast(t *testing.T) {
 		t.Fatalf("disk budget forecast = %v, want 10s", h.Forecast)
 	}
 
-	// A lost slot reads as 0, like the relay's metric.
+	// A lost slot retains nothing: no forecast (the relay's metric says 0
+	// to alert; refusing events would protect nothing).
 	g.db.set("lost", nil, 0, 7000, 4000)
 	g.db.slot[2] = nil // restart_lsn NULL: retained NULL
 	_ = g.step(t)
-	if h := g.m.Health(); h.Forecast != 0 || h.WALStatus != "lost" || h.RetainedWAL != 0 {
+	if h := g.m.Health(); h.Forecast != -1 || h.WALStatus != "lost" || h.RetainedWAL != 0 {
 		t.Fatalf("lost slot: %+v", h)
 	}
 }

@@ -89,8 +89,11 @@ type Health struct {
 	// safe_wal_size and HealthConfig.DiskBudget at its growth rate over
 	// the last five minutes of this monitor's readings — the algorithm of
 	// the relay's outbox_relay_slot_wal_exhaustion_seconds. 0 when a limit
-	// is reached or the slot is lost; -1 when there is none: no limit, a
-	// single reading so far, or retained WAL that does not grow.
+	// is reached; -1 when there is none: no limit, a single reading so far,
+	// retained WAL that does not grow, or a lost slot. The relay's metric
+	// reads 0 for a lost slot, to alert; here it crosses nothing, because
+	// a lost slot retains no WAL and refusing events would protect
+	// nothing (outbox-relay recover back-fills from the table).
 	Forecast time.Duration
 	// OldestUnacked is the age of the oldest event the relay has not had
 	// acknowledged by Kafka, as far as can be told without reading the
@@ -321,10 +324,7 @@ func (m *HealthMonitor) Refresh(ctx context.Context) error {
 		h.RetainedWAL = max(*r.retained, 0)
 	}
 	switch {
-	case h.WALStatus == "lost":
-		m.hist.Reset()
-		h.Forecast = 0
-	case r.retained == nil:
+	case h.WALStatus == "lost" || r.retained == nil:
 		m.hist.Reset()
 	default:
 		samples := m.hist.Add(walforecast.Sample{At: now, Retained: *r.retained})
