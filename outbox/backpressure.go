@@ -91,9 +91,9 @@ type Budget struct {
 // IsZero reports whether b checks nothing.
 func (b Budget) IsZero() bool { return b == Budget{} }
 
-// validate rejects negative limits, which would read as "always crossed"
+// problems lists negative limits, which would read as "always crossed"
 // or "never" depending on the field.
-func (b Budget) validate(name string) error {
+func (b Budget) problems(name string) []string {
 	var p []string
 	if b.MinForecast < 0 {
 		p = append(p, fmt.Sprintf("%s.MinForecast %s is negative", name, b.MinForecast))
@@ -104,10 +104,7 @@ func (b Budget) validate(name string) error {
 	if b.MaxOldestEvent < 0 {
 		p = append(p, fmt.Sprintf("%s.MaxOldestEvent %s is negative", name, b.MaxOldestEvent))
 	}
-	if len(p) > 0 {
-		return errors.New(strings.Join(p, "; "))
-	}
-	return nil
+	return p
 }
 
 // releaseMargin is the hysteresis of an engaged budget: it releases only

@@ -105,7 +105,5 @@ func ExampleNewHealthMonitor() {
 	})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid HealthConfig: db is nil
-	// Slot is required
-	// Soft.MaxRetainedWAL -1 is negative
+	// outbox: invalid HealthConfig: db is nil; Slot is required; Soft.MaxRetainedWAL -1 is negative
 }

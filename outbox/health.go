@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,27 +173,23 @@ type monitorState struct {
 // until Run or Refresh; until the first successful refresh nothing is
 // refused. The error lists every invalid field.
 func NewHealthMonitor(db Querier, cfg HealthConfig) (*HealthMonitor, error) {
-	var p []error
+	var p []string
 	if db == nil {
-		p = append(p, errors.New("db is nil"))
+		p = append(p, "db is nil")
 	}
 	if cfg.Slot == "" {
-		p = append(p, errors.New("Slot is required"))
+		p = append(p, "Slot is required")
 	}
 	if cfg.Interval < 0 {
-		p = append(p, fmt.Errorf("Interval %s is negative", cfg.Interval))
+		p = append(p, fmt.Sprintf("Interval %s is negative", cfg.Interval))
 	}
 	if cfg.DiskBudget < 0 {
-		p = append(p, fmt.Errorf("DiskBudget %d is negative", cfg.DiskBudget))
+		p = append(p, fmt.Sprintf("DiskBudget %d is negative", cfg.DiskBudget))
 	}
-	if err := cfg.Soft.validate("Soft"); err != nil {
-		p = append(p, err)
-	}
-	if err := cfg.Hard.validate("Hard"); err != nil {
-		p = append(p, err)
-	}
+	p = append(p, cfg.Soft.problems("Soft")...)
+	p = append(p, cfg.Hard.problems("Hard")...)
 	if len(p) > 0 {
-		return nil, fmt.Errorf("outbox: invalid HealthConfig: %w", errors.Join(p...))
+		return nil, errors.New("outbox: invalid HealthConfig: " + strings.Join(p, "; "))
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultHealthInterval
