@@ -85,8 +85,10 @@ func TestIntegrationHealthMonitorReadsSlot(t *testing.T) {
 	if want := h.At.Sub(first.At); h.OldestUnacked != want {
 		t.Fatalf("oldest unacknowledged = %v, want %v (since the first reading)", h.OldestUnacked, want)
 	}
-	if h.Forecast != -1 && h.Forecast < time.Hour {
-		t.Fatalf("forecast %v against a 1 TiB budget", h.Forecast)
+	// Two readings: a forecast unless the retained WAL did not grow. Its
+	// value depends on what else writes WAL on the server.
+	if h.Forecast == 0 || h.Forecast < -1 {
+		t.Fatalf("forecast %v with the limits far away", h.Forecast)
 	}
 	t.Logf("after an unconfirmed append: %+v", h)
 
