@@ -17,7 +17,9 @@ var ErrBackpressure = errors.New("outbox: back-pressure")
 
 // BackpressureError says why Append refused an event: which budget is
 // crossed and by which reading. It never carries the event or its
-// payload, so it is safe to log and to return to callers.
+// payload, so it is safe to log and to return to callers. One value is
+// built per reading and shared by every refusal until the next one (so a
+// refusal allocates nothing): treat it as read-only.
 type BackpressureError struct {
 	// Level is BackpressureSoft (a non-critical event refused by
 	// HealthConfig.Soft) or BackpressureHard (any event refused by
