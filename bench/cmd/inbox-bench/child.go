@@ -160,7 +160,7 @@ func consumeMain(args []string, stdout, stderr io.Writer) int {
 		select {
 		case err := <-runErr:
 			if err == nil {
-				err = errors.New("Run returned before all events were applied")
+				err = errors.New("inbox.Consumer.Run returned before all events were applied")
 			}
 			return fail(err)
 		case <-ctx.Done():
