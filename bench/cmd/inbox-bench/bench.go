@@ -442,7 +442,16 @@ func (b *bench) hostInfo(ctx context.Context) hostInfo {
 	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
 	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		h.Commit = strings.TrimSpace(string(out))
-		if out, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+		// The report file itself is left out: an earlier run's section
+		// in it is not a change to what is measured.
+		spec := []string{"status", "--porcelain", "--untracked-files=no", "--", ":(top)"}
+		if top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output(); err == nil && b.cfg.Report != "" {
+			abs, _ := filepath.Abs(b.cfg.Report)
+			if rel, err := filepath.Rel(strings.TrimSpace(string(top)), abs); err == nil && !strings.HasPrefix(rel, "..") {
+				spec = append(spec, ":(top,exclude)"+filepath.ToSlash(rel))
+			}
+		}
+		if out, err := exec.CommandContext(ctx, "git", spec...).Output(); err == nil && len(out) > 0 {
 			h.Commit += " (+ uncommitted changes)"
 		}
 	}
