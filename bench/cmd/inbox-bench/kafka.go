@@ -13,7 +13,9 @@ import (
 const partitions = 6
 
 // createTopic creates topic with 6 partitions and waits until every
-// partition has a leader.
+// partition has a leader that answers for it: a consumer started earlier
+// gets "Not Leader For Partition" from a partition's reader and retries it
+// after a backoff, which would show in the first records' age.
 func (b *bench) createTopic(ctx context.Context, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -36,7 +38,7 @@ func (b *bench) createTopic(ctx context.Context, topic string) error {
 			for _, p := range md.Topics[0].Partitions {
 				ready = ready && p.Error == nil && p.Leader.Host != ""
 			}
-			if ready {
+			if ready && b.partitionsAnswer(ctx, topic) == nil {
 				return nil
 			}
 		}
@@ -46,6 +48,27 @@ func (b *bench) createTopic(ctx context.Context, topic string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// partitionsAnswer is nil once every partition's leader lists its offsets.
+func (b *bench) partitionsAnswer(ctx context.Context, topic string) error {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: nil}}
+	for p := range partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.FirstOffsetOf(p))
+	}
+	resp, err := b.kafka.ListOffsets(ctx, req)
+	if err != nil {
+		return err
+	}
+	if len(resp.Topics[topic]) != partitions {
+		return fmt.Errorf("offsets of %d partitions", len(resp.Topics[topic]))
+	}
+	for _, po := range resp.Topics[topic] {
+		if po.Error != nil {
+			return po.Error
+		}
+	}
+	return nil
 }
 
 func (b *bench) deleteTopics(ctx context.Context, topics []string) error {
