@@ -104,6 +104,51 @@ func TestSpliceReport(t *testing.T) {
 	}
 }
 
+// TestSpliceReportKeepsInboxSection: inbox-bench's section survives a
+// rewrite, where it stands when it is outside the generated section, moved
+// after it when it is inside.
+func TestSpliceReportKeepsInboxSection(t *testing.T) {
+	inbox := inboxStartMarker + "\n\n## The inbox consumer\n\n| mode | events/s |\n" + inboxEndMarker
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{
+			name: "after the generated section",
+			file: "# T\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n" + inbox + "\n\ntail\n",
+			want: "# T\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n\n" + inbox + "\n\ntail\n",
+		},
+		{
+			name: "before the generated section",
+			file: "# T\n\n" + inbox + "\n\n" + beginMarker + "\nold\n" + endMarker + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n",
+		},
+		{
+			name: "inside the generated section",
+			file: "# T\n\n" + beginMarker + "\nold\n" + inbox + "\nolder\n" + endMarker + "\ntail\n",
+			want: "# T\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n\n" + inbox + "\ntail\n",
+		},
+		{
+			name: "no generated section yet",
+			file: "# T\n\n" + inbox + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "b.md")
+			if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := spliceReport(path, "new results\n", &results{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(path)
+			if string(got) != tc.want {
+				t.Fatalf("spliced:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestParseCommitTime(t *testing.T) {
 	ts, ok := parseCommitTime("COMMIT 1234 (at 2026-12-02 18:50:03.123456+00)")
 	if !ok || !ts.Equal(time.Date(2026, 12, 2, 18, 50, 3, 123456000, time.UTC)) {

@@ -11,11 +11,18 @@ import (
 const (
 	beginMarker = "<!-- BEGIN outbox-bench generated section: `make bench` rewrites everything down to the END marker -->"
 	endMarker   = "<!-- END outbox-bench generated section -->"
+
+	// inbox-bench (bench/cmd/inbox-bench) owns a section of the same file
+	// between these markers and rewrites it on its own runs.
+	inboxStartMarker = "<!-- inbox-bench:start -->"
+	inboxEndMarker   = "<!-- inbox-bench:end -->"
 )
 
 // spliceReport replaces the generated section of path with md, keeping
 // the hand-written text around it; a file without markers gets them
-// appended.
+// appended. inbox-bench's section is kept too: outside the generated
+// section it is left where it is, and if it ended up inside (an edit by
+// hand) it is moved to just after the END marker instead of being lost.
 func spliceReport(path, md string, res *results) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -33,6 +40,9 @@ func spliceReport(path, md string, res *results) error {
 	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
 	switch {
 	case i >= 0 && j > i:
+		if inbox := inboxSection(s[i:j]); inbox != "" {
+			section += "\n\n" + inbox
+		}
 		s = s[:i] + section + s[j+len(endMarker):]
 	case len(s) == 0:
 		s = "# Benchmarks\n\n" + section + "\n"
@@ -44,6 +54,15 @@ func spliceReport(path, md string, res *results) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// inboxSection is inbox-bench's section in s, markers included, or "".
+func inboxSection(s string) string {
+	i, j := strings.Index(s, inboxStartMarker), strings.Index(s, inboxEndMarker)
+	if i < 0 || j < i {
+		return ""
+	}
+	return s[i : j+len(inboxEndMarker)]
 }
 
 func num(v float64) string {
