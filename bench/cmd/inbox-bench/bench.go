@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
@@ -179,7 +180,7 @@ func (b *bench) run(ctx context.Context) *results {
 	c := b.cfg
 	res := &results{
 		RunID: b.id, Started: time.Now(), Host: b.hostInfo(ctx), Command: c.Command, N: c.N, Conns: c.Conns, Rate: c.Rate,
-		Config: fmt.Sprintf("-n %d -aggregates %d -conns %d -rate %d -modes %s -memcheck=%t", c.N, c.Aggregates, c.Conns, c.Rate, joinInts(c.Modes), c.MemCheck),
+		Config: fmt.Sprintf("-n %d -aggregates %d -conns %d -rate %d -modes %s -memcheck=%t", c.N, c.Aggregates, c.Conns, c.Rate, benchkit.JoinInts(c.Modes), c.MemCheck),
 	}
 	b.logf("run %s: %s; consumer logs in %s", b.id, res.Config, c.LogDir)
 	type job struct {
@@ -203,7 +204,7 @@ func (b *bench) run(ctx context.Context) *results {
 			res.Errors = append(res.Errors, fmt.Sprintf("mode %s: %s", r.label(), r.Err))
 		}
 		b.logf("mode %s: %s events in %.2f s (%.0f events/s), age p50 %.3f s p99 %.3f s, CPU %.2f s, peak RSS %.1f MiB, batches %d, check: %s",
-			r.label(), strconv.Itoa(r.Events), r.ApplySec, r.Rate(), r.AgeP50, r.AgeP99, r.CPU, mib(r.PeakRSS), r.Batches, r.Check)
+			r.label(), strconv.Itoa(r.Events), r.ApplySec, r.Rate(), r.AgeP50, r.AgeP99, r.CPU, benchkit.MiB(r.PeakRSS), r.Batches, r.Check)
 		res.Modes = append(res.Modes, r)
 	}
 	res.Finished = time.Now()
@@ -457,13 +458,3 @@ func (b *bench) hostInfo(ctx context.Context) hostInfo {
 	}
 	return h
 }
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
@@ -28,7 +29,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("-quick: N = %d, %v", cfg.N, err)
 	}
 	if cfg, err = parseFlags(append(base, "-quick", "-n", "5000", "-modes", "2, 6,2", "-command", "make bench-inbox"), io.Discard); err != nil ||
-		cfg.N != 5000 || joinInts(cfg.Modes) != "2,6" || cfg.Command != "make bench-inbox" {
+		cfg.N != 5000 || benchkit.JoinInts(cfg.Modes) != "2,6" || cfg.Command != "make bench-inbox" {
 		t.Fatalf("-quick -n 5000: %+v, %v", cfg, err)
 	}
 	for _, bad := range [][]string{{"-modes", "7"}, {"-modes", ""}, {"-n", "2"}, {"-conns", "0"}, {"extra"}} {

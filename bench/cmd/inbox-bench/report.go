@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // The section of docs/benchmarks.md this program owns. outbox-bench's
@@ -49,42 +51,6 @@ func spliceSection(path, md string) error {
 	return os.Rename(tmp, path)
 }
 
-func num(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func f2(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
 // age formats a duration in seconds: milliseconds below a second.
 func age(sec float64) string {
 	switch {
@@ -113,7 +79,7 @@ func (res *results) rows() []row {
 	var out []row
 	for _, r := range res.Modes {
 		m := modeByNumber(r.Mode)
-		x := row{Mode: r.label(), Effect: m.Case(), Path: m.Path(), Events: num(float64(r.Events)), Check: r.Check}
+		x := row{Mode: r.label(), Effect: m.Case(), Path: m.Path(), Events: benchkit.Num(float64(r.Events)), Check: r.Check}
 		if r.Err != "" && r.Check == "ok" {
 			x.Check = r.Err
 		}
@@ -125,20 +91,20 @@ func (res *results) rows() []row {
 			out = append(out, x)
 			continue
 		}
-		x.Rate = num(r.Rate())
+		x.Rate = benchkit.Num(r.Rate())
 		x.Ratio = "–"
 		if b := base[m.Baseline]; b > 0 {
 			x.Ratio = fmt.Sprintf("%.1f ×", r.Rate()/b)
 		}
 		x.P50, x.P99 = age(r.AgeP50), age(r.AgeP99)
-		x.CPU = f2(r.CPU) + " s"
-		x.CPU100k = f2(r.CPU/float64(r.Events)*1e5) + " s"
-		x.RSS = f1(mib(r.PeakRSS)) + " MiB"
+		x.CPU = benchkit.F2(r.CPU) + " s"
+		x.CPU100k = benchkit.F2(r.CPU/float64(r.Events)*1e5) + " s"
+		x.RSS = benchkit.F1(benchkit.MiB(r.PeakRSS)) + " MiB"
 		x.Batch = "–"
 		if r.Batches > 0 {
-			x.Batch = f1(float64(r.Applied) / float64(r.Batches))
+			x.Batch = benchkit.F1(float64(r.Applied) / float64(r.Batches))
 		}
-		x.Produce = f2(r.ProduceSec) + " s"
+		x.Produce = benchkit.F2(r.ProduceSec) + " s"
 		out = append(out, x)
 	}
 	return out
@@ -157,7 +123,7 @@ func (res *results) targetLines() []string {
 			verdict = "PASS"
 		}
 		out = append(out, fmt.Sprintf("%s one instance, one-INSERT effect, %s (mode %d) ≥ %s events/s: %s events/s",
-			verdict, m.Path(), r.Mode, num(targetRate), num(r.Rate())))
+			verdict, m.Path(), r.Mode, benchkit.Num(targetRate), benchkit.Num(r.Rate())))
 	}
 	return out
 }
@@ -189,7 +155,7 @@ func (res *results) memoryNote() string {
 	}
 	return fmt.Sprintf("Memory bound: mode 2's peak RSS is %s MiB for %s events and %s MiB for %s: it %s (difference %+.1f MiB; "+
 		"batches are bounded by BatchSize × partitions, not by the backlog).",
-		f1(mib(full.PeakRSS)), num(float64(full.Events)), f1(mib(quarter.PeakRSS)), num(float64(quarter.Events)), verdict, mib(diff))
+		benchkit.F1(benchkit.MiB(full.PeakRSS)), benchkit.Num(float64(full.Events)), benchkit.F1(benchkit.MiB(quarter.PeakRSS)), benchkit.Num(float64(quarter.Events)), verdict, benchkit.MiB(diff))
 }
 
 // renderTable is the plain-text summary printed to stdout.
@@ -274,5 +240,5 @@ func producerRate(rate int) string {
 	if rate <= 0 {
 		return "as fast as it can"
 	}
-	return "paced at " + num(float64(rate)) + " records/s"
+	return "paced at " + benchkit.Num(float64(rate)) + " records/s"
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // prefixBase starts the name of everything a run creates: schema, slots,
@@ -225,19 +227,11 @@ func (b *bench) hostInfo(ctx context.Context) hostInfo {
 func (b *bench) configSummary() string {
 	c := b.cfg
 	s := fmt.Sprintf("-n %d -modes %s -rates %s -latency-tx %s -duration %s -bigtx %d -preload-conns %d",
-		c.N, joinInts(c.Modes), joinInts(c.Rates), joinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
+		c.N, benchkit.JoinInts(c.Modes), benchkit.JoinInts(c.Rates), benchkit.JoinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
 	if c.Quick {
 		s += " (-quick)"
 	}
 	return s
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func loadavg() string {

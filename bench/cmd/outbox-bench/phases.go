@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 const (
@@ -119,7 +121,7 @@ func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 		d.Notes = append(d.Notes, "relay stop: "+err.Error())
 	}
 	b.logf("drain, %d-event transactions: relay %.2f s (%.0f events/s, %.2f × ceiling), peak RSS %.1f MiB, CPU %.2f s",
-		mode, d.RelaySec, d.RelayRate(), d.Ratio(), mib(d.PeakRSS), d.RelayCPU)
+		mode, d.RelaySec, d.RelayRate(), d.Ratio(), benchkit.MiB(d.PeakRSS), d.RelayCPU)
 	if d.Published < float64(n) {
 		return d, fmt.Errorf("the slot was confirmed past the backlog but the relay acknowledged only %.0f of %d events", d.Published, n)
 	}
@@ -582,7 +584,7 @@ func (b *bench) bigTx(ctx context.Context) (*bigTxResult, error) {
 	if !b.pgStartTime(ctx).Equal(pgStart) {
 		bt.Notes = append(bt.Notes, "PostgreSQL restarted during this measurement: rerun")
 	}
-	b.logf("large transaction: inserted in %.1f s, relayed %.1f s after commit, peak RSS %.1f MiB", bt.InsertSec, bt.DrainSec, mib(bt.PeakRSS))
+	b.logf("large transaction: inserted in %.1f s, relayed %.1f s after commit, peak RSS %.1f MiB", bt.InsertSec, bt.DrainSec, benchkit.MiB(bt.PeakRSS))
 	if !bt.Confirmed {
 		return bt, errors.New("the slot was not confirmed past the large transaction within 30 s of its last acknowledgement")
 	}

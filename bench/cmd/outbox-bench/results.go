@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // Targets (docs/benchmarks.md).
@@ -148,8 +150,6 @@ func rate(n int, sec float64) float64 {
 
 func ms(sec float64) float64 { return sec * 1000 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
 // percentile is the nearest-rank percentile of sorted values.
 func percentile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
@@ -161,7 +161,7 @@ func percentile(sorted []float64, q float64) float64 {
 
 // label names the window: its offered rate and transaction size.
 func (l *latencyResult) label() string {
-	return fmt.Sprintf("%s events/s in %d-event transactions", num(float64(l.Target)), max(l.TxSize, 1))
+	return fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
 }
 
 func (l *latencyResult) setConsumer(lat []float64) {
@@ -266,7 +266,7 @@ func (r *results) checks() []check {
 			peak = max(peak, d.PeakRSS)
 		}
 		c.Pass = peak > 0 && peak <= targetDrainRSS
-		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", mib(peak))
+		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", benchkit.MiB(peak))
 		if peak == 0 {
 			c.Detail = "not measured"
 		}
@@ -296,7 +296,7 @@ func (r *results) checks() []check {
 	if r.BigTx != nil {
 		c := check{Name: fmt.Sprintf("peak RSS through a %d-row transaction ≤ %d MiB", r.BigTx.Rows, targetBigTxRSS>>20)}
 		c.Pass = r.BigTx.PeakRSS > 0 && r.BigTx.PeakRSS <= targetBigTxRSS && r.BigTx.Published >= float64(r.BigTx.Rows)
-		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", mib(r.BigTx.PeakRSS))
+		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", benchkit.MiB(r.BigTx.PeakRSS))
 		if r.BigTx.PeakRSS == 0 {
 			c.Detail = "not measured (phase failed)"
 		}
