@@ -208,7 +208,7 @@ func (b *bench) run(ctx context.Context) *results {
 		res.Modes = append(res.Modes, r)
 	}
 	res.Finished = time.Now()
-	res.Host.LoadEnd = loadavg()
+	res.Host.LoadEnd = benchkit.LoadAvg()
 	if data, err := json.MarshalIndent(res, "", "  "); err == nil {
 		_ = os.WriteFile(filepath.Join(c.LogDir, "results.json"), data, 0o644)
 	}
@@ -283,9 +283,9 @@ func (b *bench) runMode(ctx context.Context, m mode, n int, memcheck bool) (r mo
 	}
 	// The child idles after "done" until it is told to stop: its CPU time
 	// and VmHWM are those of the run, start-up included, shutdown not.
-	r.CPU, err = procCPU(ch.cmd.Process.Pid)
+	r.CPU, err = benchkit.ProcCPU(ch.cmd.Process.Pid)
 	if err == nil {
-		r.PeakRSS, err = procHWM(ch.cmd.Process.Pid)
+		r.PeakRSS, _, err = benchkit.ProcMem(ch.cmd.Process.Pid)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("reading the consumer's /proc entry: %w", err))
@@ -438,7 +438,7 @@ func (c *child) tail() string {
 }
 
 func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), LoadStart: loadavg(), GoVersion: runtime.Version(),
+	h := hostInfo{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), LoadStart: benchkit.LoadAvg(), GoVersion: runtime.Version(),
 		KafkaVersion: stackKafkaVersion(b.cfg.Stack)}
 	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
 	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {

@@ -200,12 +200,12 @@ func (b *bench) run(ctx context.Context) *results {
 		}
 	}
 	res.Finished = time.Now()
-	res.Host.LoadEnd = loadavg()
+	res.Host.LoadEnd = benchkit.LoadAvg()
 	return res
 }
 
 func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), LoadStart: loadavg(), GoVersion: runtime.Version(), KafkaVersion: "4.1.1"}
+	h := hostInfo{CPUs: runtime.NumCPU(), LoadStart: benchkit.LoadAvg(), GoVersion: runtime.Version(), KafkaVersion: "4.1.1"}
 	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
@@ -232,16 +232,4 @@ func (b *bench) configSummary() string {
 		s += " (-quick)"
 	}
 	return s
-}
-
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -66,14 +66,6 @@ h_count 100
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	stat := "1234 (outbox relay (x)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9 0 100 0 0"
-	cpu, err := parseStatCPU(stat)
-	if err != nil || cpu != 3 {
-		t.Fatalf("cpu = %v, %v", cpu, err)
-	}
-}
-
 func TestPercentileAndRunID(t *testing.T) {
 	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if percentile(s, 0.5) != 5 || percentile(s, 0.99) != 10 || percentile(s, 0.1) != 1 {

@@ -144,10 +144,10 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	s.Decoded = m.sum(mDecoded)
 	s.Reconnects = m.value(mStarts) - 1
 	s.PublishErrors = m.sum(mPubErrors)
-	if s.PeakRSS, _, err = procStatus(r.pid); err != nil {
+	if s.PeakRSS, _, err = benchkit.ProcMem(r.pid); err != nil {
 		return err
 	}
-	if s.RelayCPU, err = procCPU(r.pid); err != nil {
+	if s.RelayCPU, err = benchkit.ProcCPU(r.pid); err != nil {
 		return err
 	}
 	if s.Reconnects > 0 || s.PublishErrors > 0 {
@@ -376,7 +376,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	if err != nil {
 		return latencyResult{}, err
 	}
-	cpu0, _ := procCPU(r.pid)
+	cpu0, _ := benchkit.ProcCPU(r.pid)
 	others0 := b.otherCPU(ctx, t.slot)
 	b.logf("latency: %d events/s in %d-event transactions for %s", rate, txSize, b.cfg.Duration)
 	profiled := b.profileWindow(ctx, r, rate, txSize)
@@ -410,7 +410,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	if err != nil {
 		return latencyResult{}, err
 	}
-	cpu1, _ := procCPU(r.pid)
+	cpu1, _ := benchkit.ProcCPU(r.pid)
 	others1 := b.otherCPU(ctx, t.slot)
 	l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
 	l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
@@ -443,14 +443,14 @@ type cpuSample map[string][2]float64 // name → {pid, seconds}
 func (b *bench) otherCPU(ctx context.Context, slot string) cpuSample {
 	s := cpuSample{}
 	if pid := listenerPID(b.cfg.Brokers[0]); pid > 0 {
-		if cpu, err := procCPU(pid); err == nil {
+		if cpu, err := benchkit.ProcCPU(pid); err == nil {
 			s["broker"] = [2]float64{float64(pid), cpu}
 		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, pid, err := b.slotInfo(qctx, slot); err == nil && pid > 0 {
-		if cpu, err := procCPU(pid); err == nil {
+		if cpu, err := benchkit.ProcCPU(pid); err == nil {
 			s["walsender"] = [2]float64{float64(pid), cpu}
 		}
 	}
@@ -547,8 +547,8 @@ func (b *bench) bigTx(ctx context.Context) (*bigTxResult, error) {
 		return nil, err
 	}
 	pgStart := b.pgStartTime(ctx)
-	bt.BaselineRSS, _, _ = procStatus(r.pid)
-	cpu0, _ := procCPU(r.pid)
+	bt.BaselineRSS, _, _ = benchkit.ProcMem(r.pid)
+	cpu0, _ := benchkit.ProcCPU(r.pid)
 	ws := b.watchWalsender(ctx, t.slot)
 	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
 	if err != nil {
