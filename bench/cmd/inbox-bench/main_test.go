@@ -131,13 +131,14 @@ func TestPlanProjection(t *testing.T) {
 }
 
 func TestSpliceSection(t *testing.T) {
+	start, end := benchkit.InboxSection.Start, benchkit.InboxSection.End
 	dir := t.TempDir()
 	path := filepath.Join(dir, "b.md")
 	if err := spliceSection(path, "first\n"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
-	if string(got) != "# Benchmarks\n\n"+startMarker+"\n\nfirst\n\n"+endMarker+"\n" {
+	if string(got) != "# Benchmarks\n\n"+start+"\n\nfirst\n\n"+end+"\n" {
 		t.Fatalf("new file:\n%s", got)
 	}
 	outbox := "<!-- BEGIN outbox-bench generated section -->\nrelay\n<!-- END outbox-bench generated section -->"
@@ -147,7 +148,7 @@ func TestSpliceSection(t *testing.T) {
 	if err := spliceSection(path, "second"); err != nil {
 		t.Fatal(err)
 	}
-	want := "# B\n\n" + outbox + "\n\n## Notes\n\n" + startMarker + "\n\nsecond\n\n" + endMarker + "\n"
+	want := "# B\n\n" + outbox + "\n\n## Notes\n\n" + start + "\n\nsecond\n\n" + end + "\n"
 	if got, _ := os.ReadFile(path); string(got) != want {
 		t.Fatalf("appended:\n%s", got)
 	}
@@ -157,7 +158,7 @@ func TestSpliceSection(t *testing.T) {
 	if got, _ := os.ReadFile(path); string(got) != strings.Replace(want, "second", "third", 1) {
 		t.Fatalf("replaced:\n%s", got)
 	}
-	if err := os.WriteFile(path, []byte("x\n"+startMarker+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("x\n"+start+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := spliceSection(path, "fourth"); err == nil {

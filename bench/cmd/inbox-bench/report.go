@@ -3,52 +3,28 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
-// The section of docs/benchmarks.md this program owns. outbox-bench's
-// report (bench/cmd/outbox-bench/report.go) keeps it when it rewrites its
-// own generated section.
-const (
-	startMarker = "<!-- inbox-bench:start -->"
-	endMarker   = "<!-- inbox-bench:end -->"
-)
-
 // targetRate is issue 18's target for one batched consumer instance with
 // a one-INSERT handler on the 2-core machine.
 const targetRate = 20000
 
-// spliceSection replaces the text between the markers in path with md; a
-// file without the markers gets the section appended, a missing file is
-// created.
+// spliceSection replaces this program's section of path
+// (benchkit.InboxSection; outbox-bench keeps it when it rewrites its own)
+// with md; a file without the markers gets the section appended, a
+// missing file is created, a file with only one of them is an error.
 func spliceSection(path, md string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	section := startMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker
-	s := string(old)
-	i := strings.Index(s, startMarker)
-	j := strings.Index(s, endMarker)
-	switch {
-	case i >= 0 && j > i:
-		s = s[:i] + section + s[j+len(endMarker):]
-	case i >= 0 || j >= 0:
-		return fmt.Errorf("%s has only one of the markers %s and %s: fix it by hand", path, startMarker, endMarker)
-	case len(s) == 0:
-		s = "# Benchmarks\n\n" + section + "\n"
-	default:
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	sec := benchkit.InboxSection
+	return benchkit.UpdateFile(path, func(doc string) (string, error) {
+		if sec.In(doc) == "" && (strings.Contains(doc, sec.Start) || strings.Contains(doc, sec.End)) {
+			return "", fmt.Errorf("%s has only one of the markers %s and %s: fix it by hand", path, sec.Start, sec.End)
+		}
+		return sec.Replace(doc, sec.Wrap(md)), nil
+	})
 }
 
 // age formats a duration in seconds: milliseconds below a second.

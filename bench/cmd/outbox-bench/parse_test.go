@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 func TestParsePerf(t *testing.T) {
@@ -81,9 +83,10 @@ func TestPercentileAndRunID(t *testing.T) {
 }
 
 func TestSpliceReport(t *testing.T) {
+	begin, end := benchkit.OutboxSection.Start, benchkit.OutboxSection.End
 	path := filepath.Join(t.TempDir(), "b.md")
 	head := "# Title\n\nhand-written\n\n"
-	if err := os.WriteFile(path, []byte(head+beginMarker+"\nold\n"+endMarker+"\ntail\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(head+begin+"\nold\n"+end+"\ntail\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := spliceReport(path, "new results\n", &results{}); err != nil {
@@ -100,29 +103,30 @@ func TestSpliceReport(t *testing.T) {
 // rewrite, where it stands when it is outside the generated section, moved
 // after it when it is inside.
 func TestSpliceReportKeepsInboxSection(t *testing.T) {
-	inbox := inboxStartMarker + "\n\n## The inbox consumer\n\n| mode | events/s |\n" + inboxEndMarker
+	begin, end := benchkit.OutboxSection.Start, benchkit.OutboxSection.End
+	inbox := benchkit.InboxSection.Start + "\n\n## The inbox consumer\n\n| mode | events/s |\n" + benchkit.InboxSection.End
 	for _, tc := range []struct {
 		name, file, want string
 	}{
 		{
 			name: "after the generated section",
-			file: "# T\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n" + inbox + "\n\ntail\n",
-			want: "# T\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n\n" + inbox + "\n\ntail\n",
+			file: "# T\n\n" + begin + "\nold\n" + end + "\n\n" + inbox + "\n\ntail\n",
+			want: "# T\n\n" + begin + "\n\nnew results\n\n" + end + "\n\n" + inbox + "\n\ntail\n",
 		},
 		{
 			name: "before the generated section",
-			file: "# T\n\n" + inbox + "\n\n" + beginMarker + "\nold\n" + endMarker + "\n",
-			want: "# T\n\n" + inbox + "\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n",
+			file: "# T\n\n" + inbox + "\n\n" + begin + "\nold\n" + end + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + begin + "\n\nnew results\n\n" + end + "\n",
 		},
 		{
 			name: "inside the generated section",
-			file: "# T\n\n" + beginMarker + "\nold\n" + inbox + "\nolder\n" + endMarker + "\ntail\n",
-			want: "# T\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n\n" + inbox + "\ntail\n",
+			file: "# T\n\n" + begin + "\nold\n" + inbox + "\nolder\n" + end + "\ntail\n",
+			want: "# T\n\n" + begin + "\n\nnew results\n\n" + end + "\n\n" + inbox + "\ntail\n",
 		},
 		{
 			name: "no generated section yet",
 			file: "# T\n\n" + inbox + "\n",
-			want: "# T\n\n" + inbox + "\n\n" + beginMarker + "\n\nnew results\n\n" + endMarker + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + begin + "\n\nnew results\n\n" + end + "\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,33 +3,19 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
-const (
-	beginMarker = "<!-- BEGIN outbox-bench generated section: `make bench` rewrites everything down to the END marker -->"
-	endMarker   = "<!-- END outbox-bench generated section -->"
-
-	// inbox-bench (bench/cmd/inbox-bench) owns a section of the same file
-	// between these markers and rewrites it on its own runs.
-	inboxStartMarker = "<!-- inbox-bench:start -->"
-	inboxEndMarker   = "<!-- inbox-bench:end -->"
-)
-
-// spliceReport replaces the generated section of path with md, keeping
-// the hand-written text around it; a file without markers gets them
-// appended. inbox-bench's section is kept too: outside the generated
-// section it is left where it is, and if it ended up inside (an edit by
-// hand) it is moved to just after the END marker instead of being lost.
+// spliceReport replaces the generated section of path
+// (benchkit.OutboxSection) with md, keeping the hand-written text around
+// it; a file without markers gets them appended. inbox-bench's section
+// (benchkit.InboxSection) is kept too: outside the generated section it
+// is left where it is, and if it ended up inside (an edit by hand) it is
+// moved to just after the END marker instead of being lost.
 func spliceReport(path, md string, res *results) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
 	if res.PNGPath != "" {
 		rel, err := filepath.Rel(filepath.Dir(path), res.PNGPath)
 		if err != nil {
@@ -37,34 +23,14 @@ func spliceReport(path, md string, res *results) error {
 		}
 		md += fmt.Sprintf("\n![relay vs ceilings, latency distribution, memory](%s)\n", filepath.ToSlash(rel))
 	}
-	section := beginMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker
-	s := string(old)
-	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-	switch {
-	case i >= 0 && j > i:
-		if inbox := inboxSection(s[i:j]); inbox != "" {
+	sec := benchkit.OutboxSection
+	return benchkit.UpdateFile(path, func(doc string) (string, error) {
+		section := sec.Wrap(md)
+		if inbox := benchkit.InboxSection.In(sec.In(doc)); inbox != "" {
 			section += "\n\n" + inbox
 		}
-		s = s[:i] + section + s[j+len(endMarker):]
-	case len(s) == 0:
-		s = "# Benchmarks\n\n" + section + "\n"
-	default:
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// inboxSection is inbox-bench's section in s, markers included, or "".
-func inboxSection(s string) string {
-	i, j := strings.Index(s, inboxStartMarker), strings.Index(s, inboxEndMarker)
-	if i < 0 || j < i {
-		return ""
-	}
-	return s[i : j+len(inboxEndMarker)]
+		return sec.Replace(doc, section), nil
+	})
 }
 
 func pct(part, whole float64) string {
