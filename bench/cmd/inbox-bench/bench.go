@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,28 +119,17 @@ func (b *bench) dropSchema(ctx context.Context, schema string) {
 
 // results of a run.
 type results struct {
-	RunID    string       `json:"run_id"`
-	Started  time.Time    `json:"started"`
-	Finished time.Time    `json:"finished"`
-	Host     hostInfo     `json:"host"`
-	Command  string       `json:"command"`
-	Config   string       `json:"config"`
-	N        int          `json:"n"`
-	Conns    int          `json:"conns"`
-	Rate     int          `json:"rate"`
-	Modes    []modeResult `json:"modes"`
-	Errors   []string     `json:"errors"`
-}
-
-type hostInfo struct {
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	LoadStart    string `json:"loadavg_start"`
-	LoadEnd      string `json:"loadavg_end"`
-	GoVersion    string `json:"go"`
-	PGVersion    string `json:"postgres"`
-	KafkaVersion string `json:"kafka"`
-	Commit       string `json:"commit"`
+	RunID    string        `json:"run_id"`
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished"`
+	Host     benchkit.Host `json:"host"`
+	Command  string        `json:"command"`
+	Config   string        `json:"config"`
+	N        int           `json:"n"`
+	Conns    int           `json:"conns"`
+	Rate     int           `json:"rate"`
+	Modes    []modeResult  `json:"modes"`
+	Errors   []string      `json:"errors"`
 }
 
 // modeResult is one consumer run.
@@ -437,24 +426,11 @@ func (c *child) tail() string {
 	return fmt.Sprintf(" (log %s ends: %s)", c.logPath, strings.Join(lines[max(0, len(lines)-3):], " | "))
 }
 
-func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), LoadStart: benchkit.LoadAvg(), GoVersion: runtime.Version(),
-		KafkaVersion: stackKafkaVersion(b.cfg.Stack)}
-	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		h.Commit = strings.TrimSpace(string(out))
-		// The report file itself is left out: an earlier run's section
-		// in it is not a change to what is measured.
-		spec := []string{"status", "--porcelain", "--untracked-files=no", "--", ":(top)"}
-		if top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output(); err == nil && b.cfg.Report != "" {
-			abs, _ := filepath.Abs(b.cfg.Report)
-			if rel, err := filepath.Rel(strings.TrimSpace(string(top)), abs); err == nil && !strings.HasPrefix(rel, "..") {
-				spec = append(spec, ":(top,exclude)"+filepath.ToSlash(rel))
-			}
-		}
-		if out, err := exec.CommandContext(ctx, "git", spec...).Output(); err == nil && len(out) > 0 {
-			h.Commit += " (+ uncommitted changes)"
-		}
-	}
+// hostInfo is the machine and versions of the run: the Kafka version the
+// stack script pins, "?" for a CPU model /proc/cpuinfo does not name, and
+// uncommitted changes other than to the report itself.
+func (b *bench) hostInfo(ctx context.Context) benchkit.Host {
+	h := benchkit.ReadHost(ctx, b.pool, stackKafkaVersion(b.cfg.Stack), b.cfg.Report)
+	h.CPUModel = cmp.Or(h.CPUModel, "?")
 	return h
 }

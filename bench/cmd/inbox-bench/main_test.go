@@ -174,7 +174,7 @@ func TestRender(t *testing.T) {
 	}
 	res := &results{
 		RunID: "abc", Started: time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC), Finished: time.Date(2026, 12, 4, 15, 6, 0, 0, time.UTC),
-		Host:    hostInfo{CPUs: 2, CPUModel: "Test CPU", PGVersion: "15.18", KafkaVersion: "4.1.1", GoVersion: "go1.26.8", Commit: "1234567"},
+		Host:    benchkit.Host{CPUs: 2, CPUModel: "Test CPU", PGVersion: "15.18", KafkaVersion: "4.1.1", GoVersion: "go1.26.8", Commit: "1234567"},
 		Command: "make bench-inbox", Config: "-n 100000", N: 100000, Conns: 8,
 		Modes: []modeResult{
 			mr(1, false, 100000, 100, 40, 30<<20, 100000),

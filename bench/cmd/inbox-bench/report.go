@@ -162,12 +162,9 @@ func renderTable(res *results) string {
 func renderMarkdown(res *results) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
-	h := res.Host
 	p("## The inbox consumer: batched transactions (issue 18)\n\n")
-	p("Run `%s`, %s UTC, %.1f min. %d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
-		"PostgreSQL %s, Kafka %s (single KRaft node), %s, commit %s.\n\n",
-		res.RunID, res.Started.UTC().Format("2006-01-02 15:04"), res.Finished.Sub(res.Started).Minutes(),
-		h.CPUs, h.CPUModel, h.LoadStart, h.LoadEnd, h.PGVersion, h.KafkaVersion, h.GoVersion, h.Commit)
+	p("Run `%s`, %s UTC, %.1f min. %s.\n\n",
+		res.RunID, res.Started.UTC().Format("2006-01-02 15:04"), res.Finished.Sub(res.Started).Minutes(), res.Host.Describe())
 	p("Command: `%s` (effective: `%s`).\n\n", res.Command, res.Config)
 	if t := res.targetLines(); len(t) > 0 {
 		p("```\n%s\n```\n\n", strings.Join(t, "\n"))

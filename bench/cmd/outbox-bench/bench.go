@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,7 +130,7 @@ func (b *bench) cleanup() {
 // run executes the selected phases; a failing phase is reported and the
 // next one still runs.
 func (b *bench) run(ctx context.Context) *results {
-	res := &results{RunID: b.id, Started: time.Now(), Host: b.hostInfo(ctx), Config: b.configSummary()}
+	res := &results{RunID: b.id, Started: time.Now(), Host: benchkit.ReadHost(ctx, b.pool, "4.1.1", ""), Config: b.configSummary()}
 	b.logf("run %s: logs in %s", b.id, b.cfg.LogDir)
 	fail := func(phase string, err error) {
 		msg := fmt.Sprintf("%s: %v", phase, err)
@@ -202,26 +200,6 @@ func (b *bench) run(ctx context.Context) *results {
 	res.Finished = time.Now()
 	res.Host.LoadEnd = benchkit.LoadAvg()
 	return res
-}
-
-func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), LoadStart: benchkit.LoadAvg(), GoVersion: runtime.Version(), KafkaVersion: "4.1.1"}
-	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				h.CPUModel = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
-				break
-			}
-		}
-	}
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		h.Commit = strings.TrimSpace(string(out))
-		if out, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
-			h.Commit += " (+ uncommitted changes)"
-		}
-	}
-	return h
 }
 
 func (b *bench) configSummary() string {

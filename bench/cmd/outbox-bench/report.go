@@ -43,11 +43,8 @@ func pct(part, whole float64) string {
 func renderMarkdown(r *results, cfg *config) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
-	h := r.Host
 	p("## Results of run `%s` (%s UTC, %.1f min)\n\n", r.RunID, r.Started.UTC().Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Minutes())
-	p("%d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
-		"PostgreSQL %s, Kafka %s (single KRaft node), %s, commit %s. Arguments: `%s`.\n\n",
-		h.CPUs, h.CPUModel, h.LoadStart, h.LoadEnd, h.PGVersion, h.KafkaVersion, h.GoVersion, h.Commit, r.Config)
+	p("%s. Arguments: `%s`.\n\n", r.Host.Describe(), r.Config)
 
 	p("### Targets\n\n```\n")
 	checks := r.checks()

@@ -24,7 +24,7 @@ type results struct {
 	RunID    string          `json:"run_id"`
 	Started  time.Time       `json:"started"`
 	Finished time.Time       `json:"finished"`
-	Host     hostInfo        `json:"host"`
+	Host     benchkit.Host   `json:"host"`
 	Config   string          `json:"config"`
 	Drains   []drainResult   `json:"drains"`
 	Kafka    *kafkaResult    `json:"kafka,omitempty"`
@@ -35,17 +35,6 @@ type results struct {
 	Errors         []string             `json:"errors"`
 	Notes          []string             `json:"notes"`
 	PNGPath        string               `json:"png,omitempty"`
-}
-
-type hostInfo struct {
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	LoadStart    string `json:"loadavg_start"`
-	LoadEnd      string `json:"loadavg_end"`
-	GoVersion    string `json:"go"`
-	PGVersion    string `json:"postgres"`
-	KafkaVersion string `json:"kafka"`
-	Commit       string `json:"commit"`
 }
 
 // relayStats is what a relay process reports at the end of a phase.

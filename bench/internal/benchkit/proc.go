@@ -89,3 +89,18 @@ func LoadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "" (arm64
+// kernels, for one, do not write it).
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "model name") {
+			return strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
+		}
+	}
+	return ""
+}

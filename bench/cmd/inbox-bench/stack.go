@@ -5,20 +5,6 @@ import (
 	"strings"
 )
 
-// cpuModel is the first "model name" of /proc/cpuinfo.
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "model name") {
-			return strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
-		}
-	}
-	return "?"
-}
-
 // stackKafkaVersion reads KAFKA_VERSION=… from the stack script.
 func stackKafkaVersion(script string) string {
 	data, err := os.ReadFile(script)
