@@ -62,7 +62,7 @@ func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) 
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	return &bench{
 		cfg: cfg, logw: logw, pool: pool,
-		kafka:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 20 * time.Second},
+		kafka:  benchkit.KafkaClient(cfg.Brokers),
 		id:     id,
 		prefix: prefixBase + id,
 	}, nil
@@ -97,7 +97,7 @@ func (b *bench) cleanup() {
 	for _, s := range schemas {
 		b.dropSchema(ctx, s)
 	}
-	if err := b.deleteTopics(ctx, topics); err != nil {
+	if err := benchkit.DeleteTopics(ctx, b.kafka, topics); err != nil {
 		b.logf("cleanup: %v", err)
 	}
 }
@@ -256,7 +256,7 @@ func (b *bench) runMode(ctx context.Context, m mode, n int, memcheck bool) (r mo
 	if err := b.waitAssigned(ctx, name, name, ch.alive); err != nil {
 		return fail(fmt.Errorf("%w%s", err, ch.tail()))
 	}
-	b.logf("mode %s: consumer pid %d has all %d partitions; producing %d records", r.label(), ch.cmd.Process.Pid, partitions, n)
+	b.logf("mode %s: consumer pid %d has all %d partitions; producing %d records", r.label(), ch.cmd.Process.Pid, benchkit.Partitions, n)
 
 	p, err := b.produce(ctx, name, n, b.cfg.Rate)
 	if err != nil {

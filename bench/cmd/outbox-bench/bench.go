@@ -72,7 +72,7 @@ func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) 
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	b := &bench{
 		cfg: cfg, logw: logw, pool: pool,
-		kafka:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 20 * time.Second},
+		kafka:  benchkit.KafkaClient(cfg.Brokers),
 		id:     id,
 		prefix: prefixBase + id,
 	}
@@ -121,7 +121,7 @@ func (b *bench) cleanup() {
 			b.logf("cleanup: drop schema %s: %v", b.schema, err)
 		}
 	}
-	if err := b.deleteTopics(ctx, topics); err != nil {
+	if err := benchkit.DeleteTopics(ctx, b.kafka, topics); err != nil {
 		b.logf("cleanup: %v", err)
 	}
 	b.logf("cleaned up schema %s, slots/publications %s_*, topics %v", b.schema, b.prefix, topics)
