@@ -43,21 +43,9 @@ type bench struct {
 }
 
 func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := benchkit.OpenPool(ctx, cfg.DatabaseURL, 2, "inbox-bench")
 	if err != nil {
 		return nil, err
-	}
-	pc.MaxConns = 2
-	pc.ConnConfig.RuntimeParams["application_name"] = "inbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL: %w (is the stack up? scripts/stack.sh up)", err)
 	}
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	return &bench{

@@ -53,21 +53,9 @@ func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) 
 	if _, err := os.Stat(cfg.RelayBin); err != nil && !cfg.CleanupOnly {
 		return nil, fmt.Errorf("relay binary: %w (go build -o bin/outbox-relay ./cmd/outbox-relay)", err)
 	}
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := benchkit.OpenPool(ctx, cfg.DatabaseURL, 6, "outbox-bench")
 	if err != nil {
 		return nil, err
-	}
-	pc.MaxConns = 6
-	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL: %w (is the stack up? scripts/stack.sh up)", err)
 	}
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	b := &bench{
