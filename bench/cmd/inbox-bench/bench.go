@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
@@ -42,26 +43,14 @@ type bench struct {
 }
 
 func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := benchkit.OpenPool(ctx, cfg.DatabaseURL, 2, "inbox-bench")
 	if err != nil {
 		return nil, err
-	}
-	pc.MaxConns = 2
-	pc.ConnConfig.RuntimeParams["application_name"] = "inbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL: %w (is the stack up? scripts/stack.sh up)", err)
 	}
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	return &bench{
 		cfg: cfg, logw: logw, pool: pool,
-		kafka:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 20 * time.Second},
+		kafka:  benchkit.KafkaClient(cfg.Brokers),
 		id:     id,
 		prefix: prefixBase + id,
 	}, nil
@@ -96,7 +85,7 @@ func (b *bench) cleanup() {
 	for _, s := range schemas {
 		b.dropSchema(ctx, s)
 	}
-	if err := b.deleteTopics(ctx, topics); err != nil {
+	if err := benchkit.DeleteTopics(ctx, b.kafka, topics); err != nil {
 		b.logf("cleanup: %v", err)
 	}
 }
@@ -118,28 +107,17 @@ func (b *bench) dropSchema(ctx context.Context, schema string) {
 
 // results of a run.
 type results struct {
-	RunID    string       `json:"run_id"`
-	Started  time.Time    `json:"started"`
-	Finished time.Time    `json:"finished"`
-	Host     hostInfo     `json:"host"`
-	Command  string       `json:"command"`
-	Config   string       `json:"config"`
-	N        int          `json:"n"`
-	Conns    int          `json:"conns"`
-	Rate     int          `json:"rate"`
-	Modes    []modeResult `json:"modes"`
-	Errors   []string     `json:"errors"`
-}
-
-type hostInfo struct {
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	LoadStart    string `json:"loadavg_start"`
-	LoadEnd      string `json:"loadavg_end"`
-	GoVersion    string `json:"go"`
-	PGVersion    string `json:"postgres"`
-	KafkaVersion string `json:"kafka"`
-	Commit       string `json:"commit"`
+	RunID    string        `json:"run_id"`
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished"`
+	Host     benchkit.Host `json:"host"`
+	Command  string        `json:"command"`
+	Config   string        `json:"config"`
+	N        int           `json:"n"`
+	Conns    int           `json:"conns"`
+	Rate     int           `json:"rate"`
+	Modes    []modeResult  `json:"modes"`
+	Errors   []string      `json:"errors"`
 }
 
 // modeResult is one consumer run.
@@ -179,7 +157,7 @@ func (b *bench) run(ctx context.Context) *results {
 	c := b.cfg
 	res := &results{
 		RunID: b.id, Started: time.Now(), Host: b.hostInfo(ctx), Command: c.Command, N: c.N, Conns: c.Conns, Rate: c.Rate,
-		Config: fmt.Sprintf("-n %d -aggregates %d -conns %d -rate %d -modes %s -memcheck=%t", c.N, c.Aggregates, c.Conns, c.Rate, joinInts(c.Modes), c.MemCheck),
+		Config: fmt.Sprintf("-n %d -aggregates %d -conns %d -rate %d -modes %s -memcheck=%t", c.N, c.Aggregates, c.Conns, c.Rate, benchkit.JoinInts(c.Modes), c.MemCheck),
 	}
 	b.logf("run %s: %s; consumer logs in %s", b.id, res.Config, c.LogDir)
 	type job struct {
@@ -203,11 +181,11 @@ func (b *bench) run(ctx context.Context) *results {
 			res.Errors = append(res.Errors, fmt.Sprintf("mode %s: %s", r.label(), r.Err))
 		}
 		b.logf("mode %s: %s events in %.2f s (%.0f events/s), age p50 %.3f s p99 %.3f s, CPU %.2f s, peak RSS %.1f MiB, batches %d, check: %s",
-			r.label(), strconv.Itoa(r.Events), r.ApplySec, r.Rate(), r.AgeP50, r.AgeP99, r.CPU, mib(r.PeakRSS), r.Batches, r.Check)
+			r.label(), strconv.Itoa(r.Events), r.ApplySec, r.Rate(), r.AgeP50, r.AgeP99, r.CPU, benchkit.MiB(r.PeakRSS), r.Batches, r.Check)
 		res.Modes = append(res.Modes, r)
 	}
 	res.Finished = time.Now()
-	res.Host.LoadEnd = loadavg()
+	res.Host.LoadEnd = benchkit.LoadAvg()
 	if data, err := json.MarshalIndent(res, "", "  "); err == nil {
 		_ = os.WriteFile(filepath.Join(c.LogDir, "results.json"), data, 0o644)
 	}
@@ -266,7 +244,7 @@ func (b *bench) runMode(ctx context.Context, m mode, n int, memcheck bool) (r mo
 	if err := b.waitAssigned(ctx, name, name, ch.alive); err != nil {
 		return fail(fmt.Errorf("%w%s", err, ch.tail()))
 	}
-	b.logf("mode %s: consumer pid %d has all %d partitions; producing %d records", r.label(), ch.cmd.Process.Pid, partitions, n)
+	b.logf("mode %s: consumer pid %d has all %d partitions; producing %d records", r.label(), ch.cmd.Process.Pid, benchkit.Partitions, n)
 
 	p, err := b.produce(ctx, name, n, b.cfg.Rate)
 	if err != nil {
@@ -282,9 +260,9 @@ func (b *bench) runMode(ctx context.Context, m mode, n int, memcheck bool) (r mo
 	}
 	// The child idles after "done" until it is told to stop: its CPU time
 	// and VmHWM are those of the run, start-up included, shutdown not.
-	r.CPU, err = procCPU(ch.cmd.Process.Pid)
+	r.CPU, err = benchkit.ProcCPU(ch.cmd.Process.Pid)
 	if err == nil {
-		r.PeakRSS, err = procHWM(ch.cmd.Process.Pid)
+		r.PeakRSS, _, err = benchkit.ProcMem(ch.cmd.Process.Pid)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("reading the consumer's /proc entry: %w", err))
@@ -436,34 +414,11 @@ func (c *child) tail() string {
 	return fmt.Sprintf(" (log %s ends: %s)", c.logPath, strings.Join(lines[max(0, len(lines)-3):], " | "))
 }
 
-func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), LoadStart: loadavg(), GoVersion: runtime.Version(),
-		KafkaVersion: stackKafkaVersion(b.cfg.Stack)}
-	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		h.Commit = strings.TrimSpace(string(out))
-		// The report file itself is left out: an earlier run's section
-		// in it is not a change to what is measured.
-		spec := []string{"status", "--porcelain", "--untracked-files=no", "--", ":(top)"}
-		if top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output(); err == nil && b.cfg.Report != "" {
-			abs, _ := filepath.Abs(b.cfg.Report)
-			if rel, err := filepath.Rel(strings.TrimSpace(string(top)), abs); err == nil && !strings.HasPrefix(rel, "..") {
-				spec = append(spec, ":(top,exclude)"+filepath.ToSlash(rel))
-			}
-		}
-		if out, err := exec.CommandContext(ctx, "git", spec...).Output(); err == nil && len(out) > 0 {
-			h.Commit += " (+ uncommitted changes)"
-		}
-	}
+// hostInfo is the machine and versions of the run: the Kafka version the
+// stack script pins, "?" for a CPU model /proc/cpuinfo does not name, and
+// uncommitted changes other than to the report itself.
+func (b *bench) hostInfo(ctx context.Context) benchkit.Host {
+	h := benchkit.ReadHost(ctx, b.pool, stackKafkaVersion(b.cfg.Stack), b.cfg.Report)
+	h.CPUModel = cmp.Or(h.CPUModel, "?")
 	return h
 }
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }

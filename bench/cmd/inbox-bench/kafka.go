@@ -2,92 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
-const partitions = 6
-
-// createTopic creates topic with 6 partitions and waits until every
-// partition has a leader that answers for it: a consumer started earlier
-// gets "Not Leader For Partition" from a partition's reader and retries it
-// after a backoff, which would show in the first records' age.
+// createTopic creates topic (benchkit.CreateTopic) and cleans it up with
+// the run's. It waits until every partition's leader answers, so that the
+// consumer's first fetches find them.
 func (b *bench) createTopic(ctx context.Context, topic string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	b.mu.Lock()
 	b.topics = append(b.topics, topic)
 	b.mu.Unlock()
-	resp, err := b.kafka.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
-	}}})
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if e := resp.Errors[topic]; e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %s: %w", topic, e)
-	}
-	for {
-		md, err := b.kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
-			ready := true
-			for _, p := range md.Topics[0].Partitions {
-				ready = ready && p.Error == nil && p.Leader.Host != ""
-			}
-			if ready && b.partitionsAnswer(ctx, topic) == nil {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no leaders yet: %v", topic, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// partitionsAnswer is nil once every partition's leader lists its offsets.
-func (b *bench) partitionsAnswer(ctx context.Context, topic string) error {
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: nil}}
-	for p := range partitions {
-		req.Topics[topic] = append(req.Topics[topic], kafka.FirstOffsetOf(p))
-	}
-	resp, err := b.kafka.ListOffsets(ctx, req)
-	if err != nil {
-		return err
-	}
-	if len(resp.Topics[topic]) != partitions {
-		return fmt.Errorf("offsets of %d partitions", len(resp.Topics[topic]))
-	}
-	for _, po := range resp.Topics[topic] {
-		if po.Error != nil {
-			return po.Error
-		}
-	}
-	return nil
-}
-
-func (b *bench) deleteTopics(ctx context.Context, topics []string) error {
-	if len(topics) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := b.kafka.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: topics})
-	if err != nil {
-		return fmt.Errorf("delete topics %v: %w", topics, err)
-	}
-	var errs []error
-	for t, e := range resp.Errors {
-		if e != nil && !errors.Is(e, kafka.UnknownTopicOrPartition) {
-			errs = append(errs, fmt.Errorf("delete topic %s: %w", t, e))
-		}
-	}
-	return errors.Join(errs...)
+	return benchkit.CreateTopic(ctx, b.kafka, topic, benchkit.LeadersAnswer)
 }
 
 // waitAssigned waits until group is stable with all partitions of topic
@@ -113,8 +44,8 @@ func (b *bench) waitAssigned(ctx context.Context, group, topic string, alive fun
 					}
 				}
 			}
-			last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.GroupState, len(g.Members), n, partitions)
-			if g.Error == nil && g.GroupState == "Stable" && n == partitions {
+			last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.GroupState, len(g.Members), n, benchkit.Partitions)
+			if g.Error == nil && g.GroupState == "Stable" && n == benchkit.Partitions {
 				return nil
 			}
 		}

@@ -43,6 +43,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 func main() {
@@ -119,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("inbox-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var modes, brokers string
+	var modes string
 	fs.IntVar(&cfg.N, "n", 100000, "events per mode")
 	fs.IntVar(&cfg.Aggregates, "aggregates", 10000, "aggregates the events belong to (event i: aggregate i mod A, version i/A + 1)")
 	fs.StringVar(&modes, "modes", "1,2,3,4,5,6", "modes to run, comma-separated (see the package documentation)")
@@ -129,8 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.Quick, "quick", false, "smoke run: -n 20000 unless -n is given")
 	fs.StringVar(&cfg.Report, "report", "", "markdown file whose inbox-bench section (between its markers) is rewritten; empty: stdout only")
 	fs.StringVar(&cfg.Command, "command", "", "how the run was started, quoted in the report (make bench-inbox sets it); default: inbox-bench and its arguments")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("OUTBOX_RELAY_DATABASE_URL"), "PostgreSQL URL (default $OUTBOX_RELAY_DATABASE_URL)")
-	fs.StringVar(&brokers, "kafka-brokers", os.Getenv("OUTBOX_RELAY_KAFKA_BROKERS"), "Kafka brokers (default $OUTBOX_RELAY_KAFKA_BROKERS)")
+	stack := benchkit.NewStackFlags(fs)
 	fs.StringVar(&cfg.Stack, "stack", "../scripts/stack.sh", "stack script, read for the Kafka version")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for the consumers' logs and profiles (default: a new one under $TMPDIR)")
 	fs.BoolVar(&cfg.PProf, "pprof", false, "CPU profile of each consumer child from its start to its last applied event (cpu-<mode>.pprof in the log directory)")
@@ -155,26 +156,17 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if cfg.Modes, err = parseModes(modes); err != nil {
 		return nil, fmt.Errorf("-modes: %w", err)
 	}
-	for _, b := range strings.Split(brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			cfg.Brokers = append(cfg.Brokers, b)
-		}
+	if cfg.DatabaseURL, cfg.Brokers, err = stack.Values(); err != nil {
+		return nil, err
 	}
-	switch {
-	case cfg.DatabaseURL == "" || len(cfg.Brokers) == 0:
-		return nil, errors.New(`set OUTBOX_RELAY_DATABASE_URL and OUTBOX_RELAY_KAFKA_BROKERS (eval "$(scripts/stack.sh env)") or -database-url and -kafka-brokers`)
-	case cfg.N < 4 || cfg.Aggregates < 1 || cfg.Conns < 1 || cfg.Rate < 0:
+	if cfg.N < 4 || cfg.Aggregates < 1 || cfg.Conns < 1 || cfg.Rate < 0 {
 		return nil, errors.New("-n must be at least 4, -aggregates and -conns positive, -rate not negative")
 	}
 	cfg.Args = args
 	if cfg.Command == "" {
 		cfg.Command = "inbox-bench " + shellJoin(args)
 	}
-	if cfg.LogDir == "" {
-		if cfg.LogDir, err = os.MkdirTemp("", "inbox-bench-"); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+	if cfg.LogDir, err = benchkit.LogDir(cfg.LogDir, "inbox-bench-"); err != nil {
 		return nil, err
 	}
 	return cfg, nil

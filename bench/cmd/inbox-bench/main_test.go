@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
@@ -28,7 +29,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("-quick: N = %d, %v", cfg.N, err)
 	}
 	if cfg, err = parseFlags(append(base, "-quick", "-n", "5000", "-modes", "2, 6,2", "-command", "make bench-inbox"), io.Discard); err != nil ||
-		cfg.N != 5000 || joinInts(cfg.Modes) != "2,6" || cfg.Command != "make bench-inbox" {
+		cfg.N != 5000 || benchkit.JoinInts(cfg.Modes) != "2,6" || cfg.Command != "make bench-inbox" {
 		t.Fatalf("-quick -n 5000: %+v, %v", cfg, err)
 	}
 	for _, bad := range [][]string{{"-modes", "7"}, {"-modes", ""}, {"-n", "2"}, {"-conns", "0"}, {"extra"}} {
@@ -41,21 +42,7 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-func TestProcParsing(t *testing.T) {
-	cpu, err := parseStatCPU("1234 (inbox bench (x)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9 0 100 0 0")
-	if err != nil || cpu != 3 {
-		t.Fatalf("cpu = %v, %v", cpu, err)
-	}
-	if _, err := parseStatCPU("1234 (x) S 1 2"); err == nil {
-		t.Fatal("short stat accepted")
-	}
-	hwm, err := parseHWM("Name:\tinbox-bench\nVmPeak:\t  900000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   30000 kB\n")
-	if err != nil || hwm != 40<<20 {
-		t.Fatalf("hwm = %v, %v", hwm, err)
-	}
-	if _, err := parseHWM("Name:\tx\n"); err == nil {
-		t.Fatal("no VmHWM accepted")
-	}
+func TestParseKafkaVersion(t *testing.T) {
 	if v := parseKafkaVersion("PG_VERSION=15\nKAFKA_VERSION=4.1.1 # pinned\n"); v != "4.1.1" {
 		t.Fatalf("kafka version %q", v)
 	}
@@ -144,13 +131,14 @@ func TestPlanProjection(t *testing.T) {
 }
 
 func TestSpliceSection(t *testing.T) {
+	start, end := benchkit.InboxSection.Start, benchkit.InboxSection.End
 	dir := t.TempDir()
 	path := filepath.Join(dir, "b.md")
 	if err := spliceSection(path, "first\n"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
-	if string(got) != "# Benchmarks\n\n"+startMarker+"\n\nfirst\n\n"+endMarker+"\n" {
+	if string(got) != "# Benchmarks\n\n"+start+"\n\nfirst\n\n"+end+"\n" {
 		t.Fatalf("new file:\n%s", got)
 	}
 	outbox := "<!-- BEGIN outbox-bench generated section -->\nrelay\n<!-- END outbox-bench generated section -->"
@@ -160,7 +148,7 @@ func TestSpliceSection(t *testing.T) {
 	if err := spliceSection(path, "second"); err != nil {
 		t.Fatal(err)
 	}
-	want := "# B\n\n" + outbox + "\n\n## Notes\n\n" + startMarker + "\n\nsecond\n\n" + endMarker + "\n"
+	want := "# B\n\n" + outbox + "\n\n## Notes\n\n" + start + "\n\nsecond\n\n" + end + "\n"
 	if got, _ := os.ReadFile(path); string(got) != want {
 		t.Fatalf("appended:\n%s", got)
 	}
@@ -170,7 +158,7 @@ func TestSpliceSection(t *testing.T) {
 	if got, _ := os.ReadFile(path); string(got) != strings.Replace(want, "second", "third", 1) {
 		t.Fatalf("replaced:\n%s", got)
 	}
-	if err := os.WriteFile(path, []byte("x\n"+startMarker+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("x\n"+start+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := spliceSection(path, "fourth"); err == nil {
@@ -186,7 +174,7 @@ func TestRender(t *testing.T) {
 	}
 	res := &results{
 		RunID: "abc", Started: time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC), Finished: time.Date(2026, 12, 4, 15, 6, 0, 0, time.UTC),
-		Host:    hostInfo{CPUs: 2, CPUModel: "Test CPU", PGVersion: "15.18", KafkaVersion: "4.1.1", GoVersion: "go1.26.8", Commit: "1234567"},
+		Host:    benchkit.Host{CPUs: 2, CPUModel: "Test CPU", PGVersion: "15.18", KafkaVersion: "4.1.1", GoVersion: "go1.26.8", Commit: "1234567"},
 		Command: "make bench-inbox", Config: "-n 100000", N: 100000, Conns: 8,
 		Modes: []modeResult{
 			mr(1, false, 100000, 100, 40, 30<<20, 100000),

@@ -3,86 +3,28 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"text/tabwriter"
-)
 
-// The section of docs/benchmarks.md this program owns. outbox-bench's
-// report (bench/cmd/outbox-bench/report.go) keeps it when it rewrites its
-// own generated section.
-const (
-	startMarker = "<!-- inbox-bench:start -->"
-	endMarker   = "<!-- inbox-bench:end -->"
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // targetRate is issue 18's target for one batched consumer instance with
 // a one-INSERT handler on the 2-core machine.
 const targetRate = 20000
 
-// spliceSection replaces the text between the markers in path with md; a
-// file without the markers gets the section appended, a missing file is
-// created.
+// spliceSection replaces this program's section of path
+// (benchkit.InboxSection; outbox-bench keeps it when it rewrites its own)
+// with md; a file without the markers gets the section appended, a
+// missing file is created, a file with only one of them is an error.
 func spliceSection(path, md string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	section := startMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker
-	s := string(old)
-	i := strings.Index(s, startMarker)
-	j := strings.Index(s, endMarker)
-	switch {
-	case i >= 0 && j > i:
-		s = s[:i] + section + s[j+len(endMarker):]
-	case i >= 0 || j >= 0:
-		return fmt.Errorf("%s has only one of the markers %s and %s: fix it by hand", path, startMarker, endMarker)
-	case len(s) == 0:
-		s = "# Benchmarks\n\n" + section + "\n"
-	default:
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func num(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
+	sec := benchkit.InboxSection
+	return benchkit.UpdateFile(path, func(doc string) (string, error) {
+		if sec.In(doc) == "" && (strings.Contains(doc, sec.Start) || strings.Contains(doc, sec.End)) {
+			return "", fmt.Errorf("%s has only one of the markers %s and %s: fix it by hand", path, sec.Start, sec.End)
 		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func f2(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f", v)
+		return sec.Replace(doc, sec.Wrap(md)), nil
+	})
 }
 
 // age formats a duration in seconds: milliseconds below a second.
@@ -113,7 +55,7 @@ func (res *results) rows() []row {
 	var out []row
 	for _, r := range res.Modes {
 		m := modeByNumber(r.Mode)
-		x := row{Mode: r.label(), Effect: m.Case(), Path: m.Path(), Events: num(float64(r.Events)), Check: r.Check}
+		x := row{Mode: r.label(), Effect: m.Case(), Path: m.Path(), Events: benchkit.Num(float64(r.Events)), Check: r.Check}
 		if r.Err != "" && r.Check == "ok" {
 			x.Check = r.Err
 		}
@@ -125,20 +67,20 @@ func (res *results) rows() []row {
 			out = append(out, x)
 			continue
 		}
-		x.Rate = num(r.Rate())
+		x.Rate = benchkit.Num(r.Rate())
 		x.Ratio = "–"
 		if b := base[m.Baseline]; b > 0 {
 			x.Ratio = fmt.Sprintf("%.1f ×", r.Rate()/b)
 		}
 		x.P50, x.P99 = age(r.AgeP50), age(r.AgeP99)
-		x.CPU = f2(r.CPU) + " s"
-		x.CPU100k = f2(r.CPU/float64(r.Events)*1e5) + " s"
-		x.RSS = f1(mib(r.PeakRSS)) + " MiB"
+		x.CPU = benchkit.F2(r.CPU) + " s"
+		x.CPU100k = benchkit.F2(r.CPU/float64(r.Events)*1e5) + " s"
+		x.RSS = benchkit.F1(benchkit.MiB(r.PeakRSS)) + " MiB"
 		x.Batch = "–"
 		if r.Batches > 0 {
-			x.Batch = f1(float64(r.Applied) / float64(r.Batches))
+			x.Batch = benchkit.F1(float64(r.Applied) / float64(r.Batches))
 		}
-		x.Produce = f2(r.ProduceSec) + " s"
+		x.Produce = benchkit.F2(r.ProduceSec) + " s"
 		out = append(out, x)
 	}
 	return out
@@ -157,7 +99,7 @@ func (res *results) targetLines() []string {
 			verdict = "PASS"
 		}
 		out = append(out, fmt.Sprintf("%s one instance, one-INSERT effect, %s (mode %d) ≥ %s events/s: %s events/s",
-			verdict, m.Path(), r.Mode, num(targetRate), num(r.Rate())))
+			verdict, m.Path(), r.Mode, benchkit.Num(targetRate), benchkit.Num(r.Rate())))
 	}
 	return out
 }
@@ -189,7 +131,7 @@ func (res *results) memoryNote() string {
 	}
 	return fmt.Sprintf("Memory bound: mode 2's peak RSS is %s MiB for %s events and %s MiB for %s: it %s (difference %+.1f MiB; "+
 		"batches are bounded by BatchSize × partitions, not by the backlog).",
-		f1(mib(full.PeakRSS)), num(float64(full.Events)), f1(mib(quarter.PeakRSS)), num(float64(quarter.Events)), verdict, mib(diff))
+		benchkit.F1(benchkit.MiB(full.PeakRSS)), benchkit.Num(float64(full.Events)), benchkit.F1(benchkit.MiB(quarter.PeakRSS)), benchkit.Num(float64(quarter.Events)), verdict, benchkit.MiB(diff))
 }
 
 // renderTable is the plain-text summary printed to stdout.
@@ -220,12 +162,9 @@ func renderTable(res *results) string {
 func renderMarkdown(res *results) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
-	h := res.Host
 	p("## The inbox consumer: batched transactions (issue 18)\n\n")
-	p("Run `%s`, %s UTC, %.1f min. %d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
-		"PostgreSQL %s, Kafka %s (single KRaft node), %s, commit %s.\n\n",
-		res.RunID, res.Started.UTC().Format("2006-01-02 15:04"), res.Finished.Sub(res.Started).Minutes(),
-		h.CPUs, h.CPUModel, h.LoadStart, h.LoadEnd, h.PGVersion, h.KafkaVersion, h.GoVersion, h.Commit)
+	p("Run `%s`, %s UTC, %.1f min. %s.\n\n",
+		res.RunID, res.Started.UTC().Format("2006-01-02 15:04"), res.Finished.Sub(res.Started).Minutes(), res.Host.Describe())
 	p("Command: `%s` (effective: `%s`).\n\n", res.Command, res.Config)
 	if t := res.targetLines(); len(t) > 0 {
 		p("```\n%s\n```\n\n", strings.Join(t, "\n"))
@@ -274,5 +213,5 @@ func producerRate(rate int) string {
 	if rate <= 0 {
 		return "as fast as it can"
 	}
-	return "paced at " + num(float64(rate)) + " records/s"
+	return "paced at " + benchkit.Num(float64(rate)) + " records/s"
 }

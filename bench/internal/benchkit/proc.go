@@ -1,4 +1,4 @@
-package main
+package benchkit
 
 import (
 	"errors"
@@ -12,8 +12,8 @@ import (
 // (100 on every Linux this runs on).
 const clkTck = 100
 
-// procCPU is utime+stime of pid in seconds.
-func procCPU(pid int) (float64, error) {
+// ProcCPU is utime+stime of pid in seconds.
+func ProcCPU(pid int) (float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -41,32 +41,44 @@ func parseStatCPU(stat string) (float64, error) {
 	return (ut + st) / clkTck, nil
 }
 
-// procHWM is the peak RSS (VmHWM) of pid in bytes.
-func procHWM(pid int) (int64, error) {
+// ProcMem is the peak RSS (VmHWM) and the current RSS (VmRSS) of pid in
+// bytes; an error when /proc/<pid>/status has no VmHWM.
+func ProcMem(pid int) (hwm, rss int64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return parseHWM(string(data))
+	if hwm, rss = parseStatusMem(string(data)); hwm == 0 {
+		return 0, 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	}
+	return hwm, rss, nil
 }
 
-// parseHWM reads VmHWM (kB) from a /proc/<pid>/status text.
-func parseHWM(status string) (int64, error) {
+// parseStatusMem reads VmHWM and VmRSS (kB in the file, bytes here) from
+// a /proc/<pid>/status text; 0 for a value it does not hold.
+func parseStatusMem(status string) (hwm, rss int64) {
 	for _, line := range strings.Split(status, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("VmHWM %q: %w", f[1], err)
-			}
-			return kb << 10, nil
+		if len(f) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmHWM:":
+			hwm = kb << 10
+		case "VmRSS:":
+			rss = kb << 10
 		}
 	}
-	return 0, errors.New("no VmHWM in /proc status")
+	return hwm, rss
 }
 
-// loadavg is the 1, 5 and 15 minute load average.
-func loadavg() string {
+// LoadAvg is the machine's 1, 5 and 15 minute load average ("0.52 0.61
+// 0.70"), or "?".
+func LoadAvg() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
@@ -78,39 +90,17 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// cpuModel is the first "model name" of /proc/cpuinfo.
+// cpuModel is the first "model name" of /proc/cpuinfo, or "" (arm64
+// kernels, for one, do not write it).
 func cpuModel() string {
 	data, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
-		return "?"
+		return ""
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if strings.HasPrefix(line, "model name") {
 			return strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
 		}
 	}
-	return "?"
-}
-
-// stackKafkaVersion reads KAFKA_VERSION=… from the stack script.
-func stackKafkaVersion(script string) string {
-	data, err := os.ReadFile(script)
-	if err != nil {
-		return "?"
-	}
-	return parseKafkaVersion(string(data))
-}
-
-func parseKafkaVersion(script string) string {
-	for _, line := range strings.Split(script, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "KAFKA_VERSION="); ok {
-			if i := strings.IndexAny(v, " \t#"); i >= 0 {
-				v = v[:i]
-			}
-			if v = strings.Trim(v, `"'`); v != "" {
-				return v
-			}
-		}
-	}
-	return "?"
+	return ""
 }
