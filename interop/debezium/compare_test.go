@@ -1,0 +1,142 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+func hdrs(kv ...string) []kafka.Header {
+	var out []kafka.Header
+	for i := 0; i < len(kv); i += 2 {
+		var v []byte
+		if kv[i+1] != "\x00null" {
+			v = []byte(kv[i+1])
+		}
+		out = append(out, kafka.Header{Key: kv[i], Value: v})
+	}
+	return out
+}
+
+var (
+	commit = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	dSide  = side{"debezium", ".r-dbz"}
+	rSide  = side{"relay", ".r-relay"}
+)
+
+// pair is a router record and the relay record that matches it.
+func pair(id, rowHeaders string, relayRowHeaders ...string) (record, record) {
+	d := record{
+		Topic: "outbox.event.order.r-dbz", Partition: 3, Offset: 0, Key: []byte("order-1"), Value: []byte(`{"a": 1}`),
+		Headers: append(hdrs(
+			"__debezium.context.connectorLogicalName", "x", "__debezium.context.taskId", "0",
+			"id", id, "event_type", "order.created", "aggregate_type", "order", "aggregate_version", "1", "schema_version", "2"),
+			hdrs("headers", rowHeaders)...),
+		Time: commit.Add(40 * time.Millisecond),
+	}
+	r := record{
+		Topic: "outbox.event.order.r-relay", Partition: 3, Offset: 0, Key: []byte("order-1"), Value: []byte(`{"a": 1}`),
+		Headers: append(hdrs("id", id, "event_type", "order.created", "aggregate_type", "order", "aggregate_version", "1", "schema_version", "2"),
+			hdrs(relayRowHeaders...)...),
+		Time: commit,
+	}
+	return d, r
+}
+
+func TestCompareExplainedOnly(t *testing.T) {
+	d1, r1 := pair("e1", `{"k": "v", "quote": "a\"b"}`, "k", "v", "quote", `a"b`)
+	d2, r2 := pair("e2", "\x00null")
+	d2.Offset, r2.Offset = 1, 1
+	c := compareRecords("p", []record{d1, d2}, []record{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e2"})
+	if !c.ok() {
+		t.Fatalf("unexplained: %v", c.Unexplained)
+	}
+	if c.Matched != 2 {
+		t.Fatalf("matched %d", c.Matched)
+	}
+	want := map[string]int{kindContext: 2, kindRowHeader: 2, kindTime: 2}
+	for k, n := range want {
+		if e := c.Explained[k]; e == nil || e.Count != n {
+			t.Errorf("%s: %+v, want %d", k, e, n)
+		}
+	}
+}
+
+func TestCompareFindsDifferences(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(d, r *record)
+		what string
+	}{
+		{"value", func(d, r *record) { r.Value = []byte(`{"a":1}`) }, "value"},
+		{"null value", func(d, r *record) { r.Value = nil }, "value"},
+		{"key", func(d, r *record) { r.Key = []byte("order-2") }, "key"},
+		{"partition", func(d, r *record) { r.Partition = 4 }, "partition"},
+		{"topic", func(d, r *record) { r.Topic = "outbox.event.orders.r-relay" }, "topic"},
+		{"header value", func(d, r *record) { r.Headers[3].Value = []byte("2") }, "headers"},
+		{"header order", func(d, r *record) { r.Headers[1], r.Headers[2] = r.Headers[2], r.Headers[1] }, "headers"},
+		{"row header missing", func(d, r *record) { r.Headers = r.Headers[:5] }, "headers"},
+		{"time before commit", func(d, r *record) { d.Time = commit.Add(-time.Millisecond) }, "record timestamp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, r := pair("e1", `{"k": "v"}`, "k", "v")
+			tt.edit(&d, &r)
+			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1"})
+			if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, tt.what) {
+				t.Fatalf("unexplained %v, want one %q", c.Unexplained, tt.what)
+			}
+		})
+	}
+}
+
+func TestCompareMissingDuplicateAndOrder(t *testing.T) {
+	d1, r1 := pair("e1", "{}")
+	d2, r2 := pair("e2", "{}")
+	d2.Offset, r2.Offset = 1, 1
+	// The relay has e2 before e1 in the same partition and key.
+	r1.Offset, r2.Offset = 1, 0
+	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e2"})
+	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "order of one key's events" {
+		t.Fatalf("unexplained %v, want the order", c.Unexplained)
+	}
+
+	d3, _ := pair("e3", "{}")
+	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e3", "e4"})
+	var whats []string
+	for _, u := range c.Unexplained {
+		whats = append(whats, u.What+" "+u.EventID)
+	}
+	got := strings.Join(whats, "; ")
+	for _, w := range []string{"duplicate record on the router side e3", "outbox row missing e3", "outbox row missing e4"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing %q in %s", w, got)
+		}
+	}
+}
+
+func TestCompareWithoutRowHeadersPlacement(t *testing.T) {
+	d, r := pair("e1", "{}")
+	d.Headers = d.Headers[:len(d.Headers)-1] // no headers column placed
+	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", []string{"e1"})
+	if !c.ok() || c.Explained[kindRowHeader] != nil {
+		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
+	}
+}
+
+func TestJSONMembers(t *testing.T) {
+	got, err := jsonMembers([]byte(`{"b": "1", "a": "é\"", "b2": ""}`))
+	if err != nil || headerList(got) != `[b="1" a="é\"" b2=""]` {
+		t.Fatalf("%s %v", headerList(got), err)
+	}
+	if got, err := jsonMembers(nil); err != nil || got != nil {
+		t.Fatalf("nil: %v %v", got, err)
+	}
+	for _, bad := range []string{`[]`, `{"a": 1}`, `{"a": "x"`} {
+		if _, err := jsonMembers([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}

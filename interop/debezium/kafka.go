@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// partitions of every topic the run creates (both sides alike, so the
+// same key lands in the same partition number on both).
+const partitions = 6
+
+func kafkaClient(brokers []string) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 20 * time.Second}
+}
+
+// createTopics creates topics with `partitions` partitions and waits
+// until every partition has a leader that lists its offsets.
+func createTopics(ctx context.Context, c *kafka.Client, topics []string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req := &kafka.CreateTopicsRequest{}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: 1})
+	}
+	resp, err := c.CreateTopics(ctx, req)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for t, e := range resp.Errors {
+		if e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", t, e)
+		}
+	}
+	for {
+		if _, err := endOffsets(ctx, c, topics); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %v not ready: %w", topics, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// deleteTopics deletes topics; a missing one is no error.
+func deleteTopics(ctx context.Context, c *kafka.Client, topics []string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: topics})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for t, e := range resp.Errors {
+		if e != nil && !errors.Is(e, kafka.UnknownTopicOrPartition) {
+			errs = append(errs, fmt.Errorf("delete topic %s: %w", t, e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// endOffsets are the high watermarks of every partition of topics.
+func endOffsets(ctx context.Context, c *kafka.Client, topics []string) (map[string][]int64, error) {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, t := range topics {
+		for p := range partitions {
+			req.Topics[t] = append(req.Topics[t], kafka.LastOffsetOf(p))
+		}
+	}
+	resp, err := c.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]int64{}
+	for _, t := range topics {
+		pos := resp.Topics[t]
+		if len(pos) != partitions {
+			return nil, fmt.Errorf("topic %s: offsets of %d partitions", t, len(pos))
+		}
+		offs := make([]int64, partitions)
+		for _, po := range pos {
+			if po.Error != nil {
+				return nil, fmt.Errorf("topic %s partition %d: %w", t, po.Partition, po.Error)
+			}
+			offs[po.Partition] = po.LastOffset
+		}
+		out[t] = offs
+	}
+	return out, nil
+}
+
+// countRecords is the number of records in topics (the topics are new
+// and never compacted or truncated, so the end offsets count them).
+func countRecords(ctx context.Context, c *kafka.Client, topics []string) (int64, error) {
+	offs, err := endOffsets(ctx, c, topics)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, o := range offs {
+		for _, x := range o {
+			n += x
+		}
+	}
+	return n, nil
+}
+
+// record is a Kafka record as read back.
+type record struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []kafka.Header
+	Time      time.Time
+}
+
+// readAll reads every record of topics, partition by partition in offset
+// order.
+func readAll(ctx context.Context, brokers []string, c *kafka.Client, topics []string) ([]record, error) {
+	offs, err := endOffsets(ctx, c, topics)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(topics)
+	var out []record
+	for _, t := range topics {
+		for p, end := range offs[t] {
+			if end == 0 {
+				continue
+			}
+			recs, err := readPartition(ctx, brokers, t, p, end)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, recs...)
+		}
+	}
+	return out, nil
+}
+
+func readPartition(ctx context.Context, brokers []string, topic string, partition int, end int64) ([]record, error) {
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: brokers, Topic: topic, Partition: partition,
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond,
+	})
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out := make([]record, 0, end)
+	for int64(len(out)) < end {
+		m, err := rd.ReadMessage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s/%d at offset %d of %d: %w", topic, partition, len(out), end, err)
+		}
+		out = append(out, record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: m.Headers, Time: m.Time})
+		if m.Offset >= end-1 {
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestRouterFromDoc(t *testing.T) {
+	doc := "# Formats\n\n```properties\nkey.converter=x\n```\n\nThe router:\n\n```properties\n" +
+		"# comment\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n" +
+		"transforms.outbox.table.field.event.id=event_id\ntransforms.outbox.table.field.event.key = aggregate_id\n" +
+		"transforms.outbox.route.by.field=aggregate_type\ntransforms.other.x=y\n```\n"
+	p, ok := routerFromDoc(doc)
+	if !ok {
+		t.Fatal("no router block found")
+	}
+	want := props{{"table.field.event.id", "event_id"}, {"table.field.event.key", "aggregate_id"}, {"route.by.field", "aggregate_type"}}
+	if p.String() != want.String() {
+		t.Fatalf("got\n%s\nwant\n%s", p, want)
+	}
+	if _, ok := routerFromDoc("no blocks"); ok {
+		t.Fatal("found a block in a doc without one")
+	}
+	if err := checkRouter(defaultRouter); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRouter(defaultRouter.withOption("route.by.field", "aggregatetype")); err == nil {
+		t.Fatal("route.by.field aggregatetype accepted")
+	}
+}
+
+func TestRowHeadersAlias(t *testing.T) {
+	for placement, want := range map[string]string{
+		"event_type:header,headers:header":        "headers",
+		"headers:header:row_headers,x:envelope":   "row_headers",
+		"event_type:header,headers:envelope:hdrs": "",
+		"": "",
+		"event_type:header, headers:header:h,a:b:c": "h",
+	} {
+		if got := rowHeadersAlias(props{{"table.fields.additional.placement", placement}}); got != want {
+			t.Errorf("%q: %q, want %q", placement, got, want)
+		}
+	}
+}
+
+func TestConnectorProperties(t *testing.T) {
+	db, err := pgx.ParseConfig("postgres://postgres:pw@127.0.0.1:55432/outbox?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{id: "i1", router: defaultRouter}
+	c := r.connectorFor(side{"debezium-expand", ".i1-dbz-x"}, "s.t", "slot", "pub", true)
+	p := c.properties(db)
+	for k, v := range map[string]string{
+		"database.port": "55432", "database.password": "pw", "slot.name": "slot", "publication.name": "pub",
+		"publication.autocreate.mode": "disabled", "snapshot.mode": "no_data", "table.include.list": "s.t",
+		"topic.prefix": "i1_debezium_expand", "key.converter": stringConverter, "value.converter": jsonConverter,
+		"value.converter.schemas.enable":                      "false",
+		"transforms.outbox.type":                              eventRouter,
+		"transforms.outbox.route.topic.replacement":           "outbox.event.${routedByValue}.i1-dbz-x",
+		"transforms.outbox.table.expand.json.payload":         "true",
+		"transforms.outbox.table.fields.additional.placement": "event_type:header,aggregate_type:header,aggregate_version:header,schema_version:header,headers:header",
+	} {
+		if got, _ := p.get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	plain := r.connectorFor(side{"debezium", ".i1-dbz"}, "s.t", "slot", "pub", false).properties(db)
+	if v, _ := plain.get("value.converter"); v != stringConverter {
+		t.Errorf("plain value.converter %q", v)
+	}
+	if got := r.relayTemplate(side{"relay", ".i1-relay"}); got != "outbox.event.{aggregate_type}.i1-relay" {
+		t.Errorf("relay template %q", got)
+	}
+	if got := r.topicsOf(side{"relay", ".x"}); strings.Join(got, ",") != "outbox.event.order.x,outbox.event.customer.x,outbox.event.payment.x" {
+		t.Errorf("topics %v", got)
+	}
+	if s := (props{{"a", `x\y`}, {"b", " lead"}}).String(); s != "a=x\\\\y\nb=\\ lead\n" {
+		t.Errorf("escaping: %q", s)
+	}
+}
+
+func TestParseRelayHelp(t *testing.T) {
+	f := parseRelayHelp("Flags:\n  -backoff-base duration\n  -record-format string\n    \tnative...\n  -debezium-expand-json\n    \texpand\n")
+	if !f.recordFormat || f.expandFlag != "--debezium-expand-json" {
+		t.Fatalf("%+v", f)
+	}
+	if f := parseRelayHelp("Flags:\n  -table string\n"); f.recordFormat || f.expandFlag != "" {
+		t.Fatalf("%+v", f)
+	}
+}
+
+func TestProcParsing(t *testing.T) {
+	cpu, err := parseStatCPU("1234 (java (x) y) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0")
+	if err != nil || cpu != 3 {
+		t.Fatalf("%v %v", cpu, err)
+	}
+	if _, err := parseStatCPU("garbage"); err == nil {
+		t.Fatal("no error")
+	}
+	if got := parseVmHWM("Name:\tjava\nVmHWM:\t  2048 kB\nVmRSS:\t 1024 kB\n"); got != 2048<<10 {
+		t.Fatalf("VmHWM %d", got)
+	}
+}
+
+func TestDrainStats(t *testing.T) {
+	d := &drainResult{Events: 1000}
+	for i := 0; i <= 10; i++ {
+		d.Samples = append(d.Samples, sample{at: time.Duration(i+1) * time.Second, delivered: int64(i * 100), cpu: float64(i) * 0.5, hwm: int64(i) << 20})
+	}
+	s := d.stats()
+	if s.FirstEvent != 2*time.Second || s.AllEvents != 11*time.Second || s.PeakRSS != 10<<20 {
+		t.Fatalf("%+v", s)
+	}
+	// 10 % at sample 1 (2 s), 90 % at sample 9 (10 s): 800 events in 8 s, 4 CPU-s.
+	if s.SteadyRate != 100 || s.CPUSteady != 4 || s.CPUPer100k != 500 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestSpliceSection(t *testing.T) {
+	sec := sectionStart + "\nnew\n" + sectionEnd
+	doc := "# B\n\nbefore\n\n" + sectionStart + "\nold\n" + sectionEnd + "\n\nafter\n"
+	if got := spliceSection(doc, sec); got != "# B\n\nbefore\n\n"+sec+"\n\nafter\n" {
+		t.Fatalf("%q", got)
+	}
+	if got := spliceSection("# B\n\ntext\n\n", sec); got != "# B\n\ntext\n\n"+sec+"\n" {
+		t.Fatalf("%q", got)
+	}
+	if got := group(1234567); got != "1,234,567" {
+		t.Fatal(got)
+	}
+}
+
+// TestPayloadCasesAreJSON: every generated payload and headers value is
+// valid JSON (PostgreSQL would refuse the insert otherwise).
+func TestPayloadCasesAreJSON(t *testing.T) {
+	for _, r := range compareRows(500, 1) {
+		if !json.Valid([]byte(r.payload)) {
+			t.Fatalf("payload %s", r.payload)
+		}
+		if r.headers != nil {
+			var m map[string]string
+			if err := json.Unmarshal([]byte(*r.headers), &m); err != nil {
+				t.Fatalf("headers %s: %v", *r.headers, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The relay beside real Debezium (make interop; not part of make test): Kafka Connect
+# standalone with Debezium's PostgreSQL connector and Outbox Event Router, and
+# `outbox-relay run --record-format debezium`, each on its own slot of the same outbox
+# table; their records compared one for one, and both drains measured (docs/debezium-interop.md).
+#
+#   scripts/interop.sh fetch          # fetch the Debezium and Connect jars (cached), print their directory
+#   scripts/interop.sh classpath      # print the Connect classpath
+#   scripts/interop.sh run [ARGS...]  # fetch, then the interop program (interop/debezium) with ARGS
+#
+# The jars come from Maven, as scripts/stack.sh fetches Kafka's, into
+# ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/debezium-<version>-connect-<version>/libs.
+# `run` starts the stack if PostgreSQL or Kafka does not answer, needs bin/outbox-relay
+# (make build), keeps its logs in .stack/interop/<time>, and never leaves the Connect JVM
+# behind: the program stops it with SIGTERM (SIGKILL after 60 s), and this script's EXIT
+# trap kills a JVM whose pid file is still there.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
+
+# Debezium 3.6.1 is built against Kafka 4.3: with connect-runtime 4.4.0 the task dies at
+# start (ClassNotFoundException: org.apache.kafka.common.utils.Sanitizer). Debezium pulls
+# slf4j-api 1.7, which does not see the log4j-slf4j2-impl binding: pin slf4j-api 2.x.
+DEBEZIUM_VERSION=3.6.1.Final
+CONNECT_VERSION=4.3.0
+SLF4J_VERSION=2.0.17
+LOG4J_VERSION=2.24.3
+CACHE=${OUTBOX_RELAY_CACHE:-${HOME:-/root}/.cache/outbox-relay}
+DBZ_HOME=$CACHE/debezium-$DEBEZIUM_VERSION-connect-$CONNECT_VERSION
+DBZ_LIBS=$DBZ_HOME/libs
+DBZ_MARKER=$DBZ_LIBS/.outbox-relay-complete
+
+dbz_pom() {
+	cat <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by outbox-relay scripts/interop.sh: Debezium $DEBEZIUM_VERSION (PostgreSQL connector, Outbox Event Router) on Kafka Connect $CONNECT_VERSION. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.outbox-relay</groupId>
+  <artifactId>debezium-libs</artifactId>
+  <version>$DEBEZIUM_VERSION-$CONNECT_VERSION</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>io.debezium</groupId><artifactId>debezium-connector-postgres</artifactId><version>$DEBEZIUM_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId><version>$CONNECT_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>connect-json</artifactId><version>$CONNECT_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>$SLF4J_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId><version>$LOG4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+EOF
+}
+
+need_java() {
+	command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+}
+
+# dbz_jars: the jars in $DBZ_LIBS, fetched once per pom (a marker holds the pom's hash).
+dbz_jars() {
+	need_java
+	local want
+	want=$(dbz_pom | sha1sum | cut -c1-40)
+	if [ -f "$DBZ_MARKER" ] && [ "$(cat "$DBZ_MARKER")" = "$want" ]; then
+		return 0
+	fi
+	mkdir -p "$DBZ_HOME"
+	(
+		exec 8>"$DBZ_HOME/.lock"
+		flock -w 900 8 || die "could not lock $DBZ_HOME/.lock"
+		if [ -f "$DBZ_MARKER" ] && [ "$(cat "$DBZ_MARKER")" = "$want" ]; then
+			exit 0
+		fi
+		command -v mvn >/dev/null 2>&1 || apt_install maven
+		log "fetching Debezium $DEBEZIUM_VERSION and Kafka Connect $CONNECT_VERSION jars with Maven into $DBZ_LIBS"
+		dbz_pom >"$DBZ_HOME/pom.xml"
+		local tmp=$DBZ_HOME/libs.tmp.$$
+		rm -rf "$tmp"
+		local t0=$SECONDS
+		mvn -q -B -Dstyle.color=never -f "$DBZ_HOME/pom.xml" dependency:copy-dependencies \
+			-DoutputDirectory="$tmp" -DincludeScope=runtime 8>&- ||
+			die "mvn dependency:copy-dependencies failed"
+		local j
+		for j in "debezium-connector-postgres-$DEBEZIUM_VERSION.jar" "debezium-connect-plugins-$DEBEZIUM_VERSION.jar" \
+			"connect-runtime-$CONNECT_VERSION.jar" "connect-json-$CONNECT_VERSION.jar" "connect-transforms-$CONNECT_VERSION.jar" \
+			"kafka-clients-$CONNECT_VERSION.jar" "slf4j-api-$SLF4J_VERSION.jar" "log4j-slf4j2-impl-$LOG4J_VERSION.jar"; do
+			[ -f "$tmp/$j" ] || die "Maven did not deliver $j"
+		done
+		# One slf4j-api only: the 2.x pinned above (Maven's nearest-wins already picks it).
+		if ls "$tmp"/slf4j-api-1.* >/dev/null 2>&1; then
+			die "an slf4j-api 1.x jar is on the classpath: $(ls "$tmp"/slf4j-api-1.*)"
+		fi
+		rm -rf "$DBZ_LIBS"
+		mv "$tmp" "$DBZ_LIBS"
+		echo "$want" >"$DBZ_MARKER"
+		log "fetched $(find "$DBZ_LIBS" -name '*.jar' | wc -l) jars in $((SECONDS - t0)) s"
+	)
+}
+
+# stack_answers: PostgreSQL and Kafka of the stack answer (a stack started from another
+# checkout answers at the same addresses).
+stack_answers() {
+	local b=${OUTBOX_RELAY_KAFKA_BROKERS%%,*}
+	pg_isready -q -d "$OUTBOX_RELAY_DATABASE_URL" 2>/dev/null &&
+		timeout 2 bash -c "exec 3<>/dev/tcp/${b%:*}/${b##*:}" 2>/dev/null
+}
+
+LOG_DIR=
+PID_FILE=
+
+# stop_jvm: the EXIT trap. The program stops Connect itself; this catches a JVM left by a
+# program that was killed: the pid from the pid file, if it still is our ConnectStandalone.
+stop_jvm() {
+	[ -n "$PID_FILE" ] && [ -f "$PID_FILE" ] || return 0
+	local pid
+	pid=$(cat "$PID_FILE" 2>/dev/null || true)
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "ConnectStandalone $LOG_DIR/"; then
+		log "Connect JVM (pid $pid) still running: SIGTERM"
+		kill -TERM "$pid" 2>/dev/null || true
+		local deadline=$((SECONDS + 60))
+		while kill -0 "$pid" 2>/dev/null; do
+			if [ $SECONDS -ge $deadline ]; then
+				log "Connect JVM (pid $pid) still running after 60 s: SIGKILL"
+				kill -KILL "$pid" 2>/dev/null || true
+				break
+			fi
+			sleep 0.5
+		done
+	fi
+	rm -f "$PID_FILE"
+}
+
+cmd_run() {
+	dbz_jars
+	eval "$("$REPO/scripts/stack.sh" env)"
+	if ! stack_answers; then
+		"$REPO/scripts/stack.sh" up
+	fi
+	local relay=$REPO/bin/outbox-relay
+	[ -x "$relay" ] || die "$relay is missing: run make build (make interop does)"
+	LOG_DIR=$REPO/.stack/interop/$(date -u +%Y%m%dT%H%M%SZ)
+	PID_FILE=$LOG_DIR/connect.pid
+	mkdir -p "$LOG_DIR"
+	trap stop_jvm EXIT
+	trap 'exit 130' INT TERM
+	log "building interop/debezium"
+	(cd "$REPO/interop/debezium" && go build -o "$LOG_DIR/debezium-interop" .)
+	local rc=0
+	(cd "$REPO" && "$LOG_DIR/debezium-interop" \
+		-relay "$relay" \
+		-connect-libs "$DBZ_LIBS" \
+		-log-dir "$LOG_DIR" \
+		-pid-file "$PID_FILE" \
+		-report docs/benchmarks.md \
+		-formats-doc docs/formats.md \
+		-interop-doc docs/debezium-interop.md \
+		-versions "Debezium $DEBEZIUM_VERSION, Kafka Connect $CONNECT_VERSION" \
+		"$@") || rc=$?
+	return $rc
+}
+
+usage() { print_usage 16; }
+
+main() {
+	local verb=${1:-}
+	[ -n "$verb" ] || usage
+	shift
+	case $verb in
+	fetch)
+		dbz_jars
+		echo "$DBZ_LIBS"
+		;;
+	classpath)
+		dbz_jars
+		echo "$DBZ_LIBS/*"
+		;;
+	run) cmd_run "$@" ;;
+	-h | --help | help) usage ;;
+	*)
+		log "unknown verb: $verb"
+		usage
+		;;
+	esac
+}
+
+main "$@"
