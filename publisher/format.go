@@ -3,6 +3,7 @@ package publisher
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 
@@ -123,6 +124,23 @@ func (c RecordConfig) Validate() error {
 		errs = append(errs, CheckCloudEventsSource(c.CloudEventsSource))
 	}
 	return errors.Join(errs...)
+}
+
+// Message builds the record a publisher with this configuration writes
+// for ev on topic (its partition is the publisher's choice: murmur2 of
+// the key). An error is an invalid configuration, or an event the
+// publisher would dead-letter (its reason first, as in the dead-letter
+// table).
+func (c RecordConfig) Message(topic string, ev *replication.Event) (kafka.Message, error) {
+	if err := c.Validate(); err != nil {
+		return kafka.Message{}, err
+	}
+	p := &Publisher{cfg: Config{RecordConfig: c, MaxBatchBytes: math.MaxInt}}
+	msg, reason, err := p.message(topic, ev)
+	if err != nil {
+		return kafka.Message{}, errors.New(poisonReason(reason, err))
+	}
+	return msg, nil
 }
 
 // build maps ev to its record in the configured format. tombstone says
