@@ -63,7 +63,7 @@ func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message
 	batch := make([]*Event, 0, len(msgs))
 	start := 0
 	for i, m := range msgs {
-		ev, err := Decode(m)
+		ev, err := DecodeFormat(m, c.cfg.RecordFormat)
 		evs[i] = ev
 		if err == nil {
 			batch = append(batch, &evs[i])

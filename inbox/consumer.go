@@ -123,6 +123,10 @@ type Config struct {
 	// finish when Run stops, before they are cancelled (and roll back)
 	// and the final offsets are committed (default 10s).
 	ShutdownTimeout time.Duration
+	// RecordFormat is the format of the topics' records (the relay's
+	// --record-format); FormatAuto, the default, detects it per record
+	// from its headers.
+	RecordFormat RecordFormat
 	// TuneReader, if set, may adjust the kafka-go configuration before the
 	// consumer group and the partition readers are created: the group
 	// settings (SessionTimeout, RebalanceTimeout, HeartbeatInterval,
@@ -230,6 +234,11 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	if err := CheckRetention(cfg.Retention, cfg.ReplayWindow); err != nil {
 		errs = append(errs, err)
+	}
+	if f, err := ParseRecordFormat(string(cfg.RecordFormat)); err != nil {
+		errs = append(errs, err)
+	} else {
+		cfg.RecordFormat = f
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

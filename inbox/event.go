@@ -1,9 +1,12 @@
 package inbox
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,7 +20,51 @@ const (
 	headerSchemaVersion    = "schema_version"
 	headerAggregateType    = "aggregate_type"
 	headerAggregateVersion = "aggregate_version"
+	// headerDebeziumID is the event id header of the debezium format
+	// (Debezium's Outbox Event Router names it "id").
+	headerDebeziumID = "id"
+	// CloudEvents (the Kafka protocol binding).
+	headerContentType   = "content-type"
+	headerCESpecVersion = "ce_specversion"
 )
+
+// RecordFormat is the format of the records a consumer reads: one of the
+// relay's --record-format values (docs/formats.md), or FormatAuto.
+type RecordFormat string
+
+// Record formats.
+const (
+	// FormatAuto detects each record's format from its headers: a
+	// content-type of application/cloudevents... (structured) or a
+	// ce_specversion header (binary) is a CloudEvent, an event_id header
+	// the native format, an id header without event_id the debezium
+	// format.
+	FormatAuto RecordFormat = ""
+	// FormatNative is the relay's own record: the event in the event_id,
+	// event_type, schema_version, aggregate_type and aggregate_version
+	// headers, the payload as the value.
+	FormatNative RecordFormat = "native"
+	// FormatDebezium is the record of Debezium's Outbox Event Router as
+	// docs/formats.md configures it: the event id in the id header, the
+	// other fields in the native format's headers.
+	FormatDebezium RecordFormat = "debezium"
+	// FormatCloudEvents is a CloudEvent in the Kafka protocol binding,
+	// binary or structured (JSON) mode, as the relay writes it: id,
+	// type, subject = aggregate_id, the extensions aggregatetype,
+	// aggregateversion and schemaversion.
+	FormatCloudEvents RecordFormat = "cloudevents"
+)
+
+// ParseRecordFormat validates a format name; "" and "auto" are FormatAuto.
+func ParseRecordFormat(s string) (RecordFormat, error) {
+	switch f := RecordFormat(s); f {
+	case "auto":
+		return FormatAuto, nil
+	case FormatAuto, FormatNative, FormatDebezium, FormatCloudEvents:
+		return f, nil
+	}
+	return "", fmt.Errorf("inbox: record format %q: use native, debezium, cloudevents or auto", s)
+}
 
 // Event is one outbox event as a consumer sees it: the relay's record
 // decoded back into the outbox row's fields, plus where it was read from.
@@ -28,13 +75,21 @@ type Event struct {
 	AggregateVersion int64
 	EventType        string
 	SchemaVersion    int
-	Payload          []byte            // the record value
-	Headers          map[string]string // the outbox row's own headers (the standard ones are fields above)
+	// Payload is the record value (a CloudEvent's data); nil for a
+	// tombstone (a row with a NULL payload, relayed with
+	// --tombstone-on-null-payload).
+	Payload []byte
+	// Headers are the outbox row's own headers (the standard ones are
+	// the fields above), and a CloudEvent's extension attributes other
+	// than the relay's, as ce_<name>.
+	Headers map[string]string
 
 	Topic     string
 	Partition int
 	Offset    int64
 	Time      time.Time // record timestamp: the outbox transaction's commit time
+	// Format is the format the record was read in.
+	Format RecordFormat
 }
 
 // DecodeError is a record that is not an outbox event (a missing or
@@ -51,9 +106,47 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("record %s/%d@%d is not an outbox event: %s", e.Topic, e.Partition, e.Offset, e.Reason)
 }
 
-// Decode maps a record written by outbox-relay back to an Event. The first
+// Decode maps a record written by outbox-relay, in any of its formats
+// (detected from the headers: FormatAuto), back to an Event. The first
 // occurrence of each standard header wins (the relay writes them first).
 func Decode(m kafka.Message) (Event, error) {
+	return DecodeFormat(m, FormatAuto)
+}
+
+// DetectFormat reports the format of m by FormatAuto's rules.
+func DetectFormat(m kafka.Message) RecordFormat {
+	debezium := false
+	for _, h := range m.Headers {
+		switch {
+		case h.Key == headerEventID:
+			return FormatNative
+		case h.Key == headerDebeziumID:
+			debezium = true
+		case strings.EqualFold(h.Key, headerCESpecVersion):
+			return FormatCloudEvents
+		case strings.EqualFold(h.Key, headerContentType) && isStructuredCE(h.Value):
+			return FormatCloudEvents
+		}
+	}
+	if debezium {
+		return FormatDebezium
+	}
+	return FormatNative
+}
+
+// isStructuredCE reports whether a content-type is a CloudEvents event
+// format (application/cloudevents, matched case-insensitively).
+func isStructuredCE(ct []byte) bool {
+	const prefix = "application/cloudevents"
+	return len(ct) >= len(prefix) && strings.EqualFold(string(ct[:len(prefix)]), prefix)
+}
+
+// DecodeFormat maps a record in format f (FormatAuto: detected) back to
+// an Event.
+func DecodeFormat(m kafka.Message, f RecordFormat) (Event, error) {
+	if f == FormatAuto {
+		f = DetectFormat(m)
+	}
 	ev := Event{
 		AggregateID: string(m.Key),
 		Payload:     m.Value,
@@ -61,16 +154,75 @@ func Decode(m kafka.Message) (Event, error) {
 		Partition:   m.Partition,
 		Offset:      m.Offset,
 		Time:        m.Time,
+		Format:      f,
 	}
-	fail := func(reason string) (Event, error) {
-		return ev, &DecodeError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Reason: reason}
+	var f5 fields
+	var err error
+	switch f {
+	case FormatNative:
+		f5, err = headerFields(&ev, m.Headers, headerEventID, "event_id header")
+	case FormatDebezium:
+		f5, err = headerFields(&ev, m.Headers, headerDebeziumID, "id header")
+	case FormatCloudEvents:
+		f5, err = cloudEventFields(&ev, m)
+	default:
+		err = fmt.Errorf("unknown record format %q", f)
 	}
-	var version, schema string
+	if err == nil {
+		err = f5.apply(&ev)
+	}
+	if err != nil {
+		return ev, &DecodeError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Reason: err.Error()}
+	}
+	return ev, nil
+}
+
+// fields are an event's standard fields as the record carries them, with
+// the names its format gives them (for the error messages).
+type fields struct {
+	id, eventType, aggType, version, schema                string
+	idName, typeName, aggTypeName, versionName, schemaName string
+}
+
+// apply validates f and sets ev's fields.
+func (f fields) apply(ev *Event) error {
+	if f.id == "" {
+		return fmt.Errorf("no %s", f.idName)
+	}
+	id, err := uuid.Parse(f.id)
+	if err != nil {
+		return fmt.Errorf("%s %q is not a UUID", f.idName, f.id)
+	}
+	ev.ID = id.String()
+	if ev.AggregateID == "" {
+		return errors.New("empty key (aggregate_id)")
+	}
+	ev.AggregateType, ev.EventType = f.aggType, f.eventType
+	if ev.AggregateType == "" || ev.EventType == "" {
+		return fmt.Errorf("missing %s or %s", f.aggTypeName, f.typeName)
+	}
+	if ev.AggregateVersion, err = strconv.ParseInt(f.version, 10, 64); err != nil {
+		return fmt.Errorf("%s %q is not an integer", f.versionName, f.version)
+	}
+	n, err := strconv.Atoi(f.schema)
+	if err != nil {
+		return fmt.Errorf("%s %q is not an integer", f.schemaName, f.schema)
+	}
+	ev.SchemaVersion = n
+	return nil
+}
+
+// headerFields reads the native and debezium formats: the event in
+// headers (the event id in idHeader, named idName in errors), the rest
+// into ev.Headers.
+func headerFields(ev *Event, headers []kafka.Header, idHeader, idName string) (fields, error) {
+	f := fields{idName: idName, typeName: headerEventType + " header", aggTypeName: headerAggregateType + " header",
+		versionName: headerAggregateVersion, schemaName: headerSchemaVersion}
 	var seen [5]bool
-	for _, h := range m.Headers {
+	for _, h := range headers {
 		slot := -1
 		switch h.Key {
-		case headerEventID:
+		case idHeader:
 			slot = 0
 		case headerEventType:
 			slot = 1
@@ -94,40 +246,136 @@ func Decode(m kafka.Message) (Event, error) {
 		seen[slot] = true
 		switch slot {
 		case 0:
-			ev.ID = string(h.Value)
+			f.id = string(h.Value)
 		case 1:
-			ev.EventType = string(h.Value)
+			f.eventType = string(h.Value)
 		case 2:
-			schema = string(h.Value)
+			f.schema = string(h.Value)
 		case 3:
-			ev.AggregateType = string(h.Value)
+			f.aggType = string(h.Value)
 		case 4:
-			version = string(h.Value)
+			f.version = string(h.Value)
 		}
 	}
-	if ev.ID == "" {
-		return fail("no event_id header")
+	return f, nil
+}
+
+// CloudEvents attributes the relay sets (the rest of a CloudEvent's
+// attributes and extensions go to Event.Headers as ce_<name>).
+var ceStandard = map[string]bool{
+	"specversion": true, "id": true, "source": true, "type": true, "subject": true, "time": true,
+	"datacontenttype": true, "dataschema": true, "aggregatetype": true, "aggregateversion": true, "schemaversion": true,
+}
+
+// cloudEventFields reads a CloudEvent: structured when the content-type
+// is an event format, else binary.
+func cloudEventFields(ev *Event, m kafka.Message) (fields, error) {
+	f := fields{idName: "id attribute", typeName: "type attribute", aggTypeName: "aggregatetype attribute",
+		versionName: "aggregateversion attribute", schemaName: "schemaversion attribute"}
+	attrs := map[string]string{}
+	structured := false
+	for _, h := range m.Headers {
+		k := strings.ToLower(h.Key)
+		if k == headerContentType && isStructuredCE(h.Value) {
+			structured = true
+			ct := strings.ToLower(string(h.Value))
+			if base, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(base) != "application/cloudevents+json" {
+				return f, fmt.Errorf("CloudEvents event format %q is not supported (application/cloudevents+json is)", h.Value)
+			}
+		}
 	}
-	id, err := uuid.Parse(ev.ID)
-	if err != nil {
-		return fail(fmt.Sprintf("event_id %q is not a UUID", ev.ID))
+	for _, h := range m.Headers {
+		k := strings.ToLower(h.Key)
+		if name, ok := strings.CutPrefix(k, "ce_"); ok && !structured {
+			if _, dup := attrs[name]; !dup {
+				attrs[name] = string(h.Value)
+			}
+			continue
+		}
+		if k == headerContentType {
+			continue
+		}
+		if ev.Headers == nil {
+			ev.Headers = make(map[string]string, 2)
+		}
+		ev.Headers[h.Key] = string(h.Value)
 	}
-	ev.ID = id.String()
-	if ev.AggregateID == "" {
-		return fail("empty key (aggregate_id)")
+	if structured {
+		var err error
+		if attrs, ev.Payload, err = structuredEvent(m.Value); err != nil {
+			return f, err
+		}
 	}
-	if ev.AggregateType == "" || ev.EventType == "" {
-		return fail("missing aggregate_type or event_type header")
+	if v, ok := attrs["specversion"]; !ok {
+		return f, errors.New("not a CloudEvent: no specversion")
+	} else if v != "1.0" {
+		return f, fmt.Errorf("CloudEvents specversion %q is not supported (1.0 is)", v)
 	}
-	if ev.AggregateVersion, err = strconv.ParseInt(version, 10, 64); err != nil {
-		return fail(fmt.Sprintf("aggregate_version %q is not an integer", version))
+	for name, v := range attrs {
+		if !ceStandard[name] {
+			if ev.Headers == nil {
+				ev.Headers = make(map[string]string, 2)
+			}
+			ev.Headers["ce_"+name] = v
+		}
 	}
-	if n, err := strconv.Atoi(schema); err != nil {
-		return fail(fmt.Sprintf("schema_version %q is not an integer", schema))
-	} else {
-		ev.SchemaVersion = n
+	f.id, f.eventType, f.aggType = attrs["id"], attrs["type"], attrs["aggregatetype"]
+	f.version, f.schema = attrs["aggregateversion"], attrs["schemaversion"]
+	if s := attrs["subject"]; s != "" {
+		ev.AggregateID = s
 	}
-	return ev, nil
+	return f, nil
+}
+
+// structuredEvent reads a JSON event format value: its attributes (as
+// text: strings unquoted, other values as JSON) and its data (inline JSON
+// as is, a JSON string's text for a non-JSON content type, or
+// data_base64 decoded).
+func structuredEvent(value []byte) (map[string]string, []byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(value, &doc); err != nil {
+		return nil, nil, fmt.Errorf("structured CloudEvent: %v", err)
+	}
+	attrs := make(map[string]string, len(doc))
+	for k, raw := range doc {
+		if k == "data" || k == "data_base64" {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			s = string(raw)
+		}
+		attrs[k] = s
+	}
+	var data []byte
+	if raw, ok := doc["data_base64"]; ok {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, nil, errors.New("structured CloudEvent: data_base64 is not a string")
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("structured CloudEvent: data_base64: %v", err)
+		}
+		data = b
+	} else if raw, ok := doc["data"]; ok {
+		data = []byte(raw)
+		if ct, ok := attrs["datacontenttype"]; ok && !isJSONType(ct) && len(raw) > 0 && raw[0] == '"' {
+			var s string
+			if err := json.Unmarshal(raw, &s); err == nil {
+				data = []byte(s)
+			}
+		}
+	}
+	return attrs, data, nil
+}
+
+// isJSONType reports whether a media type is JSON (application/json,
+// text/json or a +json suffix), whose data a JSON event holds inline.
+func isJSONType(ct string) bool {
+	base, _, _ := strings.Cut(strings.ToLower(ct), ";")
+	base = strings.TrimSpace(base)
+	return base == "application/json" || base == "text/json" || strings.HasSuffix(base, "+json")
 }
 
 // recordNamespace derives stable ids for records that have no usable

@@ -1,7 +1,8 @@
 -- Migration 1: the outbox table.
 --
 -- Rendered with text/template: .Table is the quoted, schema-qualified table
--- name and .PayloadType is jsonb (default) or bytea.
+-- name and .PayloadType is jsonb (default) or bytea. .NullablePayload
+-- leaves NOT NULL off the payload (for tombstones: docs/formats.md).
 --
 -- IF NOT EXISTS: the application may have created the table itself (for
 -- example from its own migration tool); Apply validates the existing table
@@ -18,7 +19,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     aggregate_version bigint NOT NULL,
     event_type        text NOT NULL,
     schema_version    int NOT NULL,
-    payload           {{.PayloadType}} NOT NULL,
+    payload           {{.PayloadType}}{{if not .NullablePayload}} NOT NULL{{end}},
     headers           jsonb,
     created_at        timestamptz NOT NULL DEFAULT now()
 );

@@ -44,6 +44,12 @@ type ApplyOptions struct {
 	// Avro). It only matters when Apply creates the table; an existing
 	// table keeps its payload type as long as Validate accepts it.
 	PayloadType string
+	// NullablePayload creates the payload column without NOT NULL, so
+	// that a row with a NULL payload can ask for a tombstone (the
+	// relay's --tombstone-on-null-payload; docs/formats.md). Like
+	// PayloadType it only matters when Apply creates the table: for an
+	// existing one, ALTER TABLE ... ALTER COLUMN payload DROP NOT NULL.
+	NullablePayload bool
 }
 
 func (o ApplyOptions) payloadType() (string, error) {
@@ -70,6 +76,8 @@ type templateData struct {
 	Table string
 	// PayloadType is "jsonb" or "bytea"; validated before rendering.
 	PayloadType string
+	// NullablePayload leaves NOT NULL off the payload column.
+	NullablePayload bool
 	// DeadLetter is the quoted dead-letter table beside the outbox table.
 	DeadLetter string
 	// OutboxTable is the outbox table's unquoted name, as recorded in
@@ -159,7 +167,7 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 	if err != nil {
 		return nil, err
 	}
-	data := templateData{Table: t.Quoted(), PayloadType: payloadType, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String(),
+	data := templateData{Table: t.Quoted(), PayloadType: payloadType, NullablePayload: opts.NullablePayload, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String(),
 		Checkpoint: CheckpointTable(t).Quoted()}
 	versions := t.sibling(VersionTableName)
 

@@ -47,6 +47,13 @@ func TestRenderMigration1(t *testing.T) {
 		if strings.Contains(sql, "{{") || strings.Contains(sql, "<no value>") {
 			t.Errorf("unrendered template action in:\n%s", sql)
 		}
+		sql, err = migs[0].render(templateData{Table: tbl.Quoted(), PayloadType: pt, NullablePayload: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(sql, "payload           "+pt+",\n") {
+			t.Errorf("NullablePayload: rendered migration (%s) lacks a nullable payload:\n%s", pt, sql)
+		}
 	}
 }
 

@@ -120,6 +120,10 @@ type Config struct {
 	// LastFailure, if set, is told of every failed write and topic
 	// lookup (the stall detector's cause); it may outlive the Publisher.
 	LastFailure *LastFailure
+	// RecordConfig is the record format (native by default) and the
+	// tombstone switch; New checks it (RecordConfig.Validate) and an
+	// invalid one fails every Publish.
+	RecordConfig
 }
 
 func (c *Config) defaults() {
@@ -201,6 +205,8 @@ type Publisher struct {
 	fatal     chan error
 	mu        sync.Mutex
 	routers   map[string]*router
+	// cfgErr is RecordConfig's validation error, returned by Publish.
+	cfgErr error
 }
 
 // New returns a Publisher; it does not contact Kafka until used.
@@ -221,7 +227,7 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{
-		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel,
+		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, cfgErr: cfg.RecordConfig.Validate(),
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
 		closeIdle: closeIdle,
@@ -257,6 +263,9 @@ func (p *Publisher) Fatal() <-chan error { return p.fatal }
 // replication goroutine wait for the aggregate's lock. The error is for
 // failures the relay must stop on.
 func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
+	if p.cfgErr != nil {
+		return p.cfgErr
+	}
 	rec := &record{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	if p.cfg.DeadLetters != nil && p.holder.route(rec) {
@@ -323,8 +332,14 @@ func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message,
 	fail := func(reason, detail string) (kafka.Message, string, error) {
 		return kafka.Message{}, reason, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: detail}
 	}
+	// A NULL payload is an invalid row, or with TombstoneOnNullPayload
+	// (when it is the row's only fault) a tombstone.
+	tombstone := false
 	if ev.Invalid != "" {
-		return fail("invalid_row", ev.Invalid)
+		if !p.cfg.TombstoneOnNullPayload || ev.Invalid != replication.InvalidNullPayload {
+			return fail("invalid_row", ev.Invalid)
+		}
+		tombstone = true
 	}
 	if ev.AggregateID == "" {
 		return fail("empty_aggregate_id", "aggregate_id is empty")
@@ -332,9 +347,15 @@ func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message,
 	if err := ValidTopic(topic); err != nil {
 		return fail("invalid_topic", err.Error())
 	}
-	msg, err := buildMessage(topic, ev)
+	if p.cfg.Format == FormatCloudEvents && ev.EventType == "" {
+		return fail("invalid_row", "event_type is empty: a CloudEvent needs a type")
+	}
+	msg, err := p.cfg.build(topic, ev, tombstone)
 	if err != nil {
 		return fail("invalid_headers", err.Error())
+	}
+	if tombstone {
+		msg.Value = nil
 	}
 	if n := messageSize(&msg); n > p.cfg.MaxBatchBytes {
 		return fail("message_too_large", fmt.Sprintf("record of %d bytes exceeds --max-batch-bytes %d", n, p.cfg.MaxBatchBytes))

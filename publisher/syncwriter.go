@@ -40,6 +40,9 @@ func NewSyncWriter(cfg Config) *SyncWriter {
 // Write publishes ev, retrying transient failures a few times. The error
 // of a failed write says whether it is permanent.
 func (s *SyncWriter) Write(ctx context.Context, ev *replication.Event) error {
+	if err := s.cfg.RecordConfig.Validate(); err != nil {
+		return err
+	}
 	topic := s.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	p := &Publisher{cfg: s.cfg}
 	msg, reason, err := p.message(topic, ev)

@@ -145,6 +145,32 @@ type PublishConfig struct {
 	TopicIdleTimeout time.Duration
 	// PoisonPolicy decides what a poison event does.
 	PoisonPolicy PoisonPolicy
+	// RecordFormat is the shape of the records (docs/formats.md):
+	// publisher.FormatNative (the default), FormatDebezium (the record
+	// Debezium's Outbox Event Router emits) or FormatCloudEvents.
+	RecordFormat publisher.Format
+	// CloudEventsSource is the CloudEvents source attribute, a
+	// URI-reference naming the producer; required with FormatCloudEvents.
+	CloudEventsSource string
+	// CloudEventsMode is the CloudEvents content mode: binary (the
+	// default: attributes in ce_* headers, the payload as the value) or
+	// structured (the whole event as a JSON value).
+	CloudEventsMode publisher.CloudEventsMode
+	// DebeziumExpandJSON writes FormatDebezium values as the router does
+	// with table.expand.json.payload=true and Connect's JsonConverter.
+	DebeziumExpandJSON bool
+	// TombstoneOnNullPayload makes an outbox row with a NULL payload a
+	// tombstone (the row's key and headers, a null value) instead of a
+	// poison event.
+	TombstoneOnNullPayload bool
+}
+
+// Record is the publisher's record configuration of p.
+func (p PublishConfig) Record() publisher.RecordConfig {
+	return publisher.RecordConfig{
+		Format: p.RecordFormat, CloudEventsSource: p.CloudEventsSource, CloudEventsMode: p.CloudEventsMode,
+		DebeziumExpandJSON: p.DebeziumExpandJSON, TombstoneOnNullPayload: p.TombstoneOnNullPayload,
+	}
 }
 
 // WindowConfig bounds the events read from the WAL and not yet
@@ -222,7 +248,7 @@ func DefaultConfig() Config {
 			MaxBatch: 1000, MaxBatchBytes: 900 << 10, Linger: 5 * time.Millisecond,
 			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
 			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
-			PoisonPolicy: PoisonQuarantine,
+			PoisonPolicy: PoisonQuarantine, RecordFormat: publisher.FormatNative, CloudEventsMode: publisher.CloudEventsBinary,
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
 		Leader:          LeaderConfig{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},

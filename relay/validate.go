@@ -192,6 +192,21 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	} else {
 		out.policy = pol
 	}
+	format, err := publisher.ParseFormat(string(p.RecordFormat))
+	if err != nil {
+		cs.fail("Publish.RecordFormat", string(p.RecordFormat), "use native, debezium or cloudevents")
+	}
+	if _, err := publisher.ParseCloudEventsMode(string(p.CloudEventsMode)); err != nil {
+		cs.fail("Publish.CloudEventsMode", string(p.CloudEventsMode), "use binary or structured")
+	}
+	if format == publisher.FormatCloudEvents {
+		switch err := publisher.CheckCloudEventsSource(p.CloudEventsSource); {
+		case p.CloudEventsSource == "":
+			cs.fail("Publish.CloudEventsSource", nil, "is required with Publish.RecordFormat cloudevents: a URI-reference naming the producer, e.g. /orders-service")
+		case err != nil:
+			cs.wrap("Publish.CloudEventsSource", err)
+		}
+	}
 }
 
 func (w WindowConfig) validate(cs *checks, p PublishConfig) {

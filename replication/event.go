@@ -42,8 +42,14 @@ type Event struct {
 
 	// Invalid, when set, says why the row cannot become a record (a NULL
 	// in a required column, say); the relay dead-letters such events.
+	// InvalidNullPayload is a NULL payload and nothing else wrong: the
+	// publisher may make such a row a tombstone instead.
 	Invalid string
 }
+
+// InvalidNullPayload is Event.Invalid of a row whose payload is NULL and
+// whose other columns are all valid (the payload is checked last).
+const InvalidNullPayload = `column "payload" is NULL`
 
 // Position is an event's stable place in the commit order.
 type Position struct {

@@ -48,6 +48,12 @@ type config struct {
 	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile         string
 	KafkaTLSServerName, KafkaSASLMechanism, KafkaSASLUsername string
 	KafkaSASLPassword, GrantRole                              string
+	// NullablePayload: migrate creates the payload column nullable.
+	NullablePayload bool
+	// The record format (publisher.RecordConfig) of every publishing
+	// command, so that run, recover, replay and dlq retry write alike.
+	RecordFormat, CloudEventsSource, CloudEventsMode string
+	DebeziumExpandJSON, TombstoneOnNullPayload       bool
 	// FailoverSlot: the slot migrate, slot create, run and recover create
 	// is a failover slot on PostgreSQL 17+. failoverSlotSet records that
 	// it was given (flag or environment): only then does migrate change
@@ -94,6 +100,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 		b.String(&c.GrantRole, "grant-role", "", "create (if missing) a role for `run` and grant it REPLICATION and exactly the table privileges the relay needs (e.g. outbox_relay)")
 		b.Bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
 		b.String(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
+		b.Bool(&c.NullablePayload, "nullable-payload", false, "create the table's payload column without NOT NULL, so a row with a NULL payload can stand for a tombstone (run --tombstone-on-null-payload)")
 		bindFailoverSlot(b, &c.FailoverSlot, "; set explicitly, migrate also sets an existing slot's flag to it (stop the relay first)")
 	}
 	if s&scopeRun != 0 {
@@ -129,6 +136,11 @@ func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	b.Duration(&c.UnknownTopicWait, "unknown-topic-timeout", p.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops").To("Publish.UnknownTopicTimeout")
 	b.Duration(&c.PartitionRefresh, "partition-refresh", p.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)").To("Publish.PartitionRefresh")
 	b.Duration(&c.TopicIdleTimeout, "topic-idle-timeout", p.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)").To("Publish.TopicIdleTimeout")
+	b.String(&c.RecordFormat, "record-format", string(p.RecordFormat), "record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)").To("Publish.RecordFormat")
+	b.String(&c.CloudEventsSource, "cloudevents-source", p.CloudEventsSource, "CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents").To("Publish.CloudEventsSource")
+	b.String(&c.CloudEventsMode, "cloudevents-mode", string(p.CloudEventsMode), "CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)").To("Publish.CloudEventsMode")
+	b.Bool(&c.DebeziumExpandJSON, "debezium-expand-json-payload", p.DebeziumExpandJSON, "with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)").To("Publish.DebeziumExpandJSON")
+	b.Bool(&c.TombstoneOnNullPayload, "tombstone-on-null-payload", p.TombstoneOnNullPayload, "an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event").To("Publish.TombstoneOnNullPayload")
 	b.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
 	b.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)").To("TLS.CAFile")
 	b.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required").To("TLS.CertFile")
@@ -185,6 +197,9 @@ func (c *config) relayConfig() relay.Config {
 			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
 			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
 			PoisonPolicy: relay.PoisonPolicy(c.PoisonPolicy),
+			RecordFormat: publisher.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
+			CloudEventsMode: publisher.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
+			TombstoneOnNullPayload: c.TombstoneOnNullPayload,
 		},
 		Window: relay.WindowConfig{MaxEvents: c.MaxInflightEvents, MaxBytes: c.MaxInflightBytes, StallTimeout: c.StallTimeout},
 		Leader: relay.LeaderConfig{
@@ -207,6 +222,7 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		CreateTopics: c.CreateTopics, TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
 		UnknownTopicTimeout: c.UnknownTopicWait, MetadataRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
+		RecordConfig: c.relayConfig().Publish.Record(),
 	}
 }
 

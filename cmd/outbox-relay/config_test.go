@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -179,5 +180,42 @@ func TestValuesInTheFormsPeopleType(t *testing.T) {
 	if _, err := parse("run", "", []string{"--database-url", "mysql://x", "--max-inflight-bytes", "1048576"}, scopeDB|scopeKafka|scopeRun, sink); err == nil ||
 		!strings.Contains(err.Error(), "key=value connection string") {
 		t.Fatalf("mysql URL: %v", err)
+	}
+}
+
+// TestRecordFormatFlags: --record-format and its options reach the relay's
+// and the side publishers' configuration, and are validated with flag
+// names.
+func TestRecordFormatFlags(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "127.0.0.1:9092")
+	cfg, err := parse("run", "", []string{"--record-format", "cloudevents", "--cloudevents-source", "/orders", "--cloudevents-mode", "structured",
+		"--tombstone-on-null-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders",
+		CloudEventsMode: publisher.CloudEventsStructured, TombstoneOnNullPayload: true}
+	if got := cfg.relayConfig().Publish.Record(); got != want {
+		t.Fatalf("relay record config %+v", got)
+	}
+	if got := cfg.publisherConfig("x").RecordConfig; got != want {
+		t.Fatalf("side publisher record config %+v", got)
+	}
+	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
+	if cfg, err = parse("run", "", []string{"--debezium-expand-json-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil ||
+		cfg.relayConfig().Publish.Record() != (publisher.RecordConfig{Format: publisher.FormatDebezium, CloudEventsMode: publisher.CloudEventsBinary, DebeziumExpandJSON: true}) {
+		t.Fatalf("%+v %v", cfg.relayConfig().Publish.Record(), err)
+	}
+	for args, msg := range map[string]string{
+		"--record-format avro":                                  `--record-format "avro": use native, debezium or cloudevents`,
+		"--record-format cloudevents":                           "--cloudevents-source: is required with --record-format cloudevents",
+		"--cloudevents-mode batch":                              `--cloudevents-mode "batch": use binary or structured`,
+		"--record-format cloudevents --cloudevents-source a%zz": "--cloudevents-source",
+	} {
+		_, err := parse("run", "", strings.Fields(args), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", args, err, msg)
+		}
 	}
 }

@@ -33,7 +33,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := slot.CheckServer(ctx, pool, log); err != nil {
 		return err
 	}
-	applied, err := migrations.Apply(ctx, pool, cfg.table, migrations.ApplyOptions{PayloadType: cfg.PayloadType})
+	applied, err := migrations.Apply(ctx, pool, cfg.table, migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload})
 	if err != nil {
 		return err
 	}

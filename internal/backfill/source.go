@@ -211,7 +211,7 @@ func (s *Source) Scan(ctx context.Context, db DB, w Window, fn func(*replication
 		ev.EventType = str(evType, migrations.ColEventType)
 		ev.SchemaVersion = str(schemaVersion, migrations.ColSchemaVersion)
 		if payload == nil && ev.Invalid == "" {
-			ev.Invalid = `column "payload" is NULL`
+			ev.Invalid = replication.InvalidNullPayload
 		}
 		if headers != nil {
 			ev.Headers = []byte(*headers)

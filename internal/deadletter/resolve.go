@@ -178,7 +178,7 @@ func (e Entry) event() *replication.Event {
 	case e.EventType == "":
 		ev.Invalid = `column "event_type" is empty`
 	case e.Payload == nil:
-		ev.Invalid = `column "payload" is NULL`
+		ev.Invalid = replication.InvalidNullPayload
 	}
 	return ev
 }

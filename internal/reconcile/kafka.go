@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
 // clockSlack is how far before the window's start a topic is read: record
@@ -92,8 +94,14 @@ func firstOffset(offsets map[int64]time.Time) int64 {
 	return start
 }
 
-// eventIDOf returns the event_id header of m, if it carries a valid one.
+// eventIDOf returns the event id of m, if it carries a valid one: in any
+// record format the inbox reads (the relay's --record-format), else its
+// event_id header.
 func eventIDOf(m kafka.Message) (uuid.UUID, bool) {
+	if ev, err := inbox.Decode(m); err == nil {
+		id, err := uuid.Parse(ev.ID)
+		return id, err == nil
+	}
 	for _, h := range m.Headers {
 		if h.Key == "event_id" {
 			id, err := uuid.ParseBytes(h.Value)

@@ -6,6 +6,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 func TestFirstOffset(t *testing.T) {
@@ -52,6 +55,20 @@ func TestEventIDOf(t *testing.T) {
 		got, ok := eventIDOf(kafka.Message{Headers: tc.headers})
 		if ok != tc.ok || ok && got != id {
 			t.Errorf("%s: %v %v", tc.name, got, ok)
+		}
+	}
+	// Every record format of the relay.
+	ev := &replication.Event{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "e",
+		SchemaVersion: "1", Payload: []byte("{}")}
+	for _, rc := range []publisher.RecordConfig{{}, {Format: publisher.FormatDebezium},
+		{Format: publisher.FormatCloudEvents, CloudEventsSource: "/s"},
+		{Format: publisher.FormatCloudEvents, CloudEventsSource: "/s", CloudEventsMode: publisher.CloudEventsStructured}} {
+		m, err := rc.Message("t", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := eventIDOf(m); !ok || got != id {
+			t.Errorf("%+v: %v %v", rc, got, ok)
 		}
 	}
 }

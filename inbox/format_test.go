@@ -1,0 +1,173 @@
+package inbox
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// formatConfigs are the relay's record formats, as the publisher is
+// configured for each.
+var formatConfigs = []struct {
+	name string
+	rc   publisher.RecordConfig
+	want RecordFormat
+}{
+	{"native", publisher.RecordConfig{}, FormatNative},
+	{"debezium", publisher.RecordConfig{Format: publisher.FormatDebezium}, FormatDebezium},
+	{"debezium-expanded", publisher.RecordConfig{Format: publisher.FormatDebezium, DebeziumExpandJSON: true}, FormatDebezium},
+	{"cloudevents-binary", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders"}, FormatCloudEvents},
+	{"cloudevents-structured", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders",
+		CloudEventsMode: publisher.CloudEventsStructured}, FormatCloudEvents},
+}
+
+func sourceEvent(payload []byte) *replication.Event {
+	return &replication.Event{
+		EventID: "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", AggregateType: "order", AggregateID: "order-1", AggregateVersion: "3",
+		EventType: "order.confirmed", SchemaVersion: "2", Payload: payload,
+		Headers:    []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "acme"}`),
+		CommitTime: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC),
+	}
+}
+
+// TestDecodeFormats: the inbox reads the records the publisher writes in
+// every format, detected or configured, back into the same Event.
+func TestDecodeFormats(t *testing.T) {
+	for _, payload := range [][]byte{[]byte(`{"total": 10}`), {0, 0, 0, 0, 42, 2, 0xff}} {
+		for _, c := range formatConfigs {
+			m, err := c.rc.Message("outbox.event.order", sourceEvent(payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Partition, m.Offset = 4, 9
+			if got := DetectFormat(m); got != c.want {
+				t.Fatalf("%s: detected %q", c.name, got)
+			}
+			for _, f := range []RecordFormat{FormatAuto, c.want} {
+				ev, err := DecodeFormat(m, f)
+				if err != nil {
+					t.Fatalf("%s (%q): %v", c.name, f, err)
+				}
+				wantPayload := payload
+				if c.rc.DebeziumExpandJSON {
+					wantPayload = m.Value
+				}
+				if ev.ID != "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f" || ev.AggregateType != "order" || ev.AggregateID != "order-1" ||
+					ev.AggregateVersion != 3 || ev.EventType != "order.confirmed" || ev.SchemaVersion != 2 || ev.Format != c.want ||
+					!bytes.Equal(ev.Payload, wantPayload) || ev.Partition != 4 || ev.Offset != 9 || !ev.Time.Equal(m.Time) {
+					t.Fatalf("%s (%q): decoded %+v", c.name, f, ev)
+				}
+				if len(ev.Headers) != 2 || ev.Headers["tenant"] != "acme" || !strings.HasPrefix(ev.Headers["traceparent"], "00-4bf9") {
+					t.Fatalf("%s: headers %v", c.name, ev.Headers)
+				}
+			}
+		}
+	}
+}
+
+// TestDecodeTombstones: a tombstone (NULL payload) decodes in every
+// format, with a nil Payload.
+func TestDecodeTombstones(t *testing.T) {
+	for _, c := range formatConfigs {
+		ev := sourceEvent(nil)
+		ev.Invalid = replication.InvalidNullPayload
+		rc := c.rc
+		rc.TombstoneOnNullPayload = true
+		m, err := rc.Message("t", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(m)
+		if err != nil || got.Payload != nil || got.ID != ev.EventID || got.Format != c.want {
+			t.Fatalf("%s: tombstone decoded %+v, %v", c.name, got, err)
+		}
+	}
+}
+
+func TestDecodeCloudEventsExtensions(t *testing.T) {
+	ev := sourceEvent([]byte(`{}`))
+	ev.Headers = []byte(`{"ce_tenant": "acme"}`)
+	m, err := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/o"}.Message("t", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(m)
+	if err != nil || got.Headers["ce_tenant"] != "acme" || len(got.Headers) != 1 {
+		t.Fatalf("%+v %v", got.Headers, err)
+	}
+	// Structured events of other producers: text data, numbers as versions.
+	m = kafka.Message{Key: []byte("k"), Headers: []kafka.Header{{Key: "Content-Type", Value: []byte("application/cloudevents+json")}},
+		Value: []byte(`{"specversion":"1.0","id":"0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f","source":"/x","type":"t","subject":"agg-7",
+		"aggregatetype":"a","aggregateversion":5,"schemaversion":1,"datacontenttype":"text/plain","data":"hello","color":"blue"}`)}
+	got, err = Decode(m)
+	if err != nil || got.AggregateID != "agg-7" || got.AggregateVersion != 5 || string(got.Payload) != "hello" || got.Headers["ce_color"] != "blue" {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+func TestDecodeFormatErrors(t *testing.T) {
+	ce := func(h ...string) kafka.Message {
+		m := kafka.Message{Key: []byte("k"), Value: []byte(`{}`)}
+		for i := 0; i+1 < len(h); i += 2 {
+			m.Headers = append(m.Headers, kafka.Header{Key: h[i], Value: []byte(h[i+1])})
+		}
+		return m
+	}
+	cases := map[string]kafka.Message{
+		"specversion":    ce("ce_specversion", "0.3", "ce_id", "x"),
+		"id attribute":   ce("ce_specversion", "1.0", "ce_type", "t"),
+		"not a UUID":     ce("ce_specversion", "1.0", "ce_id", "x"),
+		"event format":   ce("content-type", "application/cloudevents+avro"),
+		"no specversion": ce("content-type", "application/cloudevents+json; charset=UTF-8"),
+		"no id header":   ce("id", "", "event_type", "t"),
+		"aggregatetype":  ce("ce_specversion", "1.0", "ce_id", "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", "ce_type", "t"),
+	}
+	for want, m := range cases {
+		_, err := Decode(m)
+		var de *DecodeError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	// Forced to a format the record is not in.
+	m, _ := publisher.RecordConfig{}.Message("t", sourceEvent([]byte(`{}`)))
+	if _, err := DecodeFormat(m, FormatCloudEvents); err == nil {
+		t.Fatal("a native record decoded as a CloudEvent")
+	}
+	if _, err := DecodeFormat(m, FormatDebezium); err == nil || !strings.Contains(err.Error(), "no id header") {
+		t.Fatalf("a native record decoded as debezium: %v", err)
+	}
+	for in, want := range map[string]RecordFormat{"": FormatAuto, "auto": FormatAuto, "native": FormatNative, "cloudevents": FormatCloudEvents} {
+		if got, err := ParseRecordFormat(in); err != nil || got != want {
+			t.Errorf("ParseRecordFormat(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseRecordFormat("avro"); err == nil {
+		t.Fatal("avro accepted")
+	}
+}
+
+// BenchmarkDecode is the consumer's per-record decoding in each format.
+func BenchmarkDecode(b *testing.B) {
+	for _, c := range formatConfigs {
+		m, err := c.rc.Message("t", sourceEvent([]byte(`{"total": 10}`)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

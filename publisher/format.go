@@ -1,0 +1,171 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// Format is the shape of the Kafka records the publisher writes for the
+// outbox events (docs/formats.md). Every format keys a record by
+// aggregate_id and routes it with the topic template; they differ in the
+// value and the headers.
+type Format string
+
+// Record formats.
+const (
+	// FormatNative is the relay's own record: value = payload, headers
+	// event_id, event_type, schema_version, aggregate_type,
+	// aggregate_version, then the row's headers. The empty Format is
+	// native too.
+	FormatNative Format = "native"
+	// FormatDebezium is the record Debezium's Outbox Event Router emits
+	// for the outbox table with the configuration in docs/formats.md:
+	// value = payload, headers id, event_type, aggregate_type,
+	// aggregate_version, schema_version, then the row's headers.
+	FormatDebezium Format = "debezium"
+	// FormatCloudEvents is a CloudEvents 1.0 event in the Kafka protocol
+	// binding, in binary or structured content mode (CloudEventsMode).
+	FormatCloudEvents Format = "cloudevents"
+)
+
+// Formats lists the record formats, the default first.
+func Formats() []Format { return []Format{FormatNative, FormatDebezium, FormatCloudEvents} }
+
+// ParseFormat validates a record format name; "" is FormatNative.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case "", FormatNative:
+		return FormatNative, nil
+	case FormatDebezium, FormatCloudEvents:
+		return f, nil
+	}
+	return "", fmt.Errorf("record format %q: use native, debezium or cloudevents", s)
+}
+
+// CloudEventsMode is the content mode of FormatCloudEvents records.
+type CloudEventsMode string
+
+// CloudEvents content modes (the Kafka protocol binding's).
+const (
+	// CloudEventsBinary puts the attributes in ce_* headers and the
+	// payload, unchanged, in the value. The empty mode is binary too.
+	CloudEventsBinary CloudEventsMode = "binary"
+	// CloudEventsStructured puts the whole event, attributes and data, in
+	// the value as a JSON event (content-type application/cloudevents+json).
+	CloudEventsStructured CloudEventsMode = "structured"
+)
+
+// ParseCloudEventsMode validates a content mode name; "" is binary.
+func ParseCloudEventsMode(s string) (CloudEventsMode, error) {
+	switch m := CloudEventsMode(s); m {
+	case "", CloudEventsBinary:
+		return CloudEventsBinary, nil
+	case CloudEventsStructured:
+		return m, nil
+	}
+	return "", fmt.Errorf("CloudEvents mode %q: use binary or structured", s)
+}
+
+// CheckCloudEventsSource validates a CloudEvents source attribute: a
+// non-empty URI-reference (RFC 3986), e.g. /orders-service or
+// urn:example:orders.
+func CheckCloudEventsSource(s string) error {
+	if s == "" {
+		return errors.New("the CloudEvents source is required with the cloudevents record format: a URI-reference naming the producer, e.g. /orders-service or urn:example:orders")
+	}
+	if strings.ContainsAny(s, " \t\r\n") {
+		return fmt.Errorf("CloudEvents source %q: a URI-reference has no white space", s)
+	}
+	if _, err := url.Parse(s); err != nil {
+		return fmt.Errorf("CloudEvents source %q is not a URI-reference: %w", s, err)
+	}
+	return nil
+}
+
+// RecordConfig selects and tunes the record format. Its zero value is
+// the native format without tombstones.
+type RecordConfig struct {
+	// Format is the record format; "" is FormatNative.
+	Format Format
+	// CloudEventsSource is the source attribute of FormatCloudEvents
+	// records (required with that format).
+	CloudEventsSource string
+	// CloudEventsMode is the content mode of FormatCloudEvents records;
+	// "" is binary.
+	CloudEventsMode CloudEventsMode
+	// DebeziumExpandJSON writes FormatDebezium values as the router does
+	// with table.expand.json.payload=true and the JsonConverter: the JSON
+	// payload re-serialized compactly, null members dropped (see
+	// docs/formats.md). Off, the value is the payload as stored.
+	DebeziumExpandJSON bool
+	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
+	// into a record with the row's key and headers and a null value (a
+	// tombstone, for compacted topics), in every format. Off, such a row
+	// is a poison event.
+	TombstoneOnNullPayload bool
+}
+
+// Validate checks the format and its options.
+func (c RecordConfig) Validate() error {
+	var errs []error
+	f, err := ParseFormat(string(c.Format))
+	errs = append(errs, err)
+	if _, err := ParseCloudEventsMode(string(c.CloudEventsMode)); err != nil {
+		errs = append(errs, err)
+	}
+	if f == FormatCloudEvents {
+		errs = append(errs, CheckCloudEventsSource(c.CloudEventsSource))
+	}
+	return errors.Join(errs...)
+}
+
+// Message builds the record a publisher with this configuration writes
+// for ev on topic (its partition is the publisher's choice: murmur2 of
+// the key). An error is an invalid configuration, or an event the
+// publisher would dead-letter (its reason first, as in the dead-letter
+// table).
+func (c RecordConfig) Message(topic string, ev *replication.Event) (kafka.Message, error) {
+	if err := c.Validate(); err != nil {
+		return kafka.Message{}, err
+	}
+	p := &Publisher{cfg: Config{RecordConfig: c, MaxBatchBytes: math.MaxInt}}
+	msg, reason, err := p.message(topic, ev)
+	if err != nil {
+		return kafka.Message{}, errors.New(poisonReason(reason, err))
+	}
+	return msg, nil
+}
+
+// build maps ev to its record in the configured format. tombstone says
+// that ev's payload is NULL and the record carries a null value.
+func (c *RecordConfig) build(topic string, ev *replication.Event, tombstone bool) (kafka.Message, error) {
+	switch c.Format {
+	case "", FormatNative:
+		return buildMessage(topic, ev)
+	case FormatDebezium:
+		return buildDebezium(topic, ev, c.DebeziumExpandJSON && !tombstone)
+	case FormatCloudEvents:
+		return buildCloudEvents(topic, ev, c.CloudEventsSource, c.CloudEventsMode, tombstone)
+	}
+	return kafka.Message{}, fmt.Errorf("record format %q: use native, debezium or cloudevents", c.Format)
+}
+
+// checkRowHeaders refuses row headers that would repeat a header the
+// format sets itself (reserved reports those names): a consumer that
+// takes the last occurrence of a header would read the row's value
+// instead of the event's.
+func checkRowHeaders(h []kafka.Header, from int, reserved func(string) bool) error {
+	for _, x := range h[from:] {
+		if reserved(x.Key) {
+			return fmt.Errorf("row header %q would repeat a header of the record format", x.Key)
+		}
+	}
+	return nil
+}

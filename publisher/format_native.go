@@ -1,0 +1,31 @@
+package publisher
+
+import (
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// buildMessage maps an event to a Kafka message: key = aggregate_id, value =
+// payload, time = commit time, the standard headers then the row's headers.
+func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
+	h := make([]kafka.Header, 5, 6)
+	h[0] = kafka.Header{Key: HeaderEventID, Value: bytesOf(ev.EventID)}
+	h[1] = kafka.Header{Key: HeaderEventType, Value: bytesOf(ev.EventType)}
+	h[2] = kafka.Header{Key: HeaderSchemaVersion, Value: bytesOf(ev.SchemaVersion)}
+	h[3] = kafka.Header{Key: HeaderAggregateType, Value: bytesOf(ev.AggregateType)}
+	h[4] = kafka.Header{Key: HeaderAggregateVersion, Value: bytesOf(ev.AggregateVersion)}
+	if len(ev.Headers) > 0 {
+		var err error
+		if h, err = appendHeaders(h, ev.Headers); err != nil {
+			return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: "headers: " + err.Error()}
+		}
+	}
+	return kafka.Message{
+		Topic:   topic,
+		Key:     bytesOf(ev.AggregateID),
+		Value:   ev.Payload,
+		Headers: h,
+		Time:    ev.CommitTime,
+	}, nil
+}
