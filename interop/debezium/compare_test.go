@@ -20,6 +20,23 @@ func hdrs(kv ...string) []kafka.Header {
 	return out
 }
 
+// rowsOf is the outbox rows of the comparison: event id, then the
+// headers column's JSON text ("" for NULL).
+func rowsOf(t *testing.T, kv ...string) map[string]rowInfo {
+	m := map[string]rowInfo{}
+	for i := 0; i < len(kv); i += 2 {
+		var info rowInfo
+		if kv[i+1] != "" {
+			var err error
+			if info.headers, err = jsonMembers([]byte(kv[i+1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m[kv[i]] = info
+	}
+	return m
+}
+
 var (
 	commit = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	dSide  = side{"debezium", ".r-dbz"}
@@ -49,7 +66,8 @@ func TestCompareExplainedOnly(t *testing.T) {
 	d1, r1 := pair("e1", `{"k": "v", "quote": "a\"b"}`, "k", "v", "quote", `a"b`)
 	d2, r2 := pair("e2", "\x00null")
 	d2.Offset, r2.Offset = 1, 1
-	c := compareRecords("p", []record{d1, d2}, []record{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e2"})
+	c := compareRecords("p", []record{d1, d2}, []record{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers",
+		rowsOf(t, "e1", `{"k": "v", "quote": "a\"b"}`, "e2", ""))
 	if !c.ok() {
 		t.Fatalf("unexplained: %v", c.Unexplained)
 	}
@@ -84,7 +102,7 @@ func TestCompareFindsDifferences(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d, r := pair("e1", `{"k": "v"}`, "k", "v")
 			tt.edit(&d, &r)
-			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1"})
+			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", `{"k": "v"}`))
 			if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, tt.what) {
 				t.Fatalf("unexplained %v, want one %q", c.Unexplained, tt.what)
 			}
@@ -98,13 +116,13 @@ func TestCompareMissingDuplicateAndOrder(t *testing.T) {
 	d2.Offset, r2.Offset = 1, 1
 	// The relay has e2 before e1 in the same partition and key.
 	r1.Offset, r2.Offset = 1, 0
-	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e2"})
+	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", "{}", "e2", "{}"))
 	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "order of one key's events" {
 		t.Fatalf("unexplained %v, want the order", c.Unexplained)
 	}
 
 	d3, _ := pair("e3", "{}")
-	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", []string{"e1", "e3", "e4"})
+	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", "{}", "e3", "{}", "e4", "{}"))
 	var whats []string
 	for _, u := range c.Unexplained {
 		whats = append(whats, u.What+" "+u.EventID)
@@ -117,12 +135,45 @@ func TestCompareMissingDuplicateAndOrder(t *testing.T) {
 	}
 }
 
+// The configuration of docs/formats.md: no context headers, the headers
+// column not placed.
 func TestCompareWithoutRowHeadersPlacement(t *testing.T) {
+	strip := func(d *record) {
+		d.Headers = d.Headers[2 : len(d.Headers)-1]
+	}
 	d, r := pair("e1", "{}")
-	d.Headers = d.Headers[:len(d.Headers)-1] // no headers column placed
-	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", []string{"e1"})
-	if !c.ok() || c.Explained[kindRowHeader] != nil {
+	strip(&d)
+	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", ""))
+	if !c.ok() || c.Explained[kindRowHeader] != nil || c.Explained[kindRowHeaderNotPl] != nil || c.Explained[kindContext] != nil {
 		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
+	}
+
+	d, r = pair("e1", "", "tracestate", "v", "traceparent", "00-1")
+	strip(&d)
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", `{"tracestate": "v", "traceparent": "00-1"}`))
+	if !c.ok() || c.Explained[kindRowHeaderNotPl] == nil {
+		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
+	}
+
+	// The relay must carry the row's headers, in the column's order.
+	r.Headers[5], r.Headers[6] = r.Headers[6], r.Headers[5]
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", `{"tracestate": "v", "traceparent": "00-1"}`))
+	if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, "headers") {
+		t.Fatalf("unexplained %v", c.Unexplained)
+	}
+}
+
+func TestCompareTombstones(t *testing.T) {
+	d, r := pair("e1", "\x00null")
+	d.Value, r.Value = nil, nil
+	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", ""))
+	if !c.ok() || c.Tombstones != 1 {
+		t.Fatalf("unexplained %v tombstones %d", c.Unexplained, c.Tombstones)
+	}
+	r.Value = []byte{}
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", ""))
+	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "value" {
+		t.Fatalf("an empty value passed for a null one: %v", c.Unexplained)
 	}
 }
 

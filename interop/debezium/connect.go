@@ -66,54 +66,157 @@ func escapeProp(v string) string {
 }
 
 // connector is one Debezium PostgreSQL connector with the Outbox Event
-// Router, on its own slot.
+// Router, on its own slot: the template's configuration with this
+// connector's names, database and topic suffix.
 type connector struct {
 	name   string
 	slot   string
 	pub    string
 	table  string // schema-qualified
 	prefix string // topic.prefix (the connector's logical name)
-	// router holds the EventRouter options (without the
-	// "transforms.outbox." prefix), route.topic.replacement included.
-	router props
-	// expand selects the JsonConverter (schemas.enable=false) for values,
-	// as table.expand.json.payload=true needs; otherwise values go
-	// through the StringConverter.
+	suffix string // appended to route.topic.replacement
+	tmpl   connectorTemplate
+	// expand applies the template's expansion overrides
+	// (table.expand.json.payload=true with the JsonConverter).
 	expand bool
+	// tombstones sets route.tombstone.on.empty.payload=true, the
+	// router's match of --tombstone-on-null-payload.
+	tombstones bool
 }
 
 // properties renders the connector's configuration file.
 func (c connector) properties(db *pgx.ConnConfig) props {
-	p := props{
+	p := append(props(nil), c.tmpl.base...)
+	if c.expand {
+		for _, kv := range c.tmpl.expand {
+			p = p.withOption(kv[0], kv[1])
+		}
+	}
+	t := "transforms." + c.tmpl.transform + "."
+	replacement, ok := p.get(t + "route.topic.replacement")
+	if !ok {
+		replacement = defaultReplacement
+	}
+	for _, kv := range [][2]string{
 		{"name", c.name},
-		{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
-		{"tasks.max", "1"},
 		{"database.hostname", db.Host},
 		{"database.port", strconv.Itoa(int(db.Port))},
 		{"database.user", db.User},
-	}
-	if db.Password != "" {
-		p = append(p, [2]string{"database.password", db.Password})
-	}
-	p = append(p, props{
 		{"database.dbname", db.Database},
 		{"topic.prefix", c.prefix},
-		{"plugin.name", "pgoutput"},
+		{"table.include.list", c.table},
 		{"slot.name", c.slot},
 		{"publication.name", c.pub},
+		{t + "route.topic.replacement", replacement + c.suffix},
+	} {
+		p = p.withOption(kv[0], kv[1])
+	}
+	if db.Password != "" {
+		p = p.withOption("database.password", db.Password)
+	}
+	if c.tombstones {
+		p = p.withOption(t+"route.tombstone.on.empty.payload", "true")
+	}
+	return p
+}
+
+// defaultReplacement is the router's default route.topic.replacement.
+const defaultReplacement = "outbox.event.${routedByValue}"
+
+// connectorTemplate is the connector configuration every connector of the
+// run starts from: docs/formats.md's (the configuration that matches the
+// relay's debezium format), or a built-in copy of it.
+type connectorTemplate struct {
+	base      props  // the whole connector configuration
+	expand    props  // what the expansion profile sets on top of it
+	transform string // the name of the EventRouter transform
+	from      string // where it was read
+}
+
+// router is the EventRouter's options, without "transforms.<name>.".
+func (t connectorTemplate) router() props {
+	var p props
+	prefix := "transforms." + t.transform + "."
+	for _, kv := range t.base {
+		if k, ok := strings.CutPrefix(kv[0], prefix); ok && k != "type" {
+			p = append(p, [2]string{k, kv[1]})
+		}
+	}
+	return p
+}
+
+// builtinTemplate is docs/formats.md's configuration, for a run without
+// that file (-formats-doc "").
+var builtinTemplate = connectorTemplate{
+	base: props{
+		{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
+		{"plugin.name", "pgoutput"},
 		{"publication.autocreate.mode", "disabled"},
 		{"snapshot.mode", "no_data"},
-		{"table.include.list", c.table},
+		{"extended.headers.enabled", "false"},
 		{"key.converter", stringConverter},
-	}...)
-	if c.expand {
-		p = append(p, [2]string{"value.converter", jsonConverter}, [2]string{"value.converter.schemas.enable", "false"})
-	} else {
-		p = append(p, [2]string{"value.converter", stringConverter})
+		{"value.converter", "io.debezium.converters.BinaryDataConverter"},
+		{"value.converter.delegate.converter.type", stringConverter},
+		{"header.converter", "org.apache.kafka.connect.storage.SimpleHeaderConverter"},
+		{"transforms", "outbox"},
+		{"transforms.outbox.type", eventRouter},
+		{"transforms.outbox.table.field.event.id", "event_id"},
+		{"transforms.outbox.table.field.event.key", "aggregate_id"},
+		{"transforms.outbox.table.field.event.payload", "payload"},
+		{"transforms.outbox.route.by.field", "aggregate_type"},
+		{"transforms.outbox.route.topic.replacement", defaultReplacement},
+		{"transforms.outbox.table.fields.additional.placement", "event_type:header,aggregate_type:header,aggregate_version:header,schema_version:header"},
+		{"transforms.outbox.route.tombstone.on.empty.payload", "false"},
+	},
+	expand: props{
+		{"transforms.outbox.table.expand.json.payload", "true"},
+		{"value.converter", jsonConverter},
+		{"value.converter.schemas.enable", "false"},
+	},
+	transform: "outbox",
+	from:      "built in",
+}
+
+// templateFromDoc reads the connector template from doc: the first code
+// block that configures a transform of type EventRouter is the
+// connector's configuration, the first other block that sets that
+// transform's table.expand.json.payload=true the expansion profile's
+// overrides. ok is false when doc has no connector block.
+func templateFromDoc(doc string) (t connectorTemplate, ok bool) {
+	blocks := codeBlocks(doc)
+	for i, block := range blocks {
+		p := parseProps(block)
+		name := ""
+		for _, kv := range p {
+			if strings.HasPrefix(kv[0], "transforms.") && strings.HasSuffix(kv[0], ".type") && kv[1] == eventRouter {
+				name = strings.TrimSuffix(strings.TrimPrefix(kv[0], "transforms."), ".type")
+				break
+			}
+		}
+		if name == "" {
+			continue
+		}
+		t = connectorTemplate{base: p, transform: name}
+		for _, other := range blocks[i+1:] {
+			q := parseProps(other)
+			if v, _ := q.get("transforms." + name + ".table.expand.json.payload"); v == "true" {
+				t.expand = q
+				break
+			}
+		}
+		return t, true
 	}
-	p = append(p, [2]string{"transforms", "outbox"}, [2]string{"transforms.outbox.type", eventRouter})
-	for _, kv := range c.router {
-		p = append(p, [2]string{"transforms.outbox." + kv[0], kv[1]})
+	return connectorTemplate{}, false
+}
+
+// parseProps reads key=value lines (a code block's, comments left out).
+func parseProps(lines []string) props {
+	var p props
+	for _, line := range lines {
+		k, v, found := strings.Cut(line, "=")
+		if found {
+			p = append(p, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+		}
 	}
 	return p
 }
@@ -249,51 +352,6 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// defaultRouter is the EventRouter configuration the run uses when
-// docs/formats.md has none: the outbox table's columns (migrations/) for
-// the router's fields, the event's columns as headers in the order the
-// relay writes them, and the row's headers column as one header.
-var defaultRouter = props{
-	{"table.field.event.id", "event_id"},
-	{"table.field.event.key", "aggregate_id"},
-	{"table.field.event.payload", "payload"},
-	{"route.by.field", "aggregate_type"},
-	{"route.topic.replacement", "outbox.event.${routedByValue}"},
-	{"table.fields.additional.placement", "event_type:header,aggregate_type:header,aggregate_version:header,schema_version:header,headers:header"},
-}
-
-// routerFromDoc extracts the EventRouter options from the first
-// .properties code block of doc (docs/formats.md) that configures
-// io.debezium.transforms.outbox.EventRouter: the lines
-// transforms.<name>.<option>=<value> of the transform of that type,
-// "type" left out. ok is false when doc has no such block.
-func routerFromDoc(doc string) (p props, ok bool) {
-	for _, block := range codeBlocks(doc) {
-		name := ""
-		for _, line := range block {
-			k, v, found := strings.Cut(line, "=")
-			if found && strings.HasPrefix(k, "transforms.") && strings.HasSuffix(k, ".type") && strings.TrimSpace(v) == eventRouter {
-				name = strings.TrimSuffix(strings.TrimPrefix(k, "transforms."), ".type")
-				break
-			}
-		}
-		if name == "" {
-			continue
-		}
-		prefix := "transforms." + name + "."
-		for _, line := range block {
-			k, v, found := strings.Cut(line, "=")
-			k = strings.TrimSpace(k)
-			if !found || !strings.HasPrefix(k, prefix) || k == prefix+"type" {
-				continue
-			}
-			p = append(p, [2]string{strings.TrimPrefix(k, prefix), strings.TrimSpace(v)})
-		}
-		return p, true
-	}
-	return nil, false
 }
 
 // codeBlocks are the lines of doc's fenced code blocks, comments and

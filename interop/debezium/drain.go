@@ -34,14 +34,15 @@ type watched interface {
 // and p's CPU time and peak RSS, until all are there; failed, when not
 // nil, is asked every second whether the process has failed.
 func sampleDrain(ctx context.Context, c *kafka.Client, p watched, started time.Time, topics []string, want int64,
-	interval, timeout time.Duration, failed func(context.Context) error) ([]sample, error) {
+	interval, timeout time.Duration, failed func(context.Context) error) (out []sample, misses int, err error) {
 	deadline := time.Now().Add(timeout)
-	var out []sample
 	lastCheck := time.Now()
 	for {
 		n, err := countRecords(ctx, c, topics)
 		at := time.Since(started)
-		if err == nil {
+		if err != nil {
+			misses++
+		} else {
 			cpu, err1 := procCPU(p.pid())
 			hwm, err2 := procPeakRSS(p.pid())
 			if err1 == nil && err2 == nil {
@@ -49,26 +50,26 @@ func sampleDrain(ctx context.Context, c *kafka.Client, p watched, started time.T
 			}
 			if n >= want {
 				if err1 != nil || err2 != nil {
-					return out, fmt.Errorf("read /proc of pid %d: %v %v", p.pid(), err1, err2)
+					return out, misses, fmt.Errorf("read /proc of pid %d: %v %v", p.pid(), err1, err2)
 				}
-				return out, nil
+				return out, misses, nil
 			}
 		}
 		if err := p.exited(); err != nil {
-			return out, err
+			return out, misses, err
 		}
 		if failed != nil && time.Since(lastCheck) >= time.Second {
 			lastCheck = time.Now()
 			if err := failed(ctx); err != nil {
-				return out, err
+				return out, misses, err
 			}
 		}
 		if time.Now().After(deadline) {
-			return out, fmt.Errorf("%d of %d records after %s", lastDelivered(out), want, timeout)
+			return out, misses, fmt.Errorf("%d of %d records after %s", lastDelivered(out), want, timeout)
 		}
 		select {
 		case <-ctx.Done():
-			return out, ctx.Err()
+			return out, misses, ctx.Err()
 		case <-time.After(interval):
 		}
 	}

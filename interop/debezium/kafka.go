@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
 )
 
 // partitions of every topic the run creates (both sides alike, so the
@@ -125,26 +126,37 @@ type record struct {
 	Time      time.Time
 }
 
-// readAll reads every record of topics, partition by partition in offset
-// order.
+// readAll reads every record of topics: the partitions at the same time,
+// each in offset order; the result is ordered by topic, partition and
+// offset.
 func readAll(ctx context.Context, brokers []string, c *kafka.Client, topics []string) ([]record, error) {
 	offs, err := endOffsets(ctx, c, topics)
 	if err != nil {
 		return nil, err
 	}
+	topics = append([]string(nil), topics...)
 	sort.Strings(topics)
-	var out []record
-	for _, t := range topics {
+	parts := make([][]record, len(topics)*partitions)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for ti, t := range topics {
 		for p, end := range offs[t] {
 			if end == 0 {
 				continue
 			}
-			recs, err := readPartition(ctx, brokers, t, p, end)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, recs...)
+			g.Go(func() error {
+				recs, err := readPartition(gctx, brokers, t, p, end)
+				parts[ti*partitions+p] = recs
+				return err
+			})
 		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []record
+	for _, p := range parts {
+		out = append(out, p...)
 	}
 	return out, nil
 }

@@ -165,9 +165,7 @@ type run struct {
 	kc     *kafka.Client
 	db     *pgx.ConnConfig
 	feat   relayFeatures
-	router props
-	// routerFrom says where router came from (docs/formats.md or built in).
-	routerFrom string
+	tmpl   connectorTemplate
 
 	slots  []string
 	pubs   []string
@@ -251,18 +249,22 @@ func (r *run) preflight(ctx context.Context) error {
 	if !r.feat.recordFormat && !r.cfg.connectOnly && r.cfg.recordFormat != "native" {
 		return fmt.Errorf("%s has no --record-format flag: build a relay with the record formats, or run with -connect-only", r.cfg.relay)
 	}
-	r.router, r.routerFrom = defaultRouter, "built in (no EventRouter block in the formats doc)"
+	r.tmpl = builtinTemplate
 	if r.cfg.formatsDoc != "" {
-		if doc, err := os.ReadFile(r.cfg.formatsDoc); err == nil {
-			if p, ok := routerFromDoc(string(doc)); ok {
-				r.router, r.routerFrom = p, r.cfg.formatsDoc
-			}
+		doc, err := os.ReadFile(r.cfg.formatsDoc)
+		if err != nil {
+			return fmt.Errorf("the connector configuration: %w", err)
 		}
+		var ok bool
+		if r.tmpl, ok = templateFromDoc(string(doc)); !ok {
+			return fmt.Errorf("%s has no code block configuring %s: the run takes the connector's configuration from there", r.cfg.formatsDoc, eventRouter)
+		}
+		r.tmpl.from = r.cfg.formatsDoc
 	}
-	if err := checkRouter(r.router); err != nil {
-		return fmt.Errorf("EventRouter configuration (%s): %w", r.routerFrom, err)
+	if err := checkRouter(r.tmpl.router()); err != nil {
+		return fmt.Errorf("EventRouter configuration (%s): %w", r.tmpl.from, err)
 	}
-	r.logf("EventRouter configuration from %s", r.routerFrom)
+	r.logf("connector configuration from %s (expansion profile: %d overrides)", r.tmpl.from, len(r.tmpl.expand))
 	var walLevel string
 	var maxSlots, usedSlots, maxSenders, usedSenders int
 	if err := r.pool.QueryRow(ctx, `SELECT current_setting('wal_level'),
@@ -307,10 +309,10 @@ func checkRouter(p props) error {
 // replacement is the router's route.topic.replacement (its default when
 // unset).
 func (r *run) replacement() string {
-	if v, ok := r.router.get("route.topic.replacement"); ok {
+	if v, ok := r.tmpl.router().get("route.topic.replacement"); ok {
 		return v
 	}
-	return "outbox.event.${routedByValue}"
+	return defaultReplacement
 }
 
 // rowHeadersAlias is the header the router writes the headers column to
@@ -351,16 +353,11 @@ func (r *run) relayTemplate(s side) string {
 }
 
 // connectorFor is the Debezium connector of side s reading slot.
-func (r *run) connectorFor(s side, table, slot, pub string, expand bool) connector {
-	router := r.router.withOption("route.topic.replacement", r.replacement()+s.suffix)
-	if expand {
-		router = router.withOption("table.expand.json.payload", "true")
-	} else {
-		router = router.withOption("table.expand.json.payload", "false")
-	}
+func (r *run) connectorFor(s side, table, slot, pub string, expand, tombstones bool) connector {
 	return connector{
 		name: r.id + "-" + s.name, slot: slot, pub: pub, table: table,
-		prefix: r.id + "_" + strings.ReplaceAll(s.name, "-", "_"), router: router, expand: expand,
+		prefix: r.id + "_" + strings.ReplaceAll(s.name, "-", "_"), suffix: s.suffix,
+		tmpl: r.tmpl, expand: expand, tombstones: tombstones,
 	}
 }
 
@@ -382,12 +379,29 @@ func (r *run) createTopics(ctx context.Context, sides ...side) error {
 	return createTopics(ctx, r.kc, topics)
 }
 
-func (r *run) eventIDs(ctx context.Context, table string) ([]string, error) {
-	rows, err := r.pool.Query(ctx, `SELECT event_id::text FROM `+table)
+// outboxRows reads the table's event ids and headers columns.
+func (r *run) outboxRows(ctx context.Context, table string) (map[string]rowInfo, error) {
+	rows, err := r.pool.Query(ctx, `SELECT event_id::text, headers::text FROM `+table)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	defer rows.Close()
+	out := map[string]rowInfo{}
+	for rows.Next() {
+		var id string
+		var headers *string
+		if err := rows.Scan(&id, &headers); err != nil {
+			return nil, err
+		}
+		var info rowInfo
+		if headers != nil {
+			if info.headers, err = jsonMembers([]byte(*headers)); err != nil {
+				return nil, fmt.Errorf("event %s: headers column: %w", id, err)
+			}
+		}
+		out[id] = info
+	}
+	return out, rows.Err()
 }
 
 // sideSpecs: the router's records carry the event id in "id"; the
@@ -399,12 +413,12 @@ func relaySpec(s side) sideSpec {
 	return sideSpec{name: "relay", suffix: s.suffix, idKeys: []string{"id", "event_id"}}
 }
 
-// comparePhase: N rows of varied payloads and headers, read by the
-// router (values through the StringConverter), the relay with
-// --record-format debezium, and, when the relay offers payload
-// expansion, by a second router with table.expand.json.payload=true and
-// the JsonConverter beside the relay with that flag, each on its own
-// slot; then each pair is compared record for record.
+// comparePhase: N rows of varied payloads and headers (and NULL payloads,
+// when the relay has tombstones), read by the router configured as
+// docs/formats.md says, by the relay with --record-format debezium, and,
+// when both have payload expansion, by a second router with the doc's
+// expansion settings beside the relay with its expansion flag, each on
+// its own slot; then each pair is compared record for record.
 func (r *run) comparePhase(ctx context.Context) error {
 	dir := filepath.Join(r.cfg.logDir, "compare")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -412,15 +426,19 @@ func (r *run) comparePhase(ctx context.Context) error {
 	}
 	table := r.schema + ".outbox_cmp"
 	pub := r.id + "_cmp"
-	expand := r.feat.expandFlag != "" && !r.cfg.connectOnly
+	expand := r.feat.expandFlag != "" && len(r.tmpl.expand) > 0 && !r.cfg.connectOnly
+	tombstones := r.feat.tombstones && !r.cfg.connectOnly
 	dbzPlain, relPlain := side{"debezium", "." + r.id + "-dbz"}, side{"relay", "." + r.id + "-relay"}
 	dbzExp, relExp := side{"debezium-expand", "." + r.id + "-dbz-x"}, side{"relay-expand", "." + r.id + "-relay-x"}
 	if !expand && !r.cfg.connectOnly {
-		r.note("The relay has no payload expansion flag: the expansion profile (table.expand.json.payload=true) was not compared.")
+		r.note("The relay has no payload expansion flag, or the formats doc no expansion settings: the expansion profile (table.expand.json.payload=true) was not compared.")
+	}
+	if !tombstones && !r.cfg.connectOnly {
+		r.note("The relay has no --tombstone-on-null-payload: the comparison has no NULL payloads.")
 	}
 
 	relaySlot, dbzSlot := r.id+"_cmp_relay", r.id+"_cmp_dbz"
-	if err := r.migrate(ctx, table, relaySlot, pub); err != nil {
+	if err := r.migrate(ctx, table, relaySlot, pub, tombstones); err != nil {
 		return err
 	}
 	r.slots = append(r.slots, relaySlot)
@@ -438,20 +456,20 @@ func (r *run) comparePhase(ctx context.Context) error {
 	if err := r.createTopics(ctx, sides...); err != nil {
 		return err
 	}
-	rows := compareRows(r.cfg.n, r.cfg.seed)
+	rows := compareRows(r.cfg.n, r.cfg.seed, tombstones)
 	t := time.Now()
 	if err := insertRows(ctx, r.pool, table, rows, r.cfg.seed); err != nil {
 		return err
 	}
 	r.logf("compare: %d rows committed to %s in %.1f s", len(rows), table, time.Since(t).Seconds())
-	ids, err := r.eventIDs(ctx, table)
+	ids, err := r.outboxRows(ctx, table)
 	if err != nil {
 		return err
 	}
 
-	conns := []connector{r.connectorFor(dbzPlain, table, dbzSlot, pub, false)}
+	conns := []connector{r.connectorFor(dbzPlain, table, dbzSlot, pub, false, tombstones)}
 	if expand {
-		conns = append(conns, r.connectorFor(dbzExp, table, dbzSlot+"_x", pub, true))
+		conns = append(conns, r.connectorFor(dbzExp, table, dbzSlot+"_x", pub, true, tombstones))
 	}
 	cp, err := r.startConnect(filepath.Join(dir, "connect"), conns)
 	if err != nil {
@@ -461,10 +479,14 @@ func (r *run) comparePhase(ctx context.Context) error {
 	r.logf("compare: Kafka Connect started (pid %d, %d connectors)", cp.pid(), len(conns))
 	var relays []*proc
 	if !r.cfg.connectOnly {
-		rs := []relaySide{{name: "relay", table: table, slot: relaySlot, pub: pub, template: r.relayTemplate(relPlain), format: r.relayFormat()}}
+		var extra []string
+		if tombstones {
+			extra = append(extra, "--tombstone-on-null-payload")
+		}
+		rs := []relaySide{{name: "relay", table: table, slot: relaySlot, pub: pub, template: r.relayTemplate(relPlain), format: r.relayFormat(), extra: extra}}
 		if expand {
 			rs = append(rs, relaySide{name: "relay-expand", table: table, slot: relaySlot + "_x", pub: pub,
-				template: r.relayTemplate(relExp), format: r.relayFormat(), extra: []string{r.feat.expandFlag}})
+				template: r.relayTemplate(relExp), format: r.relayFormat(), extra: append([]string{r.feat.expandFlag}, extra...)})
 		}
 		for _, s := range rs {
 			p, err := r.startRelay(dir, s)
@@ -494,10 +516,10 @@ func (r *run) comparePhase(ctx context.Context) error {
 	r.logf("compare: Connect and relays stopped")
 
 	pairs := [][2]side{{dbzPlain, relPlain}}
-	profiles := []string{"as stored (StringConverter)"}
+	profiles := []string{"payload as stored"}
 	if expand {
 		pairs = append(pairs, [2]side{dbzExp, relExp})
-		profiles = append(profiles, "expanded (table.expand.json.payload=true, JsonConverter)")
+		profiles = append(profiles, "payload expanded (table.expand.json.payload)")
 	}
 	if r.cfg.connectOnly {
 		recs, err := readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(dbzPlain))
@@ -518,17 +540,17 @@ func (r *run) comparePhase(ctx context.Context) error {
 }
 
 // compareSides reads both sides' topics and compares them.
-func (r *run) compareSides(ctx context.Context, profile string, d, rel side, ids []string) (*comparison, error) {
+func (r *run) compareSides(ctx context.Context, profile string, d, rel side, ids map[string]rowInfo) (*comparison, error) {
 	t := time.Now()
-	drecs, err := readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(d))
+	drecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(d)) })
 	if err != nil {
 		return nil, err
 	}
-	rrecs, err := readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(rel))
+	rrecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(rel)) })
 	if err != nil {
 		return nil, err
 	}
-	c := compareRecords(profile, drecs, rrecs, dbzSpec(d), relaySpec(rel), rowHeadersAlias(r.router), ids)
+	c := compareRecords(profile, drecs, rrecs, dbzSpec(d), relaySpec(rel), rowHeadersAlias(r.tmpl.router()), ids)
 	r.logf("%s: read %d + %d records in %.1f s", profile, len(drecs), len(rrecs), time.Since(t).Seconds())
 	r.printComparison(c)
 	if err := r.writeDiffs(c); err != nil {
@@ -547,7 +569,11 @@ func (r *run) waitAll(ctx context.Context, sides []side, want int64, cp *connect
 		for _, s := range sides {
 			n, err := countRecords(ctx, r.kc, r.topicsOf(s))
 			if err != nil {
-				return err
+				// The shared broker may be restarting (other tests stop
+				// it): keep asking until the deadline.
+				counts = append(counts, fmt.Sprintf("%s ? (%v)", s.name, err))
+				done = false
+				continue
 			}
 			counts = append(counts, fmt.Sprintf("%s %d", s.name, n))
 			if n < want {
@@ -596,7 +622,7 @@ func (r *run) drainPhase(ctx context.Context) error {
 	pub := r.id + "_drain"
 	dbz, rel := side{"debezium-drain", "." + r.id + "-drain-dbz"}, side{"relay-drain", "." + r.id + "-drain-relay"}
 	relaySlot, dbzSlot := r.id+"_drain_relay", r.id+"_drain_dbz"
-	if err := r.migrate(ctx, table, relaySlot, pub); err != nil {
+	if err := r.migrate(ctx, table, relaySlot, pub, false); err != nil {
 		return err
 	}
 	r.slots = append(r.slots, relaySlot)
@@ -619,25 +645,27 @@ func (r *run) drainPhase(ctx context.Context) error {
 		return err
 	}
 	r.procs = append(r.procs, rp)
-	samples, err := sampleDrain(ctx, r.kc, rp, rp.started, r.topicsOf(rel), want, r.cfg.interval, r.cfg.timeout, nil)
+	samples, misses, err := sampleDrain(ctx, r.kc, rp, rp.started, r.topicsOf(rel), want, r.cfg.interval, r.cfg.timeout, nil)
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	r.brokerMisses("relay", misses)
 	relay := &drainResult{Name: "outbox-relay", Events: want, Samples: samples}
 	if err := rp.stop(40 * time.Second); err != nil {
 		return err
 	}
 	r.logf("drain: relay done in %.2f s", relay.stats().AllEvents.Seconds())
 
-	cp, err := r.startConnect(filepath.Join(dir, "connect"), []connector{r.connectorFor(dbz, table, dbzSlot, pub, false)})
+	cp, err := r.startConnect(filepath.Join(dir, "connect"), []connector{r.connectorFor(dbz, table, dbzSlot, pub, false, false)})
 	if err != nil {
 		return err
 	}
 	r.procs = append(r.procs, cp.proc)
-	samples, err = sampleDrain(ctx, r.kc, cp, cp.started, r.topicsOf(dbz), want, r.cfg.interval, r.cfg.timeout, cp.failed)
+	samples, misses, err = sampleDrain(ctx, r.kc, cp, cp.started, r.topicsOf(dbz), want, r.cfg.interval, r.cfg.timeout, cp.failed)
 	if err != nil {
 		return fmt.Errorf("the Connect worker: %w", err)
 	}
+	r.brokerMisses("Kafka Connect", misses)
 	connect := &drainResult{Name: "Debezium (Kafka Connect)", Events: want, Samples: samples}
 	if err := cp.stop(60 * time.Second); err != nil {
 		return err
@@ -646,11 +674,11 @@ func (r *run) drainPhase(ctx context.Context) error {
 	r.drains = []*drainResult{relay, connect}
 	r.printDrain()
 
-	ids, err := r.eventIDs(ctx, table)
+	ids, err := r.outboxRows(ctx, table)
 	if err != nil {
 		return err
 	}
-	c, err := r.compareSides(ctx, "drain backlog (StringConverter)", dbz, rel, ids)
+	c, err := r.compareSides(ctx, "drain backlog, payload as stored", dbz, rel, ids)
 	if err != nil {
 		return err
 	}
@@ -665,6 +693,14 @@ func (r *run) relayFormat() string {
 		return ""
 	}
 	return r.cfg.recordFormat
+}
+
+// brokerMisses notes a drain during which the broker did not answer
+// (another test restarted it): its numbers include that outage.
+func (r *run) brokerMisses(who string, misses int) {
+	if misses > 0 {
+		r.note(fmt.Sprintf("The broker did not answer %d of the %s drain's offset readings (restarted by other work on the shared stack?): that drain's numbers include the outage.", misses, who))
+	}
 }
 
 func (r *run) note(s string) {
@@ -761,8 +797,29 @@ func (r *run) cleanup() error {
 	if _, err := r.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{r.schema}.Sanitize()+` CASCADE`); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, deleteTopics(ctx, r.kc, r.topics))
+	_, err := retry(ctx, func() (struct{}, error) { return struct{}{}, deleteTopics(ctx, r.kc, r.topics) })
+	errs = append(errs, err)
 	return errors.Join(errs...)
+}
+
+// retry calls f up to 5 times, 3 s apart, while it fails: the shared
+// broker may be restarting (other tests stop and start it).
+func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for i := range 5 {
+		if v, err = f(); err == nil {
+			return v, nil
+		}
+		if i < 4 {
+			select {
+			case <-ctx.Done():
+				return v, ctx.Err()
+			case <-time.After(3 * time.Second):
+			}
+		}
+	}
+	return v, err
 }
 
 // hostInfo is the machine and versions the report states.

@@ -15,32 +15,47 @@ import (
 type relayFeatures struct {
 	recordFormat bool   // --record-format
 	expandFlag   string // the flag that turns Debezium payload expansion on ("" if none)
+	// tombstones: run --tombstone-on-null-payload and migrate
+	// --nullable-payload.
+	tombstones bool
 }
 
 var flagRE = regexp.MustCompile(`(?m)^\s+-(-?[a-z0-9-]+)`)
 
-// probeRelay reads the relay's run flags.
+// probeRelay reads the relay's run and migrate flags.
 func probeRelay(ctx context.Context, bin string) (relayFeatures, error) {
-	out, err := exec.CommandContext(ctx, bin, "run", "--help").CombinedOutput()
-	if len(out) == 0 && err != nil {
-		return relayFeatures{}, fmt.Errorf("%s run --help: %w", bin, err)
+	var help [2]string
+	for i, cmd := range []string{"run", "migrate"} {
+		out, err := exec.CommandContext(ctx, bin, cmd, "--help").CombinedOutput()
+		if len(out) == 0 && err != nil {
+			return relayFeatures{}, fmt.Errorf("%s %s --help: %w", bin, cmd, err)
+		}
+		help[i] = string(out)
 	}
-	return parseRelayHelp(string(out)), nil
+	return parseRelayHelp(help[0], help[1]), nil
 }
 
-// parseRelayHelp finds --record-format and a flag whose name says
-// Debezium JSON expansion (e.g. --debezium-expand-json) in the help text.
-func parseRelayHelp(help string) relayFeatures {
+// parseRelayHelp finds --record-format, a flag whose name says Debezium
+// JSON expansion (e.g. --debezium-expand-json-payload) and the tombstone
+// flags in the help texts of run and migrate.
+func parseRelayHelp(runHelp, migrateHelp string) relayFeatures {
 	var f relayFeatures
-	for _, m := range flagRE.FindAllStringSubmatch(help, -1) {
+	tombstones, nullable := false, false
+	for _, m := range flagRE.FindAllStringSubmatch(migrateHelp, -1) {
+		nullable = nullable || strings.TrimPrefix(m[1], "-") == "nullable-payload"
+	}
+	for _, m := range flagRE.FindAllStringSubmatch(runHelp, -1) {
 		name := strings.TrimPrefix(m[1], "-")
 		switch {
 		case name == "record-format":
 			f.recordFormat = true
+		case name == "tombstone-on-null-payload":
+			tombstones = true
 		case strings.Contains(name, "expand") && (strings.Contains(name, "json") || strings.Contains(name, "debezium") || strings.Contains(name, "payload")):
 			f.expandFlag = "--" + name
 		}
 	}
+	f.tombstones = tombstones && nullable
 	return f
 }
 
@@ -86,11 +101,14 @@ func (r *run) startRelay(dir string, s relaySide) (*proc, error) {
 	return startProc("relay "+s.name, argv, relayEnv(), filepath.Join(dir, s.name+".log"), "")
 }
 
-// migrate runs `outbox-relay migrate` for table: the table, its
-// publication and the relay's slot.
-func (r *run) migrate(ctx context.Context, table, slot, pub string) error {
-	cmd := exec.CommandContext(ctx, r.cfg.relay, "migrate",
-		"--database-url", r.cfg.databaseURL, "--table", table, "--slot", slot, "--publication", pub)
+// migrate runs `outbox-relay migrate` for table: the table (its payload
+// nullable with nullable), its publication and the relay's slot.
+func (r *run) migrate(ctx context.Context, table, slot, pub string, nullable bool) error {
+	args := []string{"migrate", "--database-url", r.cfg.databaseURL, "--table", table, "--slot", slot, "--publication", pub}
+	if nullable {
+		args = append(args, "--nullable-payload")
+	}
+	cmd := exec.CommandContext(ctx, r.cfg.relay, args...)
 	cmd.Env = relayEnv()
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(r.cfg.logDir, "migrate-"+slot+".log"), out, 0o644)

@@ -19,7 +19,7 @@ type row struct {
 	aggType, aggID, eventType string
 	version                   int64
 	schemaVersion             int
-	payload                   string  // JSON text (PostgreSQL stores it as jsonb)
+	payload                   *string // JSON text (PostgreSQL stores it as jsonb), or NULL
 	headers                   *string // JSON object text, or NULL
 }
 
@@ -104,10 +104,14 @@ func aggregateID(typ string, k int) string {
 	return fmt.Sprintf("%s-%d", typ, k)
 }
 
+// nullEvery: with tombstones, every nullEvery-th row has a NULL payload.
+const nullEvery = 97
+
 // compareRows are n rows over 3 aggregate types and n/20 aggregates per
 // type, versions counting up per aggregate; every 3rd payload is one of
-// payloadCases, the rest orders.
-func compareRows(n int, seed uint64) []row {
+// payloadCases, the rest orders; with tombstones, every nullEvery-th
+// payload is NULL.
+func compareRows(n int, seed uint64, tombstones bool) []row {
 	r := rand.New(rand.NewPCG(seed, 20))
 	aggs := max(1, n/20)
 	versions := map[string]int64{}
@@ -123,7 +127,10 @@ func compareRows(n int, seed uint64) []row {
 		rows[i] = row{
 			aggType: typ, aggID: id, eventType: typ + "." + []string{"created", "updated", "closed"}[r.IntN(3)],
 			version: versions[typ+"/"+id], schemaVersion: 1 + r.IntN(3),
-			payload: p, headers: headerCase(i, r),
+			payload: &p, headers: headerCase(i, r),
+		}
+		if tombstones && i%nullEvery == nullEvery-1 {
+			rows[i].payload = nil
 		}
 	}
 	return rows

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,27 +10,61 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-func TestRouterFromDoc(t *testing.T) {
+func TestTemplateFromDoc(t *testing.T) {
 	doc := "# Formats\n\n```properties\nkey.converter=x\n```\n\nThe router:\n\n```properties\n" +
-		"# comment\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n" +
-		"transforms.outbox.table.field.event.id=event_id\ntransforms.outbox.table.field.event.key = aggregate_id\n" +
-		"transforms.outbox.route.by.field=aggregate_type\ntransforms.other.x=y\n```\n"
-	p, ok := routerFromDoc(doc)
+		"# comment\nextended.headers.enabled=false\ntransforms=ob\ntransforms.ob.type=io.debezium.transforms.outbox.EventRouter\n" +
+		"transforms.ob.table.field.event.id=event_id\ntransforms.ob.table.field.event.key = aggregate_id\n" +
+		"transforms.ob.route.by.field=aggregate_type\ntransforms.other.x=y\n```\n\nExpansion:\n\n```properties\n" +
+		"transforms.ob.table.expand.json.payload=true\nvalue.converter=j\n```\n"
+	tm, ok := templateFromDoc(doc)
 	if !ok {
-		t.Fatal("no router block found")
+		t.Fatal("no connector block found")
 	}
 	want := props{{"table.field.event.id", "event_id"}, {"table.field.event.key", "aggregate_id"}, {"route.by.field", "aggregate_type"}}
-	if p.String() != want.String() {
-		t.Fatalf("got\n%s\nwant\n%s", p, want)
+	if tm.router().String() != want.String() || tm.transform != "ob" || len(tm.base) != 7 {
+		t.Fatalf("got\n%s\nwant\n%s (%+v)", tm.router(), want, tm)
 	}
-	if _, ok := routerFromDoc("no blocks"); ok {
+	if v, _ := tm.expand.get("value.converter"); v != "j" {
+		t.Fatalf("expansion overrides %v", tm.expand)
+	}
+	if _, ok := templateFromDoc("no blocks"); ok {
 		t.Fatal("found a block in a doc without one")
 	}
-	if err := checkRouter(defaultRouter); err != nil {
+	if err := checkRouter(builtinTemplate.router()); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkRouter(defaultRouter.withOption("route.by.field", "aggregatetype")); err == nil {
+	if err := checkRouter(builtinTemplate.router().withOption("route.by.field", "aggregatetype")); err == nil {
 		t.Fatal("route.by.field aggregatetype accepted")
+	}
+}
+
+// TestFormatsDocTemplate: docs/formats.md holds the connector's
+// configuration, and the built-in copy is the same.
+func TestFormatsDocTemplate(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/formats.md")
+	if err != nil {
+		t.Skip("no docs/formats.md:", err)
+	}
+	tm, ok := templateFromDoc(string(doc))
+	if !ok {
+		t.Fatal("docs/formats.md has no EventRouter configuration block")
+	}
+	if err := checkRouter(tm.router()); err != nil {
+		t.Fatal(err)
+	}
+	drop := map[string]bool{"name": true, "database.hostname": true, "database.port": true, "database.user": true,
+		"database.dbname": true, "topic.prefix": true, "table.include.list": true, "slot.name": true, "publication.name": true}
+	var docBase props
+	for _, kv := range tm.base {
+		if !drop[kv[0]] {
+			docBase = append(docBase, kv)
+		}
+	}
+	if docBase.String() != builtinTemplate.base.String() {
+		t.Errorf("the built-in template differs from docs/formats.md's:\n%s\nvs\n%s", builtinTemplate.base, docBase)
+	}
+	if tm.expand.String() != builtinTemplate.expand.String() {
+		t.Errorf("expansion: built in\n%s\ndocs/formats.md\n%s", builtinTemplate.expand, tm.expand)
 	}
 }
 
@@ -52,26 +87,30 @@ func TestConnectorProperties(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &run{id: "i1", router: defaultRouter}
-	c := r.connectorFor(side{"debezium-expand", ".i1-dbz-x"}, "s.t", "slot", "pub", true)
+	r := &run{id: "i1", tmpl: builtinTemplate}
+	c := r.connectorFor(side{"debezium-expand", ".i1-dbz-x"}, "s.t", "slot", "pub", true, true)
 	p := c.properties(db)
 	for k, v := range map[string]string{
 		"database.port": "55432", "database.password": "pw", "slot.name": "slot", "publication.name": "pub",
 		"publication.autocreate.mode": "disabled", "snapshot.mode": "no_data", "table.include.list": "s.t",
 		"topic.prefix": "i1_debezium_expand", "key.converter": stringConverter, "value.converter": jsonConverter,
-		"value.converter.schemas.enable":                      "false",
-		"transforms.outbox.type":                              eventRouter,
-		"transforms.outbox.route.topic.replacement":           "outbox.event.${routedByValue}.i1-dbz-x",
-		"transforms.outbox.table.expand.json.payload":         "true",
-		"transforms.outbox.table.fields.additional.placement": "event_type:header,aggregate_type:header,aggregate_version:header,schema_version:header,headers:header",
+		"value.converter.schemas.enable":                     "false",
+		"transforms.outbox.type":                             eventRouter,
+		"transforms.outbox.route.topic.replacement":          "outbox.event.${routedByValue}.i1-dbz-x",
+		"transforms.outbox.table.expand.json.payload":        "true",
+		"transforms.outbox.route.tombstone.on.empty.payload": "true",
+		"extended.headers.enabled":                           "false",
 	} {
 		if got, _ := p.get(k); got != v {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
 	}
-	plain := r.connectorFor(side{"debezium", ".i1-dbz"}, "s.t", "slot", "pub", false).properties(db)
-	if v, _ := plain.get("value.converter"); v != stringConverter {
+	plain := r.connectorFor(side{"debezium", ".i1-dbz"}, "s.t", "slot", "pub", false, false).properties(db)
+	if v, _ := plain.get("value.converter"); v != "io.debezium.converters.BinaryDataConverter" {
 		t.Errorf("plain value.converter %q", v)
+	}
+	if v, _ := plain.get("transforms.outbox.route.tombstone.on.empty.payload"); v != "false" {
+		t.Errorf("plain tombstones %q", v)
 	}
 	if got := r.relayTemplate(side{"relay", ".i1-relay"}); got != "outbox.event.{aggregate_type}.i1-relay" {
 		t.Errorf("relay template %q", got)
@@ -85,11 +124,12 @@ func TestConnectorProperties(t *testing.T) {
 }
 
 func TestParseRelayHelp(t *testing.T) {
-	f := parseRelayHelp("Flags:\n  -backoff-base duration\n  -record-format string\n    \tnative...\n  -debezium-expand-json\n    \texpand\n")
-	if !f.recordFormat || f.expandFlag != "--debezium-expand-json" {
+	f := parseRelayHelp("Flags:\n  -backoff-base duration\n  -record-format string\n    \tnative...\n  -debezium-expand-json-payload\n    \texpand\n"+
+		"  -tombstone-on-null-payload\n", "Flags:\n  -nullable-payload\n")
+	if !f.recordFormat || f.expandFlag != "--debezium-expand-json-payload" || !f.tombstones {
 		t.Fatalf("%+v", f)
 	}
-	if f := parseRelayHelp("Flags:\n  -table string\n"); f.recordFormat || f.expandFlag != "" {
+	if f := parseRelayHelp("Flags:\n  -table string\n  -tombstone-on-null-payload\n", ""); f.recordFormat || f.expandFlag != "" || f.tombstones {
 		t.Fatalf("%+v", f)
 	}
 }
@@ -139,9 +179,14 @@ func TestSpliceSection(t *testing.T) {
 // TestPayloadCasesAreJSON: every generated payload and headers value is
 // valid JSON (PostgreSQL would refuse the insert otherwise).
 func TestPayloadCasesAreJSON(t *testing.T) {
-	for _, r := range compareRows(500, 1) {
-		if !json.Valid([]byte(r.payload)) {
-			t.Fatalf("payload %s", r.payload)
+	nulls := 0
+	for _, r := range compareRows(500, 1, true) {
+		if r.payload == nil {
+			nulls++
+			continue
+		}
+		if !json.Valid([]byte(*r.payload)) {
+			t.Fatalf("payload %s", *r.payload)
 		}
 		if r.headers != nil {
 			var m map[string]string
@@ -149,5 +194,8 @@ func TestPayloadCasesAreJSON(t *testing.T) {
 				t.Fatalf("headers %s: %v", *r.headers, err)
 			}
 		}
+	}
+	if nulls != 500/nullEvery {
+		t.Fatalf("%d NULL payloads", nulls)
 	}
 }
