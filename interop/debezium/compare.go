@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
 // debeziumContextPrefix starts the names of the headers Debezium adds to
@@ -55,15 +57,18 @@ type sideSpec struct {
 // comparison is the outcome of comparing the router's records with the
 // relay's, record for record by event id.
 type comparison struct {
-	Profile     string
-	Debezium    int // records read
-	Relay       int
-	Rows        int // event ids in the outbox table
-	Matched     int // records present on both sides, compared field by field
-	Tombstones  int // of those, records with a null value on both sides
-	Unexplained []difference
-	Explained   map[string]*explainedDiff
-	TimeDelta   []time.Duration // router time - relay time, per matched record
+	Profile    string
+	Debezium   int // records read
+	Relay      int
+	Rows       int // event ids in the outbox table
+	Matched    int // records present on both sides, compared field by field
+	Tombstones int // of those, records with a null value on both sides
+	// InboxDecoded counts the matched pairs the inbox package decoded,
+	// both sides as FormatDebezium, into equal events.
+	InboxDecoded int
+	Unexplained  []difference
+	Explained    map[string]*explainedDiff
+	TimeDelta    []time.Duration // router time - relay time, per matched record
 }
 
 // difference is one field of one event that differs without an
@@ -247,6 +252,7 @@ func (c *comparison) compareOne(id string, d, r *record, ds, rs sideSpec, rowHea
 		c.diff(id, "value", d.Value, r.Value)
 	}
 	c.compareHeaders(id, d.Headers, r.Headers, rowHeaders, row, known)
+	c.compareInbox(id, d, r)
 	// Kafka keeps milliseconds: the relay's commit time is cut to them.
 	delta := d.Time.Sub(r.Time)
 	c.TimeDelta = append(c.TimeDelta, delta)
@@ -309,12 +315,38 @@ func (c *comparison) compareHeaders(id string, dh, rh []kafka.Header, rowHeaders
 	}
 }
 
+// compareInbox decodes both records with inbox.Decode (the format
+// detected from the headers): both must be FormatDebezium and decode into
+// the same event (the row's headers aside: the router does not carry
+// them, see compareHeaders).
+func (c *comparison) compareInbox(id string, d, r *record) {
+	de, derr := inbox.Decode(d.message())
+	re, rerr := inbox.Decode(r.message())
+	switch {
+	case derr != nil || rerr != nil:
+		c.diff(id, "inbox.Decode fails", fmt.Sprint(derr), fmt.Sprint(rerr))
+	case de.Format != inbox.FormatDebezium || re.Format != inbox.FormatDebezium:
+		c.diff(id, "inbox.Decode detects another format than debezium", de.Format, re.Format)
+	case de.ID != id || re.ID != id || de.AggregateType != re.AggregateType || de.AggregateID != re.AggregateID ||
+		de.AggregateVersion != re.AggregateVersion || de.EventType != re.EventType || de.SchemaVersion != re.SchemaVersion ||
+		!bytes.Equal(de.Payload, re.Payload) || (de.Payload == nil) != (re.Payload == nil):
+		c.diff(id, "inbox.Decode events differ", inboxEvent(de), inboxEvent(re))
+	default:
+		c.InboxDecoded++
+	}
+}
+
+func inboxEvent(e inbox.Event) string {
+	return fmt.Sprintf("{id %s %s/%s v%d %s schema %d payload %s}", e.ID, e.AggregateType, e.AggregateID,
+		e.AggregateVersion, e.EventType, e.SchemaVersion, show(e.Payload))
+}
+
 func headersEqual(a, b []kafka.Header) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
+		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) || (a[i].Value == nil) != (b[i].Value == nil) {
 			return false
 		}
 	}
@@ -359,7 +391,7 @@ func jsonMembers(raw []byte) ([]kafka.Header, error) {
 		if !ok {
 			return nil, fmt.Errorf("member %q is not a string", name)
 		}
-		out = append(out, kafka.Header{Key: name, Value: []byte(s)})
+		out = append(out, kafka.Header{Key: name, Value: append([]byte{}, s...)})
 	}
 	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
 		return nil, fmt.Errorf("unterminated JSON object")

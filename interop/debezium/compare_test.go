@@ -37,6 +37,14 @@ func rowsOf(t *testing.T, kv ...string) map[string]rowInfo {
 	return m
 }
 
+// Event ids of the tests (inbox.Decode wants UUIDs).
+const (
+	e1 = "00000000-0000-4000-8000-000000000001"
+	e2 = "00000000-0000-4000-8000-000000000002"
+	e3 = "00000000-0000-4000-8000-000000000003"
+	e4 = "00000000-0000-4000-8000-000000000004"
+)
+
 var (
 	commit = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	dSide  = side{"debezium", ".r-dbz"}
@@ -63,11 +71,11 @@ func pair(id, rowHeaders string, relayRowHeaders ...string) (record, record) {
 }
 
 func TestCompareExplainedOnly(t *testing.T) {
-	d1, r1 := pair("e1", `{"k": "v", "quote": "a\"b"}`, "k", "v", "quote", `a"b`)
-	d2, r2 := pair("e2", "\x00null")
+	d1, r1 := pair(e1, `{"k": "v", "quote": "a\"b"}`, "k", "v", "quote", `a"b`)
+	d2, r2 := pair(e2, "\x00null")
 	d2.Offset, r2.Offset = 1, 1
 	c := compareRecords("p", []record{d1, d2}, []record{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers",
-		rowsOf(t, "e1", `{"k": "v", "quote": "a\"b"}`, "e2", ""))
+		rowsOf(t, e1, `{"k": "v", "quote": "a\"b"}`, e2, ""))
 	if !c.ok() {
 		t.Fatalf("unexplained: %v", c.Unexplained)
 	}
@@ -100,35 +108,41 @@ func TestCompareFindsDifferences(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, r := pair("e1", `{"k": "v"}`, "k", "v")
+			d, r := pair(e1, `{"k": "v"}`, "k", "v")
 			tt.edit(&d, &r)
-			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", `{"k": "v"}`))
-			if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, tt.what) {
-				t.Fatalf("unexplained %v, want one %q", c.Unexplained, tt.what)
+			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, `{"k": "v"}`))
+			// The inbox may see the same difference in the decoded event.
+			if len(c.Unexplained) == 0 || !strings.HasPrefix(c.Unexplained[0].What, tt.what) {
+				t.Fatalf("unexplained %v, want %q first", c.Unexplained, tt.what)
+			}
+			for _, u := range c.Unexplained[1:] {
+				if !strings.HasPrefix(u.What, "inbox.Decode") {
+					t.Fatalf("unexplained %v, want one %q", c.Unexplained, tt.what)
+				}
 			}
 		})
 	}
 }
 
 func TestCompareMissingDuplicateAndOrder(t *testing.T) {
-	d1, r1 := pair("e1", "{}")
-	d2, r2 := pair("e2", "{}")
+	d1, r1 := pair(e1, "{}")
+	d2, r2 := pair(e2, "{}")
 	d2.Offset, r2.Offset = 1, 1
 	// The relay has e2 before e1 in the same partition and key.
 	r1.Offset, r2.Offset = 1, 0
-	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", "{}", "e2", "{}"))
+	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e2, "{}"))
 	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "order of one key's events" {
 		t.Fatalf("unexplained %v, want the order", c.Unexplained)
 	}
 
-	d3, _ := pair("e3", "{}")
-	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", "{}", "e3", "{}", "e4", "{}"))
+	d3, _ := pair(e3, "{}")
+	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e3, "{}", e4, "{}"))
 	var whats []string
 	for _, u := range c.Unexplained {
 		whats = append(whats, u.What+" "+u.EventID)
 	}
 	got := strings.Join(whats, "; ")
-	for _, w := range []string{"duplicate record on the router side e3", "outbox row missing e3", "outbox row missing e4"} {
+	for _, w := range []string{"duplicate record on the router side " + e3, "outbox row missing " + e3, "outbox row missing " + e4} {
 		if !strings.Contains(got, w) {
 			t.Errorf("missing %q in %s", w, got)
 		}
@@ -141,38 +155,38 @@ func TestCompareWithoutRowHeadersPlacement(t *testing.T) {
 	strip := func(d *record) {
 		d.Headers = d.Headers[2 : len(d.Headers)-1]
 	}
-	d, r := pair("e1", "{}")
+	d, r := pair(e1, "{}")
 	strip(&d)
-	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", ""))
+	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, ""))
 	if !c.ok() || c.Explained[kindRowHeader] != nil || c.Explained[kindRowHeaderNotPl] != nil || c.Explained[kindContext] != nil {
 		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
 	}
 
-	d, r = pair("e1", "", "tracestate", "v", "traceparent", "00-1")
+	d, r = pair(e1, "", "tracestate", "v", "traceparent", "00-1")
 	strip(&d)
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", `{"tracestate": "v", "traceparent": "00-1"}`))
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
 	if !c.ok() || c.Explained[kindRowHeaderNotPl] == nil {
 		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
 	}
 
 	// The relay must carry the row's headers, in the column's order.
 	r.Headers[5], r.Headers[6] = r.Headers[6], r.Headers[5]
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, "e1", `{"tracestate": "v", "traceparent": "00-1"}`))
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
 	if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, "headers") {
 		t.Fatalf("unexplained %v", c.Unexplained)
 	}
 }
 
 func TestCompareTombstones(t *testing.T) {
-	d, r := pair("e1", "\x00null")
+	d, r := pair(e1, "\x00null")
 	d.Value, r.Value = nil, nil
-	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", ""))
+	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
 	if !c.ok() || c.Tombstones != 1 {
 		t.Fatalf("unexplained %v tombstones %d", c.Unexplained, c.Tombstones)
 	}
 	r.Value = []byte{}
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, "e1", ""))
-	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "value" {
+	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
+	if len(c.Unexplained) == 0 || c.Unexplained[0].What != "value" {
 		t.Fatalf("an empty value passed for a null one: %v", c.Unexplained)
 	}
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -126,10 +128,15 @@ type record struct {
 	Time      time.Time
 }
 
+// message is r as kafka-go's consumer hands it over (for inbox.Decode).
+func (r *record) message() kafka.Message {
+	return kafka.Message{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Time: r.Time}
+}
+
 // readAll reads every record of topics: the partitions at the same time,
 // each in offset order; the result is ordered by topic, partition and
 // offset.
-func readAll(ctx context.Context, brokers []string, c *kafka.Client, topics []string) ([]record, error) {
+func readAll(ctx context.Context, c *kafka.Client, topics []string) ([]record, error) {
 	offs, err := endOffsets(ctx, c, topics)
 	if err != nil {
 		return nil, err
@@ -145,7 +152,7 @@ func readAll(ctx context.Context, brokers []string, c *kafka.Client, topics []st
 				continue
 			}
 			g.Go(func() error {
-				recs, err := readPartition(gctx, brokers, t, p, end)
+				recs, err := readPartition(gctx, c, t, p, end)
 				parts[ti*partitions+p] = recs
 				return err
 			})
@@ -161,24 +168,68 @@ func readAll(ctx context.Context, brokers []string, c *kafka.Client, topics []st
 	return out, nil
 }
 
-func readPartition(ctx context.Context, brokers []string, topic string, partition int, end int64) ([]record, error) {
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: brokers, Topic: topic, Partition: partition,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond,
-	})
-	defer rd.Close()
+// readPartition reads offsets [0, end) of one partition with fetch
+// requests: unlike kafka-go's Reader, the protocol records keep a null
+// key, value or header value apart from an empty one (a tombstone's null
+// value is what the comparison must see).
+func readPartition(ctx context.Context, c *kafka.Client, topic string, partition int, end int64) ([]record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	out := make([]record, 0, end)
-	for int64(len(out)) < end {
-		m, err := rd.ReadMessage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read %s/%d at offset %d of %d: %w", topic, partition, len(out), end, err)
+	for next := int64(0); next < end; {
+		resp, err := c.Fetch(ctx, &kafka.FetchRequest{
+			Topic: topic, Partition: partition, Offset: next,
+			MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond,
+		})
+		if err == nil && resp.Error != nil {
+			err = resp.Error
 		}
-		out = append(out, record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: m.Headers, Time: m.Time})
-		if m.Offset >= end-1 {
-			break
+		if err != nil {
+			return nil, fmt.Errorf("fetch %s/%d at offset %d of %d: %w", topic, partition, next, end, err)
+		}
+		for {
+			rec, err := resp.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read %s/%d at offset %d: %w", topic, partition, next, err)
+			}
+			if rec.Offset < next || rec.Offset >= end {
+				continue
+			}
+			x := record{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
+			if x.Key, err = readBytes(rec.Key); err == nil {
+				x.Value, err = readBytes(rec.Value)
+			}
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range rec.Headers {
+				var v []byte
+				if h.Value != nil {
+					v = append([]byte{}, h.Value...)
+				}
+				x.Headers = append(x.Headers, kafka.Header{Key: h.Key, Value: v})
+			}
+			out = append(out, x)
+			next = rec.Offset + 1
 		}
 	}
 	return out, nil
+}
+
+// readBytes copies a record's key or value: nil for null, a non-nil
+// slice (maybe empty) otherwise.
+func readBytes(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	defer b.Close()
+	out := make([]byte, 0, b.Len())
+	buf := bytes.NewBuffer(out)
+	if _, err := buf.ReadFrom(b); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -55,6 +55,26 @@ type config struct {
 	seed         uint64
 	connectOnly  bool
 	recordFormat string
+	set          props
+}
+
+// setFlag collects -set key=value.
+type setFlag struct{ p *props }
+
+func (f setFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.TrimSpace(f.p.String())
+}
+
+func (f setFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("want key=value, got %q", v)
+	}
+	*f.p = append(*f.p, [2]string{strings.TrimSpace(k), strings.TrimSpace(val)})
+	return nil
 }
 
 func main() {
@@ -106,9 +126,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&phases, "phases", "compare,drain", "phases to run: compare, drain")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the schema, slots, publications and topics (for a look afterwards)")
 	fs.DurationVar(&cfg.timeout, "timeout", 4*time.Minute, "longest wait for one side to deliver all records")
-	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "sampling interval of the drain")
+	fs.DurationVar(&cfg.interval, "interval", 20*time.Millisecond, "sampling interval of the drain")
 	fs.Uint64Var(&cfg.seed, "seed", 20, "seed of the generated rows")
 	fs.StringVar(&cfg.recordFormat, "record-format", "debezium", "the relay's --record-format (native: compare the native records, to see what differs; a relay without the flag writes native)")
+	fs.Var(setFlag{&cfg.set}, "set", "key=value: a connector property set on top of docs/formats.md's configuration (repeatable), e.g. -set extended.headers.enabled=true")
 	fs.BoolVar(&cfg.connectOnly, "connect-only", false, "run only Connect and the router (no relay, no comparison): for a relay without --record-format")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -260,6 +281,14 @@ func (r *run) preflight(ctx context.Context) error {
 			return fmt.Errorf("%s has no code block configuring %s: the run takes the connector's configuration from there", r.cfg.formatsDoc, eventRouter)
 		}
 		r.tmpl.from = r.cfg.formatsDoc
+	}
+	if len(r.cfg.set) > 0 {
+		base := append(props(nil), r.tmpl.base...)
+		for _, kv := range r.cfg.set {
+			base = base.withOption(kv[0], kv[1])
+		}
+		r.tmpl.base = base
+		r.tmpl.from += " with -set " + strings.ReplaceAll(strings.TrimSpace(r.cfg.set.String()), "\n", " ")
 	}
 	if err := checkRouter(r.tmpl.router()); err != nil {
 		return fmt.Errorf("EventRouter configuration (%s): %w", r.tmpl.from, err)
@@ -522,7 +551,7 @@ func (r *run) comparePhase(ctx context.Context) error {
 		profiles = append(profiles, "payload expanded (table.expand.json.payload)")
 	}
 	if r.cfg.connectOnly {
-		recs, err := readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(dbzPlain))
+		recs, err := readAll(ctx, r.kc, r.topicsOf(dbzPlain))
 		if err != nil {
 			return err
 		}
@@ -542,11 +571,11 @@ func (r *run) comparePhase(ctx context.Context) error {
 // compareSides reads both sides' topics and compares them.
 func (r *run) compareSides(ctx context.Context, profile string, d, rel side, ids map[string]rowInfo) (*comparison, error) {
 	t := time.Now()
-	drecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(d)) })
+	drecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.kc, r.topicsOf(d)) })
 	if err != nil {
 		return nil, err
 	}
-	rrecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.cfg.brokers, r.kc, r.topicsOf(rel)) })
+	rrecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.kc, r.topicsOf(rel)) })
 	if err != nil {
 		return nil, err
 	}

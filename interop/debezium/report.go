@@ -25,8 +25,9 @@ func goVersion() string { return runtime.Version() }
 const examplesPerKind = 3
 
 func (r *run) printComparison(c *comparison) {
-	r.logf("%s: %d router records, %d relay records, %d outbox rows; %d compared record for record",
-		c.Profile, c.Debezium, c.Relay, c.Rows, c.Matched)
+	r.logf("%s: %d router records, %d relay records, %d outbox rows; %d compared record for record (%d of them tombstones); "+
+		"inbox.Decode reads %d pairs as the same debezium-format event",
+		c.Profile, c.Debezium, c.Relay, c.Rows, c.Matched, c.Tombstones, c.InboxDecoded)
 	for _, e := range c.explainedKinds() {
 		r.logf("  explained: %s: %d records (e.g. %s)", e.Kind, e.Count, e.Example)
 		r.logf("    why: %s", why[e.Kind])
@@ -178,13 +179,14 @@ func (r *run) section() string {
 		h.postgres, r.cfg.kafkaVersion, r.cfg.versions, "JVM", h.java, h.relay, h.goVersion, h.commit)
 	fmt.Fprintf(&b, "Command: `%s` (effective: `-n %d -drain-n %d`). What it does and every difference it explains: [debezium-interop.md](debezium-interop.md).\n\n",
 		r.cfg.command, r.cfg.n, r.cfg.drainN)
-	b.WriteString("| records compared | router | relay | compared field by field | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.compares {
 		var ex []string
 		for _, e := range c.explainedKinds() {
 			ex = append(ex, fmt.Sprintf("%s: %s", e.Kind, group(int64(e.Count))))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s |\n", c.Profile, group(int64(c.Debezium)), group(int64(c.Relay)), group(int64(c.Matched)), len(c.Unexplained), strings.Join(ex, "; "))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s |\n", c.Profile, group(int64(c.Debezium)), group(int64(c.Relay)), group(int64(c.Matched)),
+			group(int64(c.Tombstones)), len(c.Unexplained), strings.Join(ex, "; "))
 	}
 	seen := map[string]bool{}
 	for _, c := range r.compares {
