@@ -871,7 +871,10 @@ func readHost(ctx context.Context, r *run) hostInfo {
 		h.java = firstLine(string(out))
 	}
 	if out, err := exec.CommandContext(ctx, r.cfg.relay, "version").CombinedOutput(); err == nil {
-		h.relay = firstLine(string(out))
+		// "outbox-relay v1.2.3 (revision …)": the version.
+		if f := strings.Fields(firstLine(string(out))); len(f) >= 2 {
+			h.relay = f[1]
+		}
 	}
 	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		h.commit = strings.TrimSpace(string(out))

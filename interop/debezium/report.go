@@ -174,19 +174,19 @@ func (r *run) section() string {
 	h := r.host
 	fmt.Fprintf(&b, "%s\n\n## Beside Debezium: record-for-record interop and the side-by-side drain (issue 20)\n\n", sectionStart)
 	fmt.Fprintf(&b, "Run `%s`, %s, %.1f min. %d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
-		"PostgreSQL %s, Kafka %s (single KRaft node), %s, %s (%s), relay %s, %s, commit %s.\n\n",
+		"PostgreSQL %s, Kafka %s (single KRaft node), %s on %s, relay %s (%s), commit %s.\n\n",
 		r.id, r.t0.UTC().Format("2006-01-02 15:04 UTC"), time.Since(r.t0).Minutes(), h.cpus, h.model, h.loadStart, h.loadEnd,
-		h.postgres, r.cfg.kafkaVersion, r.cfg.versions, "JVM", h.java, h.relay, h.goVersion, h.commit)
+		h.postgres, r.cfg.kafkaVersion, r.cfg.versions, h.java, h.relay, h.goVersion, h.commit)
 	fmt.Fprintf(&b, "Command: `%s` (effective: `-n %d -drain-n %d`). What it does and every difference it explains: [debezium-interop.md](debezium-interop.md).\n\n",
 		r.cfg.command, r.cfg.n, r.cfg.drainN)
-	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | inbox.Decode: same event | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.compares {
 		var ex []string
 		for _, e := range c.explainedKinds() {
 			ex = append(ex, fmt.Sprintf("%s: %s", e.Kind, group(int64(e.Count))))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s |\n", c.Profile, group(int64(c.Debezium)), group(int64(c.Relay)), group(int64(c.Matched)),
-			group(int64(c.Tombstones)), len(c.Unexplained), strings.Join(ex, "; "))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %s |\n", c.Profile, group(int64(c.Debezium)), group(int64(c.Relay)), group(int64(c.Matched)),
+			group(int64(c.Tombstones)), group(int64(c.InboxDecoded)), len(c.Unexplained), strings.Join(ex, "; "))
 	}
 	seen := map[string]bool{}
 	for _, c := range r.compares {
@@ -210,15 +210,18 @@ func (r *run) section() string {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
 	fmt.Fprintf(&b, "\n%s\n\n", ratios(r.drains))
-	b.WriteString("How it is measured: both slots are created before the backlog is written, so both hold the same rows. " +
-		"The relay (`outbox-relay run --record-format debezium`, default flags otherwise) drains its slot first, then " +
-		"Kafka Connect standalone (one worker, the PostgreSQL connector with the Outbox Event Router, `snapshot.mode=no_data`, " +
-		"the JVM options of Kafka's `connect-standalone.sh`: `-Xms256M -Xmx2G`, G1) drains the other. " +
-		"Every " + r.cfg.interval.String() + " the run reads the end offsets of the process's topics and its `/proc/<pid>/stat` " +
-		"(utime + stime of all threads) and `/proc/<pid>/status` (VmHWM). *first event after*, *all events after*: since the " +
-		"process was started. *events/s from start*: events / *all events after*. *steady*: between the samples at 10 % and " +
-		"90 % of the backlog (start-up and tail left out); *CPU per 100k events, steady*: CPU in that window per 100,000 events. " +
-		"*CPU from start*: the process's CPU from its start to the last event. *peak RSS*: VmHWM.\n\n")
+	b.WriteString("How it is measured: both slots are created before the backlog is written, so both hold the same rows, " +
+		"and each process drains its slot alone on the machine: first the relay (`outbox-relay run --record-format debezium`, " +
+		"default flags otherwise), then Kafka Connect standalone with one PostgreSQL connector and the Outbox Event Router " +
+		"configured as in [formats.md](formats.md#the-router-configuration-that-matches) (`snapshot.mode=no_data`, " +
+		"Connect's default producer settings), in a JVM with the options of Kafka's `connect-standalone.sh` " +
+		"(`-Xms256M -Xmx2G`, G1). Every " + r.cfg.interval.String() + " the run reads the end offsets of the process's " +
+		"topics, its `/proc/<pid>/stat` (user + system CPU of all its threads) and its `/proc/<pid>/status` (VmHWM). " +
+		"*first event after*, *all events after*: since the process was started. *events/s from start*: events / " +
+		"*all events after*. *steady*: between the samples at 10 % and 90 % of the backlog, start-up and tail left out; " +
+		"*CPU per 100k events, steady*: the CPU in that window per 100,000 events. *CPU from start*: from the process's " +
+		"start to its last event. *peak RSS*: VmHWM then. The two sides' records are compared afterwards " +
+		"(*drain backlog* above).\n\n")
 	b.WriteString(sectionEnd)
 	return b.String()
 }
@@ -271,4 +274,7 @@ func group(n int64) string {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
-func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func mib(b int64) string {
+	m := float64(b) / (1 << 20)
+	return group(int64(m)) + fmt.Sprintf(".%d MiB", int64(m*10)%10)
+}
