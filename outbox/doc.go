@@ -24,9 +24,45 @@
 //	// ... tx.Commit(ctx)
 //
 // The package works with pgx (PgxTx) and with database/sql (SQLTx). It
-// only needs one method of either, through the small Execer interface, so
-// it never commits, rolls back or otherwise manages the caller's
-// transaction.
+// only needs one or two methods of either, through the small Execer and
+// Tx interfaces, so it never commits, rolls back or otherwise manages the
+// caller's transaction.
+//
+// # Transitions: no event without a real change
+//
+// Two concurrent commands must not record two contradicting facts (two
+// "order.confirmed" for one order, "confirmed" after "cancelled"). The
+// cure is a conditional change, UPDATE … WHERE status = 'pending'
+// RETURNING version, and an event appended only when that change matched.
+// Writer.Transition does both in one step, in the caller's transaction:
+//
+//	err := w.Transition(ctx, outbox.PgxTx(tx), outbox.Transition{
+//		SQL: `UPDATE orders SET status = 'confirmed', version = version + 1
+//		      WHERE id = $1 AND status = 'pending' RETURNING version`,
+//		Args:  []any{id},
+//		Event: &outbox.Event{AggregateType: "order", AggregateID: id, EventType: "order.confirmed", SchemaVersion: 1, Payload: payload},
+//	})
+//	if errors.Is(err, outbox.ErrInvalidTransition) { /* not pending: nothing written, answer 409 */ }
+//
+// The RETURNING value becomes the event's AggregateVersion. A change that
+// matched no row appends nothing, returns ErrInvalidTransition (or the
+// Transition's own error) and counts a conflict through Metrics
+// (outbox_producer_transition_conflicts_total in package outboxprom), the
+// version-conflict signal to watch in production. Any other unexpected row
+// count is an error wrapping ErrUnexpectedRows.
+//
+// # Back-pressure: shed non-critical events before the disk fills
+//
+// While the relay or Kafka is down, the replication slot retains WAL and
+// the database's disk fills. WithBackpressure gives a Writer a
+// HealthMonitor, which reads the slot's retained WAL, the exhaustion
+// forecast and the oldest unacknowledged event every few seconds (never
+// per Append). Once HealthConfig.Soft is crossed, Append refuses events
+// with Priority PriorityLow with ErrBackpressure before writing anything;
+// critical events (the default priority) go on, unless an optional Hard
+// budget, the point where the service would rather stop than risk the
+// disk, is crossed too. docs/operations.md explains how to pick the budgets
+// from the relay's forecast.
 //
 // The table itself is created by package migrations (or by
 // "outbox-relay migrate"); this package only inserts into it.
