@@ -72,6 +72,17 @@ type Transition struct {
 //
 // Use it with a pgx transaction through PgxTx, or a database/sql one
 // through SQLTx (see SQLTx for how it recognises RETURNING).
+//
+// The event, payload included, is built before the change runs; only its
+// AggregateVersion comes from RETURNING, and it reaches consumers as the
+// record's aggregate_version header, so a payload need not repeat it.
+//
+// Under READ COMMITTED (PostgreSQL's default) a command that loses a race
+// waits for the winner's row lock, re-checks the WHERE clause against the
+// committed row and gets the conflict. Under REPEATABLE READ or
+// SERIALIZABLE it gets a serialization failure (SQLSTATE 40001) instead:
+// retry the whole transaction, and the retry sees the new state and gets
+// the conflict.
 func (w *Writer) Transition(ctx context.Context, tx Tx, t Transition) error {
 	if err := w.Validate(t.Event); err != nil {
 		return err
