@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite test demo lint fuzz-short bench chaos
+.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite test demo lint fuzz-short bench bench-inbox chaos
 
 all: build
 
@@ -64,6 +64,7 @@ clean:
 unit:
 	$(GO) vet ./... && $(GO) test -race -count=1 ./...
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd bench && $(GO) test -count=1 ./...
 
 # Lists the packages whose in-process tests need the stack (they import internal/testenv).
 STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}'
@@ -181,3 +182,17 @@ bench: build
 	@if ! { $(STACK) status | grep -q '^postgres: up' && $(STACK) status | grep -Eq '^kafka: +up'; }; then $(STACK) up; fi
 	eval "$$($(STACK) env)"; \
 	cd bench && $(GO) run ./cmd/outbox-bench -relay $(CURDIR)/$(BIN) -report $(CURDIR)/docs/benchmarks.md -png $(CURDIR)/docs/benchmarks.png $(BENCH_ARGS)
+
+# The inbox consumer on the real stack (bench/cmd/inbox-bench): N events (default 100,000) of a
+# 6-partition topic applied one at a time and batched, with a one-INSERT effect and with the
+# version-guarded projection, each mode in a consumer child process of its own (CPU, peak RSS);
+# rewrites the inbox-bench section of docs/benchmarks.md. Not part of `make test`. Quick run:
+# make bench-inbox INBOX_BENCH_ARGS="-quick" (N = 20,000). The stack is started only if
+# PostgreSQL or Kafka does not answer at the stack's addresses (a stack started from another
+# checkout answers there while `stack.sh status` of this one says down).
+bench-inbox:
+	@eval "$$($(STACK) env)"; b="$${OUTBOX_RELAY_KAFKA_BROKERS%%,*}"; \
+	if ! { pg_isready -q -d "$$OUTBOX_RELAY_DATABASE_URL" && (exec 3<>"/dev/tcp/$${b%:*}/$${b##*:}") 2>/dev/null; }; then $(STACK) up; fi
+	eval "$$($(STACK) env)"; \
+	cd bench && $(GO) run ./cmd/inbox-bench -report $(CURDIR)/docs/benchmarks.md -stack $(CURDIR)/$(STACK) \
+		-command 'make bench-inbox$(if $(strip $(INBOX_BENCH_ARGS)), INBOX_BENCH_ARGS="$(strip $(INBOX_BENCH_ARGS))")' $(INBOX_BENCH_ARGS)

@@ -66,4 +66,21 @@
 //
 // The table itself is created by package migrations (or by
 // "outbox-relay migrate"); this package only inserts into it.
+//
+// # Back-pressure
+//
+// While the relay or Kafka is down, the relay's replication slot keeps
+// every byte of WAL the database writes, until max_slot_wal_keep_size
+// invalidates the slot (events lost) or the disk fills (the database
+// stops). A HealthMonitor reads the slot every few seconds — retained WAL,
+// safe_wal_size, the relay's WAL exhaustion forecast recomputed from its
+// own samples, the age of the oldest unacknowledged event — and a Writer
+// built WithBackpressure refuses events once a configured Budget is
+// crossed: events of PriorityLow beyond HealthConfig.Soft, every event
+// beyond the optional HealthConfig.Hard. Refusal happens before any SQL
+// with a *BackpressureError (errors.Is(err, ErrBackpressure)), so the
+// business transaction can fail fast or go on without the event. Events
+// are critical by default (the zero Priority), and a reading that cannot
+// be refreshed refuses nothing. docs/operations.md explains how to pick
+// the budgets from the forecast.
 package outbox

@@ -24,6 +24,7 @@ var public = []string{
 	"inbox/inboxprom",
 	"migrations",
 	"outbox",
+	"outbox/outboxprom",
 	"publisher",
 	"relay",
 	"replication",

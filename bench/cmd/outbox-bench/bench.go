@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // prefixBase starts the name of everything a run creates: schema, slots,
@@ -53,26 +53,14 @@ func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) 
 	if _, err := os.Stat(cfg.RelayBin); err != nil && !cfg.CleanupOnly {
 		return nil, fmt.Errorf("relay binary: %w (go build -o bin/outbox-relay ./cmd/outbox-relay)", err)
 	}
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := benchkit.OpenPool(ctx, cfg.DatabaseURL, 6, "outbox-bench")
 	if err != nil {
 		return nil, err
-	}
-	pc.MaxConns = 6
-	pc.ConnConfig.RuntimeParams["application_name"] = "outbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL: %w (is the stack up? scripts/stack.sh up)", err)
 	}
 	id := strconv.FormatInt(time.Now().Unix(), 36)
 	b := &bench{
 		cfg: cfg, logw: logw, pool: pool,
-		kafka:  &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 20 * time.Second},
+		kafka:  benchkit.KafkaClient(cfg.Brokers),
 		id:     id,
 		prefix: prefixBase + id,
 	}
@@ -121,7 +109,7 @@ func (b *bench) cleanup() {
 			b.logf("cleanup: drop schema %s: %v", b.schema, err)
 		}
 	}
-	if err := b.deleteTopics(ctx, topics); err != nil {
+	if err := benchkit.DeleteTopics(ctx, b.kafka, topics); err != nil {
 		b.logf("cleanup: %v", err)
 	}
 	b.logf("cleaned up schema %s, slots/publications %s_*, topics %v", b.schema, b.prefix, topics)
@@ -130,7 +118,7 @@ func (b *bench) cleanup() {
 // run executes the selected phases; a failing phase is reported and the
 // next one still runs.
 func (b *bench) run(ctx context.Context) *results {
-	res := &results{RunID: b.id, Started: time.Now(), Host: b.hostInfo(ctx), Config: b.configSummary()}
+	res := &results{RunID: b.id, Started: time.Now(), Host: benchkit.ReadHost(ctx, b.pool, "4.1.1", ""), Config: b.configSummary()}
 	b.logf("run %s: logs in %s", b.id, b.cfg.LogDir)
 	fail := func(phase string, err error) {
 		msg := fmt.Sprintf("%s: %v", phase, err)
@@ -198,56 +186,16 @@ func (b *bench) run(ctx context.Context) *results {
 		}
 	}
 	res.Finished = time.Now()
-	res.Host.LoadEnd = loadavg()
+	res.Host.LoadEnd = benchkit.LoadAvg()
 	return res
-}
-
-func (b *bench) hostInfo(ctx context.Context) hostInfo {
-	h := hostInfo{CPUs: runtime.NumCPU(), LoadStart: loadavg(), GoVersion: runtime.Version(), KafkaVersion: "4.1.1"}
-	_ = b.pool.QueryRow(ctx, `SHOW server_version`).Scan(&h.PGVersion)
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				h.CPUModel = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
-				break
-			}
-		}
-	}
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		h.Commit = strings.TrimSpace(string(out))
-		if out, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
-			h.Commit += " (+ uncommitted changes)"
-		}
-	}
-	return h
 }
 
 func (b *bench) configSummary() string {
 	c := b.cfg
 	s := fmt.Sprintf("-n %d -modes %s -rates %s -latency-tx %s -duration %s -bigtx %d -preload-conns %d",
-		c.N, joinInts(c.Modes), joinInts(c.Rates), joinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
+		c.N, benchkit.JoinInts(c.Modes), benchkit.JoinInts(c.Rates), benchkit.JoinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
 	if c.Quick {
 		s += " (-quick)"
 	}
 	return s
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}
-
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

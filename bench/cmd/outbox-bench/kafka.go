@@ -14,63 +14,17 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
-const partitions = 6
-
-// createTopic creates topic with 6 partitions and waits until every
-// partition has a leader.
+// createTopic creates topic (benchkit.CreateTopic) and cleans it up with
+// the run's.
 func (b *bench) createTopic(ctx context.Context, topic string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	b.mu.Lock()
 	b.topics = append(b.topics, topic)
 	b.mu.Unlock()
-	resp, err := b.kafka.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
-	}}})
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if e := resp.Errors[topic]; e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %s: %w", topic, e)
-	}
-	for {
-		md, err := b.kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
-			ready := true
-			for _, p := range md.Topics[0].Partitions {
-				ready = ready && p.Error == nil && p.Leader.Host != ""
-			}
-			if ready {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no leaders yet: %v", topic, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (b *bench) deleteTopics(ctx context.Context, topics []string) error {
-	if len(topics) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := b.kafka.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: topics})
-	if err != nil {
-		return fmt.Errorf("delete topics %v: %w", topics, err)
-	}
-	var errs []error
-	for t, e := range resp.Errors {
-		if e != nil && !errors.Is(e, kafka.UnknownTopicOrPartition) {
-			errs = append(errs, fmt.Errorf("delete topic %s: %w", t, e))
-		}
-	}
-	return errors.Join(errs...)
+	return benchkit.CreateTopic(ctx, b.kafka, topic, benchkit.LeadersKnown)
 }
 
 func (b *bench) dropStaleTopics(ctx context.Context, stale func(string) bool) {
@@ -84,7 +38,7 @@ func (b *bench) dropStaleTopics(ctx context.Context, stale func(string) bool) {
 			old = append(old, t.Name)
 		}
 	}
-	if err := b.deleteTopics(ctx, old); err == nil && len(old) > 0 {
+	if err := benchkit.DeleteTopics(ctx, b.kafka, old); err == nil && len(old) > 0 {
 		b.logf("deleted topics of earlier runs: %v", old)
 	}
 }
@@ -179,7 +133,7 @@ func (b *bench) startConsumer(ctx context.Context, topic string) (*consumer, err
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer lcancel()
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for p := range partitions {
+	for p := range benchkit.Partitions {
 		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
 	}
 	resp, err := b.kafka.ListOffsets(lctx, req)
@@ -195,7 +149,7 @@ func (b *bench) startConsumer(ctx context.Context, topic string) (*consumer, err
 		}
 		offsets[po.Partition] = po.LastOffset
 	}
-	for p := range partitions {
+	for p := range benchkit.Partitions {
 		r := kafka.NewReader(kafka.ReaderConfig{
 			Brokers: b.cfg.Brokers, Topic: topic, Partition: p,
 			MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond,

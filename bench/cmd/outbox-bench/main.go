@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 type config struct {
@@ -138,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var modes, rates, latencyTx, phases, brokers string
+	var modes, rates, latencyTx, phases string
 	fs.IntVar(&cfg.N, "n", 200000, "events preloaded per drain mode")
 	fs.StringVar(&modes, "modes", "1,10", "events per transaction of the drain modes, comma-separated")
 	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s) of the latency phase")
@@ -153,8 +155,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.Stack, "stack", "scripts/stack.sh", "stack script (runs Kafka's ProducerPerformance via kafka-class)")
 	fs.StringVar(&cfg.Report, "report", "", "markdown file whose generated section (between the markers) is replaced")
 	fs.StringVar(&cfg.PNG, "png", "", "PNG plot to write")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("OUTBOX_RELAY_DATABASE_URL"), "PostgreSQL URL (default $OUTBOX_RELAY_DATABASE_URL)")
-	fs.StringVar(&brokers, "kafka-brokers", os.Getenv("OUTBOX_RELAY_KAFKA_BROKERS"), "Kafka brokers (default $OUTBOX_RELAY_KAFKA_BROKERS)")
+	stack := benchkit.NewStackFlags(fs)
 	fs.IntVar(&cfg.KafkaBatch, "kafka-batch-size", 921600, "ProducerPerformance batch.size (the relay's --max-batch-bytes default)")
 	fs.IntVar(&cfg.KafkaRate, "kafka-rate", 5000, "fixed rate of the second ProducerPerformance run (latency ceiling); 0 skips it")
 	fs.DurationVar(&cfg.Timeout, "timeout", 40*time.Minute, "bound on the whole run")
@@ -207,24 +208,16 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 		cfg.Phases[p] = true
 	}
-	for _, b := range strings.Split(brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			cfg.Brokers = append(cfg.Brokers, b)
-		}
+	if cfg.DatabaseURL, cfg.Brokers, err = stack.Values(); err != nil {
+		return nil, err
 	}
 	switch {
-	case cfg.DatabaseURL == "" || len(cfg.Brokers) == 0:
-		return nil, errors.New(`set OUTBOX_RELAY_DATABASE_URL and OUTBOX_RELAY_KAFKA_BROKERS (eval "$(scripts/stack.sh env)") or -database-url and -kafka-brokers`)
 	case cfg.N <= 0 || cfg.BigTx < 0 || cfg.Parallel <= 0:
 		return nil, errors.New("-n and -preload-conns must be positive, -bigtx not negative")
 	case cfg.Duration < time.Second:
 		return nil, errors.New("-duration must be at least 1s")
 	}
-	if cfg.LogDir == "" {
-		if cfg.LogDir, err = os.MkdirTemp("", "outbox-bench-"); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+	if cfg.LogDir, err = benchkit.LogDir(cfg.LogDir, "outbox-bench-"); err != nil {
 		return nil, err
 	}
 	return cfg, nil

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 func TestParsePerf(t *testing.T) {
@@ -66,14 +68,6 @@ h_count 100
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	stat := "1234 (outbox relay (x)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 9 0 100 0 0"
-	cpu, err := parseStatCPU(stat)
-	if err != nil || cpu != 3 {
-		t.Fatalf("cpu = %v, %v", cpu, err)
-	}
-}
-
 func TestPercentileAndRunID(t *testing.T) {
 	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if percentile(s, 0.5) != 5 || percentile(s, 0.99) != 10 || percentile(s, 0.1) != 1 {
@@ -89,9 +83,10 @@ func TestPercentileAndRunID(t *testing.T) {
 }
 
 func TestSpliceReport(t *testing.T) {
+	begin, end := benchkit.OutboxSection.Start, benchkit.OutboxSection.End
 	path := filepath.Join(t.TempDir(), "b.md")
 	head := "# Title\n\nhand-written\n\n"
-	if err := os.WriteFile(path, []byte(head+beginMarker+"\nold\n"+endMarker+"\ntail\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(head+begin+"\nold\n"+end+"\ntail\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := spliceReport(path, "new results\n", &results{}); err != nil {
@@ -101,6 +96,52 @@ func TestSpliceReport(t *testing.T) {
 	s := string(got)
 	if !strings.HasPrefix(s, head) || !strings.Contains(s, "new results") || strings.Contains(s, "old") || !strings.HasSuffix(s, "tail\n") {
 		t.Fatalf("spliced:\n%s", s)
+	}
+}
+
+// TestSpliceReportKeepsInboxSection: inbox-bench's section survives a
+// rewrite, where it stands when it is outside the generated section, moved
+// after it when it is inside.
+func TestSpliceReportKeepsInboxSection(t *testing.T) {
+	begin, end := benchkit.OutboxSection.Start, benchkit.OutboxSection.End
+	inbox := benchkit.InboxSection.Start + "\n\n## The inbox consumer\n\n| mode | events/s |\n" + benchkit.InboxSection.End
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{
+			name: "after the generated section",
+			file: "# T\n\n" + begin + "\nold\n" + end + "\n\n" + inbox + "\n\ntail\n",
+			want: "# T\n\n" + begin + "\n\nnew results\n\n" + end + "\n\n" + inbox + "\n\ntail\n",
+		},
+		{
+			name: "before the generated section",
+			file: "# T\n\n" + inbox + "\n\n" + begin + "\nold\n" + end + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + begin + "\n\nnew results\n\n" + end + "\n",
+		},
+		{
+			name: "inside the generated section",
+			file: "# T\n\n" + begin + "\nold\n" + inbox + "\nolder\n" + end + "\ntail\n",
+			want: "# T\n\n" + begin + "\n\nnew results\n\n" + end + "\n\n" + inbox + "\ntail\n",
+		},
+		{
+			name: "no generated section yet",
+			file: "# T\n\n" + inbox + "\n",
+			want: "# T\n\n" + inbox + "\n\n" + begin + "\n\nnew results\n\n" + end + "\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "b.md")
+			if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := spliceReport(path, "new results\n", &results{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(path)
+			if string(got) != tc.want {
+				t.Fatalf("spliced:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // payloadSQL renders a ~300-byte JSON object for row number j (a bigint
@@ -202,7 +204,7 @@ func (b *bench) watchWalsender(ctx context.Context, slot string) *walsenderCPU {
 			_, pid, err := b.slotInfo(qctx, slot)
 			cancel()
 			if err == nil && pid > 0 {
-				if cpu, err := procCPU(pid); err == nil {
+				if cpu, err := benchkit.ProcCPU(pid); err == nil {
 					w.mu.Lock()
 					if _, ok := w.base[pid]; !ok {
 						w.base[pid] = cpu

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 const (
@@ -119,7 +121,7 @@ func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 		d.Notes = append(d.Notes, "relay stop: "+err.Error())
 	}
 	b.logf("drain, %d-event transactions: relay %.2f s (%.0f events/s, %.2f × ceiling), peak RSS %.1f MiB, CPU %.2f s",
-		mode, d.RelaySec, d.RelayRate(), d.Ratio(), mib(d.PeakRSS), d.RelayCPU)
+		mode, d.RelaySec, d.RelayRate(), d.Ratio(), benchkit.MiB(d.PeakRSS), d.RelayCPU)
 	if d.Published < float64(n) {
 		return d, fmt.Errorf("the slot was confirmed past the backlog but the relay acknowledged only %.0f of %d events", d.Published, n)
 	}
@@ -142,10 +144,10 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	s.Decoded = m.sum(mDecoded)
 	s.Reconnects = m.value(mStarts) - 1
 	s.PublishErrors = m.sum(mPubErrors)
-	if s.PeakRSS, _, err = procStatus(r.pid); err != nil {
+	if s.PeakRSS, _, err = benchkit.ProcMem(r.pid); err != nil {
 		return err
 	}
-	if s.RelayCPU, err = procCPU(r.pid); err != nil {
+	if s.RelayCPU, err = benchkit.ProcCPU(r.pid); err != nil {
 		return err
 	}
 	if s.Reconnects > 0 || s.PublishErrors > 0 {
@@ -374,7 +376,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	if err != nil {
 		return latencyResult{}, err
 	}
-	cpu0, _ := procCPU(r.pid)
+	cpu0, _ := benchkit.ProcCPU(r.pid)
 	others0 := b.otherCPU(ctx, t.slot)
 	b.logf("latency: %d events/s in %d-event transactions for %s", rate, txSize, b.cfg.Duration)
 	profiled := b.profileWindow(ctx, r, rate, txSize)
@@ -408,7 +410,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	if err != nil {
 		return latencyResult{}, err
 	}
-	cpu1, _ := procCPU(r.pid)
+	cpu1, _ := benchkit.ProcCPU(r.pid)
 	others1 := b.otherCPU(ctx, t.slot)
 	l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
 	l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
@@ -441,14 +443,14 @@ type cpuSample map[string][2]float64 // name → {pid, seconds}
 func (b *bench) otherCPU(ctx context.Context, slot string) cpuSample {
 	s := cpuSample{}
 	if pid := listenerPID(b.cfg.Brokers[0]); pid > 0 {
-		if cpu, err := procCPU(pid); err == nil {
+		if cpu, err := benchkit.ProcCPU(pid); err == nil {
 			s["broker"] = [2]float64{float64(pid), cpu}
 		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, pid, err := b.slotInfo(qctx, slot); err == nil && pid > 0 {
-		if cpu, err := procCPU(pid); err == nil {
+		if cpu, err := benchkit.ProcCPU(pid); err == nil {
 			s["walsender"] = [2]float64{float64(pid), cpu}
 		}
 	}
@@ -545,8 +547,8 @@ func (b *bench) bigTx(ctx context.Context) (*bigTxResult, error) {
 		return nil, err
 	}
 	pgStart := b.pgStartTime(ctx)
-	bt.BaselineRSS, _, _ = procStatus(r.pid)
-	cpu0, _ := procCPU(r.pid)
+	bt.BaselineRSS, _, _ = benchkit.ProcMem(r.pid)
+	cpu0, _ := benchkit.ProcCPU(r.pid)
 	ws := b.watchWalsender(ctx, t.slot)
 	conn, err := pgx.Connect(ctx, b.cfg.DatabaseURL)
 	if err != nil {
@@ -582,7 +584,7 @@ func (b *bench) bigTx(ctx context.Context) (*bigTxResult, error) {
 	if !b.pgStartTime(ctx).Equal(pgStart) {
 		bt.Notes = append(bt.Notes, "PostgreSQL restarted during this measurement: rerun")
 	}
-	b.logf("large transaction: inserted in %.1f s, relayed %.1f s after commit, peak RSS %.1f MiB", bt.InsertSec, bt.DrainSec, mib(bt.PeakRSS))
+	b.logf("large transaction: inserted in %.1f s, relayed %.1f s after commit, peak RSS %.1f MiB", bt.InsertSec, bt.DrainSec, benchkit.MiB(bt.PeakRSS))
 	if !bt.Confirmed {
 		return bt, errors.New("the slot was not confirmed past the large transaction within 30 s of its last acknowledgement")
 	}

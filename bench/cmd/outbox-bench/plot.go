@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // drawPNG draws three panels: drain throughput (relay vs pg_recvlogical,
@@ -144,9 +146,9 @@ func latencyPlot(r *results) *plot.Plot {
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(2)
 		p.Add(line)
-		label := fmt.Sprintf("%s/s ×%d", num(float64(l.Target)), max(l.TxSize, 1))
+		label := fmt.Sprintf("%s/s ×%d", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
 		if !l.Held {
-			label += fmt.Sprintf(" (got %s)", num(l.Achieved))
+			label += fmt.Sprintf(" (got %s)", benchkit.Num(l.Achieved))
 		}
 		p.Legend.Add(label, line)
 		if l.HistCount > 0 && l.HistP99 > 0 {
@@ -181,12 +183,12 @@ func memoryPlot(r *results) *plot.Plot {
 	for _, d := range r.Drains {
 		if d.PeakRSS > 0 {
 			names = append(names, fmt.Sprintf("drain %d-event tx", d.Mode))
-			v = append(v, mib(d.PeakRSS))
+			v = append(v, benchkit.MiB(d.PeakRSS))
 		}
 	}
 	if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
-		names = append(names, fmt.Sprintf("%s-row tx", num(float64(bt.Rows))))
-		v = append(v, mib(bt.PeakRSS))
+		names = append(names, fmt.Sprintf("%s-row tx", benchkit.Num(float64(bt.Rows))))
+		v = append(v, benchkit.MiB(bt.PeakRSS))
 	}
 	if len(v) == 0 {
 		p.Title.Text += ": not measured"

@@ -19,10 +19,6 @@ import (
 	"time"
 )
 
-// clkTck is USER_HZ, the unit of utime and stime in /proc/<pid>/stat
-// (100 on every Linux this runs on).
-const clkTck = 100
-
 // relayProc is one `outbox-relay run` started by the bench.
 type relayProc struct {
 	cmd     *exec.Cmd
@@ -319,61 +315,4 @@ func (m metrics) histogram(name string) []bucket {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LE < out[j].LE })
 	return out
-}
-
-// procStatus reads VmHWM and VmRSS (bytes) of pid.
-func procStatus(pid int) (hwm, rss int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "VmHWM:":
-			hwm = kb << 10
-		case "VmRSS:":
-			rss = kb << 10
-		}
-	}
-	if hwm == 0 {
-		return 0, 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
-	}
-	return hwm, rss, nil
-}
-
-// procCPU is utime+stime of pid in seconds.
-func procCPU(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(string(data))
-}
-
-// parseStatCPU reads utime and stime (fields 14 and 15) from a
-// /proc/<pid>/stat line; the command name may hold spaces and parentheses,
-// so fields are counted from the last ')'.
-func parseStatCPU(stat string) (float64, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return (ut + st) / clkTck, nil
 }

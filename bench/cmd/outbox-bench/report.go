@@ -3,24 +3,19 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
-const (
-	beginMarker = "<!-- BEGIN outbox-bench generated section: `make bench` rewrites everything down to the END marker -->"
-	endMarker   = "<!-- END outbox-bench generated section -->"
-)
-
-// spliceReport replaces the generated section of path with md, keeping
-// the hand-written text around it; a file without markers gets them
-// appended.
+// spliceReport replaces the generated section of path
+// (benchkit.OutboxSection) with md, keeping the hand-written text around
+// it; a file without markers gets them appended. inbox-bench's section
+// (benchkit.InboxSection) is kept too: outside the generated section it
+// is left where it is, and if it ended up inside (an edit by hand) it is
+// moved to just after the END marker instead of being lost.
 func spliceReport(path, md string, res *results) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
 	if res.PNGPath != "" {
 		rel, err := filepath.Rel(filepath.Dir(path), res.PNGPath)
 		if err != nil {
@@ -28,58 +23,14 @@ func spliceReport(path, md string, res *results) error {
 		}
 		md += fmt.Sprintf("\n![relay vs ceilings, latency distribution, memory](%s)\n", filepath.ToSlash(rel))
 	}
-	section := beginMarker + "\n\n" + strings.TrimSpace(md) + "\n\n" + endMarker
-	s := string(old)
-	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-	switch {
-	case i >= 0 && j > i:
-		s = s[:i] + section + s[j+len(endMarker):]
-	case len(s) == 0:
-		s = "# Benchmarks\n\n" + section + "\n"
-	default:
-		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func num(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
+	sec := benchkit.OutboxSection
+	return benchkit.UpdateFile(path, func(doc string) (string, error) {
+		section := sec.Wrap(md)
+		if inbox := benchkit.InboxSection.In(sec.In(doc)); inbox != "" {
+			section += "\n\n" + inbox
 		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func f2(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f", v)
+		return sec.Replace(doc, section), nil
+	})
 }
 
 func pct(part, whole float64) string {
@@ -92,11 +43,8 @@ func pct(part, whole float64) string {
 func renderMarkdown(r *results, cfg *config) string {
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
-	h := r.Host
 	p("## Results of run `%s` (%s UTC, %.1f min)\n\n", r.RunID, r.Started.UTC().Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Minutes())
-	p("%d CPUs (%s), load average %s at the start and %s at the end (other work shares this machine); "+
-		"PostgreSQL %s, Kafka %s (single KRaft node), %s, commit %s. Arguments: `%s`.\n\n",
-		h.CPUs, h.CPUModel, h.LoadStart, h.LoadEnd, h.PGVersion, h.KafkaVersion, h.GoVersion, h.Commit, r.Config)
+	p("%s. Arguments: `%s`.\n\n", r.Host.Describe(), r.Config)
 
 	p("### Targets\n\n```\n")
 	checks := r.checks()
@@ -121,20 +69,20 @@ func renderMarkdown(r *results, cfg *config) string {
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.Drains {
 			if !d.complete() {
-				p("| %d | %s | %s MiB | | %s | – | – | | | | |\n", d.Mode, num(float64(d.Events)), f1(mib(d.WALBytes)), secRate(d.CeilingSec, d.CeilingRate()))
+				p("| %d | %s | %s MiB | | %s | – | – | | | | |\n", d.Mode, benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), secRate(d.CeilingSec, d.CeilingRate()))
 				continue
 			}
 			p("| %d | %s | %s MiB | %s B | %s | %s | **%s** | %s / %s | %s s (%s s per 100k) | %s | %s MiB |\n",
-				d.Mode, num(float64(d.Events)), f1(mib(d.WALBytes)), num(d.PayloadBytes),
-				secRate(d.CeilingSec, d.CeilingRate()), secRate(d.RelaySec, d.RelayRate()), f2(d.Ratio()),
+				d.Mode, benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), benchkit.Num(d.PayloadBytes),
+				secRate(d.CeilingSec, d.CeilingRate()), secRate(d.RelaySec, d.RelayRate()), benchkit.F2(d.Ratio()),
 				pct(d.CeilingWalsenderCPU, d.CeilingSec), pct(d.RelayWalsenderCPU, d.RelaySec),
-				f2(d.RelayCPU), f2(d.RelayCPU/float64(d.Events)*1e5), f2(d.RelayCPU/d.RelaySec), f1(mib(d.PeakRSS)))
+				benchkit.F2(d.RelayCPU), benchkit.F2(d.RelayCPU/float64(d.Events)*1e5), benchkit.F2(d.RelayCPU/d.RelaySec), benchkit.F1(benchkit.MiB(d.PeakRSS)))
 		}
 		p("\nBoth readers start from slots created at the same WAL position and stop at the same end LSN, one after the other. "+
 			"pg_recvlogical: process start to exit at `--endpos`. Relay: process start (start-up, about %s s, included) until the slot's "+
 			"`confirmed_flush_lsn` ≥ the end LSN, polled every 25 ms; the relay confirms at most every 100 ms while acknowledgements advance. "+
 			"\"walsender busy\" is the walsender's CPU time (pgoutput decoding, server side) over the reader's wall time; "+
-			"\"relay cores\" is the relay's CPU time over its wall time.\n\n", f2(avgStartup(r.Drains)))
+			"\"relay cores\" is the relay's CPU time over its wall time.\n\n", benchkit.F2(avgStartup(r.Drains)))
 		for _, d := range r.Drains {
 			for _, n := range d.Notes {
 				p("- %d-event transactions: %s\n", d.Mode, n)
@@ -152,10 +100,10 @@ func renderMarkdown(r *results, cfg *config) string {
 			}
 			offered := "as fast as possible"
 			if pr.Target > 0 {
-				offered = num(float64(pr.Target)) + " records/s"
+				offered = benchkit.Num(float64(pr.Target)) + " records/s"
 			}
-			p("| %s | %s | **%s** | %s | %s ms | %s ms | %s ms | %s ms | %s ms |\n", offered, num(float64(pr.Records)), num(pr.RecPerSec), f1(pr.MBPerSec),
-				f1(pr.AvgMs), num(pr.P50Ms), num(pr.P99Ms), num(pr.P999Ms), num(pr.MaxMs))
+			p("| %s | %s | **%s** | %s | %s ms | %s ms | %s ms | %s ms | %s ms |\n", offered, benchkit.Num(float64(pr.Records)), benchkit.Num(pr.RecPerSec), benchkit.F1(pr.MBPerSec),
+				benchkit.F1(pr.AvgMs), benchkit.Num(pr.P50Ms), benchkit.Num(pr.P99Ms), benchkit.Num(pr.P999Ms), benchkit.Num(pr.MaxMs))
 		}
 		if len(r.Drains) > 0 {
 			p("\nFor comparison, the relay's drain rate above is %s of this producer ceiling.\n", relayShareOfKafka(r))
@@ -168,14 +116,14 @@ func renderMarkdown(r *results, cfg *config) string {
 		p("| offered events/s | events/tx | achieved | writer conns | insert+commit p50 / p99 | samples | receipt p50 | receipt p99 | receipt p99.9 | receipt max | ack p50 ≈ | ack p99 ≈ | ack p99.9 ≈ | acks ≤ 25 ms | decode p50 / p99 ≈ | CPU per 100k: relay / broker / walsender |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
-			ach := num(l.Achieved)
+			ach := benchkit.Num(l.Achieved)
 			if !l.Held {
 				ach += " (writer could not keep up)"
 			}
 			p("| %s | %d | %s | %d | %s / %s ms | %s | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s ms | %s | %s / %s ms | %s / %s / %s s |\n",
-				num(float64(l.Target)), l.TxSize, ach, l.Workers, f1(l.InsertP50), f1(l.InsertP99), num(float64(l.Samples)),
-				f1(l.ConsP50), f1(l.ConsP99), f1(l.ConsP999), f1(l.ConsMax),
-				f1(l.HistP50), f1(l.HistP99), f1(l.HistP999), pctf(l.HistUnder25), f1(l.DecodeP50), f1(l.DecodeP99), f2(l.RelayCPUPer100k), f2(l.BrokerCPUPer100k), f2(l.WalsenderCPUPer100k))
+				benchkit.Num(float64(l.Target)), l.TxSize, ach, l.Workers, benchkit.F1(l.InsertP50), benchkit.F1(l.InsertP99), benchkit.Num(float64(l.Samples)),
+				benchkit.F1(l.ConsP50), benchkit.F1(l.ConsP99), benchkit.F1(l.ConsP999), benchkit.F1(l.ConsMax),
+				benchkit.F1(l.HistP50), benchkit.F1(l.HistP99), benchkit.F1(l.HistP999), pctf(l.HistUnder25), benchkit.F1(l.DecodeP50), benchkit.F1(l.DecodeP99), benchkit.F2(l.RelayCPUPer100k), benchkit.F2(l.BrokerCPUPer100k), benchkit.F2(l.WalsenderCPUPer100k))
 		}
 		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT of *events/tx* rows (synchronous_commit on, so it includes the WAL flush). " +
 			"*receipt*: commit time to receipt by a plain kafka-go consumer (one reader per partition), exact percentiles over every record " +
@@ -187,7 +135,7 @@ func renderMarkdown(r *results, cfg *config) string {
 			"the part of the latency spent before the relay has the event (PostgreSQL's WAL sender, the network, the relay's reader).\n\n")
 		for _, l := range r.Latency {
 			if l.Samples > 0 && int64(l.Samples) != l.Committed {
-				p("- %s: %s events committed, %s records received in the window\n", l.label(), num(float64(l.Committed)), num(float64(l.Samples)))
+				p("- %s: %s events committed, %s records received in the window\n", l.label(), benchkit.Num(float64(l.Committed)), benchkit.Num(float64(l.Samples)))
 			}
 			for _, n := range l.Notes {
 				p("- %s: %s\n", l.label(), n)
@@ -211,8 +159,8 @@ func renderMarkdown(r *results, cfg *config) string {
 						ratio = fmt.Sprintf("%.1f ×", l.HistP99/c.P99)
 					}
 				}
-				p("| %s | %d | %s | %s | %s ms | %s ms | %s ms | %s ms | %s |\n", num(float64(c.Target)), c.TxSize, num(c.Achieved), num(float64(c.Samples)),
-					f1(c.P50), f1(c.P99), f1(c.P999), f1(c.Max), ratio)
+				p("| %s | %d | %s | %s | %s ms | %s ms | %s ms | %s ms | %s |\n", benchkit.Num(float64(c.Target)), c.TxSize, benchkit.Num(c.Achieved), benchkit.Num(float64(c.Samples)),
+					benchkit.F1(c.P50), benchkit.F1(c.P99), benchkit.F1(c.P999), benchkit.F1(c.Max), ratio)
 			}
 		}
 		p("\n\n")
@@ -223,21 +171,21 @@ func renderMarkdown(r *results, cfg *config) string {
 		p("| phase | events | relay time | peak RSS (VmHWM) | relay CPU | CPU per 100k events |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.Drains {
 			if d.complete() {
-				p("| drain, %d-event transactions | %s | %s s | %s MiB | %s s | %s s |\n", d.Mode, num(float64(d.Events)), f2(d.RelaySec),
-					f1(mib(d.PeakRSS)), f2(d.RelayCPU), f2(d.RelayCPU/float64(d.Events)*1e5))
+				p("| drain, %d-event transactions | %s | %s s | %s MiB | %s s | %s s |\n", d.Mode, benchkit.Num(float64(d.Events)), benchkit.F2(d.RelaySec),
+					benchkit.F1(benchkit.MiB(d.PeakRSS)), benchkit.F2(d.RelayCPU), benchkit.F2(d.RelayCPU/float64(d.Events)*1e5))
 			}
 		}
 		if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
 			p("| one %s-row transaction | %s | %s s after commit | %s MiB (%s MiB before) | %s s | %s s |\n",
-				num(float64(bt.Rows)), num(bt.Published), f2(bt.DrainSec), f1(mib(bt.PeakRSS)), f1(mib(bt.BaselineRSS)),
-				f2(bt.RelayCPU), f2(bt.RelayCPU/math.Max(bt.Published, 1)*1e5))
+				benchkit.Num(float64(bt.Rows)), benchkit.Num(bt.Published), benchkit.F2(bt.DrainSec), benchkit.F1(benchkit.MiB(bt.PeakRSS)), benchkit.F1(benchkit.MiB(bt.BaselineRSS)),
+				benchkit.F2(bt.RelayCPU), benchkit.F2(bt.RelayCPU/math.Max(bt.Published, 1)*1e5))
 		}
 		if bt := r.BigTx; bt != nil && bt.PeakRSS > 0 {
 			p("\nThe large transaction: `INSERT … SELECT generate_series(1, %d)` took %s s (%s MiB of WAL); PostgreSQL sends it only after the commit "+
 				"(protocol version 1, no streaming of in-progress transactions), spilling to disk past `logical_decoding_work_mem`; "+
 				"the walsender used %s s of CPU and the relay acknowledged the last event %s s after the commit (%s events/s). "+
 				"Peak RSS is that of a fresh relay process started for this phase.\n",
-				bt.Rows, f1(bt.InsertSec), f1(mib(bt.WALBytes)), f2(bt.WalsenderCPU), f2(bt.DrainSec), num(rate(int(bt.Published), bt.DrainSec)))
+				bt.Rows, benchkit.F1(bt.InsertSec), benchkit.F1(benchkit.MiB(bt.WALBytes)), benchkit.F2(bt.WalsenderCPU), benchkit.F2(bt.DrainSec), benchkit.Num(rate(int(bt.Published), bt.DrainSec)))
 			for _, n := range bt.Notes {
 				p("- %s\n", n)
 			}
@@ -258,7 +206,7 @@ func secRate(sec, rate float64) string {
 	if sec <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%s s, %s/s", f2(sec), num(rate))
+	return fmt.Sprintf("%s s, %s/s", benchkit.F2(sec), benchkit.Num(rate))
 }
 
 func pctf(f float64) string {
@@ -308,7 +256,7 @@ func bucketLine(b []bucket) string {
 		if !math.IsInf(bk.LE, 1) {
 			le = fmt.Sprintf("%g ms", ms(bk.LE))
 		}
-		parts = append(parts, fmt.Sprintf("≤ %s: %s", le, num(n)))
+		parts = append(parts, fmt.Sprintf("≤ %s: %s", le, benchkit.Num(n)))
 	}
 	return strings.Join(parts, ", ")
 }

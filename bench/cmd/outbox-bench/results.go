@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
 )
 
 // Targets (docs/benchmarks.md).
@@ -22,7 +24,7 @@ type results struct {
 	RunID    string          `json:"run_id"`
 	Started  time.Time       `json:"started"`
 	Finished time.Time       `json:"finished"`
-	Host     hostInfo        `json:"host"`
+	Host     benchkit.Host   `json:"host"`
 	Config   string          `json:"config"`
 	Drains   []drainResult   `json:"drains"`
 	Kafka    *kafkaResult    `json:"kafka,omitempty"`
@@ -33,17 +35,6 @@ type results struct {
 	Errors         []string             `json:"errors"`
 	Notes          []string             `json:"notes"`
 	PNGPath        string               `json:"png,omitempty"`
-}
-
-type hostInfo struct {
-	CPUs         int    `json:"cpus"`
-	CPUModel     string `json:"cpu_model"`
-	LoadStart    string `json:"loadavg_start"`
-	LoadEnd      string `json:"loadavg_end"`
-	GoVersion    string `json:"go"`
-	PGVersion    string `json:"postgres"`
-	KafkaVersion string `json:"kafka"`
-	Commit       string `json:"commit"`
 }
 
 // relayStats is what a relay process reports at the end of a phase.
@@ -148,8 +139,6 @@ func rate(n int, sec float64) float64 {
 
 func ms(sec float64) float64 { return sec * 1000 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
 // percentile is the nearest-rank percentile of sorted values.
 func percentile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
@@ -161,7 +150,7 @@ func percentile(sorted []float64, q float64) float64 {
 
 // label names the window: its offered rate and transaction size.
 func (l *latencyResult) label() string {
-	return fmt.Sprintf("%s events/s in %d-event transactions", num(float64(l.Target)), max(l.TxSize, 1))
+	return fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
 }
 
 func (l *latencyResult) setConsumer(lat []float64) {
@@ -266,7 +255,7 @@ func (r *results) checks() []check {
 			peak = max(peak, d.PeakRSS)
 		}
 		c.Pass = peak > 0 && peak <= targetDrainRSS
-		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", mib(peak))
+		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", benchkit.MiB(peak))
 		if peak == 0 {
 			c.Detail = "not measured"
 		}
@@ -296,7 +285,7 @@ func (r *results) checks() []check {
 	if r.BigTx != nil {
 		c := check{Name: fmt.Sprintf("peak RSS through a %d-row transaction ≤ %d MiB", r.BigTx.Rows, targetBigTxRSS>>20)}
 		c.Pass = r.BigTx.PeakRSS > 0 && r.BigTx.PeakRSS <= targetBigTxRSS && r.BigTx.Published >= float64(r.BigTx.Rows)
-		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", mib(r.BigTx.PeakRSS))
+		c.Detail = fmt.Sprintf("%.1f MiB (VmHWM)", benchkit.MiB(r.BigTx.PeakRSS))
 		if r.BigTx.PeakRSS == 0 {
 			c.Detail = "not measured (phase failed)"
 		}
