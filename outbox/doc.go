@@ -53,34 +53,23 @@
 //
 // # Back-pressure: shed non-critical events before the disk fills
 //
-// While the relay or Kafka is down, the replication slot retains WAL and
-// the database's disk fills. WithBackpressure gives a Writer a
-// HealthMonitor, which reads the slot's retained WAL, the exhaustion
-// forecast and the oldest unacknowledged event every few seconds (never
-// per Append). Once HealthConfig.Soft is crossed, Append refuses events
-// with Priority PriorityLow with ErrBackpressure before writing anything;
-// critical events (the default priority) go on, unless an optional Hard
-// budget, the point where the service would rather stop than risk the
-// disk, is crossed too. docs/operations.md explains how to pick the budgets
-// from the relay's forecast.
-//
-// The table itself is created by package migrations (or by
-// "outbox-relay migrate"); this package only inserts into it.
-//
-// # Back-pressure
-//
 // While the relay or Kafka is down, the relay's replication slot keeps
 // every byte of WAL the database writes, until max_slot_wal_keep_size
 // invalidates the slot (events lost) or the disk fills (the database
-// stops). A HealthMonitor reads the slot every few seconds — retained WAL,
-// safe_wal_size, the relay's WAL exhaustion forecast recomputed from its
-// own samples, the age of the oldest unacknowledged event — and a Writer
-// built WithBackpressure refuses events once a configured Budget is
-// crossed: events of PriorityLow beyond HealthConfig.Soft, every event
-// beyond the optional HealthConfig.Hard. Refusal happens before any SQL
-// with a *BackpressureError (errors.Is(err, ErrBackpressure)), so the
-// business transaction can fail fast or go on without the event. Events
-// are critical by default (the zero Priority), and a reading that cannot
-// be refreshed refuses nothing. docs/operations.md explains how to pick
-// the budgets from the forecast.
+// stops). A HealthMonitor reads the slot every few seconds, never per
+// Append — retained WAL, safe_wal_size, the relay's WAL exhaustion
+// forecast recomputed from its own samples, the age of the oldest
+// unacknowledged event — and a Writer built WithBackpressure refuses
+// events once a configured Budget is crossed: events of PriorityLow beyond
+// HealthConfig.Soft, every event beyond the optional HealthConfig.Hard,
+// the point where the service would rather stop than risk the disk.
+// Refusal happens before any SQL with a *BackpressureError (errors.Is(err,
+// ErrBackpressure)), so the business transaction can fail fast or go on
+// without the event; Transition refuses before its change runs, too.
+// Events are critical by default (the zero Priority), and a reading that
+// cannot be refreshed refuses nothing. docs/operations.md explains how to
+// pick the budgets from the forecast.
+//
+// The table itself is created by package migrations (or by
+// "outbox-relay migrate"); this package only inserts into it.
 package outbox

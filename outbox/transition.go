@@ -68,7 +68,10 @@ type Transition struct {
 // appends nothing and returns t.Invalid, or ErrInvalidTransition. Any
 // other row count returns an error wrapping ErrUnexpectedRows, also
 // without appending: roll back then, since the change did run. An invalid
-// t.Event is refused before any SQL (a *ValidationError, as from Append).
+// t.Event is refused before any SQL (a *ValidationError, as from Append),
+// and so is one that back-pressure refuses (WithBackpressure: a
+// *BackpressureError, errors.Is(err, ErrBackpressure)). Roll back on any
+// error: when the append fails after the change, the change did run.
 //
 // Use it with a pgx transaction through PgxTx, or a database/sql one
 // through SQLTx (see SQLTx for how it recognises RETURNING).
@@ -89,6 +92,11 @@ func (w *Writer) Transition(ctx context.Context, tx Tx, t Transition) error {
 	}
 	if t.SQL == "" {
 		return errors.New("outbox: transition has no SQL")
+	}
+	// Back-pressure refuses before the change, so a refused event leaves
+	// the aggregate as it was (Append checks again, after the change).
+	if be := w.admit(t.Event); be != nil {
+		return be
 	}
 	want := t.ExpectRows
 	if want == 0 {

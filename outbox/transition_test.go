@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -278,4 +279,28 @@ func FuzzHasReturning(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		hasReturning(s) // must not panic or hang
 	})
+}
+
+// Back-pressure refuses a low-priority transition before its change runs
+// (the aggregate stays as it was) and lets a critical one through; the
+// refusal is counted once, not as a conflict.
+func TestTransitionBackpressure(t *testing.T) {
+	met := &metricsRecorder{}
+	w := NewWriter(testTable, WithBackpressure(engagedMonitor(t, false)), WithMetrics(met))
+	tx := &transitionTx{rows: 1, returned: []int64{2}}
+	low := confirmTransition()
+	low.Event.Priority, low.Event.EventType = PriorityLow, "order.viewed"
+	err := w.Transition(context.Background(), tx, low)
+	if !errors.Is(err, ErrBackpressure) || errors.Is(err, ErrInvalidTransition) {
+		t.Fatalf("err = %v, want ErrBackpressure", err)
+	}
+	if len(tx.changes)+len(tx.calls) != 0 || low.Event.EventID != uuid.Nil || low.Event.AggregateVersion != 0 {
+		t.Fatalf("refused transition ran SQL (%d changes, %d inserts) or filled the event", len(tx.changes), len(tx.calls))
+	}
+	if fmt.Sprint(met.refused) != "map[soft order.viewed:1]" {
+		t.Fatalf("refused = %v, want one soft refusal", met.refused)
+	}
+	if err := w.Transition(context.Background(), tx, confirmTransition()); err != nil || len(tx.changes) != 1 || len(tx.calls) != 1 {
+		t.Fatalf("critical transition: %v, %d changes, %d inserts", err, len(tx.changes), len(tx.calls))
+	}
 }
