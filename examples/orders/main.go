@@ -21,7 +21,7 @@
 // Usage:
 //
 //	go run ./examples/orders --duration 5s --workers 4 --rate 50
-//	go run ./examples/orders --duration 1m --view-rate 50 --backpressure-max-retained-wal 64MiB --backpressure-interval 1s
+//	go run ./examples/orders --duration 1m --view-rate 50 --progress 1s --backpressure-max-retained-wal 64MiB --backpressure-interval 1s
 //
 // The outbox table must exist ("outbox-relay migrate"); the orders table is
 // created if missing, in the outbox table's schema.
@@ -101,7 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.workers, "workers", 4, "concurrent workers, each with its own transactions")
 	fs.Float64Var(&cfg.rate, "rate", 50, "orders per second per worker (0 = as fast as possible)")
 	fs.Float64Var(&cfg.viewRate, "view-rate", 20, "order.viewed events per second in all (low priority: back-pressure may refuse them); 0 = none")
-	fs.DurationVar(&cfg.progress, "progress", time.Second, "interval of the progress lines (0 = none)")
+	fs.DurationVar(&cfg.progress, "progress", 5*time.Second, "interval of the progress lines (0 = none)")
 	fs.StringVar(&cfg.bp.slot, "backpressure-slot", slot, "the relay's replication slot, read by the health monitor (env OUTBOX_RELAY_SLOT)")
 	fs.DurationVar(&cfg.bp.interval, "backpressure-interval", 5*time.Second, "how often the health monitor reads the slot")
 	fs.Var(sizeFlag{&cfg.bp.maxRetainedWAL}, "backpressure-max-retained-wal",

@@ -24,7 +24,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	}
 	if cfg.databaseURL != "postgres://x/y" || cfg.table.String() != "public.outbox" ||
 		cfg.duration != 5*time.Second || cfg.workers != 4 || cfg.rate != 50 ||
-		cfg.viewRate != 20 || cfg.progress != time.Second {
+		cfg.viewRate != 20 || cfg.progress != 5*time.Second {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	if cfg.bp.enabled() || cfg.bp.slot != "outbox_relay" || cfg.bp.interval != 5*time.Second {
