@@ -446,8 +446,8 @@ func (m *HealthMonitor) transition(level string, was bool, reasons []string, h H
 		slog.Int64("retained_wal_bytes", h.RetainedWAL),
 		slog.Int64("safe_wal_size_bytes", h.SafeWALSize),
 		slog.String("wal_status", h.WALStatus),
-		slog.Duration("forecast", h.Forecast),
-		slog.Duration("oldest_unacked", h.OldestUnacked),
+		forecastAttr(h.Forecast),
+		slog.Duration("oldest_unacked", h.OldestUnacked.Round(time.Millisecond)),
 	}
 	ctx := context.Background()
 	switch {
@@ -542,3 +542,12 @@ func (c *walClock) observe(now time.Time, current, confirmed int64, commitAt tim
 }
 
 func (c *walClock) reset() { *c = walClock{pending: c.pending[:0]} }
+
+// forecastAttr logs the forecast to the second, or "none" when the slot's
+// retained WAL is not growing (a negative Forecast).
+func forecastAttr(f time.Duration) slog.Attr {
+	if f < 0 {
+		return slog.String("forecast", "none")
+	}
+	return slog.Duration("forecast", f.Round(time.Second))
+}
