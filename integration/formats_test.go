@@ -54,19 +54,18 @@ func (r rawRecord) headerNames() string {
 
 // fetchRaw reads every record of topic's partitions up to their high
 // watermarks.
-func fetchRaw(t testing.TB, topic string, partitions int) []rawRecord {
-	t.Helper()
+func fetchRaw(topic string, partitions int) ([]rawRecord, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var out []rawRecord
 	for p := 0; p < partitions; p++ {
 		for offset := int64(0); ; {
 			res, err := kafkaClient().Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: offset, MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatalf("fetch %s/%d@%d: %v", topic, p, offset, err)
+			if err == nil {
+				err = res.Error
 			}
-			if res.Error != nil {
-				t.Fatalf("fetch %s/%d@%d: %v", topic, p, offset, res.Error)
+			if err != nil {
+				return nil, fmt.Errorf("fetch %s/%d@%d: %w", topic, p, offset, err)
 			}
 			if offset >= res.HighWatermark {
 				break
@@ -85,7 +84,7 @@ func fetchRaw(t testing.TB, topic string, partitions int) []rawRecord {
 				}
 				if rec.Value != nil {
 					if r.Value, err = kafka.ReadAll(rec.Value); err != nil {
-						t.Fatal(err)
+						return nil, err
 					}
 				}
 				out = append(out, r)
@@ -96,15 +95,17 @@ func fetchRaw(t testing.TB, topic string, partitions int) []rawRecord {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
-// waitRaw polls the topic until it holds n records.
+// waitRaw polls the topic until it holds n records (a fetch error, such as
+// a leader not known yet, is retried).
 func waitRaw(t testing.TB, topic string, partitions, n int, timeout time.Duration) []rawRecord {
 	t.Helper()
 	var recs []rawRecord
-	if !within(timeout, 200*time.Millisecond, func() bool { recs = fetchRaw(t, topic, partitions); return len(recs) >= n }) {
-		t.Fatalf("topic %s holds %d records, want %d", topic, len(recs), n)
+	var err error
+	if !within(timeout, 200*time.Millisecond, func() bool { recs, err = fetchRaw(topic, partitions); return err == nil && len(recs) >= n }) {
+		t.Fatalf("topic %s holds %d records, want %d (last error: %v)", topic, len(recs), n, err)
 	}
 	return recs
 }
