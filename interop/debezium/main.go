@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,7 @@ type config struct {
 	versions     string
 	n            int
 	drainN       int
+	drainRounds  int
 	phases       map[string]bool
 	keep         bool
 	timeout      time.Duration
@@ -123,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.versions, "versions", "Debezium 3.6.1.Final, Kafka Connect 4.3.0", "the Connect side's versions, for the report")
 	fs.IntVar(&cfg.n, "n", 20000, "outbox rows of the record-for-record comparison")
 	fs.IntVar(&cfg.drainN, "drain-n", 100000, "outbox rows of the side-by-side drain")
+	fs.IntVar(&cfg.drainRounds, "drain-rounds", 3, "drains of the backlog by each side (the report gives the medians)")
 	fs.StringVar(&phases, "phases", "compare,drain", "phases to run: compare, drain")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the schema, slots, publications and topics (for a look afterwards)")
 	fs.DurationVar(&cfg.timeout, "timeout", 4*time.Minute, "longest wait for one side to deliver all records")
@@ -168,8 +171,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("missing %s", strings.Join(missing, ", "))
 	}
-	if cfg.n < 1 || cfg.drainN < 10 {
-		return nil, errors.New("-n must be at least 1 and -drain-n at least 10")
+	if cfg.n < 1 || cfg.drainN < 10 || cfg.drainRounds < 1 {
+		return nil, errors.New("-n and -drain-rounds must be at least 1 and -drain-n at least 10")
 	}
 	return cfg, nil
 }
@@ -194,7 +197,7 @@ type run struct {
 	procs  []*proc
 
 	compares []*comparison
-	drains   []*drainResult
+	drains   [][2]*drainResult // per round: the relay, Connect
 	notes    []string
 	host     hostInfo
 }
@@ -306,11 +309,11 @@ func (r *run) preflight(ctx context.Context) error {
 		return fmt.Errorf("wal_level is %s: Debezium and the relay need logical", walLevel)
 	}
 	// The comparison streams from 4 slots at once (2 without expansion);
-	// the drain creates 2 more after dropping those.
-	const need = 4
-	if maxSlots-usedSlots < need || maxSenders-usedSenders < need {
-		return fmt.Errorf("the server has %d of %d replication slots and %d of %d WAL senders in use: the run needs %d of each free",
-			usedSlots, maxSlots, usedSenders, maxSenders, need)
+	// the drain holds 2 per round after dropping those.
+	needSlots, needSenders := max(4, 2*r.cfg.drainRounds), 4
+	if maxSlots-usedSlots < needSlots || maxSenders-usedSenders < needSenders {
+		return fmt.Errorf("the server has %d of %d replication slots and %d of %d WAL senders in use: the run needs %d slots "+
+			"(fewer with fewer -drain-rounds) and %d WAL senders free", usedSlots, maxSlots, usedSenders, maxSenders, needSlots, needSenders)
 	}
 	r.logf("PostgreSQL: wal_level=logical, replication slots %d/%d used, WAL senders %d/%d used", usedSlots, maxSlots, usedSenders, maxSenders)
 	r.host = readHost(ctx, r)
@@ -635,10 +638,12 @@ func (r *run) waitAll(ctx context.Context, sides []side, want int64, cp *connect
 	}
 }
 
-// drainPhase: a backlog of drainN rows (one per transaction) held by two
-// slots; the relay drains one, then Connect with the router the other,
-// each alone on the machine, measured from its process start; then the
-// two sides' records are compared like the comparison's.
+// drainPhase: a backlog of drainN rows (one per transaction) held by
+// two slots per round, all created before it is written. In each round
+// the relay drains one slot and Connect with the router another, each
+// alone on the machine, measured from its process start; the order
+// alternates from round to round. Then the first round's records of both
+// are compared like the comparison's.
 func (r *run) drainPhase(ctx context.Context) error {
 	if r.cfg.connectOnly {
 		return errors.New("-connect-only runs the compare phase only")
@@ -649,70 +654,131 @@ func (r *run) drainPhase(ctx context.Context) error {
 	}
 	table := r.schema + ".outbox_drain"
 	pub := r.id + "_drain"
-	dbz, rel := side{"debezium-drain", "." + r.id + "-drain-dbz"}, side{"relay-drain", "." + r.id + "-drain-relay"}
-	relaySlot, dbzSlot := r.id+"_drain_relay", r.id+"_drain_dbz"
-	if err := r.migrate(ctx, table, relaySlot, pub, false); err != nil {
+	type round struct {
+		dbz, rel           side
+		dbzSlot, relaySlot string
+	}
+	rounds := make([]round, r.cfg.drainRounds)
+	for i := range rounds {
+		n := strconv.Itoa(i + 1)
+		rounds[i] = round{
+			dbz:     side{"debezium-drain-" + n, "." + r.id + "-drain" + n + "-dbz"},
+			rel:     side{"relay-drain-" + n, "." + r.id + "-drain" + n + "-relay"},
+			dbzSlot: r.id + "_drain" + n + "_dbz", relaySlot: r.id + "_drain" + n + "_relay",
+		}
+	}
+	if err := r.migrate(ctx, table, rounds[0].relaySlot, pub, false); err != nil {
 		return err
 	}
-	r.slots = append(r.slots, relaySlot)
+	r.slots = append(r.slots, rounds[0].relaySlot)
 	r.pubs = append(r.pubs, pub)
-	if err := r.createSlot(ctx, dbzSlot); err != nil {
-		return err
-	}
-	if err := r.createTopics(ctx, dbz, rel); err != nil {
-		return err
+	for i, rd := range rounds {
+		if err := r.createSlot(ctx, rd.dbzSlot); err != nil {
+			return err
+		}
+		if i > 0 {
+			if err := r.createSlot(ctx, rd.relaySlot); err != nil {
+				return err
+			}
+		}
+		if err := r.createTopics(ctx, rd.dbz, rd.rel); err != nil {
+			return err
+		}
 	}
 	t := time.Now()
 	if err := insertBacklog(ctx, r.pool, table, r.cfg.drainN); err != nil {
 		return err
 	}
-	r.logf("drain: backlog of %d rows (one per transaction) committed in %.1f s", r.cfg.drainN, time.Since(t).Seconds())
+	r.logf("drain: backlog of %d rows (one per transaction) committed in %.1f s; %d rounds", r.cfg.drainN, time.Since(t).Seconds(), len(rounds))
 	want := int64(r.cfg.drainN)
 
-	rp, err := r.startRelay(dir, relaySide{name: "relay", table: table, slot: relaySlot, pub: pub, template: r.relayTemplate(rel), format: r.relayFormat()})
-	if err != nil {
-		return err
+	for i, rd := range rounds {
+		relayFirst := i%2 == 0
+		var relay, connect *drainResult
+		for k := range 2 {
+			var err error
+			if (k == 0) == relayFirst {
+				relay, err = r.drainRelay(ctx, dir, i+1, table, pub, rd.relaySlot, rd.rel, want)
+			} else {
+				connect, err = r.drainConnect(ctx, dir, i+1, table, pub, rd.dbzSlot, rd.dbz, want)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		r.drains = append(r.drains, [2]*drainResult{relay, connect})
+		if err := r.exactly(ctx, want, rd.dbz, rd.rel); err != nil {
+			return err
+		}
 	}
-	r.procs = append(r.procs, rp)
-	samples, misses, err := sampleDrain(ctx, r.kc, rp, rp.started, r.topicsOf(rel), want, r.cfg.interval, r.cfg.timeout, nil)
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	r.brokerMisses("relay", misses)
-	relay := &drainResult{Name: "outbox-relay", Events: want, Samples: samples}
-	if err := rp.stop(40 * time.Second); err != nil {
-		return err
-	}
-	r.logf("drain: relay done in %.2f s", relay.stats().AllEvents.Seconds())
-
-	cp, err := r.startConnect(filepath.Join(dir, "connect"), []connector{r.connectorFor(dbz, table, dbzSlot, pub, false, false)})
-	if err != nil {
-		return err
-	}
-	r.procs = append(r.procs, cp.proc)
-	samples, misses, err = sampleDrain(ctx, r.kc, cp, cp.started, r.topicsOf(dbz), want, r.cfg.interval, r.cfg.timeout, cp.failed)
-	if err != nil {
-		return fmt.Errorf("the Connect worker: %w", err)
-	}
-	r.brokerMisses("Kafka Connect", misses)
-	connect := &drainResult{Name: "Debezium (Kafka Connect)", Events: want, Samples: samples}
-	if err := cp.stop(60 * time.Second); err != nil {
-		return err
-	}
-	r.logf("drain: Kafka Connect done in %.2f s", connect.stats().AllEvents.Seconds())
-	r.drains = []*drainResult{relay, connect}
 	r.printDrain()
 
 	ids, err := r.outboxRows(ctx, table)
 	if err != nil {
 		return err
 	}
-	c, err := r.compareSides(ctx, "drain backlog, payload as stored", dbz, rel, ids)
+	c, err := r.compareSides(ctx, "drain backlog, payload as stored", rounds[0].dbz, rounds[0].rel, ids)
 	if err != nil {
 		return err
 	}
 	r.compares = append(r.compares, c)
 	return r.dropSlots(ctx)
+}
+
+// drainRelay measures the relay draining slot.
+func (r *run) drainRelay(ctx context.Context, dir string, round int, table, pub, slot string, s side, want int64) (*drainResult, error) {
+	name := fmt.Sprintf("relay-%d", round)
+	rp, err := r.startRelay(dir, relaySide{name: name, table: table, slot: slot, pub: pub, template: r.relayTemplate(s), format: r.relayFormat()})
+	if err != nil {
+		return nil, err
+	}
+	r.procs = append(r.procs, rp)
+	samples, misses, err := sampleDrain(ctx, r.kc, rp, rp.started, r.topicsOf(s), want, r.cfg.interval, r.cfg.timeout, nil)
+	if err != nil {
+		return nil, fmt.Errorf("relay, round %d: %w", round, err)
+	}
+	r.brokerMisses(name, misses)
+	d := &drainResult{Name: "outbox-relay", Events: want, Samples: samples}
+	if err := rp.stop(40 * time.Second); err != nil {
+		return nil, err
+	}
+	r.logf("drain round %d: relay done in %.2f s", round, d.stats().AllEvents.Seconds())
+	return d, nil
+}
+
+// drainConnect measures Connect with the router draining slot.
+func (r *run) drainConnect(ctx context.Context, dir string, round int, table, pub, slot string, s side, want int64) (*drainResult, error) {
+	cp, err := r.startConnect(filepath.Join(dir, fmt.Sprintf("connect-%d", round)), []connector{r.connectorFor(s, table, slot, pub, false, false)})
+	if err != nil {
+		return nil, err
+	}
+	r.procs = append(r.procs, cp.proc)
+	samples, misses, err := sampleDrain(ctx, r.kc, cp, cp.started, r.topicsOf(s), want, r.cfg.interval, r.cfg.timeout, cp.failed)
+	if err != nil {
+		return nil, fmt.Errorf("the Connect worker, round %d: %w", round, err)
+	}
+	r.brokerMisses(fmt.Sprintf("Kafka Connect %d", round), misses)
+	d := &drainResult{Name: "Debezium (Kafka Connect)", Events: want, Samples: samples}
+	if err := cp.stop(60 * time.Second); err != nil {
+		return nil, err
+	}
+	r.logf("drain round %d: Kafka Connect done in %.2f s", round, d.stats().AllEvents.Seconds())
+	return d, nil
+}
+
+// exactly checks that each side's topics hold want records, no more (a
+// drain stops counting at want).
+func (r *run) exactly(ctx context.Context, want int64, sides ...side) error {
+	for _, s := range sides {
+		n, err := retry(ctx, func() (int64, error) { return countRecords(ctx, r.kc, r.topicsOf(s)) })
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("%s wrote %d records for %d rows", s.name, n, want)
+		}
+	}
+	return nil
 }
 
 // relayFormat is the relay's --record-format value ("" leaves the flag
@@ -764,7 +830,7 @@ func (r *run) finish() error {
 		return err
 	}
 	r.host.loadEnd = loadAvg()
-	if r.cfg.report != "" && len(r.drains) == 2 && len(r.compares) > 0 {
+	if r.cfg.report != "" && len(r.drains) > 0 && len(r.compares) > 0 {
 		if err := updateReport(r.cfg.report, r.section()); err != nil {
 			return err
 		}

@@ -101,22 +101,80 @@ func (r *run) printConnectOnly(recs []record) {
 	}
 }
 
-// drainRow is one row of the drain table, for the terminal and the doc.
-func drainRows(ds []*drainResult) [][]string {
-	rows := [][]string{{"process", "events", "first event after", "all events after", "events/s from start", "events/s steady", "CPU from start", "CPU per 100k events, steady", "peak RSS"}}
+// medianStats is the median of each of a process's numbers over the
+// rounds (each number on its own: the median rate and the median CPU may
+// come from different rounds).
+func medianStats(ds []*drainResult) drainStats {
+	var all []drainStats
 	for _, d := range ds {
-		s := d.stats()
-		rows = append(rows, []string{d.Name, group(s.Events), secs(s.FirstEvent), secs(s.AllEvents),
+		all = append(all, d.stats())
+	}
+	med := func(f func(s drainStats) float64) float64 {
+		v := make([]float64, len(all))
+		for i, s := range all {
+			v[i] = f(s)
+		}
+		sort.Float64s(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	return drainStats{
+		Events:        all[0].Events,
+		FirstEvent:    time.Duration(med(func(s drainStats) float64 { return float64(s.FirstEvent) })),
+		AllEvents:     time.Duration(med(func(s drainStats) float64 { return float64(s.AllEvents) })),
+		RateFromStart: med(func(s drainStats) float64 { return s.RateFromStart }),
+		SteadyRate:    med(func(s drainStats) float64 { return s.SteadyRate }),
+		CPUTotal:      med(func(s drainStats) float64 { return s.CPUTotal }),
+		CPUSteady:     med(func(s drainStats) float64 { return s.CPUSteady }),
+		CPUPer100k:    med(func(s drainStats) float64 { return s.CPUPer100k }),
+		PeakRSS:       int64(med(func(s drainStats) float64 { return float64(s.PeakRSS) })),
+	}
+}
+
+// sides splits the rounds into the relay's drains and Connect's.
+func sides(rounds [][2]*drainResult) (relay, connect []*drainResult) {
+	for _, rd := range rounds {
+		relay, connect = append(relay, rd[0]), append(connect, rd[1])
+	}
+	return relay, connect
+}
+
+// drainRows is the drain table, for the terminal and the doc: the
+// medians of the rounds.
+func drainRows(rounds [][2]*drainResult) [][]string {
+	rows := [][]string{{"process", "events", "first event after", "all events after", "events/s from start", "events/s steady", "CPU from start", "CPU per 100k events, steady", "peak RSS"}}
+	relay, connect := sides(rounds)
+	for _, ds := range [][]*drainResult{relay, connect} {
+		s := medianStats(ds)
+		rows = append(rows, []string{ds[0].Name, group(s.Events), secs(s.FirstEvent), secs(s.AllEvents),
 			group(int64(s.RateFromStart + 0.5)), group(int64(s.SteadyRate + 0.5)),
 			fmt.Sprintf("%.2f s", s.CPUTotal), fmt.Sprintf("%.2f s", s.CPUPer100k), mib(s.PeakRSS)})
 	}
 	return rows
 }
 
-// ratios compares the relay (ds[0]) with Connect (ds[1]).
-func ratios(ds []*drainResult) string {
-	rel, dbz := ds[0].stats(), ds[1].stats()
-	return fmt.Sprintf("The relay against Debezium: %s the events/s from process start, %s in steady state; "+
+// roundsLine lists each round's events/s from start and steady.
+func roundsLine(rounds [][2]*drainResult) string {
+	var parts []string
+	for i, rd := range rounds {
+		a, b := rd[0].stats(), rd[1].stats()
+		first := "relay first"
+		if i%2 == 1 {
+			first = "Connect first"
+		}
+		parts = append(parts, fmt.Sprintf("round %d (%s): relay %s / %s, Debezium %s / %s", i+1, first,
+			group(int64(a.RateFromStart+0.5)), group(int64(a.SteadyRate+0.5)), group(int64(b.RateFromStart+0.5)), group(int64(b.SteadyRate+0.5))))
+	}
+	return "Events/s from start / steady in each round: " + strings.Join(parts, "; ") + "."
+}
+
+// ratios compares the relay's medians with Connect's.
+func ratios(rounds [][2]*drainResult) string {
+	relay, connect := sides(rounds)
+	rel, dbz := medianStats(relay), medianStats(connect)
+	return fmt.Sprintf("The relay against Debezium (medians): %s the events/s from process start, %s in steady state; "+
 		"%s of its CPU from process start and %s per event in steady state; %s of its peak RSS.",
 		times(rel.RateFromStart, dbz.RateFromStart), times(rel.SteadyRate, dbz.SteadyRate),
 		fraction(rel.CPUTotal, dbz.CPUTotal), fraction(rel.CPUPer100k, dbz.CPUPer100k),
@@ -149,7 +207,7 @@ func (r *run) printDrain() {
 			widths[i] = max(widths[i], len([]rune(c)))
 		}
 	}
-	r.logf("drain of %s events, side by side (each process alone, from its start):", group(r.drains[0].Events))
+	r.logf("drain of %s events, side by side (each process alone, from its start; medians of %d rounds):", group(r.drains[0][0].Events), len(r.drains))
 	for _, row := range rows {
 		var b strings.Builder
 		for i, c := range row {
@@ -166,6 +224,7 @@ func (r *run) printDrain() {
 		r.logf("  %s", b.String())
 	}
 	r.logf("  %s", ratios(r.drains))
+	r.logf("  %s", roundsLine(r.drains))
 }
 
 // section is the Markdown of the interop section, markers included.
@@ -177,8 +236,8 @@ func (r *run) section() string {
 		"PostgreSQL %s, Kafka %s (single KRaft node), %s on %s, relay %s (%s), commit %s.\n\n",
 		r.id, r.t0.UTC().Format("2006-01-02 15:04 UTC"), time.Since(r.t0).Minutes(), h.cpus, h.model, h.loadStart, h.loadEnd,
 		h.postgres, r.cfg.kafkaVersion, r.cfg.versions, h.java, h.relay, h.goVersion, h.commit)
-	fmt.Fprintf(&b, "Command: `%s` (effective: `-n %d -drain-n %d`). What it does and every difference it explains: [debezium-interop.md](debezium-interop.md).\n\n",
-		r.cfg.command, r.cfg.n, r.cfg.drainN)
+	fmt.Fprintf(&b, "Command: `%s` (effective: `-n %d -drain-n %d -drain-rounds %d`). What it does and every difference it explains: [debezium-interop.md](debezium-interop.md).\n\n",
+		r.cfg.command, r.cfg.n, r.cfg.drainN, r.cfg.drainRounds)
 	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | inbox.Decode: same event | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.compares {
 		var ex []string
@@ -203,25 +262,27 @@ func (r *run) section() string {
 	for _, n := range r.notes {
 		fmt.Fprintf(&b, "\n%s\n", n)
 	}
-	fmt.Fprintf(&b, "\nDrain of a backlog of %s events (one per transaction, ~300-byte jsonb payload and a traceparent header), each process alone on the machine, measured from its process start:\n\n", group(r.drains[0].Events))
+	fmt.Fprintf(&b, "\nDrain of a backlog of %s events (one per transaction, ~300-byte jsonb payload and a traceparent header), each process alone on the machine, "+
+		"measured from its process start; medians of %d rounds:\n\n", group(r.drains[0][0].Events), len(r.drains))
 	rows := drainRows(r.drains)
 	b.WriteString("| " + strings.Join(rows[0], " | ") + " |\n|---|" + strings.Repeat("---:|", len(rows[0])-1) + "\n")
 	for _, row := range rows[1:] {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
-	fmt.Fprintf(&b, "\n%s\n\n", ratios(r.drains))
-	b.WriteString("How it is measured: both slots are created before the backlog is written, so both hold the same rows, " +
-		"and each process drains its slot alone on the machine: first the relay (`outbox-relay run --record-format debezium`, " +
-		"default flags otherwise), then Kafka Connect standalone with one PostgreSQL connector and the Outbox Event Router " +
-		"configured as in [formats.md](formats.md#the-router-configuration-that-matches) (`snapshot.mode=no_data`, " +
-		"Connect's default producer settings), in a JVM with the options of Kafka's `connect-standalone.sh` " +
-		"(`-Xms256M -Xmx2G`, G1). Every " + r.cfg.interval.String() + " the run reads the end offsets of the process's " +
-		"topics, its `/proc/<pid>/stat` (user + system CPU of all its threads) and its `/proc/<pid>/status` (VmHWM). " +
+	fmt.Fprintf(&b, "\n%s %s\n\n", ratios(r.drains), roundsLine(r.drains))
+	b.WriteString("How it is measured: the backlog is written once, after two slots per round were created, so every " +
+		"slot holds the same rows. In each round the relay (`outbox-relay run --record-format debezium`, default flags " +
+		"otherwise) drains one slot and Kafka Connect standalone another, each alone on the machine, the order alternating " +
+		"from round to round; Connect runs one PostgreSQL connector with the Outbox Event Router configured as in " +
+		"[formats.md](formats.md#the-router-configuration-that-matches) (`snapshot.mode=no_data`, Connect's default " +
+		"producer settings) in a JVM with the options of Kafka's `connect-standalone.sh` (`-Xms256M -Xmx2G`, G1). " +
+		"Every " + fmt.Sprintf("%d ms", r.cfg.interval.Milliseconds()) + " the run reads the end offsets of the process's topics, its " +
+		"`/proc/<pid>/stat` (user + system CPU of all its threads) and its `/proc/<pid>/status` (VmHWM). " +
 		"*first event after*, *all events after*: since the process was started. *events/s from start*: events / " +
 		"*all events after*. *steady*: between the samples at 10 % and 90 % of the backlog, start-up and tail left out; " +
 		"*CPU per 100k events, steady*: the CPU in that window per 100,000 events. *CPU from start*: from the process's " +
-		"start to its last event. *peak RSS*: VmHWM then. The two sides' records are compared afterwards " +
-		"(*drain backlog* above).\n\n")
+		"start to its last event. *peak RSS*: VmHWM then. Each number is the median over the rounds on its own. The " +
+		"first round's records of both sides are compared afterwards (*drain backlog* above).\n\n")
 	b.WriteString(sectionEnd)
 	return b.String()
 }

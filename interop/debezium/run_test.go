@@ -199,3 +199,38 @@ func TestPayloadCasesAreJSON(t *testing.T) {
 		t.Fatalf("%d NULL payloads", nulls)
 	}
 }
+
+func TestMedianStatsAndTable(t *testing.T) {
+	mk := func(name string, secs ...float64) []*drainResult {
+		var out []*drainResult
+		for _, s := range secs {
+			d := &drainResult{Name: name, Events: 100}
+			d.Samples = []sample{{at: time.Duration(s*float64(time.Second)) / 2, delivered: 50, cpu: s / 2, hwm: 1 << 20},
+				{at: time.Duration(s * float64(time.Second)), delivered: 100, cpu: s, hwm: int64(s) << 20}}
+			out = append(out, d)
+		}
+		return out
+	}
+	relay, connect := mk("relay", 1, 3, 2), mk("connect", 10, 30, 20)
+	m := medianStats(relay)
+	if m.AllEvents != 2*time.Second || m.RateFromStart != 50 || m.CPUTotal != 2 || m.PeakRSS != 2<<20 {
+		t.Fatalf("%+v", m)
+	}
+	var rounds [][2]*drainResult
+	for i := range relay {
+		rounds = append(rounds, [2]*drainResult{relay[i], connect[i]})
+	}
+	rows := drainRows(rounds)
+	if len(rows) != 3 || rows[1][0] != "relay" || rows[2][4] != "5" || rows[2][8] != "20.0 MiB" {
+		t.Fatalf("%v", rows)
+	}
+	if got := ratios(rounds); !strings.Contains(got, "10.0 × the events/s from process start") || !strings.Contains(got, "1/10 of its CPU") {
+		t.Fatal(got)
+	}
+	if got := roundsLine(rounds); !strings.Contains(got, "round 2 (Connect first): relay 33 / ") {
+		t.Fatal(got)
+	}
+	if got := mib(1536 << 20); got != "1,536.0 MiB" {
+		t.Fatal(got)
+	}
+}
