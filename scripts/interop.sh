@@ -11,9 +11,11 @@
 # The jars come from Maven, as scripts/stack.sh fetches Kafka's, into
 # ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/debezium-<version>-connect-<version>/libs.
 # `run` starts the stack if PostgreSQL or Kafka does not answer, needs bin/outbox-relay
-# (make build), keeps its logs in .stack/interop/<time>, and never leaves the Connect JVM
-# behind: the program stops it with SIGTERM (SIGKILL after 60 s), and this script's EXIT
-# trap kills a JVM whose pid file is still there.
+# (make build), keeps its logs in .stack/interop/<time> (the last 10 runs), and never
+# leaves the Connect JVM behind: the program stops it with SIGTERM (SIGKILL after 60 s),
+# and this script's EXIT trap kills a JVM whose pid file is still there. The program drops
+# its slots, publications, schema and topics itself; if it was killed before, the trap
+# drops them (run.id names them).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -134,6 +136,32 @@ stop_jvm() {
 	rm -f "$PID_FILE"
 }
 
+# drop_leftovers: what a killed program did not clean up: the slots, publications and
+# schema of the run id in $LOG_DIR/run.id, and its topics (all carry the id).
+drop_leftovers() {
+	[ -n "$LOG_DIR" ] && [ -f "$LOG_DIR/run.id" ] || return 0
+	local id
+	id=$(tr -dc 'a-z0-9' <"$LOG_DIR/run.id")
+	[ ${#id} -eq 7 ] || return 0
+	log "run $id did not clean up: dropping its slots, publications, schema and topics"
+	psql -X -q -v ON_ERROR_STOP=0 -d "$OUTBOX_RELAY_DATABASE_URL" >/dev/null 2>&1 <<SQL || true
+SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name LIKE '${id}\_%' AND active_pid IS NOT NULL;
+SELECT pg_sleep(1);
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '${id}\_%';
+SELECT format('DROP PUBLICATION %I', pubname) FROM pg_publication WHERE pubname LIKE '${id}\_%' \gexec
+DROP SCHEMA IF EXISTS interop_${id} CASCADE;
+SQL
+	KAFKA_CLASS_JAVA_OPTS=-Xmx256m "$REPO/scripts/stack.sh" kafka-class org.apache.kafka.tools.TopicCommand \
+		--bootstrap-server "${OUTBOX_RELAY_KAFKA_BROKERS%%,*}" --delete --topic ".*\\.${id}-.*" >/dev/null 2>&1 || true
+	rm -f "$LOG_DIR/run.id"
+}
+
+on_exit() {
+	stop_jvm
+	drop_leftovers
+	[ -z "$LOG_DIR" ] || rm -f "$LOG_DIR/debezium-interop"
+}
+
 cmd_run() {
 	dbz_jars
 	eval "$("$REPO/scripts/stack.sh" env)"
@@ -142,10 +170,14 @@ cmd_run() {
 	fi
 	local relay=$REPO/bin/outbox-relay
 	[ -x "$relay" ] || die "$relay is missing: run make build (make interop does)"
+	# The logs of the last 10 runs are kept.
+	if [ -d "$REPO/.stack/interop" ]; then
+		find "$REPO/.stack/interop" -mindepth 1 -maxdepth 1 -type d -name '20*' | sort | head -n -9 | xargs -r rm -rf
+	fi
 	LOG_DIR=$REPO/.stack/interop/$(date -u +%Y%m%dT%H%M%SZ)
 	PID_FILE=$LOG_DIR/connect.pid
 	mkdir -p "$LOG_DIR"
-	trap stop_jvm EXIT
+	trap on_exit EXIT
 	trap 'exit 130' INT TERM
 	log "building interop/debezium"
 	(cd "$REPO/interop/debezium" && go build -o "$LOG_DIR/debezium-interop" .)
@@ -163,7 +195,7 @@ cmd_run() {
 	return $rc
 }
 
-usage() { print_usage 16; }
+usage() { print_usage 18; }
 
 main() {
 	local verb=${1:-}

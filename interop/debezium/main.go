@@ -225,6 +225,13 @@ func (r *run) main(ctx context.Context) (err error) {
 	defer r.pool.Close()
 	r.kc = kafkaClient(r.cfg.brokers)
 	r.logf("run %s: logs and configs in %s", r.id, r.cfg.logDir)
+	// run.id names what this run creates until its clean-up has removed
+	// it: scripts/interop.sh's EXIT trap drops the leftovers of a run that
+	// was killed.
+	idFile := filepath.Join(r.cfg.logDir, "run.id")
+	if err := os.WriteFile(idFile, []byte(r.id+"\n"), 0o644); err != nil {
+		return err
+	}
 	if err := r.preflight(ctx); err != nil {
 		return err
 	}
@@ -232,6 +239,8 @@ func (r *run) main(ctx context.Context) (err error) {
 		if cerr := r.cleanup(); cerr != nil {
 			r.logf("clean-up: %v", cerr)
 			err = errors.Join(err, cerr)
+		} else if !r.cfg.keep {
+			_ = os.Remove(idFile)
 		}
 	}()
 	if _, err := r.pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{r.schema}.Sanitize()); err != nil {
