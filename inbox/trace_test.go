@@ -2,9 +2,7 @@ package inbox
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,12 +11,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outbox-relay/outbox-relay/internal/spantest"
 )
 
 // The real SDK's recorder checks the same through the whole stack in the
-// interop/tracing module; here a minimal recording provider is enough.
+// interop/tracing module; here spantest's minimal provider is enough.
 
 var w3c = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
@@ -42,7 +41,7 @@ func tracedConsumer(tp trace.TracerProvider, h Handler, bh BatchHandler) *Consum
 }
 
 func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
-	tp := &recordingProvider{}
+	tp := &spantest.Provider{}
 	var inHandler trace.SpanContext
 	var tenant string
 	c := tracedConsumer(tp, func(ctx context.Context, _ pgx.Tx, _ *Event) error {
@@ -53,15 +52,15 @@ func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
 	if err := c.handle(context.Background(), nil, tracedEvent("e-1", true)); err != nil {
 		t.Fatal(err)
 	}
-	s := tp.only(t)
-	if s.name != "process orders" || s.kind != trace.SpanKindConsumer || !s.ended {
-		t.Fatalf("span %q kind %v ended %v, want an ended consumer span \"process orders\"", s.name, s.kind, s.ended)
+	s := tp.Only(t)
+	if s.Name != "process orders" || s.Kind != trace.SpanKindConsumer || !s.Ended() {
+		t.Fatalf("span %q kind %v ended %v, want an ended consumer span \"process orders\"", s.Name, s.Kind, s.Ended())
 	}
-	if s.parent.TraceID().String() != producerTrace || s.parent.SpanID().String() != producerSpan || !s.parent.IsRemote() {
-		t.Fatalf("parent = %v, want the producer's remote span %s/%s", s.parent, producerTrace, producerSpan)
+	if s.Parent.TraceID().String() != producerTrace || s.Parent.SpanID().String() != producerSpan || !s.Parent.IsRemote() {
+		t.Fatalf("parent = %v, want the producer's remote span %s/%s", s.Parent, producerTrace, producerSpan)
 	}
-	if !inHandler.Equal(s.sc) {
-		t.Fatalf("the handler's ctx carries %v, want the consumer span %v", inHandler, s.sc)
+	if !inHandler.Equal(s.SC) {
+		t.Fatalf("the handler's ctx carries %v, want the consumer span %v", inHandler, s.SC)
 	}
 	if tenant != "t-7" {
 		t.Fatalf("baggage tenant = %q in the handler, want t-7", tenant)
@@ -72,37 +71,37 @@ func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
 		"messaging.message.id": attribute.StringValue("e-1"), "messaging.consumer.group.name": attribute.StringValue("billing"),
 		"outbox.event_type": attribute.StringValue("order.paid"),
 	} {
-		if got := s.attrs[k]; got != want {
-			t.Errorf("attribute %s = %v, want %v", k, got.Emit(), want.Emit())
+		if got := s.Attrs[k]; got != want {
+			t.Errorf("attribute %s = %v, want %v", k, got.String(), want.String())
 		}
 	}
 }
 
 func TestHandlerSpanWithoutProducerContext(t *testing.T) {
-	tp := &recordingProvider{}
+	tp := &spantest.Provider{}
 	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *Event) error { return nil }, nil)
 	if err := c.handle(context.Background(), nil, tracedEvent("e-1", false)); err != nil {
 		t.Fatal(err)
 	}
-	if s := tp.only(t); s.parent.IsValid() || !s.sc.IsValid() {
-		t.Fatalf("parent %v, span %v: want a root span", s.parent, s.sc)
+	if s := tp.Only(t); s.Parent.IsValid() || !s.SC.IsValid() {
+		t.Fatalf("parent %v, span %v: want a root span", s.Parent, s.SC)
 	}
 }
 
 func TestHandlerSpanRecordsError(t *testing.T) {
-	tp := &recordingProvider{}
+	tp := &spantest.Provider{}
 	boom := errors.New("boom")
 	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *Event) error { return boom }, nil)
 	if err := c.handle(context.Background(), nil, tracedEvent("e-1", true)); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the handler's", err)
 	}
-	if s := tp.only(t); s.status != codes.Error || !s.ended || s.errs != 1 {
-		t.Fatalf("status %v ended %v errors %d: want an ended span with error status", s.status, s.ended, s.errs)
+	if s := tp.Only(t); s.Status != codes.Error || !s.Ended() || s.Errors != 1 {
+		t.Fatalf("status %v ended %v errors %d: want an ended span with error status", s.Status, s.Ended(), s.Errors)
 	}
 }
 
 func TestBatchSpanLinksProducers(t *testing.T) {
-	tp := &recordingProvider{}
+	tp := &spantest.Provider{}
 	var inHandler trace.SpanContext
 	c := tracedConsumer(tp, nil, func(ctx context.Context, _ pgx.Tx, _ []*Event) error {
 		inHandler = trace.SpanContextFromContext(ctx)
@@ -112,23 +111,23 @@ func TestBatchSpanLinksProducers(t *testing.T) {
 	if err := c.handleBatch(context.Background(), nil, evs); err != nil {
 		t.Fatal(err)
 	}
-	s := tp.only(t)
-	if s.parent.IsValid() {
-		t.Fatalf("batch span has parent %v, want a root span", s.parent)
+	s := tp.Only(t)
+	if s.Parent.IsValid() {
+		t.Fatalf("batch span has parent %v, want a root span", s.Parent)
 	}
-	if !inHandler.Equal(s.sc) {
-		t.Fatalf("the handler's ctx carries %v, want the batch span %v", inHandler, s.sc)
+	if !inHandler.Equal(s.SC) {
+		t.Fatalf("the handler's ctx carries %v, want the batch span %v", inHandler, s.SC)
 	}
-	if len(s.links) != 2 {
-		t.Fatalf("%d links, want 2 (the events with a producer context)", len(s.links))
+	if len(s.Links) != 2 {
+		t.Fatalf("%d links, want 2 (the events with a producer context)", len(s.Links))
 	}
-	for i, l := range s.links {
+	for i, l := range s.Links {
 		if l.SpanContext.TraceID().String() != producerTrace || l.SpanContext.SpanID().String() != producerSpan {
 			t.Errorf("link %d = %v, want the producer's span", i, l.SpanContext)
 		}
 	}
-	if got := s.attrs["messaging.batch.message_count"]; got != attribute.IntValue(3) {
-		t.Errorf("messaging.batch.message_count = %v, want 3", got.Emit())
+	if got := s.Attrs["messaging.batch.message_count"]; got != attribute.IntValue(3) {
+		t.Errorf("messaging.batch.message_count = %v, want 3", got.String())
 	}
 }
 
@@ -177,76 +176,5 @@ func BenchmarkHandle(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-// recordingProvider is a minimal TracerProvider that keeps every span.
-type recordingProvider struct {
-	embedded.TracerProvider
-	mu    sync.Mutex
-	spans []*recordedSpan
-}
-
-func (p *recordingProvider) Tracer(string, ...trace.TracerOption) trace.Tracer {
-	return recordingTracer{p: p}
-}
-
-func (p *recordingProvider) only(t *testing.T) *recordedSpan {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.spans) != 1 {
-		t.Fatalf("%d spans, want 1", len(p.spans))
-	}
-	return p.spans[0]
-}
-
-type recordingTracer struct {
-	embedded.Tracer
-	p *recordingProvider
-}
-
-func (r recordingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	cfg := trace.NewSpanStartConfig(opts...)
-	parent := trace.SpanContextFromContext(ctx)
-	tid := parent.TraceID()
-	if !parent.IsValid() {
-		_, _ = rand.Read(tid[:])
-	}
-	var sid trace.SpanID
-	_, _ = rand.Read(sid[:])
-	s := &recordedSpan{name: name, kind: cfg.SpanKind(), parent: parent, links: cfg.Links(), attrs: map[attribute.Key]attribute.Value{},
-		sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})}
-	r.p.mu.Lock()
-	r.p.spans = append(r.p.spans, s)
-	r.p.mu.Unlock()
-	return trace.ContextWithSpan(ctx, s), s
-}
-
-type recordedSpan struct {
-	embedded.Span
-	name   string
-	kind   trace.SpanKind
-	sc     trace.SpanContext
-	parent trace.SpanContext
-	links  []trace.Link
-	attrs  map[attribute.Key]attribute.Value
-	status codes.Code
-	errs   int
-	ended  bool
-}
-
-func (s *recordedSpan) End(...trace.SpanEndOption)              { s.ended = true }
-func (s *recordedSpan) AddEvent(string, ...trace.EventOption)   {}
-func (s *recordedSpan) AddLink(l trace.Link)                    { s.links = append(s.links, l) }
-func (s *recordedSpan) IsRecording() bool                       { return !s.ended }
-func (s *recordedSpan) RecordError(error, ...trace.EventOption) { s.errs++ }
-func (s *recordedSpan) SpanContext() trace.SpanContext          { return s.sc }
-func (s *recordedSpan) SetStatus(c codes.Code, _ string)        { s.status = c }
-func (s *recordedSpan) SetName(n string)                        { s.name = n }
-func (s *recordedSpan) TracerProvider() trace.TracerProvider    { return nil }
-func (s *recordedSpan) SetAttributes(kv ...attribute.KeyValue) {
-	for _, a := range kv {
-		s.attrs[a.Key] = a.Value
 	}
 }

@@ -214,6 +214,9 @@ func BenchmarkAppendTrace(b *testing.B) {
 	}
 }
 
+// benchKey is a context key of the benchmark.
+type benchKey struct{}
+
 // discard is an Execer that does nothing.
 type discard struct{}
 
@@ -223,7 +226,7 @@ func (discard) Exec(context.Context, string, ...any) error { return nil }
 // untraced Append pays for tracing.
 func BenchmarkTraceHeaders(b *testing.B) {
 	w := NewWriter(testTable)
-	ctx := context.WithValue(context.Background(), struct{}{}, 1) // a request context is rarely Background
+	ctx := context.WithValue(context.Background(), benchKey{}, 1) // a request context is rarely Background
 	b.ReportAllocs()
 	for b.Loop() {
 		if w.traceHeaders(ctx) != nil {
