@@ -76,7 +76,9 @@ integration: up
 	$(GO) test -tags integration -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/... ./migrations/ ./outbox/; \
 	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "in-process tests against the stack: $$pkgs"; \
-	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi
+	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi; \
+	echo "interop/tracing: producer -> relay -> consumer spans with the OpenTelemetry SDK (a module of its own)"; \
+	cd interop/tracing && $(GO) test -count=1 -timeout 10m ./...
 
 # The version matrix: on each of PG_VERSIONS, the core subset PG_VERSION_TESTS of
 # ./integration, then the in-process tests that need the stack (STACK_TEST_PKGS). Each version
@@ -174,6 +176,7 @@ lint:
 	$(GO) run $(STATICCHECK) -tags integration ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deploy && $(GO) run $(STATICCHECK) ./...
+	cd interop/tracing && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Benchmark against ceilings measured in the same run (docs/benchmarks.md); not part of
 # `make test`. Quick run: make bench BENCH_ARGS="-n 20000 -quick". The stack is started

@@ -9,6 +9,10 @@
 // returned. A repeated confirmation therefore writes no second event, and
 // consumers can rely on aggregate_version increasing by one per change.
 //
+// Each confirmation runs in a (simulated) traced request: the outbox.Writer
+// writes its W3C trace context into the event's traceparent header, which
+// the relay and examples/shipping continue (docs/tracing.md).
+//
 // Usage:
 //
 //	go run ./examples/orders --duration 5s --workers 4 --rate 50
@@ -34,6 +38,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -131,7 +137,7 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	s := &shop{
 		pool:   pool,
 		orders: migrations.Table{Schema: cfg.table.Schema, Name: "orders"},
-		writer: outbox.NewWriter(cfg.table, outbox.WithSchema(schema)),
+		writer: outbox.NewWriter(cfg.table, outbox.WithSchema(schema), outbox.WithPropagator(propagation.TraceContext{})),
 		runID:  fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	if err := s.createTable(ctx); err != nil {
@@ -290,6 +296,7 @@ func (s *shop) idPrefix() string { return "ord-" + s.runID + "-" }
 // appends the order.confirmed event. It reports whether the order changed;
 // an order that is not pending (already confirmed) yields no event.
 func (s *shop) confirm(ctx context.Context, id string) (confirmed bool, err error) {
+	ctx = requestContext(ctx)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)
@@ -340,10 +347,8 @@ func (s *shop) confirm(ctx context.Context, id string) (confirmed bool, err erro
 		EventType:        "order.confirmed",
 		SchemaVersion:    1,
 		Payload:          payload, // JSON is also fine as bytea
-		Headers: map[string]string{
-			"trace_id": newTraceID(),
-			"source":   "examples/orders",
-		},
+		// The Writer adds traceparent from ctx (docs/tracing.md).
+		Headers: map[string]string{"source": "examples/orders"},
 	})
 	if err != nil {
 		return false, err
@@ -369,6 +374,21 @@ type orderConfirmed struct {
 type item struct {
 	SKU      string `json:"sku"`
 	Quantity int    `json:"qty"`
+}
+
+// requestContext is ctx as a request handler sees it once the HTTP
+// server's OpenTelemetry middleware has read the caller's traceparent:
+// inside a sampled remote span. The Writer copies that context into the
+// event's traceparent header, so the relay's publish span and the
+// consumers' spans (examples/shipping) continue the request's trace. A
+// real service gets it from its middleware and installs the propagator
+// globally (otel.SetTextMapPropagator) instead of WithPropagator.
+func requestContext(ctx context.Context) context.Context {
+	tid, _ := trace.TraceIDFromHex(newTraceID())
+	sid, _ := trace.SpanIDFromHex(newTraceID()[:16])
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true,
+	}))
 }
 
 // newTraceID returns a W3C-style 16-byte hex trace id.
