@@ -24,9 +24,51 @@
 //	// ... tx.Commit(ctx)
 //
 // The package works with pgx (PgxTx) and with database/sql (SQLTx). It
-// only needs one method of either, through the small Execer interface, so
-// it never commits, rolls back or otherwise manages the caller's
-// transaction.
+// only needs one or two methods of either, through the small Execer and
+// Tx interfaces, so it never commits, rolls back or otherwise manages the
+// caller's transaction.
+//
+// # Transitions: no event without a real change
+//
+// Two concurrent commands must not record two contradicting facts (two
+// "order.confirmed" for one order, "confirmed" after "cancelled"). The
+// cure is a conditional change, UPDATE … WHERE status = 'pending'
+// RETURNING version, and an event appended only when that change matched.
+// Writer.Transition does both in one step, in the caller's transaction:
+//
+//	err := w.Transition(ctx, outbox.PgxTx(tx), outbox.Transition{
+//		SQL: `UPDATE orders SET status = 'confirmed', version = version + 1
+//		      WHERE id = $1 AND status = 'pending' RETURNING version`,
+//		Args:  []any{id},
+//		Event: &outbox.Event{AggregateType: "order", AggregateID: id, EventType: "order.confirmed", SchemaVersion: 1, Payload: payload},
+//	})
+//	if errors.Is(err, outbox.ErrInvalidTransition) { /* not pending: nothing written, answer 409 */ }
+//
+// The RETURNING value becomes the event's AggregateVersion. A change that
+// matched no row appends nothing, returns ErrInvalidTransition (or the
+// Transition's own error) and counts a conflict through Metrics
+// (outbox_producer_transition_conflicts_total in package outboxprom), the
+// version-conflict signal to watch in production. Any other unexpected row
+// count is an error wrapping ErrUnexpectedRows.
+//
+// # Back-pressure: shed non-critical events before the disk fills
+//
+// While the relay or Kafka is down, the relay's replication slot keeps
+// every byte of WAL the database writes, until max_slot_wal_keep_size
+// invalidates the slot (events lost) or the disk fills (the database
+// stops). A HealthMonitor reads the slot every few seconds, never per
+// Append — retained WAL, safe_wal_size, the relay's WAL exhaustion
+// forecast recomputed from its own samples, the age of the oldest
+// unacknowledged event — and a Writer built WithBackpressure refuses
+// events once a configured Budget is crossed: events of PriorityLow beyond
+// HealthConfig.Soft, every event beyond the optional HealthConfig.Hard,
+// the point where the service would rather stop than risk the disk.
+// Refusal happens before any SQL with a *BackpressureError (errors.Is(err,
+// ErrBackpressure)), so the business transaction can fail fast or go on
+// without the event; Transition refuses before its change runs, too.
+// Events are critical by default (the zero Priority), and a reading that
+// cannot be refreshed refuses nothing. docs/operations.md explains how to
+// pick the budgets from the forecast.
 //
 // The table itself is created by package migrations (or by
 // "outbox-relay migrate"); this package only inserts into it.

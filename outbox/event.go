@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -39,6 +40,39 @@ type Event struct {
 	// Headers become Kafka record headers. Optional; keys must be
 	// non-empty.
 	Headers map[string]string
+	// Priority decides whether back-pressure may refuse the event (see
+	// WithBackpressure). It is not stored in the table: only Append reads
+	// it. The zero value, PriorityCritical, keeps the behaviour of a
+	// Writer without back-pressure.
+	Priority Priority
+}
+
+// Priority says how much an event matters when the database's disk is at
+// risk. Back-pressure (WithBackpressure) refuses low-priority events once
+// HealthConfig.Soft is crossed, so a service can shed what it can afford
+// to lose (views, analytics, notifications) and keep what it cannot.
+type Priority int
+
+const (
+	// PriorityCritical is the zero value: never refused by the soft
+	// budget, only by a Hard budget if one is configured and crossed. The
+	// default, so that events keep being written unless the caller says
+	// otherwise.
+	PriorityCritical Priority = iota
+	// PriorityLow marks a non-critical event: Append refuses it with
+	// ErrBackpressure once the soft budget is crossed.
+	PriorityLow
+)
+
+// String returns "critical" or "low" (for logs and errors).
+func (p Priority) String() string {
+	switch p {
+	case PriorityCritical:
+		return "critical"
+	case PriorityLow:
+		return "low"
+	}
+	return "Priority(" + strconv.Itoa(int(p)) + ")"
 }
 
 // ErrInvalidEvent is the sentinel every *ValidationError wraps, so callers

@@ -69,6 +69,7 @@ type Writer struct {
 	insert  string // single-row INSERT
 	columns string // column list shared by single and batch inserts
 	metrics Metrics
+	bp      *HealthMonitor // nil: no back-pressure (WithBackpressure)
 }
 
 const (
@@ -181,6 +182,9 @@ func (w *Writer) Validate(e *Event) error {
 			p = append(p, "payload is not valid UTF-8 text (or contains NUL)")
 		}
 	}
+	if e.Priority != PriorityCritical && e.Priority != PriorityLow {
+		p = append(p, fmt.Sprintf("priority %d is unknown (use PriorityCritical or PriorityLow)", int(e.Priority)))
+	}
 	if len(e.Headers) > 0 && !w.headers {
 		p = append(p, "headers given but the outbox table has no headers column")
 	}
@@ -222,9 +226,18 @@ func validText(s string) bool {
 // An invalid event is rejected before any SQL is sent with a
 // *ValidationError (errors.Is(err, ErrInvalidEvent)); e is left unchanged
 // in that case.
+//
+// With WithBackpressure, an event the monitor refuses (PriorityLow while
+// the soft budget is crossed, any event while the hard one is) is
+// rejected after validation and before any SQL with a *BackpressureError
+// (errors.Is(err, ErrBackpressure)), counted in Metrics, and e is left
+// unchanged too. The check is an atomic load, not a query.
 func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
 	if err := w.Validate(e); err != nil {
 		return err
+	}
+	if be := w.admit(e); be != nil {
+		return be
 	}
 	if err := assignID(e); err != nil {
 		return err
@@ -245,10 +258,29 @@ func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
 // nothing is sent: validation of all events happens first, and the error
 // for the first invalid one says which it was and wraps its
 // *ValidationError. Like Append, it fills missing EventIDs.
+//
+// With WithBackpressure, the batch is refused as a whole, before any SQL,
+// if back-pressure refuses any of its events: the error wraps the first
+// refused event's *BackpressureError (errors.Is(err, ErrBackpressure)).
+// Every refused event is counted in Metrics; the batch's other events are
+// not written either, but they were not refused, so they are not counted.
+// Put critical and non-critical events in separate batches if the
+// critical ones must go through while the soft budget is crossed.
 func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) error {
 	for i, e := range events {
 		if err := w.Validate(e); err != nil {
 			return fmt.Errorf("event %d of %d: %w", i, len(events), err)
+		}
+	}
+	if w.bp != nil {
+		var first error
+		for i, e := range events {
+			if be := w.admit(e); be != nil && first == nil {
+				first = fmt.Errorf("event %d of %d (%s, %s): batch refused: %w", i, len(events), e.EventType, e.Priority, be)
+			}
+		}
+		if first != nil {
+			return first
 		}
 	}
 	for _, e := range events {

@@ -4,18 +4,25 @@
 #   1. build bin/outbox-relay and run "outbox-relay migrate"
 #      (outbox table, publication, replication slot);
 #   2. start "outbox-relay run" in the background (log: .stack/demo-relay.log);
-#   3. produce orders with examples/orders (one order.confirmed event each);
-#   4. read the topic back with examples/tail;
-#   5. examples/shipping (package inbox) creates one shipment per confirmed
+#   3. produce orders with examples/orders (one order.confirmed event each,
+#      through outbox.Writer.Transition, and a few low-priority order.viewed);
+#   4. back-pressure: examples/orders runs again with a small soft budget on the
+#      slot's retained WAL; the relay stops, the order.viewed events are refused
+#      (ErrBackpressure) once the budget is crossed while confirmations go on, and
+#      they resume after the relay restarts and catches up;
+#   5. read the topic back with examples/tail;
+#   6. examples/shipping (package inbox) creates one shipment per confirmed
 #      order, then replays the topic under a fresh consumer group (a forced
 #      redelivery): every event is absorbed as a duplicate, none applied twice;
-#   6. outbox-relay reconcile over the last 10 minutes (outbox vs Kafka vs shipping);
-#   7. show "outbox-relay slot status", then stop the relay with SIGTERM.
+#   7. outbox-relay reconcile over the last 10 minutes (outbox vs Kafka vs shipping);
+#   8. show "outbox-relay slot status", then stop the relay with SIGTERM.
 #
 # Assumes the stack is up: "make demo" runs scripts/stack.sh up first.
 # Tunables (env): DEMO_ORDERS_DURATION (5s), DEMO_TAIL_DURATION (8s), DEMO_SHIPPING_IDLE (4s),
-# OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187); OUTBOX_RELAY_TABLE, _SLOT and
-# _PUBLICATION are honoured by the relay and (table) by examples/orders.
+# DEMO_BACKPRESSURE_SECONDS (6: the budget is the WAL the orders write in that long, above
+# the slot's current retention), OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187), PSQL (psql from
+# PATH, else PostgreSQL 15's); OUTBOX_RELAY_TABLE, _SLOT and _PUBLICATION are honoured by the
+# relay and by examples/orders.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,12 +37,21 @@ die() {
 RELAY_BIN=bin/outbox-relay
 RELAY_LOG=.stack/demo-relay.log
 RELAY_PID=
+ORDERS_BIN=bin/orders
+ORDERS_PID=
+TABLE=${OUTBOX_RELAY_TABLE:-public.outbox}
+SLOT=${OUTBOX_RELAY_SLOT:-outbox_relay}
+PSQL=${PSQL:-$(command -v psql || echo /usr/lib/postgresql/15/bin/psql)}
 
-# cleanup stops the relay if it is still running (the script failed or was
-# interrupted before step 5) and shows its log when something went wrong.
+# cleanup stops the orders and the relay if they are still running (the script
+# failed or was interrupted) and shows the relay's log when something went wrong.
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ -n "$ORDERS_PID" ] && kill -0 "$ORDERS_PID" 2>/dev/null; then
+		kill -INT "$ORDERS_PID" 2>/dev/null || true
+		wait "$ORDERS_PID" 2>/dev/null || true
+	fi
 	if [ -n "$RELAY_PID" ] && kill -0 "$RELAY_PID" 2>/dev/null; then
 		echo "demo: stopping relay (pid $RELAY_PID)" >&2
 		kill -TERM "$RELAY_PID" 2>/dev/null || true
@@ -48,8 +64,146 @@ cleanup() {
 	exit "$rc"
 }
 trap cleanup EXIT
+
+# sql runs one statement on the demo database; :'slot' is the slot's name.
+sql() {
+	"$PSQL" -X -q -t -A -v ON_ERROR_STOP=1 -v slot="$SLOT" "$OUTBOX_RELAY_DATABASE_URL" <<<"$1"
+}
+
+# start_relay runs "outbox-relay run" in the background, its log appended to $RELAY_LOG.
+# Heartbeats every second (default 10 s) let the idle relay confirm past new WAL soon.
+start_relay() {
+	OUTBOX_RELAY_CREATE_TOPICS=true OUTBOX_RELAY_LOG_FORMAT=console \
+		OUTBOX_RELAY_HEARTBEAT_INTERVAL=${OUTBOX_RELAY_HEARTBEAT_INTERVAL:-1s} \
+		"$RELAY_BIN" run >>"$RELAY_LOG" 2>&1 &
+	RELAY_PID=$!
+	sleep 1
+	kill -0 "$RELAY_PID" 2>/dev/null || {
+		wait "$RELAY_PID" && rc=0 || rc=$?
+		RELAY_PID=
+		die "relay exited right away with status $rc"
+	}
+	echo "relay running, pid $RELAY_PID"
+}
+
+# stop_relay stops it with SIGTERM (a clean drain) and checks its exit status.
+stop_relay() {
+	kill -TERM "$RELAY_PID"
+	wait "$RELAY_PID" && rc=0 || rc=$?
+	RELAY_PID=
+	echo "relay exited with status $rc"
+	[ "$rc" -eq 0 ] || die "relay did not shut down cleanly (status $rc)"
+}
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The back-pressure scene's orders run: its output, and how many lines of it are shown.
+BP_OUT=.stack/demo-backpressure.out
+BP_SHOWN=0
+
+# follow TIMEOUT CHECK shows the new lines of $BP_OUT until CHECK succeeds on a
+# progress line ("orders: 3s: ... views written W, views refused R; back-pressure
+# off|ENGAGED (...)"), called as CHECK WRITTEN REFUSED STATE. It fails after
+# TIMEOUT seconds, or when the orders run has ended.
+follow() {
+	local deadline=$((SECONDS + $1)) check=$2 n line written refused state
+	while :; do
+		n=$(wc -l <"$BP_OUT")
+		while [ "$BP_SHOWN" -lt "$n" ]; do
+			BP_SHOWN=$((BP_SHOWN + 1))
+			line=$(sed -n "${BP_SHOWN}p" "$BP_OUT")
+			printf '  %s\n' "$line"
+			[[ $line =~ views\ written\ ([0-9]+),\ views\ refused\ ([0-9]+)\;\ back-pressure\ ([A-Za-z]+) ]] || continue
+			written=${BASH_REMATCH[1]} refused=${BASH_REMATCH[2]} state=${BASH_REMATCH[3]}
+			if "$check" "$written" "$refused" "$state"; then
+				return 0
+			fi
+		done
+		kill -0 "$ORDERS_PID" 2>/dev/null || return 1
+		[ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.2
+	done
+}
+
+# Checks for follow. WRITTEN0 and REFUSED0 are the counts at the last match.
+WRITTEN0=0
+REFUSED0=0
+# progress: any progress line (before the relay stops the views are written; on a
+# busy shared stack back-pressure may engage already, and the scene goes on).
+# refused: more views refused than at the last match. released: back-pressure off.
+# resumed: views written again, none refused since the release.
+progress() { WRITTEN0=$1 REFUSED0=$2; }
+refused() { [ "$2" -gt "$REFUSED0" ] && WRITTEN0=$1 REFUSED0=$2; }
+released() { [ "$3" = off ] && WRITTEN0=$1 REFUSED0=$2; }
+resumed() { [ "$1" -gt "$WRITTEN0" ] && [ "$2" -eq "$REFUSED0" ] && [ "$3" = off ]; }
+
+# retained prints the WAL bytes the slot retains (what the orders' health monitor reads).
+retained() {
+	sql "select coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint from pg_replication_slots where slot_name = :'slot'"
+}
+
+# advance_restart_lsn runs CHECKPOINT and waits (up to 30 s) until the slot's
+# restart_lsn moves. PostgreSQL moves a logical slot's restart_lsn only past a
+# running-transactions record, logged every 15 s on a busy database and at every
+# checkpoint, once the relay has confirmed past it: the checkpoint saves the demo
+# from waiting up to 15 s for one, so the slot's retained WAL starts from a low point.
+advance_restart_lsn() {
+	local before deadline=$((SECONDS + 30))
+	before=$(sql "select restart_lsn from pg_replication_slots where slot_name = :'slot'")
+	sql "checkpoint" >/dev/null
+	until [ "$(sql "select restart_lsn > '$before' from pg_replication_slots where slot_name = :'slot'")" = t ]; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "(the slot's restart_lsn did not move within 30 s; going on)"
+			return 0
+		fi
+		sleep 0.2
+	done
+}
+
+# backpressure_scene: examples/orders with a small soft budget on the slot's retained
+# WAL (what it retains now, plus DEMO_BACKPRESSURE_SECONDS of the WAL rate measured
+# above), its health monitor reading every second. The relay stops: retained WAL
+# grows, the budget is crossed and the order.viewed events (PriorityLow) are refused
+# with ErrBackpressure, while the confirmations (critical) go on. The relay restarts
+# and catches up: the budget releases and the views are written again.
+backpressure_scene() {
+	say "back-pressure: stop the relay and watch the low-priority order.viewed events"
+	local base budget margin
+	advance_restart_lsn
+	base=$(retained)
+	margin=$((WAL_RATE * ${DEMO_BACKPRESSURE_SECONDS:-6}))
+	[ "$margin" -ge $((1 << 20)) ] || margin=$((1 << 20))
+	budget=$((base + margin))
+	echo "the slot retains $((base >> 10)) KiB; the orders write about $((WAL_RATE >> 10)) KiB of WAL per second;"
+	echo "soft budget: retained WAL > $((budget >> 10)) KiB refuses order.viewed (order.confirmed is critical: never refused)"
+	: >"$BP_OUT"
+	BP_SHOWN=0 WRITTEN0=0 REFUSED0=0
+	"$ORDERS_BIN" --table "$TABLE" --duration 5m --view-rate 50 --progress 1s \
+		--backpressure-slot "$SLOT" --backpressure-max-retained-wal "$budget" --backpressure-interval 1s \
+		>"$BP_OUT" 2>&1 &
+	ORDERS_PID=$!
+	follow 30 progress || die "examples/orders printed no progress"
+	follow 5 progress || die "examples/orders printed no progress"
+
+	echo "-- stop the relay: nothing confirms the slot any more, its retained WAL grows"
+	stop_relay
+	follow 90 refused || die "no order.viewed was refused within 90 s of the relay stopping"
+	follow 5 refused || die "order.viewed events were refused only once"
+
+	echo "-- restart the relay: it catches up, the slot's retained WAL drops"
+	start_relay
+	advance_restart_lsn
+	follow 60 released || die "back-pressure did not release within 60 s of the relay catching up"
+	follow 10 resumed || die "order.viewed events were not written again after back-pressure released"
+
+	kill -INT "$ORDERS_PID"
+	wait "$ORDERS_PID" && rc=0 || rc=$?
+	ORDERS_PID=
+	follow 0 false || true # the rest of the output: the final line
+	[ "$rc" -eq 0 ] || die "examples/orders failed (status $rc)"
+	grep -Eq 'views refused [1-9]' "$BP_OUT" || die "the final line counts no refused views"
+	echo "order.viewed events were refused while the relay was down and resumed after it caught up; no order.confirmed was refused"
+}
 
 status=$(scripts/stack.sh status)
 if ! grep -q '^postgres: *up' <<<"$status" || ! grep -q '^kafka: *up' <<<"$status"; then
@@ -79,22 +233,26 @@ else
 fi
 
 say "outbox-relay run (background, log: $RELAY_LOG)"
-OUTBOX_RELAY_CREATE_TOPICS=true OUTBOX_RELAY_LOG_FORMAT=console \
-	"$RELAY_BIN" run >"$RELAY_LOG" 2>&1 &
-RELAY_PID=$!
-sleep 1
-kill -0 "$RELAY_PID" 2>/dev/null || {
-	wait "$RELAY_PID" && rc=0 || rc=$?
-	RELAY_PID=
-	die "relay exited right away with status $rc"
-}
-echo "relay running, pid $RELAY_PID"
+: >"$RELAY_LOG"
+start_relay
 
 say "produce orders (examples/orders)"
-go run ./examples/orders --table "${OUTBOX_RELAY_TABLE:-public.outbox}" --duration "${DEMO_ORDERS_DURATION:-5s}"
+go build -o "$ORDERS_BIN" ./examples/orders
+mark=$(sql "select pg_current_wal_lsn() || ' ' || extract(epoch from clock_timestamp())")
+"$ORDERS_BIN" --table "$TABLE" --duration "${DEMO_ORDERS_DURATION:-5s}"
+# The WAL written per second meanwhile (the orders and whatever else the database
+# did): the back-pressure scene sizes its budget with it.
+WAL_RATE=$(sql "select (pg_wal_lsn_diff(pg_current_wal_lsn(), '${mark% *}')
+	/ greatest(extract(epoch from clock_timestamp()) - ${mark#* }, 1))::bigint")
+
+backpressure_scene
 
 say "read them back from Kafka (examples/tail)"
-go run ./examples/tail --from-beginning --duration "${DEMO_TAIL_DURATION:-8s}" | tee .stack/demo-tail.out
+go run ./examples/tail --from-beginning --duration "${DEMO_TAIL_DURATION:-8s}" >.stack/demo-tail.out
+# Thousands of records: show the first and the last few (all are in the file).
+head -n 4 .stack/demo-tail.out
+echo "  ... ($(($(wc -l <.stack/demo-tail.out) - 6)) more lines in .stack/demo-tail.out) ..."
+tail -n 2 .stack/demo-tail.out
 records=$(sed -n 's/^tail: \([0-9]*\) records from .*/\1/p' .stack/demo-tail.out)
 [ "${records:-0}" -gt 0 ] || die "no records reached Kafka"
 
@@ -116,11 +274,7 @@ say "outbox-relay slot status"
 "$RELAY_BIN" slot status
 
 say "stop the relay (SIGTERM)"
-kill -TERM "$RELAY_PID"
-wait "$RELAY_PID" && rc=0 || rc=$?
-RELAY_PID=
-echo "relay exited with status $rc"
+stop_relay
 echo "----- last 10 lines of $RELAY_LOG -----"
 tail -n 10 "$RELAY_LOG"
-[ "$rc" -eq 0 ] || die "relay did not shut down cleanly (status $rc)"
 say "demo done"

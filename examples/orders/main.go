@@ -1,13 +1,22 @@
 // Command orders is a demo producer for outbox-relay. It simulates an
 // order service: each worker creates pending orders and confirms them, and
 // every confirmation writes an "order.confirmed" event to the outbox in the
-// same transaction as the status change.
+// same transaction as the status change. A viewer writes low-priority
+// "order.viewed" events beside them, which back-pressure may refuse.
 //
-// The confirm step shows the pattern that makes outbox events trustworthy:
-// the UPDATE is conditional (status = 'pending') and the event is appended
-// only when it changed a row, with the aggregate version the UPDATE
-// returned. A repeated confirmation therefore writes no second event, and
-// consumers can rely on aggregate_version increasing by one per change.
+// The confirm step shows the pattern that makes outbox events trustworthy,
+// through outbox.Writer.Transition: the UPDATE is conditional (status =
+// 'pending') and the event is appended only when it changed a row, with
+// the aggregate version the UPDATE returned. A repeated confirmation
+// therefore writes no second event (it counts a conflict), and consumers
+// can rely on aggregate_version increasing by one per change.
+//
+// The views show back-pressure (outbox.WithBackpressure): with a budget
+// set, e.g. --backpressure-max-retained-wal 64MiB, a health monitor reads
+// the relay's slot every --backpressure-interval; once the slot retains
+// more WAL than that (the relay is down, say), Append refuses the views
+// with outbox.ErrBackpressure while confirmations, critical events, go on.
+// The progress lines and the final line count the refused views.
 //
 // Each confirmation runs in a (simulated) traced request: the outbox.Writer
 // writes its W3C trace context into the event's traceparent header, which
@@ -16,6 +25,7 @@
 // Usage:
 //
 //	go run ./examples/orders --duration 5s --workers 4 --rate 50
+//	go run ./examples/orders --duration 1m --view-rate 50 --progress 1s --backpressure-max-retained-wal 64MiB --backpressure-interval 1s
 //
 // The outbox table must exist ("outbox-relay migrate"); the orders table is
 // created if missing, in the outbox table's schema.
@@ -28,9 +38,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -56,6 +69,24 @@ type config struct {
 	duration    time.Duration
 	workers     int
 	rate        float64
+	viewRate    float64
+	progress    time.Duration
+	bp          backpressureConfig
+}
+
+// backpressureConfig are the --backpressure-* flags. Back-pressure is on
+// when any budget is set.
+type backpressureConfig struct {
+	slot           string
+	interval       time.Duration
+	maxRetainedWAL int64
+	minForecast    time.Duration
+	maxOldestEvent time.Duration
+	diskBudget     int64
+}
+
+func (b backpressureConfig) enabled() bool {
+	return b.maxRetainedWAL > 0 || b.minForecast > 0 || b.maxOldestEvent > 0
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -65,12 +96,27 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg   config
 		table string
 	)
+	slot := os.Getenv("OUTBOX_RELAY_SLOT")
+	if slot == "" {
+		slot = "outbox_relay"
+	}
 	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("OUTBOX_RELAY_DATABASE_URL"),
 		"PostgreSQL URL (env OUTBOX_RELAY_DATABASE_URL)")
 	fs.StringVar(&table, "table", "public.outbox", "outbox table, [schema.]name")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "how long to produce orders")
 	fs.IntVar(&cfg.workers, "workers", 4, "concurrent workers, each with its own transactions")
 	fs.Float64Var(&cfg.rate, "rate", 50, "orders per second per worker (0 = as fast as possible)")
+	fs.Float64Var(&cfg.viewRate, "view-rate", 20, "order.viewed events per second in all (low priority: back-pressure may refuse them); 0 = none")
+	fs.DurationVar(&cfg.progress, "progress", 5*time.Second, "interval of the progress lines (0 = none)")
+	fs.StringVar(&cfg.bp.slot, "backpressure-slot", slot, "the relay's replication slot, read by the health monitor (env OUTBOX_RELAY_SLOT)")
+	fs.DurationVar(&cfg.bp.interval, "backpressure-interval", 5*time.Second, "how often the health monitor reads the slot")
+	fs.Var(sizeFlag{&cfg.bp.maxRetainedWAL}, "backpressure-max-retained-wal",
+		"soft budget: refuse order.viewed once the slot retains more WAL than this, e.g. 64MiB (0 = not checked)")
+	fs.DurationVar(&cfg.bp.minForecast, "backpressure-min-forecast", 0,
+		"soft budget: refuse order.viewed once the WAL exhaustion forecast is below this, e.g. 2h (0 = not checked)")
+	fs.DurationVar(&cfg.bp.maxOldestEvent, "backpressure-max-oldest-event", 0,
+		"soft budget: refuse order.viewed once the oldest unacknowledged event is older, e.g. 10m (0 = not checked)")
+	fs.Var(sizeFlag{&cfg.bp.diskBudget}, "backpressure-disk-budget", "disk the forecast aims at, like the relay's --wal-disk-budget (0 = safe_wal_size only)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -94,7 +140,56 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.rate < 0 {
 		return config{}, fmt.Errorf("--rate must not be negative, got %g", cfg.rate)
 	}
+	if cfg.viewRate < 0 {
+		return config{}, fmt.Errorf("--view-rate must not be negative, got %g", cfg.viewRate)
+	}
+	if cfg.progress < 0 {
+		return config{}, fmt.Errorf("--progress must not be negative, got %s", cfg.progress)
+	}
+	for name, d := range map[string]time.Duration{
+		"--backpressure-min-forecast": cfg.bp.minForecast, "--backpressure-max-oldest-event": cfg.bp.maxOldestEvent,
+	} {
+		if d < 0 {
+			return config{}, fmt.Errorf("%s must not be negative, got %s", name, d)
+		}
+	}
+	if cfg.bp.interval <= 0 {
+		return config{}, fmt.Errorf("--backpressure-interval must be positive, got %s", cfg.bp.interval)
+	}
+	if cfg.bp.enabled() && cfg.bp.slot == "" {
+		return config{}, errors.New("--backpressure-slot is required with a back-pressure budget")
+	}
 	return cfg, nil
+}
+
+// sizeFlag is a byte count flag: 1048576, 512KiB, 64MiB, 2GiB, 10MB, 1GB.
+type sizeFlag struct{ p *int64 }
+
+func (f sizeFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.FormatInt(*f.p, 10)
+}
+
+func (f sizeFlag) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"b", 1}}
+	num, mult := strings.ToLower(strings.TrimSpace(s)), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("not a size: use a byte count or e.g. 512KiB, 64MiB, 2GiB")
+	}
+	*f.p = n * mult
+	return nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -107,6 +202,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills at once
 	if err := produce(ctx, cfg, stdout); err != nil {
 		fmt.Fprintln(stderr, "orders:", err)
 		return 1
@@ -116,12 +212,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // stats are updated by all workers.
 type stats struct {
-	created   atomic.Int64
-	confirmed atomic.Int64
-	events    atomic.Int64
+	created      atomic.Int64
+	confirmed    atomic.Int64
+	events       atomic.Int64
+	views        atomic.Int64
+	viewsRefused atomic.Int64
 }
 
+// counters is the example's outbox.Metrics: plain counts for its own
+// output. A service would pass outboxprom.New(registry) instead, for
+// outbox_producer_transition_conflicts_total and the back-pressure series.
+type counters struct {
+	conflicts atomic.Int64
+	refused   atomic.Int64
+	engaged   atomic.Bool // soft back-pressure
+}
+
+func (c *counters) TransitionConflict(string, string)  { c.conflicts.Add(1) }
+func (c *counters) BackpressureRefused(string, string) { c.refused.Add(1) }
+func (c *counters) BackpressureEngaged(level string, engaged bool) {
+	if level == outbox.BackpressureSoft {
+		c.engaged.Store(engaged)
+	}
+}
+
+// produce runs the shop until cfg.duration passes or ctx ends (a signal):
+// either way it stops starting new orders, lets the ones in flight finish,
+// checks the outbox and prints the final line.
 func produce(ctx context.Context, cfg config, stdout io.Writer) error {
+	// workCtx carries the database work, so that a signal never aborts a
+	// transaction half way; produceCtx below decides when to stop.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
 	pool, err := pgxpool.New(ctx, cfg.databaseURL)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -134,10 +256,39 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	metrics := &counters{}
+	opts := []outbox.Option{outbox.WithSchema(schema), outbox.WithMetrics(metrics), outbox.WithPropagator(propagation.TraceContext{})}
+	var monitor *outbox.HealthMonitor
+	if cfg.bp.enabled() {
+		monitor, err = outbox.NewHealthMonitor(pool, outbox.HealthConfig{
+			Slot:     cfg.bp.slot,
+			Table:    cfg.table,
+			Interval: cfg.bp.interval,
+			Soft: outbox.Budget{
+				MinForecast:    cfg.bp.minForecast,
+				MaxRetainedWAL: cfg.bp.maxRetainedWAL,
+				MaxOldestEvent: cfg.bp.maxOldestEvent,
+			},
+			DiskBudget: cfg.bp.diskBudget,
+			Logger:     slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{ReplaceAttr: dropTime})),
+			Metrics:    metrics,
+		})
+		if err != nil {
+			return fmt.Errorf("back-pressure: %w", err)
+		}
+		// The first reading, before any event: a budget crossed already
+		// refuses from the start.
+		if err := monitor.Refresh(ctx); err != nil {
+			return fmt.Errorf("back-pressure: first health reading: %w", err)
+		}
+		// The monitor stops after the last event is written.
+		go monitor.Run(workCtx)
+		opts = append(opts, outbox.WithBackpressure(monitor))
+	}
 	s := &shop{
 		pool:   pool,
 		orders: migrations.Table{Schema: cfg.table.Schema, Name: "orders"},
-		writer: outbox.NewWriter(cfg.table, outbox.WithSchema(schema), outbox.WithPropagator(propagation.TraceContext{})),
+		writer: outbox.NewWriter(cfg.table, opts...),
 		runID:  fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	if err := s.createTable(ctx); err != nil {
@@ -149,66 +300,161 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "orders: %d workers x %s orders/s for %s into %s (events into %s, payload %s)\n",
 		cfg.workers, rate, cfg.duration, s.orders, cfg.table, schema.PayloadType)
+	if cfg.viewRate > 0 {
+		bp := "off"
+		if monitor != nil {
+			bp = fmt.Sprintf("slot %s, soft budget %s, read every %s", cfg.bp.slot, budgetString(cfg.bp), cfg.bp.interval)
+		}
+		fmt.Fprintf(stdout, "orders: %g order.viewed events/s, low priority; back-pressure: %s\n", cfg.viewRate, bp)
+	}
 
 	// produceCtx only decides when to stop starting new orders; each order
-	// runs on ctx so the ones in flight at the deadline still finish.
+	// runs on workCtx so the ones in flight at the deadline still finish.
 	produceCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 
 	var (
-		st       stats
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-		lastID   atomic.Value // string: a confirmed order, for the duplicate demo
+		st        stats
+		wg        sync.WaitGroup
+		errOnce   sync.Once
+		firstErr  error
+		lastOrder atomic.Pointer[order] // a confirmed order, for the duplicate demo
 	)
+	fail := func(err error) { errOnce.Do(func() { firstErr = err; cancel() }) }
 	began := time.Now()
 	for w := range cfg.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.worker(produceCtx, ctx, w, cfg.rate, &st, &lastID)
-			if err != nil {
-				errOnce.Do(func() { firstErr = err; cancel() })
+			if err := s.worker(produceCtx, workCtx, w, cfg.rate, &st, &lastOrder); err != nil {
+				fail(err)
 			}
 		}()
 	}
+	if cfg.viewRate > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.viewer(produceCtx, workCtx, cfg.viewRate, &st); err != nil {
+				fail(err)
+			}
+		}()
+	}
+	progressDone := make(chan struct{})
+	if cfg.progress > 0 {
+		go func() {
+			defer close(progressDone)
+			t := time.NewTicker(cfg.progress)
+			defer t.Stop()
+			for {
+				select {
+				case <-produceCtx.Done():
+					return
+				case <-t.C:
+					fmt.Fprintln(stdout, progressLine(time.Since(began), &st, metrics, monitor))
+				}
+			}
+		}()
+	} else {
+		close(progressDone)
+	}
 	wg.Wait()
+	cancel()
+	<-progressDone
 	elapsed := time.Since(began)
 	if firstErr != nil {
 		return firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		fmt.Fprintln(stdout, "orders: interrupted")
+		fmt.Fprintln(stdout, "orders: interrupted: the orders in flight finished, no new ones started")
 	}
+	ctx = workCtx
 
 	// Confirming an already confirmed order must change nothing and write
-	// no event.
-	if id, ok := lastID.Load().(string); ok && ctx.Err() == nil {
-		again, err := s.confirm(ctx, id)
+	// no event; Transition counts the conflict.
+	if o := lastOrder.Load(); o != nil {
+		before := metrics.conflicts.Load()
+		again, err := s.confirm(ctx, *o)
 		if err != nil {
-			return fmt.Errorf("second confirm of %s: %w", id, err)
+			return fmt.Errorf("second confirm of %s: %w", o.id, err)
 		}
 		if again {
-			return fmt.Errorf("second confirm of %s updated the order and wrote an event", id)
+			return fmt.Errorf("second confirm of %s updated the order and wrote an event", o.id)
 		}
-		fmt.Fprintf(stdout, "orders: confirming order %s again: no row updated, no event written\n", id)
+		if metrics.conflicts.Load() != before+1 {
+			return fmt.Errorf("second confirm of %s: no conflict counted", o.id)
+		}
+		fmt.Fprintf(stdout, "orders: confirming order %s again: no row updated, no event written, conflict counted\n", o.id)
 	}
 
-	var stored int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+cfg.table.Quoted()+`
-		WHERE aggregate_type = 'order' AND event_type = 'order.confirmed' AND aggregate_id LIKE $1`,
-		s.idPrefix()+"%").Scan(&stored); err != nil {
+	var stored, storedViews int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE event_type = 'order.confirmed'), count(*) FILTER (WHERE event_type = 'order.viewed')
+		FROM `+cfg.table.Quoted()+` WHERE aggregate_type = 'order' AND aggregate_id LIKE $1`,
+		s.idPrefix()+"%").Scan(&stored, &storedViews); err != nil {
 		return fmt.Errorf("count stored events: %w", err)
 	}
 
-	fmt.Fprintf(stdout, "orders: run %s: orders created %d, orders confirmed %d, events written %d (%.0f events/s); events in %s for this run %d\n",
+	// The first part is the format of earlier versions; the views follow.
+	fmt.Fprintf(stdout, "orders: run %s: orders created %d, orders confirmed %d, events written %d (%.0f events/s); events in %s for this run %d; "+
+		"views written %d, views refused %d (back-pressure)\n",
 		s.runID, st.created.Load(), st.confirmed.Load(), st.events.Load(),
-		float64(st.events.Load())/elapsed.Seconds(), cfg.table, stored)
+		float64(st.events.Load())/elapsed.Seconds(), cfg.table, stored, st.views.Load(), st.viewsRefused.Load())
 	if stored != st.events.Load() {
 		return fmt.Errorf("outbox holds %d events for this run, but %d were written", stored, st.events.Load())
 	}
+	if storedViews != st.views.Load() {
+		return fmt.Errorf("outbox holds %d order.viewed events for this run, but %d were written", storedViews, st.views.Load())
+	}
 	return nil
+}
+
+// progressLine is one line of progress: counts so far and, with
+// back-pressure, the state and the reading it is based on.
+func progressLine(elapsed time.Duration, st *stats, m *counters, monitor *outbox.HealthMonitor) string {
+	line := fmt.Sprintf("orders: %s: orders created %d, confirmed %d, views written %d, views refused %d",
+		elapsed.Round(time.Second), st.created.Load(), st.confirmed.Load(), st.views.Load(), st.viewsRefused.Load())
+	if monitor == nil {
+		return line
+	}
+	state := "off"
+	if m.engaged.Load() {
+		state = "ENGAGED"
+	}
+	h := monitor.Health()
+	forecast := "none"
+	if h.Forecast >= 0 {
+		forecast = h.Forecast.Round(time.Second).String()
+	}
+	line += fmt.Sprintf("; back-pressure %s (retained WAL %s, forecast %s", state, mib(h.RetainedWAL), forecast)
+	if h.Err != nil {
+		line += ", reading failed: " + h.Err.Error()
+	}
+	return line + ")"
+}
+
+func budgetString(b backpressureConfig) string {
+	var parts []string
+	if b.maxRetainedWAL > 0 {
+		parts = append(parts, "retained WAL > "+mib(b.maxRetainedWAL))
+	}
+	if b.minForecast > 0 {
+		parts = append(parts, "forecast < "+b.minForecast.String())
+	}
+	if b.maxOldestEvent > 0 {
+		parts = append(parts, "oldest event > "+b.maxOldestEvent.String())
+	}
+	return strings.Join(parts, " or ")
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// dropTime leaves the time out of the monitor's log lines, which sit
+// between the progress lines.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }
 
 // shop is the tiny order service: the orders table plus its outbox.
@@ -242,7 +488,7 @@ func (s *shop) createTable(ctx context.Context) error {
 // worker creates and confirms orders until produceCtx ends. Database work
 // uses workCtx so that stopping at the deadline never aborts a transaction
 // half way.
-func (s *shop) worker(produceCtx, workCtx context.Context, n int, rate float64, st *stats, lastID *atomic.Value) error {
+func (s *shop) worker(produceCtx, workCtx context.Context, n int, rate float64, st *stats, lastOrder *atomic.Pointer[order]) error {
 	var tick <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -259,84 +505,75 @@ func (s *shop) worker(produceCtx, workCtx context.Context, n int, rate float64, 
 		} else if produceCtx.Err() != nil {
 			return nil
 		}
-		id, err := s.create(workCtx)
+		o, err := s.create(workCtx)
 		if err != nil {
 			return fmt.Errorf("worker %d: %w", n, err)
 		}
 		st.created.Add(1)
-		ok, err := s.confirm(workCtx, id)
+		ok, err := s.confirm(workCtx, o)
 		if err != nil {
 			return fmt.Errorf("worker %d: %w", n, err)
 		}
 		if ok {
 			st.confirmed.Add(1)
 			st.events.Add(1)
-			lastID.Store(id)
+			lastOrder.Store(&o)
 		}
 	}
 }
 
-// create inserts a pending order at version 1. (A real service would emit
-// an order.created event here too; the demo keeps to one event type.)
-func (s *shop) create(ctx context.Context) (string, error) {
-	id := fmt.Sprintf("%s%06d", s.idPrefix(), s.seq.Add(1))
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.orders.Quoted()+`
-	(id, customer_id, amount_cents, currency, status, version) VALUES ($1, $2, $3, 'EUR', 'pending', 1)`,
-		id, fmt.Sprintf("cust-%04d", rand.IntN(10000)), 500+rand.Int64N(50000))
-	if err != nil {
-		return "", fmt.Errorf("insert order %s: %w", id, err)
+// viewer writes order.viewed events for random orders of this run at rate
+// per second until produceCtx ends. A refused view (back-pressure) is
+// counted and dropped: the page was still shown, only its analytics event
+// is lost, which is what PriorityLow is for.
+func (s *shop) viewer(produceCtx, workCtx context.Context, rate float64, st *stats) error {
+	t := time.NewTicker(max(time.Duration(float64(time.Second)/rate), time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-produceCtx.Done():
+			return nil
+		case <-t.C:
+		}
+		n := s.seq.Load()
+		if n == 0 {
+			continue
+		}
+		ok, err := s.view(workCtx, fmt.Sprintf("%s%06d", s.idPrefix(), 1+rand.Int64N(n)))
+		switch {
+		case errors.Is(err, outbox.ErrBackpressure):
+			st.viewsRefused.Add(1)
+		case err != nil:
+			return fmt.Errorf("viewer: %w", err)
+		case ok:
+			st.views.Add(1)
+		}
 	}
-	return id, nil
 }
 
-// idPrefix is the common prefix of this run's order ids.
-func (s *shop) idPrefix() string { return "ord-" + s.runID + "-" }
-
-// confirm moves a pending order to confirmed and, in the same transaction,
-// appends the order.confirmed event. It reports whether the order changed;
-// an order that is not pending (already confirmed) yields no event.
-func (s *shop) confirm(ctx context.Context, id string) (confirmed bool, err error) {
-	ctx = requestContext(ctx)
+// view appends an order.viewed event, low priority, for order id. A view
+// changes nothing, so it takes no lock: the event carries the version the
+// reader saw, which may be older than a change committed meanwhile. It
+// reports false when the order does not exist (yet).
+func (s *shop) view(ctx context.Context, id string) (written bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
-		if err != nil {
+		if !written {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-
-	var (
-		version     int64
-		customerID  string
-		amountCents int64
-		currency    string
-		confirmedAt time.Time
-	)
-	err = tx.QueryRow(ctx, `UPDATE `+s.orders.Quoted()+`
-	SET status = 'confirmed', version = version + 1, updated_at = now()
-	WHERE id = $1 AND status = 'pending'
-	RETURNING version, customer_id, amount_cents, currency, updated_at`, id).
-		Scan(&version, &customerID, &amountCents, &currency, &confirmedAt)
+	var version int64
+	err = tx.QueryRow(ctx, `SELECT version FROM `+s.orders.Quoted()+` WHERE id = $1`, id).Scan(&version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Not pending: nothing changed, so there is nothing to announce.
-		return false, tx.Commit(ctx)
+		return false, nil // picked an order whose insert is still in flight
 	}
 	if err != nil {
-		return false, fmt.Errorf("confirm order %s: %w", id, err)
+		return false, fmt.Errorf("read order %s: %w", id, err)
 	}
-
-	payload, err := json.Marshal(orderConfirmed{
-		OrderID:     id,
-		CustomerID:  customerID,
-		Status:      "confirmed",
-		Version:     version,
-		AmountCents: amountCents,
-		Currency:    currency,
-		Items:       []item{{SKU: "sku-1042", Quantity: 1}, {SKU: "sku-2210", Quantity: 2}},
-		ConfirmedAt: confirmedAt.UTC(),
-	})
+	payload, err := json.Marshal(orderViewed{OrderID: id, ViewedAt: time.Now().UTC()})
 	if err != nil {
 		return false, fmt.Errorf("encode payload: %w", err)
 	}
@@ -344,31 +581,132 @@ func (s *shop) confirm(ctx context.Context, id string) (confirmed bool, err erro
 		AggregateType:    "order",
 		AggregateID:      id,
 		AggregateVersion: version,
-		EventType:        "order.confirmed",
+		EventType:        "order.viewed",
 		SchemaVersion:    1,
-		Payload:          payload, // JSON is also fine as bytea
-		// The Writer adds traceparent from ctx (docs/tracing.md).
-		Headers: map[string]string{"source": "examples/orders"},
+		Payload:          payload,
+		Headers:          map[string]string{"source": "examples/orders"},
+		Priority:         outbox.PriorityLow, // refused, not written, under back-pressure
 	})
 	if err != nil {
-		return false, err
+		return false, err // errors.Is(err, outbox.ErrBackpressure) when refused
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("commit confirm of %s: %w", id, err)
+		return false, fmt.Errorf("commit view of %s: %w", id, err)
 	}
 	return true, nil
 }
 
-// orderConfirmed is the event payload, version 1 (about 200 bytes).
+// order is what create wrote, enough to describe the order in its events.
+type order struct {
+	id          string
+	customerID  string
+	amountCents int64
+	currency    string
+}
+
+// create inserts a pending order at version 1. (A real service would emit
+// an order.created event here too; the demo keeps to one event type.)
+func (s *shop) create(ctx context.Context) (order, error) {
+	o := order{
+		id:          fmt.Sprintf("%s%06d", s.idPrefix(), s.seq.Add(1)),
+		customerID:  fmt.Sprintf("cust-%04d", rand.IntN(10000)),
+		amountCents: 500 + rand.Int64N(50000),
+		currency:    "EUR",
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.orders.Quoted()+`
+	(id, customer_id, amount_cents, currency, status, version) VALUES ($1, $2, $3, $4, 'pending', 1)`,
+		o.id, o.customerID, o.amountCents, o.currency)
+	if err != nil {
+		return order{}, fmt.Errorf("insert order %s: %w", o.id, err)
+	}
+	return o, nil
+}
+
+// idPrefix is the common prefix of this run's order ids.
+func (s *shop) idPrefix() string { return "ord-" + s.runID + "-" }
+
+// errNotPending is the confirm step's own conflict error: Transition
+// returns it when the order was not pending (already confirmed, here).
+var errNotPending = errors.New("order is not pending")
+
+// confirm moves a pending order to confirmed and, in the same transaction,
+// appends the order.confirmed event, through outbox.Writer.Transition: the
+// UPDATE is conditional on status = 'pending', and the event is appended
+// only if it changed the row, with the version it returned. It reports
+// whether the order changed; an order that is not pending (already
+// confirmed) yields no event and counts a conflict.
+func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error) {
+	ctx = requestContext(ctx)
+	// The payload is built before the change: Transition appends it as
+	// given. The new version is in the record's aggregate_version header.
+	payload, err := json.Marshal(orderConfirmed{
+		OrderID:     o.id,
+		CustomerID:  o.customerID,
+		Status:      "confirmed",
+		AmountCents: o.amountCents,
+		Currency:    o.currency,
+		Items:       []item{{SKU: "sku-1042", Quantity: 1}, {SKU: "sku-2210", Quantity: 2}},
+		ConfirmedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("encode payload: %w", err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil || !confirmed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	err = s.writer.Transition(ctx, outbox.PgxTx(tx), outbox.Transition{
+		SQL: `UPDATE ` + s.orders.Quoted() + `
+	SET status = 'confirmed', version = version + 1, updated_at = now()
+	WHERE id = $1 AND status = 'pending'
+	RETURNING version`,
+		Args: []any{o.id},
+		Event: &outbox.Event{
+			AggregateType: "order",
+			AggregateID:   o.id,
+			EventType:     "order.confirmed",
+			SchemaVersion: 1,
+			Payload:       payload, // JSON is also fine as bytea
+			// The Writer adds traceparent from ctx (docs/tracing.md).
+			Headers: map[string]string{"source": "examples/orders"},
+		},
+		Invalid: errNotPending,
+	})
+	if errors.Is(err, errNotPending) {
+		// Not pending: nothing changed, so there is nothing to announce.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("confirm order %s: %w", o.id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("commit confirm of %s: %w", o.id, err)
+	}
+	return true, nil
+}
+
+// orderConfirmed is the event payload, version 1 (about 200 bytes). The
+// order's version is not in it: it is the record's aggregate_version
+// header, set from the confirm step's RETURNING.
 type orderConfirmed struct {
 	OrderID     string    `json:"order_id"`
 	CustomerID  string    `json:"customer_id"`
 	Status      string    `json:"status"`
-	Version     int64     `json:"version"`
 	AmountCents int64     `json:"amount_cents"`
 	Currency    string    `json:"currency"`
 	Items       []item    `json:"items"`
 	ConfirmedAt time.Time `json:"confirmed_at"`
+}
+
+// orderViewed is the order.viewed payload, version 1.
+type orderViewed struct {
+	OrderID  string    `json:"order_id"`
+	ViewedAt time.Time `json:"viewed_at"`
 }
 
 type item struct {

@@ -97,7 +97,7 @@ type PGStats struct {
 	// SlotWALStatus is 1 for the slot's current wal_status, 0 for the others.
 	SlotWALStatus *prometheus.GaugeVec // slot, status
 	// SlotWALExhaustion forecasts the seconds until the retained WAL
-	// reaches safe_wal_size or the disk budget (see pgstats.Forecast).
+	// reaches safe_wal_size or the disk budget (see walforecast.Forecast).
 	SlotWALExhaustion *prometheus.GaugeVec // slot
 	// TableBytes is pg_total_relation_size of the outbox table.
 	TableBytes *prometheus.GaugeVec // table

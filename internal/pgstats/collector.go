@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/walforecast"
 )
 
-// DefaultWindow is the span of samples the growth rate is fitted over:
-// long enough to smooth the sawtooth of a slot that confirms now and then,
-// short enough to follow an outage that just began.
-const DefaultWindow = 5 * time.Minute
+// DefaultWindow is the span of samples the growth rate is fitted over
+// (walforecast.DefaultWindow).
+const DefaultWindow = walforecast.DefaultWindow
 
 // DB is the subset of pgxpool.Pool the collector needs.
 type DB interface {
@@ -49,7 +49,7 @@ type Collector struct {
 	cfg  Config
 	m    metrics.PGStats
 	log  *slog.Logger
-	hist history
+	hist walforecast.History
 	// lastWarn rate-limits the warning for a failing scrape.
 	lastWarn time.Time
 }
@@ -62,7 +62,7 @@ func New(db DB, cfg Config, m metrics.PGStats, log *slog.Logger) *Collector {
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = min(max(cfg.Interval, time.Second), 5*time.Second)
 	}
-	return &Collector{db: db, cfg: cfg, m: m, log: log.With(slog.String("stage", "pg_stats")), hist: history{window: cfg.Window}}
+	return &Collector{db: db, cfg: cfg, m: m, log: log.With(slog.String("stage", "pg_stats")), hist: walforecast.History{Window: cfg.Window}}
 }
 
 // Run scrapes at once, then every Interval, until ctx ends.
@@ -128,7 +128,7 @@ func (c *Collector) scrapeSlot(ctx context.Context, now time.Time) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.m.SlotExists.WithLabelValues(slot).Set(0)
 		c.clearSlot()
-		c.hist.reset()
+		c.hist.Reset()
 		return nil
 	}
 	if err != nil {
@@ -150,14 +150,14 @@ func (c *Collector) scrapeSlot(ctx context.Context, now time.Time) error {
 	exhaustion := c.m.SlotWALExhaustion.WithLabelValues(slot)
 	switch {
 	case status == "lost":
-		c.hist.reset()
+		c.hist.Reset()
 		exhaustion.Set(0)
 	case r.retained == nil: // no restart_lsn: nothing retained, nothing to forecast
-		c.hist.reset()
+		c.hist.Reset()
 		c.m.SlotWALExhaustion.DeleteLabelValues(slot)
 	default:
-		samples := c.hist.add(Sample{At: now, Retained: *r.retained})
-		if secs, ok := Forecast(samples, Limits{SafeWALSize: r.safe, DiskBudget: c.cfg.DiskBudget}); ok {
+		samples := c.hist.Add(walforecast.Sample{At: now, Retained: *r.retained})
+		if secs, ok := walforecast.Forecast(samples, walforecast.Limits{SafeWALSize: r.safe, DiskBudget: c.cfg.DiskBudget}); ok {
 			exhaustion.Set(secs)
 		} else {
 			c.m.SlotWALExhaustion.DeleteLabelValues(slot)

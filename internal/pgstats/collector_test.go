@@ -68,6 +68,8 @@ func (f *fakeDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return f.table
 }
 
+var t0 = time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
+
 func newTestCollector(db DB, budget int64) (*Collector, *metrics.Relay) {
 	m := metrics.New()
 	c := New(db, Config{Slot: "s1", Table: `"public"."outbox"`, TableLabel: "public.outbox", Interval: 15 * time.Second, DiskBudget: budget},

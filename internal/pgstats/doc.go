@@ -10,9 +10,10 @@
 // So every run process collects them, standbys and a leader waiting for
 // Kafka too; dashboards take max by (slot) across them.
 //
-// The forecast (Forecast) divides the headroom — safe_wal_size and/or a
-// configured disk budget minus the retained WAL, whichever is smaller — by
-// the retained WAL's growth rate, a least-squares fit over the samples of
+// The forecast (walforecast.Forecast, shared with the producer's
+// back-pressure monitor in package outbox) divides the headroom —
+// safe_wal_size and/or a configured disk budget minus the retained WAL,
+// whichever is smaller — by the retained WAL's growth rate, a least-squares fit over the samples of
 // the last Window (5 minutes by default). It is +Inf while the retained
 // WAL does not grow, 0 once the headroom is used up (or the slot is lost),
 // and absent when there is no limit to reach or fewer than two samples.

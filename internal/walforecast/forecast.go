@@ -1,9 +1,30 @@
-package pgstats
+// Package walforecast forecasts the time until a replication slot's
+// retained WAL reaches its limit: safe_wal_size (max_slot_wal_keep_size)
+// and/or a configured disk budget. It is the one implementation behind the
+// relay's outbox_relay_slot_wal_exhaustion_seconds (internal/pgstats) and
+// the producer's back-pressure reading (outbox.HealthMonitor), so both
+// show the same number for the same samples.
+//
+// It has no dependencies beyond the standard library on purpose: package
+// outbox, which applications import, must not pull in Prometheus.
+//
+// The forecast divides the headroom — safe_wal_size and/or the disk
+// budget minus the retained WAL, whichever is smaller — by the retained
+// WAL's growth rate, a least-squares fit over the samples of the last
+// window (DefaultWindow). It is +Inf while the retained WAL does not grow,
+// 0 once the headroom is used up, and absent when there is no limit to
+// reach or fewer than two samples.
+package walforecast
 
 import (
 	"math"
 	"time"
 )
+
+// DefaultWindow is the span of samples the growth rate is fitted over:
+// long enough to smooth the sawtooth of a slot that confirms now and then,
+// short enough to follow an outage that just began.
+const DefaultWindow = 5 * time.Minute
 
 // Sample is one observation of a slot's retained WAL (bytes behind
 // restart_lsn), the series the forecast extrapolates.
@@ -92,21 +113,31 @@ func Forecast(samples []Sample, lim Limits) (seconds float64, ok bool) {
 	return float64(headroom) / rate, true
 }
 
-// history keeps the samples of the last window (at least the last two,
-// so a window shorter than the interval still yields a rate).
-type history struct {
-	window  time.Duration
+// History keeps the samples of the last window (at least the last two,
+// so a window shorter than the sampling interval still yields a rate).
+// The zero value uses DefaultWindow. Not safe for concurrent use.
+type History struct {
+	// Window is the span kept; <= 0 means DefaultWindow.
+	Window  time.Duration
 	samples []Sample
 }
 
-func (h *history) add(s Sample) []Sample {
+// Add appends s (samples must come in time order) and returns the
+// samples of the window, s included. The slice is reused by the next Add.
+func (h *History) Add(s Sample) []Sample {
+	window := h.Window
+	if window <= 0 {
+		window = DefaultWindow
+	}
 	h.samples = append(h.samples, s)
 	cut := 0
-	for cut < len(h.samples)-2 && s.At.Sub(h.samples[cut].At) > h.window {
+	for cut < len(h.samples)-2 && s.At.Sub(h.samples[cut].At) > window {
 		cut++
 	}
 	h.samples = append(h.samples[:0], h.samples[cut:]...)
 	return h.samples
 }
 
-func (h *history) reset() { h.samples = h.samples[:0] }
+// Reset forgets every sample: after the slot was lost, dropped or stopped
+// retaining WAL, old samples say nothing about the new growth.
+func (h *History) Reset() { h.samples = h.samples[:0] }

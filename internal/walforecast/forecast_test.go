@@ -1,4 +1,4 @@
-package pgstats
+package walforecast
 
 import (
 	"math"
@@ -79,25 +79,25 @@ func TestForecast(t *testing.T) {
 }
 
 func TestHistoryKeepsWindow(t *testing.T) {
-	h := history{window: time.Minute}
+	h := History{Window: time.Minute}
 	var got []Sample
 	for i := 0; i < 20; i++ {
-		got = h.add(Sample{At: t0.Add(time.Duration(i) * 15 * time.Second), Retained: int64(i)})
+		got = h.Add(Sample{At: t0.Add(time.Duration(i) * 15 * time.Second), Retained: int64(i)})
 	}
 	// Last sample at 285 s: samples at 225..285 s are within a minute.
 	if len(got) != 5 || got[0].Retained != 15 || got[4].Retained != 19 {
 		t.Fatalf("window kept %v, want retained 15..19", got)
 	}
 	// A window shorter than the interval still keeps two samples.
-	h = history{window: time.Second}
+	h = History{Window: time.Second}
 	for i := 0; i < 5; i++ {
-		got = h.add(Sample{At: t0.Add(time.Duration(i) * time.Minute), Retained: int64(i)})
+		got = h.Add(Sample{At: t0.Add(time.Duration(i) * time.Minute), Retained: int64(i)})
 	}
 	if len(got) != 2 || got[0].Retained != 3 {
 		t.Fatalf("short window kept %v, want the last two", got)
 	}
-	h.reset()
-	if got = h.add(Sample{At: t0, Retained: 1}); len(got) != 1 {
+	h.Reset()
+	if got = h.Add(Sample{At: t0, Retained: 1}); len(got) != 1 {
 		t.Fatalf("after reset: %v", got)
 	}
 }
