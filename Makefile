@@ -63,7 +63,7 @@ clean:
 # The test-only modules under interop/ (each its own go.mod, replacing this module with ../..):
 # heavy third-party SDKs the relay itself must not depend on. Their tests that need the stack
 # skip without its variables (unit) and run in integration.
-INTEROP_MODULES := interop/cloudevents
+INTEROP_MODULES := interop/cloudevents interop/tracing
 
 # Unit tests only: integration tests sit behind the `integration` build tag.
 unit:
