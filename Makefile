@@ -64,7 +64,7 @@ clean:
 # heavy third-party SDKs the relay itself must not depend on. Their tests that need the stack
 # skip without its variables (unit) and run in integration. interop/debezium is the program of
 # `make interop`; here only its unit tests run (the comparison and report logic).
-INTEROP_MODULES := interop/cloudevents interop/debezium
+INTEROP_MODULES := interop/cloudevents interop/tracing interop/debezium
 
 # Unit tests only: integration tests sit behind the `integration` build tag.
 unit:

@@ -285,12 +285,12 @@ func (c *Consumer) tryBatch(ctx context.Context, evs []*Event) ([]outcome, error
 		if c.cfg.Handler == nil {
 			continue
 		}
-		if err := c.cfg.Handler(ctx, tx, ev); err != nil {
+		if err := c.handle(ctx, tx, ev); err != nil {
 			return nil, &handlerError{index: i, err: connLost(tx, err)}
 		}
 	}
 	if c.cfg.BatchHandler != nil && len(run) > 0 {
-		if err := c.cfg.BatchHandler(ctx, tx, run); err != nil {
+		if err := c.handleBatch(ctx, tx, run); err != nil {
 			return nil, connLost(tx, err)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 )
@@ -139,6 +141,16 @@ type Config struct {
 
 	Metrics Metrics      // nil: no metrics; inboxprom.New gives Prometheus collectors
 	Logger  *slog.Logger // nil: no logs
+
+	// TracerProvider starts a span per event around Handler, continuing
+	// the producer's trace, or one per batch around BatchHandler, linked
+	// to each producer (trace.go, docs/tracing.md); nil: the global one,
+	// which records nothing until the application installs an SDK.
+	// noop.NewTracerProvider() turns the spans off entirely.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's context from the record headers;
+	// nil: the global one (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // Stats are the consumer's counters since New.
@@ -159,6 +171,7 @@ type Consumer struct {
 	store *store
 	log   *slog.Logger
 	m     *consumerMetrics
+	tr    *tracing
 
 	// sem bounds the transactions in flight (Concurrency).
 	sem chan struct{}
@@ -248,6 +261,7 @@ func New(cfg Config) (*Consumer, error) {
 		c.log = cfg.Logger.With(slog.String("consumer", cfg.Name))
 	}
 	c.m = forConsumer(cfg.Metrics, cfg.Name)
+	c.tr = newTracing(cfg)
 	return c, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -63,6 +64,8 @@ type Writer struct {
 	table   migrations.Table
 	payload payloadKind
 	headers bool
+	// prop copies the trace context into headers (trace.go); nil: global.
+	prop    propagation.TextMapPropagator
 	insert  string // single-row INSERT
 	columns string // column list shared by single and batch inserts
 	metrics Metrics
@@ -239,7 +242,7 @@ func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
 	if err := assignID(e); err != nil {
 		return err
 	}
-	args, err := w.args(nil, e)
+	args, err := w.args(nil, e, w.traceHeaders(ctx))
 	if err != nil {
 		return err
 	}
@@ -285,12 +288,13 @@ func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) er
 			return err
 		}
 	}
+	th := w.traceHeaders(ctx)
 	for start := 0; start < len(events); start += maxBatchRows {
 		chunk := events[start:min(start+maxBatchRows, len(events))]
 		args := make([]any, 0, len(chunk)*w.perRow())
 		for _, e := range chunk {
 			var err error
-			if args, err = w.args(args, e); err != nil {
+			if args, err = w.args(args, e, th); err != nil {
 				return err
 			}
 		}
@@ -317,12 +321,13 @@ func assignID(e *Event) error {
 	return nil
 }
 
-// args appends e's bind values to dst. Every value is a plain Go string,
+// args appends e's bind values to dst, with the trace headers th added to
+// e's own (trace.go). Every value is a plain Go string,
 // int64 or []byte (or nil for SQL NULL) so pgx in any query exec mode,
 // including the simple protocol, and database/sql drivers all encode it
 // the same way; the server infers each parameter's type from the target
 // column.
-func (w *Writer) args(dst []any, e *Event) ([]any, error) {
+func (w *Writer) args(dst []any, e *Event, th map[string]string) ([]any, error) {
 	var payload any
 	switch w.payload {
 	case payloadBinary:
@@ -345,8 +350,8 @@ func (w *Writer) args(dst []any, e *Event) ([]any, error) {
 	)
 	if w.headers {
 		var headers any // NULL when there are none
-		if len(e.Headers) > 0 {
-			b, err := json.Marshal(e.Headers)
+		if h := withTrace(e.Headers, th); len(h) > 0 {
+			b, err := json.Marshal(h)
 			if err != nil {
 				return nil, fmt.Errorf("encode headers of event %s: %w", e.EventID, err)
 			}

@@ -65,6 +65,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	r.decoded.rebase(resume.id.Timeline, resume.lineage)
 	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m),
 		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
+	sink.spans = r.publishSpans()
 	var progress replication.Progress = tracker
 	if r.opts.StatusHold > 0 {
 		progress = newHeldProgress(tracker, r.opts.StatusHold)
@@ -208,6 +209,8 @@ type sink struct {
 	redo      *redelivery
 	decoded   *decodedMark
 	published int
+	// spans starts a publish span per event (trace.go); nil: off.
+	spans *publishSpans
 }
 
 func (s *sink) Begin(b replication.Begin) error {
@@ -226,7 +229,12 @@ func (s *sink) Insert(ev *replication.Event) error {
 	}
 	size := ev.Size()
 	seq := s.tracker.TrackOrdinal(s.tx, ev.Ordinal, size)
-	if err := s.pub.Publish(s.ctx, ev, sizedAck{s.tx, seq, size}); err != nil {
+	var ack publisher.Acker = sizedAck{s.tx, seq, size}
+	if s.spans != nil {
+		ack = s.spans.start(ev, ack) // trace.go
+	}
+	if err := s.pub.Publish(s.ctx, ev, ack); err != nil {
+		failSpan(ack, err)
 		// Free its window share so the drain before stopping can finish;
 		// it is not acknowledged, so neither the slot nor a checkpoint's
 		// partial passes it.

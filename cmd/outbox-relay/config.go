@@ -42,6 +42,8 @@ type config struct {
 	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go
 	// runtime's own choice); see procs.go.
 	MaxProcs int
+	// Trace is the optional publish span and its exporter (tracing.go).
+	Trace traceConfig
 	// Kafka TLS and SASL (kafkaconn.Config's TLS.* and SASL.* fields),
 	// and the least-privilege role migrate grants.
 	KafkaTLS, KafkaTLSInsecure, GrantCleanup                  bool
@@ -105,6 +107,7 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 	}
 	if s&scopeRun != 0 {
 		c.bindRun(b, d)
+		c.Trace.bind(b)
 		bindFailoverSlot(b, &c.FailoverSlot, "; applies when the relay creates a missing slot (an existing slot keeps its flag: migrate --failover-slot changes it)")
 	}
 	return b
@@ -275,6 +278,7 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 		if c.MaxProcs < 0 {
 			errs = append(errs, fmt.Errorf("--max-procs %d: use 1 (the default), a larger count, or 0 for the Go runtime's choice", c.MaxProcs))
 		}
+		errs = append(errs, c.Trace.validate()...)
 	}
 	return errors.Join(errs...)
 }

@@ -41,8 +41,13 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	if err != nil {
 		return nil, configError{err}
 	}
-	r, err := relay.New(cfg.relayConfig(), append(opts, relay.WithLogger(log))...)
+	traceOpts, err := cfg.Trace.options(log) // tracing.go
 	if err != nil {
+		return nil, configError{err}
+	}
+	r, err := relay.New(cfg.relayConfig(), append(append(opts, traceOpts...), relay.WithLogger(log))...)
+	if err != nil {
+		cfg.Trace.shutdown(log)
 		return nil, configError{err}
 	}
 	return r, nil
@@ -51,6 +56,7 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 // runRelay serves the relay's probes and metrics on --metrics-addr (with
 // pprof when --pprof) and runs it until SIGTERM.
 func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
+	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {

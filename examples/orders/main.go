@@ -18,6 +18,10 @@
 // with outbox.ErrBackpressure while confirmations, critical events, go on.
 // The progress lines and the final line count the refused views.
 //
+// Each confirmation runs in a (simulated) traced request: the outbox.Writer
+// writes its W3C trace context into the event's traceparent header, which
+// the relay and examples/shipping continue (docs/tracing.md).
+//
 // Usage:
 //
 //	go run ./examples/orders --duration 5s --workers 4 --rate 50
@@ -47,6 +51,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -251,7 +257,7 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 		return err
 	}
 	metrics := &counters{}
-	opts := []outbox.Option{outbox.WithSchema(schema), outbox.WithMetrics(metrics)}
+	opts := []outbox.Option{outbox.WithSchema(schema), outbox.WithMetrics(metrics), outbox.WithPropagator(propagation.TraceContext{})}
 	var monitor *outbox.HealthMonitor
 	if cfg.bp.enabled() {
 		monitor, err = outbox.NewHealthMonitor(pool, outbox.HealthConfig{
@@ -630,6 +636,7 @@ var errNotPending = errors.New("order is not pending")
 // whether the order changed; an order that is not pending (already
 // confirmed) yields no event and counts a conflict.
 func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error) {
+	ctx = requestContext(ctx)
 	// The payload is built before the change: Transition appends it as
 	// given. The new version is in the record's aggregate_version header.
 	payload, err := json.Marshal(orderConfirmed{
@@ -665,10 +672,8 @@ func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error)
 			EventType:     "order.confirmed",
 			SchemaVersion: 1,
 			Payload:       payload, // JSON is also fine as bytea
-			Headers: map[string]string{
-				"trace_id": newTraceID(),
-				"source":   "examples/orders",
-			},
+			// The Writer adds traceparent from ctx (docs/tracing.md).
+			Headers: map[string]string{"source": "examples/orders"},
 		},
 		Invalid: errNotPending,
 	})
@@ -707,6 +712,21 @@ type orderViewed struct {
 type item struct {
 	SKU      string `json:"sku"`
 	Quantity int    `json:"qty"`
+}
+
+// requestContext is ctx as a request handler sees it once the HTTP
+// server's OpenTelemetry middleware has read the caller's traceparent:
+// inside a sampled remote span. The Writer copies that context into the
+// event's traceparent header, so the relay's publish span and the
+// consumers' spans (examples/shipping) continue the request's trace. A
+// real service gets it from its middleware and installs the propagator
+// globally (otel.SetTextMapPropagator) instead of WithPropagator.
+func requestContext(ctx context.Context) context.Context {
+	tid, _ := trace.TraceIDFromHex(newTraceID())
+	sid, _ := trace.SpanIDFromHex(newTraceID()[:16])
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true,
+	}))
 }
 
 // newTraceID returns a W3C-style 16-byte hex trace id.

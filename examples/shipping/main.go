@@ -24,6 +24,13 @@
 //	go run ./examples/shipping --batch-size 200 --batch-linger 10ms --concurrency 6 --until-idle 5s
 //	go run ./examples/shipping --batch-size 1 --concurrency 1 --until-idle 5s   # one transaction per event
 //
+// Tracing: the handler runs inside a span that continues the trace of the
+// request that confirmed the order (the traceparent header examples/orders
+// writes), so spans started from its ctx hang under it. This demo installs
+// only the W3C propagator; a real service also installs an OpenTelemetry
+// SDK TracerProvider (otel.SetTracerProvider), whose spans it exports
+// (docs/tracing.md).
+//
 // The database (SHIPPING_DATABASE_URL, else OUTBOX_RELAY_DATABASE_URL) gets
 // the schema "shipping" with the inbox tables, shipments and counters.
 package main
@@ -50,6 +57,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
@@ -226,6 +235,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		go srv.Serve(ln) //nolint:errcheck
 		defer srv.Close()
 	}
+	otel.SetTextMapPropagator(propagation.TraceContext{}) // inbox reads traceparent with the global propagator
 	c, err := inbox.New(inbox.Config{
 		Name:           cfg.consumer,
 		GroupID:        cfg.group,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options are the settings a relay.Option changes.
@@ -24,4 +26,9 @@ type Options struct {
 	// are saved as usual. It widens the window in which a checkpoint is
 	// ahead of the slot, so a kill -9 test can land in it. 0: off.
 	StatusHold time.Duration
+	// TracerProvider starts a publish span per event; nil: no spans.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's context from a row's headers; nil:
+	// W3C trace context.
+	Propagator propagation.TextMapPropagator
 }

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/internal/otlptrace"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// traceConfig is the optional publish span of the streaming commands (run,
+// recover): one span per event, exported over OTLP/HTTP by
+// internal/otlptrace, so the binary needs no OpenTelemetry SDK
+// (docs/tracing.md).
+type traceConfig struct {
+	Publish  bool
+	Endpoint string
+	// provider is the running exporter (nil: tracing off); runRelay
+	// flushes it after the relay stopped.
+	provider *otlptrace.Provider
+}
+
+// bind registers the tracing flags.
+func (t *traceConfig) bind(b *envflag.Binder) {
+	b.Bool(&t.Publish, "trace-publish", false,
+		"emit one OpenTelemetry span per event, \"publish <topic>\", from hand-off to Kafka's acknowledgement, as a child of the producer's "+
+			"traceparent header, to --otlp-endpoint; recorded only when the producer's trace is sampled (docs/tracing.md)")
+	b.String(&t.Endpoint, "otlp-endpoint", "",
+		"OTLP/HTTP (protobuf) endpoint of --trace-publish's spans, e.g. http://127.0.0.1:4318 (/v1/traces is added to a URL "+
+			"without a path); request headers from OTEL_EXPORTER_OTLP_HEADERS, service.name from OTEL_SERVICE_NAME")
+}
+
+// validate checks the tracing flags.
+func (t *traceConfig) validate() []error {
+	var errs []error
+	if t.Publish && t.Endpoint == "" {
+		errs = append(errs, errors.New("--trace-publish needs --otlp-endpoint (where the spans go, e.g. http://127.0.0.1:4318)"))
+	}
+	if t.Endpoint != "" {
+		if _, err := otlptrace.Endpoint(t.Endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("--otlp-endpoint: %w", err))
+		}
+		if _, err := otlptrace.ParseHeaders(otlpHeaders()); err != nil {
+			errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %w", err))
+		}
+	}
+	return errs
+}
+
+// otlpHeaders is the standard variable of the exporters' request headers
+// (the traces-specific one wins).
+func otlpHeaders() string {
+	if h, ok := os.LookupEnv("OTEL_EXPORTER_OTLP_TRACES_HEADERS"); ok {
+		return h
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_HEADERS")
+}
+
+// options starts the exporter and returns the relay option that uses it;
+// none when --trace-publish is off.
+func (t *traceConfig) options(log *slog.Logger) ([]relay.Option, error) {
+	if !t.Publish {
+		if t.Endpoint != "" {
+			log.Warn("--otlp-endpoint is set but --trace-publish is not: no spans are exported", slog.String("stage", "startup"))
+		}
+		return nil, nil
+	}
+	url, err := otlptrace.Endpoint(t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	headers, err := otlptrace.ParseHeaders(otlpHeaders())
+	if err != nil {
+		return nil, err
+	}
+	service := os.Getenv("OTEL_SERVICE_NAME")
+	if service == "" {
+		service = "outbox-relay"
+	}
+	t.provider = otlptrace.New(otlptrace.Config{
+		Endpoint: url, Headers: headers, Logger: log,
+		Resource: []attribute.KeyValue{
+			attribute.String("service.name", service),
+			attribute.String("service.version", buildinfo.Version()),
+		},
+	})
+	log.Info("publish spans on", slog.String("stage", "startup"), slog.String("otlp_endpoint", url))
+	return []relay.Option{relay.WithTracerProvider(t.provider)}, nil
+}
+
+// shutdown exports the spans still queued, for at most 5 s.
+func (t *traceConfig) shutdown(log *slog.Logger) {
+	if t.provider == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.provider.Shutdown(ctx); err != nil {
+		log.Warn("exporting the last spans timed out", slog.String("stage", "shutdown"), slog.Any("error", err))
+	}
+	if n := t.provider.Dropped(); n > 0 {
+		log.Warn("spans were dropped (queue full or export failed)", slog.String("stage", "shutdown"), slog.Uint64("spans", n))
+	}
+}

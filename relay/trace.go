@@ -1,0 +1,251 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outbox-relay/outbox-relay/internal/relayopt"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// ScopeName is the instrumentation scope of the relay's spans.
+const ScopeName = "github.com/outbox-relay/outbox-relay/relay"
+
+// WithTracerProvider makes the relay emit one short producer span per
+// event, named "publish <topic>", from the moment the event is handed to
+// the publisher to the moment it is taken care of (acknowledged by Kafka,
+// or dead-lettered or parked). The span is a child of the producer's
+// context, read from the row's traceparent header (outbox.Writer puts it
+// there), so it shows in the producer's trace; tp's sampler decides, per
+// event, whether it is recorded. The records are not changed: consumers
+// continue the producer's trace, not the relay's span.
+//
+// Off by default (no spans, no cost); a noop provider is off too.
+// docs/tracing.md has the cost on the drain.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *relayopt.Options) { o.TracerProvider = tp }
+}
+
+// WithPropagator sets how the relay reads the producer's context from a
+// row's headers for its publish spans; the default is W3C trace context
+// (propagation.TraceContext), what outbox.Writer writes with the usual
+// global propagator.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(o *relayopt.Options) { o.Propagator = p }
+}
+
+// publishSpans starts the publish spans of one stream.
+type publishSpans struct {
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	fields   [][]byte // the header names prop reads, as JSON strings
+	template publisher.TopicTemplate
+}
+
+// producerKind is the start option of every publish span, made once.
+var producerKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+
+// publishSpans returns the stream's span starter, nil when tracing is off.
+func (r *Relay) publishSpans() *publishSpans {
+	tp := r.opts.TracerProvider
+	if tp == nil {
+		return nil
+	}
+	if _, off := tp.(noop.TracerProvider); off {
+		return nil
+	}
+	p := &publishSpans{tracer: tp.Tracer(ScopeName), prop: r.opts.Propagator, template: r.c.template}
+	if p.prop == nil {
+		p.prop = propagation.TraceContext{}
+	}
+	for _, f := range p.prop.Fields() {
+		q, _ := json.Marshal(f)
+		p.fields = append(p.fields, q)
+	}
+	return p
+}
+
+// start begins ev's publish span and returns the Acker that ends it when
+// the publisher acknowledges ev, then acknowledges through ack. An event
+// the sampler drops gets ack itself back: no span, no wrapper, and no
+// topic rendered.
+func (p *publishSpans) start(ev *replication.Event, ack publisher.Acker) publisher.Acker {
+	_, span := p.tracer.Start(p.producer(ev), "publish", producerKind...)
+	if !span.IsRecording() {
+		span.End()
+		return ack
+	}
+	topic := p.template.Render(ev.AggregateType, ev.EventType)
+	span.SetName("publish " + topic)
+	span.SetAttributes(
+		attribute.String("messaging.system", "kafka"),
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.operation.name", "publish"),
+		attribute.String("messaging.destination.name", topic),
+		attribute.String("messaging.message.id", ev.EventID),
+		attribute.String("messaging.kafka.message.key", ev.AggregateID),
+		attribute.String("outbox.event_type", ev.EventType),
+	)
+	return &spanAck{ack: ack, span: span}
+}
+
+// producer returns a context carrying the producer's span context from
+// ev's headers (raw JSON), or Background. Headers that cannot hold one of
+// the propagator's fields are not looked into.
+func (p *publishSpans) producer(ev *replication.Event) context.Context {
+	ctx := context.Background()
+	h := ev.Headers
+	if len(h) == 0 {
+		return ctx
+	}
+	found := false
+	for _, f := range p.fields {
+		if bytes.Contains(h, f) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return ctx
+	}
+	return p.prop.Extract(ctx, &jsonCarrier{raw: h})
+}
+
+// jsonCarrier reads propagation fields from a row's raw headers, a flat
+// JSON object of strings, without decoding the whole object: Get scans
+// for the key. An object it cannot scan (escapes, other value types) is
+// decoded once with encoding/json instead; one that does not decode
+// carries nothing (the publisher dead-letters such an event).
+type jsonCarrier struct {
+	raw     []byte
+	decoded map[string]string
+	slow    bool
+}
+
+func (c *jsonCarrier) Get(key string) string {
+	if !c.slow {
+		if v, ok := scanHeader(c.raw, key); ok {
+			return v
+		}
+		c.decode()
+	}
+	return c.decoded[key]
+}
+
+// decode is the slow path: the whole object, or nothing if it is not an
+// object of strings.
+func (c *jsonCarrier) decode() {
+	c.slow = true
+	if json.Unmarshal(c.raw, &c.decoded) != nil {
+		c.decoded = nil
+	}
+}
+
+// Set does nothing: the relay only extracts.
+func (c *jsonCarrier) Set(string, string) {}
+
+func (c *jsonCarrier) Keys() []string {
+	if !c.slow {
+		c.decode()
+	}
+	keys := make([]string, 0, len(c.decoded))
+	for k := range c.decoded {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// scanHeader returns key's value in raw, a JSON object of plain strings
+// (the last one, as encoding/json, should the key repeat). ok is false
+// when raw is anything else (an escape, another value type, malformed):
+// the caller then decodes it properly. A key that is absent is ("", true).
+func scanHeader(raw []byte, key string) (string, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return "", false
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return "", skipSpace(raw, i+1) == len(raw)
+	}
+	var val []byte
+	for {
+		k, j, ok := plainString(raw, i)
+		if !ok {
+			return "", false
+		}
+		i = skipSpace(raw, j)
+		if i >= len(raw) || raw[i] != ':' {
+			return "", false
+		}
+		v, j, ok := plainString(raw, skipSpace(raw, i+1))
+		if !ok {
+			return "", false
+		}
+		if string(k) == key {
+			val = v
+		}
+		i = skipSpace(raw, j)
+		switch {
+		case i < len(raw) && raw[i] == ',':
+			i = skipSpace(raw, i+1)
+		case i < len(raw) && raw[i] == '}' && skipSpace(raw, i+1) == len(raw):
+			return string(val), true
+		default:
+			return "", false
+		}
+	}
+}
+
+// plainString reads the JSON string at raw[i] if it is plain printable
+// ASCII (no escapes); next is the index after its closing quote.
+func plainString(raw []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(raw) || raw[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '"':
+			return raw[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// spanAck ends the publish span at the acknowledgement.
+type spanAck struct {
+	ack  publisher.Acker
+	span trace.Span
+}
+
+func (a *spanAck) Ack(n int) {
+	a.span.End()
+	a.ack.Ack(n)
+}
+
+// failSpan ends the publish span of an event the publisher refused with
+// err (the stream stops on such errors), if it has one.
+func failSpan(ack publisher.Acker, err error) {
+	if a, ok := ack.(*spanAck); ok {
+		a.span.RecordError(err)
+		a.span.SetStatus(codes.Error, "publish failed")
+		a.span.End()
+	}
+}
