@@ -212,7 +212,8 @@ bench-inbox:
 # --record-format debezium`, each on its own slot of one outbox table: their records are
 # compared one for one (the run fails on any difference docs/debezium-interop.md does not
 # explain), then both drain the same backlog and the interop section of docs/benchmarks.md
-# is rewritten. A few minutes. Quick run: make interop INTEROP_ARGS="-n 5000 -drain-n 20000".
+# is rewritten. About a minute (more the first time: the jars). Quick run:
+# make interop INTEROP_ARGS="-n 5000 -drain-n 20000 -drain-rounds 1".
 # The stack is started only if PostgreSQL or Kafka does not answer.
 interop: build
 	scripts/interop.sh run -command 'make interop$(if $(strip $(INTEROP_ARGS)), INTEROP_ARGS="$(strip $(INTEROP_ARGS))")' $(INTEROP_ARGS)

@@ -124,8 +124,9 @@ func (c connector) properties(db *pgx.ConnConfig) props {
 const defaultReplacement = "outbox.event.${routedByValue}"
 
 // connectorTemplate is the connector configuration every connector of the
-// run starts from: docs/formats.md's (the configuration that matches the
-// relay's debezium format), or a built-in copy of it.
+// run starts from: docs/formats.md's, the configuration that matches the
+// relay's debezium format (one source: the run tests what the
+// documentation gives out).
 type connectorTemplate struct {
 	base      props  // the whole connector configuration
 	expand    props  // what the expansion profile sets on top of it
@@ -143,38 +144,6 @@ func (t connectorTemplate) router() props {
 		}
 	}
 	return p
-}
-
-// builtinTemplate is docs/formats.md's configuration, for a run without
-// that file (-formats-doc "").
-var builtinTemplate = connectorTemplate{
-	base: props{
-		{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
-		{"plugin.name", "pgoutput"},
-		{"publication.autocreate.mode", "disabled"},
-		{"snapshot.mode", "no_data"},
-		{"extended.headers.enabled", "false"},
-		{"key.converter", stringConverter},
-		{"value.converter", "io.debezium.converters.BinaryDataConverter"},
-		{"value.converter.delegate.converter.type", stringConverter},
-		{"header.converter", "org.apache.kafka.connect.storage.SimpleHeaderConverter"},
-		{"transforms", "outbox"},
-		{"transforms.outbox.type", eventRouter},
-		{"transforms.outbox.table.field.event.id", "event_id"},
-		{"transforms.outbox.table.field.event.key", "aggregate_id"},
-		{"transforms.outbox.table.field.event.payload", "payload"},
-		{"transforms.outbox.route.by.field", "aggregate_type"},
-		{"transforms.outbox.route.topic.replacement", defaultReplacement},
-		{"transforms.outbox.table.fields.additional.placement", "event_type:header,aggregate_type:header,aggregate_version:header,schema_version:header"},
-		{"transforms.outbox.route.tombstone.on.empty.payload", "false"},
-	},
-	expand: props{
-		{"transforms.outbox.table.expand.json.payload", "true"},
-		{"value.converter", jsonConverter},
-		{"value.converter.schemas.enable", "false"},
-	},
-	transform: "outbox",
-	from:      "built in",
 }
 
 // templateFromDoc reads the connector template from doc: the first code

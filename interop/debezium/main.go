@@ -117,7 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.connectLibs, "connect-libs", "", "directory of the Debezium and Kafka Connect jars (scripts/interop.sh fetch)")
 	fs.StringVar(&cfg.logDir, "log-dir", "", "directory for configs and logs (default: a new temporary directory)")
 	fs.StringVar(&cfg.report, "report", "", "Markdown file whose interop section the run rewrites (docs/benchmarks.md); empty: none")
-	fs.StringVar(&cfg.formatsDoc, "formats-doc", "", "docs/formats.md: the EventRouter configuration is read from it (empty or missing: the built-in one)")
+	fs.StringVar(&cfg.formatsDoc, "formats-doc", "docs/formats.md", "the document whose connector configuration (a properties code block with the EventRouter) the run uses")
 	fs.StringVar(&cfg.interopDoc, "interop-doc", "", "docs/debezium-interop.md: every explained difference the run finds must be documented there")
 	fs.StringVar(&cfg.pidFile, "pid-file", "", "file holding the Connect JVM's pid while it runs (for the caller's clean-up)")
 	fs.StringVar(&cfg.command, "command", "make interop", "the command shown in the report")
@@ -282,18 +282,15 @@ func (r *run) preflight(ctx context.Context) error {
 	if !r.feat.recordFormat && !r.cfg.connectOnly && r.cfg.recordFormat != "native" {
 		return fmt.Errorf("%s has no --record-format flag: build a relay with the record formats, or run with -connect-only", r.cfg.relay)
 	}
-	r.tmpl = builtinTemplate
-	if r.cfg.formatsDoc != "" {
-		doc, err := os.ReadFile(r.cfg.formatsDoc)
-		if err != nil {
-			return fmt.Errorf("the connector configuration: %w", err)
-		}
-		var ok bool
-		if r.tmpl, ok = templateFromDoc(string(doc)); !ok {
-			return fmt.Errorf("%s has no code block configuring %s: the run takes the connector's configuration from there", r.cfg.formatsDoc, eventRouter)
-		}
-		r.tmpl.from = r.cfg.formatsDoc
+	doc, err := os.ReadFile(r.cfg.formatsDoc)
+	if err != nil {
+		return fmt.Errorf("the connector configuration: %w", err)
 	}
+	var ok bool
+	if r.tmpl, ok = templateFromDoc(string(doc)); !ok {
+		return fmt.Errorf("%s has no code block configuring %s: the run takes the connector's configuration from there", r.cfg.formatsDoc, eventRouter)
+	}
+	r.tmpl.from = r.cfg.formatsDoc
 	if len(r.cfg.set) > 0 {
 		base := append(props(nil), r.tmpl.base...)
 		for _, kv := range r.cfg.set {
