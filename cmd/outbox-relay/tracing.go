@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -45,23 +42,11 @@ func (t *traceConfig) validate() []error {
 		errs = append(errs, errors.New("--trace-publish needs --otlp-endpoint (where the spans go, e.g. http://127.0.0.1:4318)"))
 	}
 	if t.Endpoint != "" {
-		if _, err := otlptrace.Endpoint(t.Endpoint); err != nil {
+		if _, err := otlptrace.FromEnv(t.Endpoint, "outbox-relay", buildinfo.Version(), nil); err != nil {
 			errs = append(errs, fmt.Errorf("--otlp-endpoint: %w", err))
-		}
-		if _, err := otlptrace.ParseHeaders(otlpHeaders()); err != nil {
-			errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %w", err))
 		}
 	}
 	return errs
-}
-
-// otlpHeaders is the standard variable of the exporters' request headers
-// (the traces-specific one wins).
-func otlpHeaders() string {
-	if h, ok := os.LookupEnv("OTEL_EXPORTER_OTLP_TRACES_HEADERS"); ok {
-		return h
-	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_HEADERS")
 }
 
 // options starts the exporter and returns the relay option that uses it;
@@ -73,26 +58,12 @@ func (t *traceConfig) options(log *slog.Logger) ([]relay.Option, error) {
 		}
 		return nil, nil
 	}
-	url, err := otlptrace.Endpoint(t.Endpoint)
+	cfg, err := otlptrace.FromEnv(t.Endpoint, "outbox-relay", buildinfo.Version(), log)
 	if err != nil {
 		return nil, err
 	}
-	headers, err := otlptrace.ParseHeaders(otlpHeaders())
-	if err != nil {
-		return nil, err
-	}
-	service := os.Getenv("OTEL_SERVICE_NAME")
-	if service == "" {
-		service = "outbox-relay"
-	}
-	t.provider = otlptrace.New(otlptrace.Config{
-		Endpoint: url, Headers: headers, Logger: log,
-		Resource: []attribute.KeyValue{
-			attribute.String("service.name", service),
-			attribute.String("service.version", buildinfo.Version()),
-		},
-	})
-	log.Info("publish spans on", slog.String("stage", "startup"), slog.String("otlp_endpoint", url))
+	t.provider = otlptrace.New(cfg)
+	log.Info("publish spans on", slog.String("stage", "startup"), slog.String("otlp_endpoint", cfg.Endpoint))
 	return []relay.Option{relay.WithTracerProvider(t.provider)}, nil
 }
 
