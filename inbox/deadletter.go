@@ -98,10 +98,11 @@ func (c *Consumer) retryOne(ctx context.Context, aggType, aggID string) (done bo
 		return false, fmt.Errorf("inbox: retry: %w", err)
 	}
 	ev := d.Event
-	fresh, err := s.register(ctx, tx, &ev)
+	inserted, err := s.registerBatch(ctx, tx, []*Event{&ev}, nil)
 	if err != nil {
 		return false, fmt.Errorf("inbox: retry: register %s: %w", ev.ID, err)
 	}
+	_, fresh := inserted[ev.ID]
 	resolution := "applied by retry"
 	if !fresh {
 		resolution = "already processed"

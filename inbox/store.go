@@ -34,21 +34,6 @@ func newStore(pool *pgxpool.Pool, schema, consumer string) *store {
 // never interleave and parked events are applied in arrival order.
 const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/' || $3, 0))`
 
-// register inserts the processed_events row; false means it was there
-// already (a duplicate).
-func (s *store) register(ctx context.Context, tx pgx.Tx, ev *Event) (bool, error) {
-	var inserted bool
-	err := tx.QueryRow(ctx, `INSERT INTO `+s.processed+` (consumer, event_id, aggregate_type, aggregate_id, aggregate_version,
-		event_type, topic, kafka_partition, kafka_offset) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (consumer, event_id) DO NOTHING RETURNING true`,
-		s.consumer, ev.ID, ev.AggregateType, ev.AggregateID, ev.AggregateVersion, ev.EventType,
-		ev.Topic, ev.Partition, ev.Offset).Scan(&inserted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return inserted, err
-}
-
 // aggregateKey names one aggregate.
 type aggregateKey struct{ typ, id string }
 
