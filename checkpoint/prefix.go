@@ -150,7 +150,8 @@ func (r *ackRing) unset(s uint64) {
 	r.bits[i>>6] &^= 1 << (i & 63)
 }
 
-// mark records the acknowledgement of s and reports whether next moved.
+// mark records the acknowledgement of s and reports whether the ring
+// holds it: false when s was settled already or is out of reach.
 func (r *ackRing) mark(s uint64) bool {
 	switch {
 	case s < r.next:
@@ -160,7 +161,7 @@ func (r *ackRing) mark(s uint64) bool {
 	case s != r.next:
 		r.set(s)
 		r.high = max(r.high, s)
-		return false
+		return true
 	}
 	r.next++
 	r.consume()

@@ -42,10 +42,17 @@ type Saver struct {
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
-	// Attempted, if set, is called after every save attempt of Run,
-	// whether it saved, found nothing new or failed: the source may hold
-	// back work until its snapshot was dealt with.
-	Attempted func()
+	// Attempted, if set, is called after every save attempt of Run with
+	// its error: nil when the checkpoint now holds the source's snapshot
+	// (saved, or found saved already). The source may hold back work
+	// until its snapshot was dealt with (Tracker.Saved, SaveFailed).
+	Attempted func(err error)
+	// SaveTimeout, if positive, bounds each save attempt of Run. A save
+	// can block on a lock on the checkpoint table (an open transaction of
+	// checkpoint reset, an ALTER TABLE) or on a commit waiting for a
+	// synchronous standby that is down; without a bound, a source holding
+	// back work for it would stop with nothing in flight to report.
+	SaveTimeout time.Duration
 	// Kick, if set, asks for a save before the interval ends (without a
 	// new fence): the tracker signals it as a large transaction's
 	// acknowledged prefix grows, so a crash re-sends little of it. Kicks
@@ -85,10 +92,11 @@ func (s *Saver) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-			if err := s.Save(fctx, false); err != nil {
+			err := s.Save(fctx, false)
+			if err != nil {
 				s.log.Warn("final checkpoint not saved", slog.String("stage", "checkpoint"), slog.Any("error", err))
 			}
-			s.attempted()
+			s.attempted(err)
 			cancel()
 			return
 		case <-t.C:
@@ -103,11 +111,28 @@ func (s *Saver) Run(ctx context.Context) {
 			}
 		}
 		last = time.Now()
-		if err := s.Save(ctx, capture); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn("checkpoint not saved; retrying", slog.String("stage", "checkpoint"), slog.Any("error", err))
-		}
-		s.attempted()
+		s.attempted(s.saveBounded(ctx, capture))
 	}
+}
+
+// saveBounded is Save within SaveTimeout, logging a failure.
+func (s *Saver) saveBounded(ctx context.Context, capture bool) error {
+	sctx := ctx
+	if s.SaveTimeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, s.SaveTimeout)
+		defer cancel()
+	}
+	err := s.Save(sctx, capture)
+	switch {
+	case err == nil || errors.Is(err, context.Canceled) && ctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		s.log.Warn("checkpoint save timed out (a lock on the checkpoint table, or a commit waiting for a synchronous standby?); retrying",
+			slog.String("stage", "checkpoint"), slog.Duration("timeout", s.SaveTimeout), slog.Any("error", err))
+	default:
+		s.log.Warn("checkpoint not saved; retrying", slog.String("stage", "checkpoint"), slog.Any("error", err))
+	}
+	return err
 }
 
 // Save captures a fence (when capture is set) and saves the source's
@@ -157,9 +182,9 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 	return nil
 }
 
-func (s *Saver) attempted() {
+func (s *Saver) attempted(err error) {
 	if s.Attempted != nil {
-		s.Attempted()
+		s.Attempted(err)
 	}
 }
 

@@ -285,7 +285,7 @@ func TestSaverRun(t *testing.T) {
 	s, _ := newTestSaver(t, db, nil, src)
 	kick := make(chan struct{})
 	attempts := make(chan struct{}, 100)
-	s.Kick, s.Attempted = kick, func() { attempts <- struct{}{} }
+	s.Kick, s.Attempted = kick, func(error) { attempts <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -339,7 +339,7 @@ func TestSaverKickGap(t *testing.T) {
 	s, _ := newTestSaver(t, db, nil, src)
 	kick := make(chan struct{})
 	attempts := make(chan time.Time, 100)
-	s.Kick, s.KickGap, s.Attempted = kick, gap, func() { attempts <- time.Now() }
+	s.Kick, s.KickGap, s.Attempted = kick, gap, func(error) { attempts <- time.Now() }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -368,7 +368,7 @@ func TestSaverKickGap(t *testing.T) {
 	// and reading that signal here would let the source move before this
 	// Run's first save.
 	attempts = make(chan time.Time, 100)
-	s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func() { attempts <- time.Now() }
+	s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func(error) { attempts <- time.Now() }
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
 	go func() {

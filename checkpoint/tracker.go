@@ -36,25 +36,25 @@ type Tracker struct {
 	// acknowledged (see Partial).
 	seq  uint64
 	ring ackRing
-	// kick is signalled every kickStep acknowledgements of the head
-	// transaction's events (see NotifyAcks); kickTx, kickAcks and
-	// kickDone count them and remember where the last signal was.
+	// kick, once NotifyAcks set it, is signalled every kickStep
+	// acknowledgements of the head transaction that no save covers;
+	// kickTx and kickDone remember the head and its acknowledgement count
+	// at the last signal. A non-nil kick also turns on the hold (see
+	// heldLocked).
 	kick     chan struct{}
-	kickStep uint64
+	kickStep int
 	kickTx   *Txn
-	kickAcks uint64
-	kickDone uint64
-	// kickSaved is how many of kickTx's acknowledgements a checkpoint
-	// save has covered (Saved). The rest hold window space: see heldLocked.
-	kickSaved uint64
+	kickDone int
 }
 
 // SaveToken names what a Last snapshot knew of the head transaction; the
-// saver hands it back to Saved once it saved (or tried to save) that
-// snapshot.
+// saver hands it back to Saved once it saved that snapshot, or to
+// SaveFailed when it could not.
 type SaveToken struct {
-	tx   *Txn
-	acks uint64
+	tx *Txn
+	// acks is tx's acknowledgements at the snapshot; expressed is how
+	// many of them the snapshot's Partial contains.
+	acks, expressed int
 }
 
 // Acked describes the flushed position: LSN, and the commit time and xid
@@ -96,6 +96,14 @@ type Txn struct {
 	firstOrdinal int
 	span         int
 	gap          bool
+
+	// acked counts this run's acknowledgements (AckSeq) of events within
+	// span, the ones a Partial can express; saved is how many of them a
+	// saved checkpoint contains (Saved), or a failed save stopped holding
+	// (SaveFailed). settled counts the events within span that Settle
+	// recorded in the ring: a Partial contains them, but they are not
+	// this run's acknowledgements.
+	acked, saved, settled int
 }
 
 // New returns a Tracker whose flushed position starts at start, the LSN
@@ -150,12 +158,40 @@ func (t *Tracker) Track(tx *Txn, bytes int) Seq {
 
 // TrackOrdinal is Track for the event at ordinal (0-based index within its
 // transaction; -1: the one after the previous tracked event). The stream
-// tracks a transaction's events in ordinal order; ordinals before the
-// first tracked one must be settled already (a restart skipped them
-// because a checkpoint's Partial said so), as they count into the
-// transaction's acknowledged prefix.
+// tracks (or settles) a transaction's events in ordinal order; ordinals
+// before the first tracked one must be settled already, as they count into
+// the transaction's acknowledged prefix. A restart inside a transaction
+// calls Settle for the events a saved Partial names, so its own
+// acknowledgements extend that prefix instead of starting a new one.
 func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 	t.mu.Lock()
+	s := t.numberLocked(tx, ordinal)
+	tx.pending++
+	t.events++
+	t.bytes += int64(bytes)
+	t.mu.Unlock()
+	return Seq(s)
+}
+
+// Settle records the event at ordinal of tx as acknowledged by an earlier
+// run: a restart skips it because the saved checkpoint's Partial names it.
+// It takes a sequence number, so the acknowledged prefix and the Partial
+// run through it and a later save carries it with everything this run
+// acknowledges; but it takes no window space and holds none, as no crash
+// of this run can re-send it.
+func (t *Tracker) Settle(tx *Txn, ordinal int) {
+	t.mu.Lock()
+	s := t.numberLocked(tx, ordinal)
+	if t.ring.mark(s) && s-tx.firstSeq < uint64(tx.span) {
+		tx.settled++
+	}
+	t.mu.Unlock()
+	t.signalSpace() // the ring's reach may have grown
+}
+
+// numberLocked gives the event at ordinal of tx the next sequence number
+// and extends tx's span of consecutive ordinals.
+func (t *Tracker) numberLocked(tx *Txn, ordinal int) uint64 {
 	s := t.seq
 	t.seq++
 	if tx.tracked == 0 {
@@ -172,30 +208,30 @@ func (t *Tracker) TrackOrdinal(tx *Txn, ordinal int, bytes int) Seq {
 		}
 	}
 	tx.tracked++
-	tx.pending++
-	t.events++
-	t.bytes += int64(bytes)
-	t.mu.Unlock()
-	return Seq(s)
+	return s
 }
 
 // NotifyAcks returns a channel signalled each time step more events of
-// the oldest unconfirmed transaction were acknowledged since the last
-// signal, so the checkpoint saver can save a large transaction's progress
-// (its Partial) sooner than its interval. Call it before tracking events.
+// the oldest unconfirmed transaction were acknowledged and not saved since
+// the last signal, so the checkpoint saver can save a large transaction's
+// progress (its Partial) sooner than its interval. Call it before tracking
+// events; step should be well below Limits.MaxEvents, or the hold fills
+// the window before the first signal.
 //
-// From then on, acknowledgements of that transaction that no save has
-// covered yet (Saved) hold window space like unacknowledged events: a
-// crash re-sends them, so this keeps what a crash inside a large
+// From then on, acknowledgements of that transaction that no saved
+// checkpoint contains yet (Saved) hold window space like unacknowledged
+// events: a crash re-sends them, so this keeps what a crash inside a large
 // transaction re-sends within the window, whatever Kafka's pace against
-// the saves'. The saver must call Saved after every save attempt.
+// the saves'. For the same reason the stream reads no event whose
+// acknowledgement the ring could not record (see Full). The saver must
+// call Saved or SaveFailed after every save attempt.
 func (t *Tracker) NotifyAcks(step int) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.kick == nil {
 		t.kick = make(chan struct{}, 1)
 	}
-	t.kickStep = uint64(max(step, 1))
+	t.kickStep = max(step, 1)
 	return t.kick
 }
 
@@ -231,8 +267,8 @@ func (tx *Txn) AckSeq(s Seq, bytes int) {
 	t := tx.t
 	t.mu.Lock()
 	t.ring.mark(uint64(s))
-	if t.kick != nil {
-		t.kickLocked(tx)
+	if tx.finalLSN != 0 && uint64(s)-tx.firstSeq < uint64(tx.span) {
+		tx.acked++ // expressible in a Partial: held until saved (heldLocked)
 	}
 	tx.ackLocked(bytes)
 }
@@ -260,6 +296,7 @@ func (tx *Txn) ackLocked(bytes int) {
 	if tx.pending == 0 {
 		t.advanceLocked()
 	}
+	t.kickLocked()
 	room := !t.fullLocked()
 	t.mu.Unlock()
 	if room {
@@ -267,33 +304,57 @@ func (tx *Txn) ackLocked(bytes int) {
 	}
 }
 
-// heldLocked is the head transaction's acknowledged events that no save
-// has covered yet (see NotifyAcks).
+// heldLocked is the head transaction's acknowledgements that no saved
+// checkpoint contains yet (see NotifyAcks). Those of later transactions
+// hold nothing until theirs becomes the head: until then a crash re-sends
+// their whole transaction anyway.
 func (t *Tracker) heldLocked() int {
-	if t.kick == nil || t.head >= len(t.txs) || t.txs[t.head] != t.kickTx {
+	if t.kick == nil || t.head >= len(t.txs) {
 		return 0
 	}
-	return int(t.kickAcks - t.kickSaved)
+	h := t.txs[t.head]
+	return h.acked - h.saved
 }
 
+// fullLocked: the window's events or bytes are used up, counting held
+// acknowledgements as events; or, with the hold on, the next event would
+// be too far past the oldest unacknowledged one for the ring to record its
+// acknowledgement (it could then never be saved, and would hold its window
+// space until its transaction is confirmed).
 func (t *Tracker) fullLocked() bool {
-	return t.events+t.heldLocked() >= t.limits.MaxEvents || t.bytes >= t.limits.MaxBytes
+	return t.events+t.heldLocked() >= t.limits.MaxEvents || t.bytes >= t.limits.MaxBytes ||
+		t.kick != nil && t.seq-t.ring.next > t.ring.mask
 }
 
-// Saved tells the tracker that a save of the snapshot that returned tok
-// is done (or failed: a failing save must not stop the stream, it only
-// costs duplicates after a crash). Its acknowledgements stop holding
-// window space.
+// Saved tells the tracker that the checkpoint now holds the snapshot that
+// returned tok (the save wrote it, or found it saved already): the
+// acknowledgements its Partial contains stop holding window space. Those
+// it does not contain keep holding.
 func (t *Tracker) Saved(tok SaveToken) {
+	t.release(tok, tok.expressed)
+}
+
+// SaveFailed tells the tracker that saving the snapshot that returned tok
+// failed or timed out. Every acknowledgement the snapshot counted stops
+// holding window space all the same, so a broken or locked checkpoint
+// table costs duplicates after a crash, never a stopped stream. It
+// returns how many acknowledgements it released.
+func (t *Tracker) SaveFailed(tok SaveToken) int {
+	return t.release(tok, tok.acks)
+}
+
+func (t *Tracker) release(tok SaveToken, upTo int) int {
 	t.mu.Lock()
-	if tok.tx != nil && tok.tx == t.kickTx && tok.acks > t.kickSaved {
-		t.kickSaved = tok.acks
+	n := 0
+	if tx := tok.tx; tx != nil && upTo > tx.saved {
+		n, tx.saved = upTo-tx.saved, upTo
 	}
 	room := !t.fullLocked()
 	t.mu.Unlock()
 	if room {
 		t.signalSpace()
 	}
+	return n
 }
 
 func (t *Tracker) signalSpace() {
@@ -303,20 +364,19 @@ func (t *Tracker) signalSpace() {
 	}
 }
 
-// kickLocked counts an acknowledgement of tx's and signals NotifyAcks's
-// channel when the head transaction had kickStep more since the last
-// signal. Acknowledgements of later transactions do not count: only the
-// head's are saved as a Partial.
-func (t *Tracker) kickLocked(tx *Txn) {
-	if t.head >= len(t.txs) || t.txs[t.head] != tx {
+// kickLocked signals NotifyAcks's channel when the head transaction has
+// kickStep more acknowledgements no save covers since the last signal,
+// also right after it became the head.
+func (t *Tracker) kickLocked() {
+	if t.kick == nil || t.head >= len(t.txs) {
 		return
 	}
-	if tx != t.kickTx {
-		t.kickTx, t.kickAcks, t.kickDone, t.kickSaved = tx, 0, 0, 0
+	h := t.txs[t.head]
+	if h != t.kickTx {
+		t.kickTx, t.kickDone = h, 0
 	}
-	t.kickAcks++
-	if t.kickAcks >= t.kickDone+t.kickStep {
-		t.kickDone = t.kickAcks
+	if h.acked-max(t.kickDone, h.saved) >= t.kickStep {
+		t.kickDone = h.acked
 		select {
 		case t.kick <- struct{}{}:
 		default:
@@ -329,16 +389,21 @@ func (t *Tracker) kickLocked(tx *Txn) {
 // ring recorded (lanes of different partitions progress at different
 // speeds, so past the prefix whole batches of other partitions are often
 // acknowledged already).
-func (t *Tracker) partialLocked() Partial {
+//
+// expressed is how many of this run's acknowledgements of the head (acked)
+// the Partial contains: every event within the span that the ring recorded
+// is in it, and the settled ones among them are not this run's.
+func (t *Tracker) partialLocked() (p Partial, expressed int) {
 	if t.head >= len(t.txs) {
-		return Partial{}
+		return Partial{}, 0
 	}
 	h := t.txs[t.head]
 	if h.finalLSN == 0 || h.tracked == 0 || t.ring.next < h.firstSeq {
-		return Partial{}
+		return Partial{}, 0
 	}
 	n := min(t.ring.next-h.firstSeq, uint64(h.span))
-	p := Partial{CommitLSN: h.finalLSN, Events: h.firstOrdinal + int(n)}
+	p = Partial{CommitLSN: h.finalLSN, Events: h.firstOrdinal + int(n)}
+	known := int(n)
 	// Past the prefix, only the events with consecutive ordinals (span)
 	// map a Seq to an ordinal, and only those within the ring's reach
 	// were recorded.
@@ -347,17 +412,18 @@ func (t *Tracker) partialLocked() Partial {
 	for s := from; s < end; s++ {
 		if t.ring.has(s) {
 			p.mark(int(s - from + 1)) // bit 0 is the prefix's end, never acknowledged
+			known++
 		}
 	}
 	if p.Empty() {
-		return Partial{}
+		return Partial{}, 0
 	}
-	return p
+	return p, max(known-h.settled, 0)
 }
 
 // advanceLocked pops fully acknowledged committed transactions from the head.
 func (t *Tracker) advanceLocked() {
-	moved := false
+	moved, popped := false, false
 	for t.head < len(t.txs) {
 		tx := t.txs[t.head]
 		if !tx.committed || tx.pending > 0 {
@@ -373,6 +439,10 @@ func (t *Tracker) advanceLocked() {
 		}
 		t.txs[t.head] = nil
 		t.head++
+		popped = true
+	}
+	if popped {
+		t.kickLocked() // the new head's acknowledgements hold from now on
 	}
 	// Reclaim the popped prefix once it dominates the slice, so the slice
 	// stays proportional to the live transactions.
@@ -422,9 +492,11 @@ func (t *Tracker) Last() Acked {
 	defer t.mu.Unlock()
 	a := t.last
 	a.LSN = t.flushed
-	a.Partial = t.partialLocked()
-	if t.kickTx != nil {
-		a.Token = SaveToken{tx: t.kickTx, acks: t.kickAcks}
+	var expressed int
+	a.Partial, expressed = t.partialLocked()
+	if t.head < len(t.txs) {
+		h := t.txs[t.head]
+		a.Token = SaveToken{tx: h, acks: h.acked, expressed: expressed}
 	}
 	return a
 }
@@ -449,8 +521,12 @@ func (t *Tracker) Space() <-chan struct{} { return t.space }
 
 // Stats is a snapshot of the window, for metrics and shutdown.
 type Stats struct {
-	Events       int
-	Bytes        int64
+	Events int
+	Bytes  int64
+	// Held is the acknowledged events of the head transaction that wait
+	// for a checkpoint save (see NotifyAcks): they hold window space, so a
+	// stream stopped by a save that never ends has them in flight.
+	Held         int
 	Transactions int
 	Acked        int
 	// OldestCommit is the commit time of the oldest transaction with
@@ -462,7 +538,7 @@ type Stats struct {
 func (t *Tracker) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := Stats{Events: t.events, Bytes: t.bytes, Transactions: len(t.txs) - t.head, Acked: t.released}
+	s := Stats{Events: t.events, Bytes: t.bytes, Held: t.heldLocked(), Transactions: len(t.txs) - t.head, Acked: t.released}
 	if t.head < len(t.txs) {
 		s.OldestCommit = t.txs[t.head].CommitTime
 	}

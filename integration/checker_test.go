@@ -43,6 +43,7 @@ type Consumer struct {
 	mu      sync.Mutex
 	records []Record
 	seen    map[string]int // event_id -> occurrences
+	dups    int            // records whose event_id was seen before
 	errs    map[int]error  // last read error per partition
 }
 
@@ -108,6 +109,9 @@ func (c *Consumer) read(ctx context.Context, p int, r *kafka.Reader) {
 		c.records = append(c.records, rec)
 		if id := rec.EventID(); id != "" {
 			c.seen[id]++
+			if c.seen[id] > 1 {
+				c.dups++
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -124,6 +128,14 @@ func (c *Consumer) Count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.records)
+}
+
+// Seen is the number of distinct event ids read so far, and of records
+// that repeated an id read before: cheap enough to poll while a test runs.
+func (c *Consumer) Seen() (distinct, duplicates int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen), c.dups
 }
 
 // Records returns a copy of the records read so far.

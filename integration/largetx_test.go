@@ -129,3 +129,89 @@ func TestLargeTransactionKillResend(t *testing.T) {
 		t.Fatalf("SIGTERM: exited=%v code=%d", exited, code)
 	}
 }
+
+// TestLargeTransactionRepeatedKills kills the relay with SIGKILL three
+// times inside one 100,000-row transaction, beside a steady small load, at
+// the default window: each restart must save its own progress through the
+// transaction (not only what the first process saved), so each restart
+// re-sends at most about the window, and the three together at most one
+// window per crash. Before the fix a second restart re-sent everything the
+// first restart had delivered (about 85,000 events were measured).
+func TestLargeTransactionRepeatedKills(t *testing.T) {
+	const (
+		rows   = 100000
+		kills  = 3
+		window = 10000 // the default --max-inflight-events
+		batch  = 1000  // the default --max-batch
+	)
+	env := NewEnv(t, EnvOptions{})
+	r := env.StartRelay()
+	c := StartConsumer(t, env.Topic, env.Partitions)
+	ledger := NewLedger()
+	waitCaughtUp(t, env, c, env.NewWriter(ledger), 60*time.Second)
+	stopWriter := backgroundWriter(t, env.NewWriter(ledger), 26, 20*time.Millisecond)
+	defer stopWriter()
+
+	env.bulkInsert(rows, 50)
+	bound := window + env.Partitions*batch
+	distinct0, _ := c.Seen()
+	// Kill 1 once 8,000 events of the transaction arrived; each later
+	// kill once the restart delivered 12,000 more distinct events, so every
+	// process made progress of its own past what the one before it saved.
+	progress := []int{8000, 12000, 12000}
+	perRestart := make([]int, 0, kills+1)
+	skipped := make([]float64, 0, kills)
+	_, dupsAtStart := c.Seen()
+	for k := 0; k < kills; k++ {
+		from, _ := c.Seen()
+		if !within(5*time.Minute, 20*time.Millisecond, func() bool { d, _ := c.Seen(); return d-from >= progress[k] }) {
+			d, _ := c.Seen()
+			t.Fatalf("kill %d: only %d new events within 5 min\n%s", k+1, d-from, r.LogTail(30))
+		}
+		r.Kill9()
+		if !env.WaitSlotActive(false, 30*time.Second) {
+			t.Fatalf("slot still active after kill -9: %+v", env.SlotInfo())
+		}
+		time.Sleep(time.Second) // records written before the kill reach the consumer
+		d, dups := c.Seen()
+		if d-distinct0 >= rows {
+			t.Fatalf("kill %d: the whole transaction was delivered before it: nothing measured", k+1)
+		}
+		if k > 0 {
+			n, _ := logField(r, "restarting inside a partly acknowledged transaction", "skipped_events")
+			skipped = append(skipped, n)
+		}
+		perRestart = append(perRestart, dups-dupsAtStart)
+		dupsAtStart = dups
+		t.Logf("kill %d with %d distinct events delivered; %d duplicates since the previous start", k+1, d-distinct0, perRestart[k])
+		r = env.StartRelay()
+	}
+	stopWriter()
+	expected := ExpectedFromTable(t, env.DB, env.QuotedTable())
+	ok := c.WaitFor(expected, 5*time.Minute, 2*time.Second)
+	n, _ := logField(r, "restarting inside a partly acknowledged transaction", "skipped_events")
+	skipped = append(skipped, n)
+	_, dups := c.Seen()
+	perRestart = append(perRestart, dups-dupsAtStart)
+	rep := c.Check(expected, CheckOptions{})
+	// perRestart[0] is before any restart (the first process): zero.
+	msg := fmt.Sprintf("TestLargeTransactionRepeatedKills: rows=%d kills=%d window=%d skipped_per_restart=%v duplicates_per_restart=%v total_duplicates=%d lost=%d inversions=%d (bound per restart %d = window + %d partitions x batch %d)",
+		rows, kills, window, skipped, perRestart[1:], rep.Duplicates, len(rep.Lost), rep.Inversions, bound, env.Partitions, batch)
+	t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		t.Errorf("not every event arrived after the last restart")
+	}
+	RequireOK(t, rep)
+	for i, d := range perRestart[1:] {
+		if d > bound {
+			t.Errorf("restart %d re-sent %d duplicates, over the bound %d", i+1, d, bound)
+		}
+	}
+	if rep.Duplicates > kills*bound {
+		t.Errorf("%d duplicates over %d kills: over one bound (%d) per crash", rep.Duplicates, kills, bound)
+	}
+	if code, exited := r.Term(30 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d", exited, code)
+	}
+}

@@ -160,15 +160,50 @@ func (k *skipper) begin(b replication.Begin) {
 	}
 }
 
-// skipping reports whether the event at ordinal of the current
-// transaction is skipped, and counts it.
-func (k *skipper) skipping(ordinal int) bool {
-	if k == nil || !k.active && !k.in.Has(ordinal) {
-		return false
+// skip is what the skipper decides for one event.
+type skip int
+
+const (
+	// publish: not known to Kafka.
+	publish skip = iota
+	// skipTransaction: its whole transaction commits before the
+	// checkpoint position.
+	skipTransaction
+	// skipSettled: the checkpoint's Partial names it; the tracker must
+	// settle it (Tracker.Settle).
+	skipSettled
+)
+
+// skipping decides for the event at ordinal of the current transaction,
+// and counts a skipped one.
+func (k *skipper) skipping(ordinal int) skip {
+	var d skip
+	switch {
+	case k == nil:
+		return publish
+	case k.active:
+		d = skipTransaction
+	case k.in.Has(ordinal):
+		d = skipSettled
+	default:
+		return publish
 	}
 	k.events++
 	k.m.CheckpointSkipped.Inc()
-	return true
+	return d
+}
+
+// checkpointSaveTimeout bounds one checkpoint save (a single-row write):
+// past it the save is abandoned and retried, and the acknowledgements held
+// for it are released (see startSaver).
+const checkpointSaveTimeout = 5 * time.Second
+
+// kickStep is how many unsaved acknowledgements of a large transaction
+// ask for a checkpoint save: an eighth of the window, at least 128 so
+// small windows do not save at every event, but never more than half the
+// window, so the hold cannot fill the window before a save is asked for.
+func kickStep(window int) int {
+	return min(max(window/8, 128), max(window/2, 1))
 }
 
 // startSaver saves the tracker's acknowledged position at the configured
@@ -188,13 +223,28 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 			return a
 		},
 		r.cfg.Checkpoints.Interval, r.cfg.Checkpoints.Retention, r.log)
-	// What is acknowledged of a large transaction is saved every eighth
-	// of the window's acknowledgements (at most every 10 ms), not only
-	// every interval, and until a save covered them those
-	// acknowledgements hold window space: a crash then re-sends at most
-	// about the window, whatever the throughput.
-	sv.Kick, sv.KickGap = tr.NotifyAcks(max(r.cfg.Window.MaxEvents/8, 128)), 10*time.Millisecond
-	sv.Attempted = func() { tr.Saved(tok) }
+	// What is acknowledged of a large transaction is saved every kickStep
+	// acknowledgements (at most every 10 ms), not only every interval, and
+	// until a saved checkpoint contains them those acknowledgements hold
+	// window space: a crash then re-sends at most about the window,
+	// whatever the throughput. A save that fails or times out releases
+	// them all the same: duplicates after a crash beat a stream stopped
+	// by a locked checkpoint table.
+	sv.Kick, sv.KickGap = tr.NotifyAcks(kickStep(r.cfg.Window.MaxEvents)), 10*time.Millisecond
+	sv.SaveTimeout = checkpointSaveTimeout
+	sv.Attempted = func(err error) {
+		if err == nil {
+			tr.Saved(tok)
+			return
+		}
+		if !errors.Is(err, context.Canceled) {
+			r.m.CheckpointSaveFailures.Inc()
+		}
+		if n := tr.SaveFailed(tok); n > 0 {
+			r.log.Warn("acknowledgements held for a checkpoint save released without it: a crash now re-sends them on top of the in-flight window",
+				slog.String("stage", "checkpoint"), slog.Int("released_events", n), slog.Any("error", err))
+		}
+	}
 	sv.OnSave = func(cp checkpoint.Checkpoint) {
 		r.m.CheckpointSaves.Inc()
 		r.m.CheckpointLSN.Set(float64(cp.LSN))

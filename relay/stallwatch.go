@@ -44,7 +44,9 @@ func (w *stallWatch) reason() string {
 // observe samples the window (s is zero while no stream runs: nothing can
 // be acknowledged then, and /readyz already says why).
 func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
-	st, change := w.det.Observe(now, s.Events, s.Acked)
+	// Acknowledgements held for a checkpoint save count as in flight: a
+	// save that never ends stops the stream with nothing else in flight.
+	st, change := w.det.Observe(now, s.Events+s.Held, s.Acked)
 	switch change {
 	case stall.Stalled:
 		w.stalledAt = now

@@ -224,8 +224,15 @@ func (s *sink) Begin(b replication.Begin) error {
 func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
-	if s.skip.skipping(ev.Ordinal) {
-		return nil // acknowledged before the crash: not published again
+	switch s.skip.skipping(ev.Ordinal) {
+	case skipTransaction:
+		return nil // its transaction was acknowledged before the crash
+	case skipSettled:
+		// Acknowledged before the crash, as the checkpoint's Partial
+		// says: not published again, but settled in the tracker, so the
+		// Partial this run saves carries it too.
+		s.tracker.Settle(s.tx, ev.Ordinal)
+		return nil
 	}
 	size := ev.Size()
 	seq := s.tracker.TrackOrdinal(s.tx, ev.Ordinal, size)

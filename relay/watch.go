@@ -118,6 +118,7 @@ func (r *Relay) observe(ctx context.Context) {
 		}
 		r.m.InflightEvents.Set(float64(s.Events))
 		r.m.InflightBytes.Set(float64(s.Bytes))
+		r.m.CheckpointHeld.Set(float64(s.Held))
 		if s.OldestCommit.IsZero() {
 			r.m.OldestUnackedAge.Set(0)
 		} else {

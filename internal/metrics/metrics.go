@@ -51,6 +51,9 @@ type Relay struct {
 	CheckpointSaves   prometheus.Counter
 	CheckpointLSN     prometheus.Gauge
 	CheckpointSkipped prometheus.Counter
+	// CheckpointSaveFailures and CheckpointHeld: see New's help texts.
+	CheckpointSaveFailures prometheus.Counter
+	CheckpointHeld         prometheus.Gauge
 	// EventsRedelivered counts events handed to the publisher again after
 	// a restart or failover that an earlier run had handed to it already
 	// (possible duplicates; see docs/observability.md for how exact it is).
@@ -273,6 +276,16 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 			Namespace: namespace, Name: "checkpoint_skipped_events_total",
 			Help: "Events not re-published at start because a checkpoint showed Kafka had acknowledged them (duplicates avoided).",
 		}),
+		CheckpointSaveFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "checkpoint_save_failures_total",
+			Help: "Checkpoint saves that failed or timed out. Each releases the acknowledgements held for it, so a crash " +
+				"may then re-send more than the in-flight window.",
+		}),
+		CheckpointHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "checkpoint_held_events",
+			Help: "Acknowledged events of the oldest unconfirmed transaction that wait for a checkpoint save; " +
+				"they take in-flight window space.",
+		}),
 		EventsRedelivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_redelivered_total",
 			Help: "Events published again after a restart or failover that an earlier run had already handed to Kafka " +
@@ -303,7 +316,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
-		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.EventsRedelivered, r.TopicPartitionChanges,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.CheckpointSaveFailures, r.CheckpointHeld, r.EventsRedelivered, r.TopicPartitionChanges,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	}, r.PG.collectors()...)
 	for i, c := range cs {
