@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand"
 	"strings"
 	"testing"
 
@@ -155,5 +156,150 @@ func TestLogLineage(t *testing.T) {
 				t.Errorf("message %q lacks %q", msg, c.msg)
 			}
 		})
+	}
+}
+
+// TestRestartsInsideOneTransaction drives the real skipper, sink and
+// tracker through one 20,000-event transaction with three crashes in it:
+// each run publishes on lanes of skewed speeds, saves what Last reports on
+// kicks (as the saver does, keeping the union with the saved Partial;
+// each save completes a while after its snapshot), and crashes part-way. What a restart re-sends of what Kafka
+// already holds stays within the window for each restart, and the
+// restarts make progress of their own (the saved Partial grows past what
+// the first run saved).
+func TestRestartsInsideOneTransaction(t *testing.T) {
+	const (
+		events   = 20000
+		window   = 500
+		lanes    = 6
+		batch    = 50
+		finalLSN = pglogrepl.LSN(0x10000)
+	)
+	rng := rand.New(rand.NewSource(26))
+	inKafka := make([]bool, events)
+	var saved checkpoint.Partial
+	prevKnown := 0
+	for run := 0; run < 4; run++ {
+		last := run == 3
+		tr := checkpoint.New(0x100, checkpoint.Limits{MaxEvents: window})
+		kick := tr.NotifyAcks(kickStep(window))
+		m := metrics.New()
+		s := &sink{tracker: tr, m: m, skip: resumeState{partial: saved}.skipper(slog.New(slog.DiscardHandler), m)}
+		if err := s.Begin(replication.Begin{FinalLSN: finalLSN, Xid: 7}); err != nil {
+			t.Fatal(err)
+		}
+		type pub struct {
+			ord int
+			seq checkpoint.Seq
+		}
+		queues := make([][]pub, lanes)
+		// A save takes a snapshot on a kick and completes some steps
+		// later, while acknowledgements go on.
+		var saving *checkpoint.Acked
+		due := 0
+		save := func() {
+			a := *saving
+			saving = nil
+			if a.Partial.CommitLSN == saved.CommitLSN {
+				saved = saved.Union(a.Partial)
+			} else if !a.Partial.Empty() {
+				saved = a.Partial
+			}
+			tr.Saved(a.Token)
+		}
+		resent, read, steps := 0, 0, 0
+		crashAt := 2000 + rng.Intn(4000) // acknowledgements before the crash
+		acks := 0
+		for last || acks < crashAt {
+			steps++
+			if steps > 10_000_000 {
+				t.Fatalf("run %d: no progress (read %d, full %v, stats %+v)", run, read, tr.Full(), tr.Stats())
+			}
+			if saving == nil {
+				select {
+				case <-kick:
+					a := tr.Last()
+					saving, due = &a, steps+rng.Intn(4000)
+				default:
+				}
+			} else if steps >= due {
+				save()
+			}
+			if read < events && !tr.Full() && rng.Intn(3) > 0 {
+				o := read
+				read++
+				if s.skipped(o) {
+					continue
+				}
+				if inKafka[o] {
+					resent++
+				}
+				queues[o%lanes] = append(queues[o%lanes], pub{o, tr.TrackOrdinal(s.tx, o, 1)})
+				continue
+			}
+			// Lane l is acknowledged with probability ~ 1/(l+1): skewed.
+			l := rng.Intn(lanes)
+			if rng.Intn(l+1) != 0 || len(queues[l]) == 0 {
+				if read == events && tr.Stats().Events == 0 {
+					break // everything acknowledged
+				}
+				continue
+			}
+			n := min(batch, len(queues[l]))
+			for _, p := range queues[l][:n] {
+				inKafka[p.ord] = true
+				s.tx.AckSeq(p.seq, 1)
+				acks++
+			}
+			queues[l] = queues[l][n:]
+		}
+		if held := tr.Stats().Held; held > window {
+			t.Fatalf("run %d: %d acknowledgements held, over the window %d", run, held, window)
+		}
+		t.Logf("run %d: read %d, re-sent %d already in Kafka, saved Partial knows %d", run, read, resent, saved.Known())
+		if run > 0 && resent > window {
+			t.Errorf("restart %d re-sent %d events Kafka had, over the window %d", run, resent, window)
+		}
+		if run > 0 && !last && saved.Known() <= prevKnown {
+			t.Errorf("run %d saved nothing past what the run before it saved (%d known)", run, saved.Known())
+		}
+		prevKnown = saved.Known()
+		if last {
+			if err := s.Commit(replication.Commit{EndLSN: finalLSN + 0x100}); err != nil {
+				t.Fatal(err)
+			}
+			if tr.Flushed() != finalLSN+0x100 {
+				t.Fatalf("flushed %s after every event was acknowledged", tr.Flushed())
+			}
+		}
+		// What Kafka holds and no saved Partial knows is re-sent after
+		// the crash: never more than the window.
+		unsaved := 0
+		for o, ok := range inKafka {
+			if ok && !saved.Has(o) {
+				unsaved++
+			}
+		}
+		if !last && unsaved > window {
+			t.Errorf("run %d: %d acknowledged events no save knows, over the window %d", run, unsaved, window)
+		}
+	}
+	for o, ok := range inKafka {
+		if !ok {
+			t.Fatalf("event %d never reached Kafka", o)
+		}
+	}
+}
+
+// TestKickStepBelowWindow: the save kick comes before held
+// acknowledgements can fill the window, whatever its size.
+func TestKickStepBelowWindow(t *testing.T) {
+	for w := 1; w <= 100_000; w++ {
+		if s := kickStep(w); s < 1 || w > 1 && s > w/2 {
+			t.Fatalf("window %d: kick step %d", w, s)
+		}
+	}
+	if s := kickStep(10000); s != 1250 {
+		t.Fatalf("default window: kick step %d, want 1250", s)
 	}
 }

@@ -224,14 +224,7 @@ func (s *sink) Begin(b replication.Begin) error {
 func (s *sink) Insert(ev *replication.Event) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
-	switch s.skip.skipping(ev.Ordinal) {
-	case skipTransaction:
-		return nil // its transaction was acknowledged before the crash
-	case skipSettled:
-		// Acknowledged before the crash, as the checkpoint's Partial
-		// says: not published again, but settled in the tracker, so the
-		// Partial this run saves carries it too.
-		s.tracker.Settle(s.tx, ev.Ordinal)
+	if s.skipped(ev.Ordinal) {
 		return nil
 	}
 	size := ev.Size()
@@ -251,6 +244,21 @@ func (s *sink) Insert(ev *replication.Event) error {
 	s.published++
 	s.redo.published()
 	return nil
+}
+
+// skipped reports whether the event at ordinal of the current transaction
+// is one a checkpoint shows Kafka acknowledged before the crash, so it is
+// not published again. One the checkpoint's Partial names is settled in
+// the tracker, so the Partial this run saves carries it too.
+func (s *sink) skipped(ordinal int) bool {
+	switch s.skip.skipping(ordinal) {
+	case skipTransaction:
+		return true
+	case skipSettled:
+		s.tracker.Settle(s.tx, ordinal)
+		return true
+	}
+	return false
 }
 
 func (s *sink) Commit(c replication.Commit) error {
