@@ -27,6 +27,9 @@ type fakeDB struct {
 	// captureErr fails CaptureFence; execErr fails every Exec, deleteErr
 	// the prune.
 	captureErr, execErr, deleteErr error
+	// block, while open, holds every Exec until it is closed or the
+	// statement's context ends (a lock on the checkpoint table).
+	block chan struct{}
 	// writes are the UPDATE and INSERT statements, decoded.
 	writes []written
 	// deletes are the prune statements' retention arguments, in seconds.
@@ -58,7 +61,17 @@ func (w written) fence() *Fence {
 	return &Fence{LSN: lsn, Xmin: uint64(w.fenceXmin.(int64)), Xmax: uint64(w.fenceXmax.(int64)), At: w.fenceAt.(time.Time)}
 }
 
-func (d *fakeDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (d *fakeDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	d.mu.Lock()
+	block := d.block
+	d.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return pgconn.CommandTag{}, ctx.Err()
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.execErr != nil {

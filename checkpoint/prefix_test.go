@@ -326,3 +326,148 @@ func TestUnsavedAcksHoldWindow(t *testing.T) {
 		t.Fatal("without a saver, acknowledgements must not hold window space")
 	}
 }
+
+// TestSettleExtendsPartial: a restart settles the events its saved Partial
+// names (prefix 0-2, then 5 and 7) and tracks the rest; its own
+// acknowledgements then extend that Partial, the settled events take no
+// window space, and the save token counts only this run's
+// acknowledgements.
+func TestSettleExtendsPartial(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 100})
+	tr.NotifyAcks(50)
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	seqs := map[int]Seq{}
+	for o := 0; o < 10; o++ {
+		switch o {
+		case 0, 1, 2, 5, 7:
+			tr.Settle(tx, o)
+		default:
+			seqs[o] = tr.TrackOrdinal(tx, o, 1)
+		}
+	}
+	if st := tr.Stats(); st.Events != 5 || st.Held != 0 {
+		t.Fatalf("stats %+v: want the 5 tracked events in flight, none held", st)
+	}
+	wantPartial(t, tr, 10, 3)
+	for _, o := range []int{4, 6, 8} {
+		tx.AckSeq(seqs[o], 1)
+	}
+	a := tr.Last()
+	want := Partial{CommitLSN: 10, Events: 3, Acked: []byte{0b111110}} // 4-8 past the unacknowledged 3
+	if !a.Partial.Equal(want) {
+		t.Fatalf("partial %+v, want %+v", a.Partial, want)
+	}
+	if a.Token.acks != 3 || a.Token.expressed != 3 {
+		t.Fatalf("token %+v: want 3 acknowledgements, all in the Partial", a.Token)
+	}
+	if st := tr.Stats(); st.Held != 3 {
+		t.Fatalf("held %d, want the 3 unsaved acknowledgements", st.Held)
+	}
+	tr.Saved(a.Token)
+	if st := tr.Stats(); st.Held != 0 {
+		t.Fatalf("held %d after the save", st.Held)
+	}
+	tx.AckSeq(seqs[3], 1)
+	wantPartial(t, tr, 10, 9)
+	tx.AckSeq(seqs[9], 1)
+	tr.Commit(tx, 20)
+	if tr.Flushed() != 20 || !tr.Idle() {
+		t.Fatalf("flushed %s idle %v after the last acknowledgement", tr.Flushed(), tr.Idle())
+	}
+}
+
+// TestHoldReleases: Saved releases only what the snapshot's Partial
+// contained; SaveFailed releases every acknowledgement the snapshot
+// counted and says how many; neither releases what came after.
+func TestHoldReleases(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 100})
+	tr.NotifyAcks(50)
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	s := trackN(tr, tx, 0, 10)
+	for _, q := range s[:4] {
+		tx.AckSeq(q, 1)
+	}
+	tok := tr.Last().Token
+	tx.AckSeq(s[4], 1)
+	tr.Saved(SaveToken{tx: tok.tx, acks: tok.acks, expressed: 2}) // a Partial that held only 2 of them
+	if held := tr.Stats().Held; held != 3 {
+		t.Fatalf("held %d, want 3 (2 not in the saved Partial, 1 after it)", held)
+	}
+	if n := tr.SaveFailed(tok); n != 2 {
+		t.Fatalf("SaveFailed released %d, want the other 2 of the snapshot's 4", n)
+	}
+	if held := tr.Stats().Held; held != 1 {
+		t.Fatalf("held %d, want the acknowledgement after the snapshot", held)
+	}
+	if n := tr.SaveFailed(tok); n != 0 {
+		t.Fatalf("a second SaveFailed of the same snapshot released %d", n)
+	}
+}
+
+// TestReachBoundsReading: with the hold on, the stream reads no event
+// whose acknowledgement the ring could not record, however many events
+// past the oldest unacknowledged one were acknowledged and saved; the
+// oldest one's acknowledgement opens it again.
+func TestReachBoundsReading(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 10})
+	tr.NotifyAcks(5)
+	tx := tr.BeginTx(time.Time{}, 1, 10)
+	stuck := tr.TrackOrdinal(tx, 0, 1)
+	n := 0
+	for ; !tr.Full() && n < 1<<20; n++ {
+		q := tr.TrackOrdinal(tx, n+1, 1)
+		tx.AckSeq(q, 1)
+		tr.Saved(tr.Last().Token)
+	}
+	if reach := int(tr.ring.mask); n != reach {
+		t.Fatalf("read %d events past the stuck one before the window closed, want the ring's reach %d", n, reach)
+	}
+	if p := tr.Last().Partial; p.Known() != n {
+		t.Fatalf("the Partial knows %d of the %d acknowledged events", p.Known(), n)
+	}
+	tx.AckSeq(stuck, 1)
+	if tr.Full() {
+		t.Fatal("still full after the oldest event was acknowledged")
+	}
+	free := New(0, Limits{MaxEvents: 10}) // no saver: nothing to bound
+	ftx := free.BeginTx(time.Time{}, 1, 10)
+	free.TrackOrdinal(ftx, 0, 1)
+	for o := 1; o < 10000; o++ {
+		ftx.AckSeq(free.TrackOrdinal(ftx, o, 1), 1)
+	}
+	if free.Full() {
+		t.Fatal("without a saver the ring's reach must not close the window")
+	}
+}
+
+// TestKickWhenHeadChanges: acknowledgements of a transaction behind the
+// head hold nothing; when it becomes the head they do, and the saver is
+// asked for a save at once.
+func TestKickWhenHeadChanges(t *testing.T) {
+	tr := New(0, Limits{MaxEvents: 100})
+	kick := tr.NotifyAcks(10)
+	a := tr.BeginTx(time.Time{}, 1, 10)
+	first := tr.TrackOrdinal(a, 0, 1)
+	tr.Commit(a, 20)
+	b := tr.BeginTx(time.Time{}, 2, 30)
+	for _, q := range trackN(tr, b, 0, 40) {
+		b.AckSeq(q, 1)
+	}
+	select {
+	case <-kick:
+		t.Fatal("kicked for acknowledgements behind the head")
+	default:
+	}
+	if held := tr.Stats().Held; held != 0 {
+		t.Fatalf("held %d behind the head", held)
+	}
+	a.AckSeq(first, 1)
+	select {
+	case <-kick:
+	default:
+		t.Fatal("no kick when a transaction with 40 unsaved acknowledgements became the head")
+	}
+	if held := tr.Stats().Held; held != 40 {
+		t.Fatalf("held %d, want 40", held)
+	}
+}

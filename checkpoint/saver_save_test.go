@@ -441,3 +441,47 @@ func TestStoreSaveStatements(t *testing.T) {
 		t.Fatalf("Save with a failing prune = %v", err)
 	}
 }
+
+// TestSaverTimeout: a save blocked (a lock on the checkpoint table) is
+// abandoned after SaveTimeout and reported to Attempted as an error, and
+// the next attempt saves once the block is gone.
+func TestSaverTimeout(t *testing.T) {
+	db := &fakeDB{updated: 1, block: make(chan struct{})}
+	src := &source{a: Acked{LSN: 0x100}}
+	s, _ := newTestSaver(t, db, nil, src)
+	kick := make(chan struct{})
+	attempts := make(chan error, 100)
+	s.Kick, s.SaveTimeout, s.Attempted = kick, 50*time.Millisecond, func(err error) { attempts <- err }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	start := time.Now()
+	kick <- struct{}{}
+	select {
+	case err := <-attempts:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("blocked save reported %v, want a deadline error", err)
+		}
+		if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+			t.Fatalf("blocked save gave up after %s, want about the 50ms SaveTimeout", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a blocked save was never abandoned")
+	}
+	lastWrite(t, db, 0)
+	db.mu.Lock()
+	close(db.block)
+	db.mu.Unlock()
+	kick <- struct{}{}
+	if err := <-attempts; err != nil {
+		t.Fatalf("save after the block: %v", err)
+	}
+	lastWrite(t, db, 1)
+}

@@ -51,7 +51,7 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 	case stall.Stalled:
 		w.stalledAt = now
 		f := w.failures.Load()
-		attrs := []slog.Attr{slog.String("stage", "stall"), slog.Int("inflight", st.Inflight),
+		attrs := []slog.Attr{slog.String("stage", "stall"), slog.Int("inflight", st.Inflight), slog.Int("held_for_checkpoint", s.Held),
 			slog.Duration("since_ack", now.Sub(st.LastProgress))}
 		if f != nil && !f.At.Before(st.LastProgress) {
 			attrs = append(attrs, slog.String("topic", f.Topic), slog.Int("partition", f.Partition), slog.String("class", string(f.Class)),
@@ -72,6 +72,9 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 	}
 	if st.Stalled {
 		r := stallReason(now, st, w.failures.Load())
+		if s.Held > 0 {
+			r += fmt.Sprintf("; %d of the events in flight are acknowledged and wait for a checkpoint save (a lock on the checkpoint table? a synchronous standby down?)", s.Held)
+		}
 		w.current.Store(&r)
 	}
 }

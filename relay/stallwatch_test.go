@@ -114,3 +114,25 @@ func TestStallReasonWithoutFailure(t *testing.T) {
 		t.Fatalf("reason %q", got)
 	}
 }
+
+// TestStallWithOnlyHeldAcks: a stream stopped by a checkpoint save that
+// never ends has nothing unacknowledged in flight, only acknowledgements
+// held for the save; that is a stall too, and its reason says so.
+func TestStallWithOnlyHeldAcks(t *testing.T) {
+	var logs bytes.Buffer
+	m := metrics.New()
+	w := newStallWatch(3*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &publisher.LastFailure{})
+	now := time.Unix(1_700_000_000, 0)
+	for i := 0; i <= 3; i++ {
+		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.Stats{Held: 10000, Acked: 52000})
+	}
+	if testutil.ToFloat64(m.Stalled) != 1 {
+		t.Fatalf("held acknowledgements with no progress for the timeout: no stall reported (logs %s)", logs.String())
+	}
+	if got := w.reason(); !strings.Contains(got, "10000 events in flight") || !strings.Contains(got, "10000 of the events in flight are acknowledged and wait for a checkpoint save") {
+		t.Fatalf("reason %q", got)
+	}
+	if !strings.Contains(logs.String(), `"held_for_checkpoint":10000`) {
+		t.Fatalf("stall log lacks the held count: %s", logs.String())
+	}
+}
