@@ -215,3 +215,106 @@ func TestLargeTransactionRepeatedKills(t *testing.T) {
 		t.Fatalf("SIGTERM: exited=%v code=%d", exited, code)
 	}
 }
+
+// TestLargeTransactionSmallWindow: with a window smaller than the save
+// kick used to be (128 events), held acknowledgements filled the window
+// before any save was asked for, and only the checkpoint interval's
+// ticker released it: a large transaction crawled at one window per
+// second (20,000 rows: about 400 s), unreported. The kick now comes at
+// half the window at the latest.
+func TestLargeTransactionSmallWindow(t *testing.T) {
+	const (
+		rows   = 20000
+		window = 50
+	)
+	env := NewEnv(t, EnvOptions{})
+	r := env.StartRelay(fmt.Sprintf("OUTBOX_RELAY_MAX_INFLIGHT_EVENTS=%d", window))
+	c := StartConsumer(t, env.Topic, env.Partitions)
+	waitCaughtUp(t, env, c, env.NewWriter(NewLedger()), 60*time.Second)
+	start := time.Now()
+	env.bulkInsert(rows, 50)
+	expected := env.bulkExpected(rows, time.Now())
+	ok := c.WaitFor(expected, 2*time.Minute, time.Second)
+	elapsed := time.Since(start)
+	rep := c.Check(expected, CheckOptions{})
+	msg := fmt.Sprintf("TestLargeTransactionSmallWindow: rows=%d window=%d elapsed=%s events_per_s=%.0f lost=%d duplicates=%d",
+		rows, window, elapsed.Round(time.Millisecond), float64(rows)/elapsed.Seconds(), len(rep.Lost), rep.Duplicates)
+	t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		t.Fatalf("a %d-row transaction with a window of %d was not delivered within 2 min (it crawls at a window per checkpoint interval)\n%s",
+			rows, window, r.LogTail(20))
+	}
+	RequireOK(t, rep)
+	if r.LogContains("delivery stalled") {
+		t.Errorf("a stall was reported while the transaction moved\n%s", r.LogTail(20))
+	}
+}
+
+// TestCheckpointTableLocked locks the checkpoint table from another
+// session (as an open transaction of `checkpoint reset` or an ALTER TABLE
+// would) while the relay delivers a large transaction. Without a bound on
+// the save, the held acknowledgements filled the window and the stream
+// stopped with nothing in flight, reported nowhere. Each save now times
+// out (5 s): the hold is released with a warning and a metric and the
+// stream keeps moving; nothing is lost.
+func TestCheckpointTableLocked(t *testing.T) {
+	const (
+		rows    = 100000
+		window  = 10000 // the default --max-inflight-events
+		lockFor = 12 * time.Second
+	)
+	env := NewEnv(t, EnvOptions{})
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := env.StartRelay("OUTBOX_RELAY_METRICS_ADDR=" + addr)
+	c := StartConsumer(t, env.Topic, env.Partitions)
+	waitCaughtUp(t, env, c, env.NewWriter(NewLedger()), 60*time.Second)
+	base, _ := c.Seen()
+
+	env.bulkInsert(rows, 50)
+	committedAt := time.Now()
+	if !within(2*time.Minute, 10*time.Millisecond, func() bool { d, _ := c.Seen(); return d-base >= 3000 }) {
+		t.Fatalf("the transaction did not start arriving\n%s", r.LogTail(20))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tx, err := env.DB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `lock table public.outbox_relay_checkpoint in access exclusive mode`); err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	atLock, _ := c.Seen()
+	time.Sleep(lockFor)
+	atUnlock, _ := c.Seen()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatalf("unlock: %v", err)
+	}
+	moved := atUnlock - atLock
+	expected := env.bulkExpected(rows, committedAt)
+	ok := c.WaitFor(expected, 3*time.Minute, time.Second)
+	rep := c.Check(expected, CheckOptions{})
+	failures := metricValue(t, addr, "outbox_relay_checkpoint_save_failures_total")
+	msg := fmt.Sprintf("TestCheckpointTableLocked: rows=%d locked_for=%s delivered_while_locked=%d (before the lock %d) save_failures=%.0f lost=%d duplicates=%d stall_reported=%v",
+		rows, lockFor, moved, atLock-base, failures, len(rep.Lost), rep.Duplicates, r.LogContains("delivery stalled"))
+	t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		t.Errorf("not every event arrived after the lock")
+	}
+	RequireOK(t, rep)
+	if atLock-base >= rows {
+		t.Fatalf("the whole transaction arrived before the lock: nothing measured")
+	}
+	if moved < window && !r.LogContains("delivery stalled") {
+		t.Errorf("the stream delivered %d events in %s of a locked checkpoint table and no stall was reported\n%s", moved, lockFor, r.LogTail(20))
+	}
+	if !r.LogContains("checkpoint save timed out") || !r.LogContains("released without it") || failures < 1 {
+		t.Errorf("the timed-out saves were not reported (save_failures=%v)\n%s", failures, r.LogTail(20))
+	}
+	if code, exited := r.Term(30 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d", exited, code)
+	}
+}
