@@ -108,7 +108,9 @@ func (p Partial) Union(q Partial) Partial {
 // Every Seq below next is settled. An acknowledgement further than the ring
 // ahead of next is not recorded: the prefix then stops short of it until
 // its transaction is confirmed (jump), which costs duplicates after a
-// crash, never a skipped event Kafka does not have.
+// crash, never a skipped event Kafka does not have. With a saver attached
+// (Tracker.NotifyAcks) the tracker reads no event that far ahead, so every
+// acknowledgement it holds for a save can be saved.
 type ackRing struct {
 	bits []uint64
 	mask uint64 // ring size in bits - 1 (a power of two)
