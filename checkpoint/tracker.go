@@ -186,7 +186,6 @@ func (t *Tracker) Settle(tx *Txn, ordinal int) {
 		tx.settled++
 	}
 	t.mu.Unlock()
-	t.signalSpace() // the ring's reach may have grown
 }
 
 // numberLocked gives the event at ordinal of tx the next sequence number
