@@ -19,7 +19,9 @@
 // knows, per event (Seq), which acknowledgements arrived, and reports the
 // acknowledged prefix of the oldest unconfirmed transaction as a Partial:
 // a restart inside a large transaction then skips what Kafka has instead
-// of re-sending all of it.
+// of re-sending all of it. The restarted relay settles the events it skips
+// (Tracker.Settle), so the Partial it saves extends the one it resumed
+// from and a second crash re-sends no more than the first.
 //
 // # Saved checkpoints
 //
