@@ -3,6 +3,9 @@
 // position as a checkpoint (Store, Saver), the one the CLI shows and resets
 // with outbox-relay checkpoint show|reset.
 //
+// Package checkpoint is part of the engine under package relay and has no
+// compatibility promise of its own: relay is what users import.
+//
 // The relay publishes events asynchronously, so Kafka acknowledgements come
 // back in any order across partitions. A Tracker keeps the transactions it has
 // seen in WAL order and reports as flushed the TransactionEndLSN of the last

@@ -2,6 +2,9 @@
 // aggregate, partitioned like the Java client (murmur2), without ever
 // letting a later batch of a partition overtake an earlier one.
 //
+// Package publisher is part of the engine under package relay and has no
+// compatibility promise of its own: relay is what users import.
+//
 // kafka-go's Writer keeps one batch in flight per partition, but once a
 // batch fails for good it sends the next queued batch anyway; resending the
 // failed one later would reorder the partition. So the publisher owns the

@@ -1,6 +1,9 @@
 // Package slot manages the publication and the logical replication slot the
 // relay reads from, and reports the slot's health.
 //
+// Package slot is part of the engine under package relay and has no
+// compatibility promise of its own: relay is what users import.
+//
 // The slot is the relay's durable position: PostgreSQL keeps WAL from its
 // restart_lsn and resumes decoding at its confirmed_flush_lsn. Ensure refuses
 // a slot the relay must not use — one of another output plugin, of another

@@ -1,0 +1,222 @@
+package publisher
+
+// This file holds the lane: one goroutine per partition of a topic that
+// sends the partition's records to Kafka one batch at a time, so a later
+// batch never overtakes an earlier one.
+//
+// Started by its topic's router (router.startLane, counted in
+// Publisher.wg) when the router routes a record to a partition that has
+// no lane: the first, or the first after the router removed an idle one.
+// It stops when its context ends: the publisher's (Close) or its own, a
+// child cancelled by the router's sweep (lane.stop) once the lane has
+// been idle with nothing outstanding. It also stops when it fails the
+// publisher (p.fail on a fatal error) or a park or dead-letter cannot
+// complete (hold, settle).
+//
+// Only the lane's goroutine touches records and lastErr. startLane sets
+// the other fields before the goroutine starts, except lastSweep, which
+// only the router touches, and two atomics the lane shares with the
+// router: leader, which the router stores and the lane reads for each
+// batch, and outstanding, which the router adds to when it routes a
+// record here and record.done takes off once the lane has acknowledged,
+// parked or dead-lettered it.
+//
+// It reads its queue q, which only the router pushes to, until its
+// context ends. It hands each batch to the combiner (combiner.produce: a
+// send on combiner.in, then a wait on the batch's err channel), so it has
+// at most one batch in flight and does not touch its records slice while
+// the combiner holds it. It calls the Acker of each record it takes care
+// of, DeadLetters for records to park or dead-letter, and p.fail
+// (Publisher.fatal) on a fatal error.
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// lane writes one partition's records, one batch at a time.
+type lane struct {
+	p         *Publisher
+	topic     string
+	partition int
+	// ctx ends when the publisher closes or the router evicts the lane
+	// (stop), which it does only with nothing outstanding.
+	ctx  context.Context
+	stop context.CancelFunc
+	// outstanding counts records routed to the lane and not yet taken
+	// care of (record.done).
+	outstanding atomic.Int64
+	// lastSweep is the router's sweep count when it last routed a record
+	// here; only the router touches it.
+	lastSweep uint64
+	// leader is the partition leader's broker id (-1 unknown), kept
+	// current by the router; the combiner groups batches by it.
+	leader  atomic.Int32
+	q       *queue
+	records []kafka.Record
+	lastErr error
+}
+
+// produce sends the lane's records as one partition batch of a combined
+// produce request (see combiner) and waits for acks=all. The lane has
+// already formed the batch, so it goes straight to the protocol: kafka-go's
+// Writer would re-batch it, wait its BatchTimeout on a partial batch and
+// allocate a full-size batch buffer for every call.
+func (l *lane) produce(recs []*record) error {
+	// Built per attempt: the record readers are consumed by a request.
+	l.records = l.records[:0]
+	size := 0
+	for _, rec := range recs {
+		m := &rec.msg
+		l.records = append(l.records, kafka.Record{Time: m.Time, Key: kafka.NewBytes(m.Key), Value: kafka.NewBytes(m.Value), Headers: m.Headers})
+		size += rec.size
+	}
+	return l.p.combiner.produce(&batch{
+		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.records,
+	})
+}
+
+func (l *lane) run() {
+	p := l.p
+	defer p.wg.Done()
+	var batch, send []*record
+	for {
+		batch = l.q.take(l.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
+		if batch == nil {
+			return
+		}
+		// Events whose aggregate got quarantined after they were routed
+		// (a poison event earlier in this lane) are parked, not sent.
+		send = send[:0]
+		for _, rec := range batch {
+			held, ok := p.hold(rec)
+			if !ok {
+				return
+			}
+			if !held {
+				send = append(send, rec)
+			}
+		}
+		if len(send) > 0 && !l.write(send) {
+			return
+		}
+		clear(batch)
+	}
+}
+
+// write delivers records (one partition batch) and acknowledges them. It
+// returns false when the publisher is closing or failed.
+func (l *lane) write(recs []*record) bool {
+	switch l.send(recs) {
+	case sent:
+		l.acked(recs)
+		return true
+	case closing:
+		return false
+	}
+	// A permanent failure of a batch: find the poison records by sending
+	// one at a time, in order, so everything before a poison record is
+	// delivered and everything of its aggregate after it is parked.
+	p := l.p
+	for _, rec := range recs {
+		held, ok := p.hold(rec)
+		if !ok {
+			return false
+		}
+		if held {
+			continue
+		}
+		switch l.send([]*record{rec}) {
+		case sent:
+			l.acked([]*record{rec})
+		case closing:
+			return false
+		case rejected:
+			_, reason := classify(l.lastErr)
+			if !p.settle(rec, reason, l.lastErr) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sendResult is the outcome of lane.send.
+type sendResult int
+
+const (
+	sent sendResult = iota
+	rejected
+	closing
+)
+
+// send writes one partition batch, retrying transient failures with
+// backoff until it is acknowledged, rejected for good, or the publisher
+// closes.
+func (l *lane) send(recs []*record) sendResult {
+	p := l.p
+	var vanished time.Time // first UNKNOWN_TOPIC_OR_PARTITION of this batch
+	for attempt := 1; ; attempt++ {
+		p.m.ProduceRequest()
+		err := l.produce(recs)
+		if err == nil {
+			if attempt > 1 {
+				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt))
+			}
+			return sent
+		}
+		if p.ctx.Err() != nil {
+			return closing
+		}
+		class, reason := classify(err)
+		if class == Transient && lingering(err) {
+			// Unknown partition: a metadata lag heals, a deleted one never.
+			if vanished.IsZero() {
+				vanished = time.Now()
+			} else if time.Since(vanished) >= p.cfg.UnknownTopicTimeout {
+				class = Fatal
+			}
+		}
+		p.m.PublishError(reason, string(class))
+		first := recs[0].ev
+		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
+			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
+		level := retryLevel(attempt)
+		if class != Transient {
+			level = slog.LevelError
+		}
+		attrs := []slog.Attr{slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition),
+			slog.Int("attempt", attempt), slog.Int("batch", len(recs)), slog.String("class", string(class)), slog.String("reason", reason),
+			slog.String("event_id", first.EventID), slog.String("aggregate_id", first.AggregateID), slog.String("event_type", first.EventType),
+			slog.Any("error", err)}
+		if class == Fatal {
+			p.log.LogAttrs(context.Background(), level, "publish failed for a reason no retry can fix; stopping with the slot position held", attrs...)
+			p.fail(fatalError(l.topic, l.partition, reason, err))
+			return closing
+		}
+		if class == Permanent {
+			p.log.LogAttrs(context.Background(), level, "publish rejected permanently", attrs...)
+			l.lastErr = err
+			return rejected
+		}
+		d := p.backoff(attempt)
+		p.log.LogAttrs(context.Background(), level, "publish failed, retrying", append(attrs, slog.Duration("backoff", d))...)
+		if !p.sleep(d) {
+			return closing
+		}
+	}
+}
+
+func (l *lane) acked(recs []*record) {
+	p := l.p
+	now := time.Now()
+	for _, rec := range recs {
+		rec.done()
+		p.m.CommitToAck(now.Sub(rec.commit))
+	}
+	p.m.BatchPublished(l.topic, len(recs))
+}
