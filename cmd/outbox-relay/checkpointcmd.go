@@ -32,7 +32,7 @@ var checkpointSummaries = map[string]string{
 }
 
 func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	verb, err := groupVerb(args, checkpointUsage, stderr, "show", "reset")
+	verb, err := groupVerb(args, checkpointUsage, stderr, checkpointSummaries)
 	if err != nil {
 		return err
 	}

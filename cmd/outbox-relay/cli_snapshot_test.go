@@ -33,6 +33,7 @@ func TestCLISnapshots(t *testing.T) {
 		{"mistyped-flag", []string{"run", "--max-inflight-byte", "16MiB"}, withStack},
 		{"invalid-value-flag", []string{"run", "--max-inflight-bytes", "lots"}, withStack},
 		{"invalid-value-env", []string{"run"}, append([]string{"OUTBOX_RELAY_MAX_INFLIGHT_BYTES=lots"}, withStack...)},
+		{"unknown-env", []string{"run"}, append([]string{"OUTBOX_RELAY_MAX_INFLIGHT_EVNTS=50000"}, withStack...)},
 		{"version", []string{"version"}, nil},
 		{"version-flag", []string{"--version"}, nil},
 	} {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"strings"
@@ -81,10 +80,9 @@ const (
 	scopeMigrate                   // migrate-only knobs
 )
 
-// bind registers the flags of the given scopes on fs, with the defaults
-// of relay.DefaultConfig, and records which relay.Config field each sets.
-func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
-	b := envflag.New(fs, envPrefix)
+// bind registers the flags of the given scopes on b, with the defaults of
+// relay.DefaultConfig, and records which relay.Config field each sets.
+func (c *config) bind(b *envflag.Binder, s scope) {
 	d := relay.DefaultConfig()
 	b.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
@@ -110,7 +108,6 @@ func (c *config) bind(fs *flag.FlagSet, s scope) *envflag.Binder {
 		c.Trace.bind(b)
 		bindFailoverSlot(b, &c.FailoverSlot, "; applies when the relay creates a missing slot (an existing slot keeps its flag: migrate --failover-slot changes it)")
 	}
-	return b
 }
 
 // bindFailoverSlot registers --failover-slot (migrate, slot create, run,

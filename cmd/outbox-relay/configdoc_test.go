@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -164,6 +166,19 @@ const configDocIntro = "# Configuration reference\n\n" +
 	"URL, the SASL password) may also come from a file named by the variable with a `_FILE` suffix, so\n" +
 	"they appear neither in the environment nor in `ps`; setting both the variable and its `_FILE` is an\n" +
 	"error. A malformed environment value is a configuration error (exit code 2), never silently ignored.\n\n" +
+	"So is an `OUTBOX_RELAY_*` variable that no flag reads, most likely a misspelt name that would\n" +
+	"otherwise leave its flag at the default. Every command but `version` (and `--help`) refuses it\n" +
+	"before doing anything, one line per variable with the closest known name, exit code 2:\n\n" +
+	"```text\n" +
+	"$ OUTBOX_RELAY_MAX_INFLIGHT_EVNTS=50000 outbox-relay run\n" +
+	"outbox-relay run: unknown environment variable OUTBOX_RELAY_MAX_INFLIGHT_EVNTS (did you mean OUTBOX_RELAY_MAX_INFLIGHT_EVENTS?)\n" +
+	"```\n\n" +
+	"Known means read by a flag of *any* command: one environment commonly serves several commands\n" +
+	"(`migrate`, then `run`, in one container, Compose file or Helm release), so `migrate` accepts\n" +
+	"`OUTBOX_RELAY_MAX_INFLIGHT_EVENTS`, a flag of `run` and `recover`, and ignores it. The variables of\n" +
+	"this repository's tests and scripts, which CI or `scripts/stack.sh env` may leave in the relay's\n" +
+	"environment, are accepted too:\n\n" +
+	"%s\n" +
 	"Embedding the relay as a Go package instead? The same settings are the fields of `relay.Config`\n" +
 	"(`go doc github.com/outbox-relay/outbox-relay/relay Config`); `relay.DefaultConfig()` returns the\n" +
 	"defaults below.\n\n" +
@@ -185,7 +200,11 @@ type docSection struct {
 
 func renderConfigDoc(t *testing.T) string {
 	var b strings.Builder
-	b.WriteString(configDocIntro)
+	var notFlags strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(notFlagEnv)) {
+		fmt.Fprintf(&notFlags, "- `%s`: %s\n", name, notFlagEnv[name])
+	}
+	fmt.Fprintf(&b, configDocIntro, notFlags.String())
 	cmds := usageCommands(t)
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "| [`%s`](#%s) | %s |\n", c.args, anchor("outbox-relay "+c.args), mdCell(c.summary))

@@ -35,7 +35,7 @@ var dlqSummaries = map[string]string{
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || isHelp(args[0]) {
-		_, err := groupVerb(args, dlqUsage, stderr)
+		_, err := groupVerb(args, dlqUsage, stderr, nil)
 		return err
 	}
 	verb := args[0]

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,7 +46,8 @@ Commands:
   version        print the version (also --version)
 
 Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
-and OUTBOX_RELAY_DATABASE_URL. Run "outbox-relay <command> --help" for its flags.
+and OUTBOX_RELAY_DATABASE_URL; an OUTBOX_RELAY_* variable no flag reads is an
+error. Run "outbox-relay <command> --help" for its flags.
 `
 
 func main() {
@@ -74,41 +76,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stderr = redacted
 	ctx, stop := interruptible(stderr, os.Exit)
 	defer stop()
-	var err error
-	switch args[0] {
-	case "migrate":
-		err = cmdMigrate(ctx, args[1:], stdout, stderr)
-	case "run":
-		err = cmdRun(ctx, args[1:], stderr)
-	case "slot":
-		err = cmdSlot(ctx, args[1:], stdout, stderr)
-	case "dlq":
-		err = cmdDLQ(ctx, args[1:], stdout, stderr)
-	case "checkpoint":
-		err = cmdCheckpoint(ctx, args[1:], stdout, stderr)
-	case "replay":
-		err = cmdReplay(ctx, args[1:], stdout, stderr)
-	case "recover":
-		err = cmdRecover(ctx, args[1:], stdout, stderr)
-	case "cleanup":
-		err = cmdCleanup(ctx, args[1:], stdout, stderr)
-	case "doctor":
-		err = cmdDoctor(ctx, args[1:], stdout, stderr)
-	case "reconcile":
-		err = cmdReconcile(ctx, args[1:], stdout, stderr)
-	default:
+	cmd, ok := commands()[args[0]]
+	if !ok {
 		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
 	}
+	err := cmd.run(ctx, args[1:], stdout, stderr)
 	var ce configError
 	var help *helpRequest
 	var nc notCheckedError
+	var ue unknownEnvError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &help):
 		fmt.Fprint(stdout, help.usage)
 		return exitOK
+	case errors.As(err, &ue):
+		for _, line := range ue.lines() {
+			fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], line)
+		}
+		return exitUsage
 	case errors.As(err, &ce), errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
 		return exitUsage
@@ -121,6 +109,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(err))
 		return exitFailure
+	}
+}
+
+// command is a subcommand: run dispatches args[0] to it. A group's verbs
+// (slot, dlq, checkpoint) are the keys of its summaries, which every verb
+// has for its --help; knownEnv walks them.
+type command struct {
+	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	verbs map[string]string
+}
+
+// commands are the subcommands by name (a function, not a variable: the
+// commands' flag parsing reads it, through knownEnv).
+func commands() map[string]command {
+	return map[string]command{
+		"migrate": {run: cmdMigrate},
+		"run": {run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			return cmdRun(ctx, args, stderr)
+		}},
+		"slot":       {run: cmdSlot, verbs: slotSummaries},
+		"dlq":        {run: cmdDLQ, verbs: dlqSummaries},
+		"checkpoint": {run: cmdCheckpoint, verbs: checkpointSummaries},
+		"replay":     {run: cmdReplay},
+		"recover":    {run: cmdRecover},
+		"cleanup":    {run: cmdCleanup},
+		"doctor":     {run: cmdDoctor},
+		"reconcile":  {run: cmdReconcile},
 	}
 }
 
@@ -157,16 +172,29 @@ func parse(name, summary string, args []string, s scope, stderr io.Writer) (*con
 // parseWith is parse for subcommands with their own flags (registered by
 // extra on the same Binder, so they have environment fallbacks too) and
 // positional arguments (returned; described by argsUsage).
+//
+// Every command calls it before doing anything else; with an *envLister
+// as stderr it only registers the flags, adds their environment variables
+// to the lister and returns errListed (knownEnv).
 func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*envflag.Binder)) (*config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	// The flag package prints the whole usage before any parse error;
 	// run prints the one-line error instead, and --help's usage to stdout.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
+	lister, listing := stderr.(*envLister)
+	b := envflag.New(fs, envPrefix)
+	if listing {
+		b = envflag.Listing(fs, envPrefix)
+	}
 	cfg := &config{}
-	b := cfg.bind(fs, s)
+	cfg.bind(b, s)
 	if extra != nil {
 		extra(b)
+	}
+	if listing {
+		lister.add(b.EnvNames()...)
+		return nil, nil, errListed
 	}
 	// Flags may follow positional arguments (dlq show ID --json).
 	var rest []string
@@ -186,6 +214,11 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 		}
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	// Before validate: a misspelt variable explains a missing or default
+	// value better than the error about that value would.
+	if err := checkEnv(os.Environ(), b.EnvNames()); err != nil {
+		return nil, nil, err
 	}
 	if sink, ok := stderr.(secretSink); ok {
 		sink.Add(secrets(b)...)

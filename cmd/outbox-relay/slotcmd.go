@@ -27,7 +27,7 @@ var slotSummaries = map[string]string{
 }
 
 func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	verb, err := groupVerb(args, slotUsage, stderr, "status", "create", "drop")
+	verb, err := groupVerb(args, slotUsage, stderr, slotSummaries)
 	if err != nil {
 		return err
 	}

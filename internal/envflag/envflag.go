@@ -23,7 +23,12 @@ import (
 type Binder struct {
 	fs     *flag.FlagSet
 	prefix string
-	errs   []error
+	// lookup reads an environment variable: os.LookupEnv, or nothing for
+	// a Listing Binder.
+	lookup func(string) (string, bool)
+	// envNames are the variables the registered flags read (EnvNames).
+	envNames []string
+	errs     []error
 	// parseErr is the first malformed value Parse met on the command line.
 	parseErr error
 	// secrets are the values of Secret flags; dsn marks connection
@@ -45,8 +50,22 @@ type secret struct {
 // New returns a Binder registering on fs; environment variables are
 // prefix + the flag name in upper case with dashes as underscores.
 func New(fs *flag.FlagSet, prefix string) *Binder {
-	return &Binder{fs: fs, prefix: prefix, fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}}
+	return &Binder{fs: fs, prefix: prefix, lookup: os.LookupEnv, fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}}
 }
+
+// Listing is New for a Binder that only lists its flags' variables
+// (EnvNames): it reads neither the environment nor the files the _FILE
+// variables name, so the flags keep their defaults.
+func Listing(fs *flag.FlagSet, prefix string) *Binder {
+	b := New(fs, prefix)
+	b.lookup = func(string) (string, bool) { return "", false }
+	return b
+}
+
+// EnvNames returns the environment variables of the flags registered so
+// far, in registration order: each flag's, and the <ENV>_FILE of a Secret,
+// ConnString or ConnStrings flag.
+func (b *Binder) EnvNames() []string { return slices.Clone(b.envNames) }
 
 // EnvName is the environment variable of flag name.
 func (b *Binder) EnvName(name string) string {
@@ -88,7 +107,7 @@ func (b *Binder) Flag(field string) (string, bool) {
 	return f, ok
 }
 
-func (b *Binder) env(name string) (string, bool) { return os.LookupEnv(b.EnvName(name)) }
+func (b *Binder) env(name string) (string, bool) { return b.lookup(b.EnvName(name)) }
 
 // register registers v (holding the default) as flag name: the
 // environment's value, if any, replaces the default; a malformed one is
@@ -100,6 +119,7 @@ func (b *Binder) register(v flag.Value, name, help string) Binding {
 		}
 	}
 	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s)", help, b.EnvName(name)))
+	b.envNames = append(b.envNames, b.EnvName(name))
 	return Binding{b, name}
 }
 
@@ -132,7 +152,7 @@ func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
 // file <ENV>_FILE names; def when neither is set.
 func (b *Binder) secretEnv(name, def string) string {
 	env := b.EnvName(name)
-	if path, ok := os.LookupEnv(env + "_FILE"); ok {
+	if path, ok := b.lookup(env + "_FILE"); ok {
 		if _, both := b.env(name); both {
 			b.errs = append(b.errs, fmt.Errorf("both %s and %s_FILE are set: keep one", env, env))
 		} else if v, err := os.ReadFile(path); err != nil {
@@ -149,6 +169,7 @@ func (b *Binder) secretEnv(name, def string) string {
 func (b *Binder) registerSecret(v flag.Value, name, help string) Binding {
 	env := b.EnvName(name)
 	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
+	b.envNames = append(b.envNames, env, env+"_FILE")
 	return Binding{b, name}
 }
 

@@ -2,7 +2,6 @@ package envflag
 
 import (
 	"flag"
-	"os"
 	"strings"
 )
 
@@ -23,10 +22,10 @@ func (b *Binder) ConnStrings(p *[]string, name, help string) Binding {
 // on existing state only when asked to (migrate --failover-slot).
 func (b *Binder) IsSet(name string) bool {
 	env := b.EnvName(name)
-	if _, ok := os.LookupEnv(env); ok {
+	if _, ok := b.lookup(env); ok {
 		return true
 	}
-	if _, ok := os.LookupEnv(env + "_FILE"); ok {
+	if _, ok := b.lookup(env + "_FILE"); ok {
 		return true
 	}
 	set := false

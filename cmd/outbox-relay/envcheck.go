@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
+)
+
+// The environment check. Every flag reads an OUTBOX_RELAY_* variable, so
+// a variable no flag reads is a mistake: most often a misspelt name
+// (OUTBOX_RELAY_MAX_INFLIGHT_EVNTS=50000), which would otherwise leave the
+// flag at its default without a word. Every command that reads its
+// configuration (all but version and --help) refuses such a variable
+// before doing anything, with one line per variable naming it and the
+// closest known name, exit code 2 (exitUsage). Values are never printed:
+// they may be secrets. parseWith runs the check once the command line is
+// parsed (so --help still helps) and before the configuration is validated.
+//
+// The check is global, not per command: a variable is known when a flag
+// of any command reads it. One environment commonly serves several
+// commands - docker-compose.yml runs `migrate` and then `run` with the
+// same variables (OUTBOX_RELAY_KAFKA_BROKERS, _CREATE_TOPICS and
+// _METRICS_ADDR are none of migrate's flags), the image sets
+// OUTBOX_RELAY_METRICS_ADDR (run's and recover's) for every command, a
+// Helm release or a deployment script shares one set of variables between
+// its jobs, and an operator's shell exports the relay's settings before
+// `slot status` or `dlq list` - so `migrate` must accept
+// OUTBOX_RELAY_MAX_INFLIGHT_EVENTS, which only run and recover read, and
+// ignore it. What the check rejects is a name nothing reads.
+//
+// The known names are those of the flags the commands register, listed by
+// running every command and verb in listing mode (knownEnv, parseWith),
+// plus each secret flag's <ENV>_FILE: there is no list of flags to keep
+// in step, and a new flag is known as soon as it is registered.
+
+// testStatusHoldEnv names a test hook of binaries built with -tags
+// testhooks (the integration suite's): standby status updates confirm only
+// positions acknowledged at least that long ago, while checkpoints are
+// saved as usual. It widens the (normally ~100 ms) window in which a
+// checkpoint is ahead of the slot, so a kill -9 test can land in it
+// deterministically. Not a flag, and not in release builds (testhooks.go):
+// it only makes redelivery worse.
+const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
+
+// notFlagEnv are the OUTBOX_RELAY_* variables no flag reads that the
+// tests and scripts of this repository do, with who reads them. They may
+// be in the environment the relay inherits - from CI, from `make`, from
+// `eval "$(scripts/stack.sh env)"` (which make test and scripts/demo.sh
+// run before starting the relay) - so they must not stop it. Keep this
+// short: TestRepositoryVariablesAreAccepted fails on any OUTBOX_RELAY_*
+// name in the repository that is neither a flag's nor listed here.
+var notFlagEnv = map[string]string{
+	testStatusHoldEnv:                "the relay built with -tags testhooks (testhooks.go); set by integration/checkpoint_test.go",
+	envPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
+	envPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testenv); exported by scripts/stack.sh env",
+	envPrefix + "TEST_PG_BIN":        "the integration tests' temporary clusters (integration/pgcluster_test.go); exported by scripts/pgversions.sh run",
+	envPrefix + "IT_HARNESS_ONLY":    "the integration harness (integration/harness_test.go): its self-tests only",
+	envPrefix + "CHAOS_SEED":         "integration/chaos_test.go: the fault schedule's seed",
+	envPrefix + "CHAOS_LONG":         "integration/chaos_test.go: the long chaos run",
+	envPrefix + "CACHE":              "scripts/stack.sh, scripts/interop.sh, integration/secure_stack_test.go: the download cache",
+}
+
+// checkEnv returns an unknownEnvError for each OUTBOX_RELAY_* variable of
+// environ (os.Environ's form) that is not in own (the variables of the
+// command's flags), of another command's flags or in notFlagEnv.
+func checkEnv(environ, own []string) error {
+	var names []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && !slices.Contains(own, name) && notFlagEnv[name] == "" {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil // the usual case: only the command's own variables
+	}
+	known, err := knownEnv()
+	if err != nil {
+		return err
+	}
+	var candidates []string
+	for name := range known {
+		candidates = append(candidates, strings.TrimPrefix(name, envPrefix))
+	}
+	for name := range notFlagEnv {
+		candidates = append(candidates, strings.TrimPrefix(name, envPrefix))
+	}
+	var unknown unknownEnvError
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		if known[name] {
+			continue
+		}
+		v := unknownEnv{name: name}
+		if base, ok := strings.CutSuffix(name, "_FILE"); ok && known[base] {
+			v.closest = base // only secrets come from files
+		} else if c := envflag.Closest(strings.ToUpper(strings.TrimPrefix(name, envPrefix)), candidates); c != "" {
+			v.closest = envPrefix + c
+		}
+		unknown = append(unknown, v)
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return unknown
+}
+
+// unknownEnvError lists the unknown variables; run prints one line each.
+type unknownEnvError []unknownEnv
+
+type unknownEnv struct{ name, closest string }
+
+func (e unknownEnvError) lines() []string {
+	var lines []string
+	for _, v := range e {
+		line := "unknown environment variable " + v.name
+		if v.closest != "" {
+			line += " (did you mean " + v.closest + "?)"
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+func (e unknownEnvError) Error() string        { return strings.Join(e.lines(), "\n") }
+func (e unknownEnvError) Is(target error) bool { return target == errUsage }
+
+// envLister is the stderr of a command run by knownEnv: parseWith sees it,
+// registers the command's flags on a Binder that reads no environment,
+// adds their variables and returns errListed instead of parsing.
+type envLister struct {
+	io.Writer
+	names map[string]bool
+}
+
+func (l *envLister) add(names ...string) {
+	for _, n := range names {
+		l.names[n] = true
+	}
+}
+
+// errListed ends a command run by knownEnv once its flags are listed.
+var errListed = errors.New("flags listed")
+
+// knownEnv returns the environment variables of every flag of every
+// command and verb. Each command parses its flags before doing anything
+// else, so running it with an envLister as stderr does nothing but list
+// them; a command that returns anything but errListed broke that rule, and
+// is reported rather than having its variables rejected.
+func knownEnv() (map[string]bool, error) {
+	l := &envLister{Writer: io.Discard, names: map[string]bool{}}
+	cmds := commands()
+	for _, name := range slices.Sorted(maps.Keys(cmds)) {
+		c := cmds[name]
+		calls := [][]string{nil}
+		if c.verbs != nil {
+			calls = nil
+			for _, verb := range slices.Sorted(maps.Keys(c.verbs)) {
+				calls = append(calls, []string{verb})
+			}
+		}
+		for _, args := range calls {
+			if err := c.run(context.Background(), args, io.Discard, l); !errors.Is(err, errListed) {
+				return nil, fmt.Errorf("listing the flags of %q: %v (a command must parse its flags before anything else)",
+					strings.Join(append([]string{name}, args...), " "), err)
+			}
+		}
+	}
+	return l.names, nil
+}
