@@ -344,6 +344,7 @@ func (c *Consumer) backoff(attempt int) time.Duration {
 
 // pruneLoop deletes processed_events rows past the retention.
 func (c *Consumer) pruneLoop(ctx context.Context) {
+	defer loopExit("prune")
 	t := time.NewTicker(c.cfg.PruneInterval)
 	defer t.Stop()
 	for {

@@ -41,7 +41,10 @@
 // by the batch size and the reader queues per assigned partition, whatever
 // the backlog. A rebalance ends the consumer-group generation: each worker
 // finishes the batch it is applying, the final offsets are committed, and
-// only then are the partitions released.
+// only then are the partitions released. When Run returns, none of its
+// goroutines (workers, committers, the pruning loop) is left: the pool may
+// be closed at once, and a Run started again in the same process never
+// overlaps with the batches, offset commits or prunes of the one before.
 //
 // Handler is called once per event and fits most effects: one or two
 // statements per event. BatchHandler receives the batch's fresh events at

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // Run consumes until ctx is done (it then returns nil after the batches in
@@ -23,6 +26,12 @@ import (
 // never a skipped event. A rebalance ends the generation: every worker
 // finishes its batch in flight, the final offsets are committed, and only
 // then does the consumer rejoin and release its partitions.
+//
+// When Run returns, every goroutine it started has ended - the workers,
+// the committers, the pruning loop - so nothing of the consumer uses the
+// pool or Kafka any more: the caller may close the pool, or start a new
+// Run, without a batch, an offset commit or a prune of this one still in
+// flight.
 func (c *Consumer) Run(ctx context.Context) error {
 	rc := c.readerConfig()
 	group, err := kafka.NewConsumerGroup(groupConfig(c.cfg, rc))
@@ -31,9 +40,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var prune *startstop.Service
 	if c.cfg.Retention > 0 {
-		go c.pruneLoop(runCtx)
+		prune = startstop.New(c.pruneLoop)
+		prune.Start(runCtx)
 	}
+	// gens counts the functions startGeneration hands to kafka-go, which
+	// does not wait for one it starts on a generation that already ended
+	// (a worker failing at once ends it): Run waits for them itself.
+	var gens sync.WaitGroup
 	c.log.Info("inbox consumer started", slog.String("stage", "start"), slog.String("group", c.cfg.GroupID),
 		slog.Any("topics", c.cfg.Topics), slog.Int("batch_size", c.cfg.BatchSize), slog.Int("concurrency", c.cfg.Concurrency))
 	for {
@@ -47,13 +62,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn("joining the consumer group failed; retrying", slog.String("stage", "kafka"), slog.Any("error", err))
 			continue
 		}
-		c.startGeneration(runCtx, cancel, gen, rc)
+		c.startGeneration(runCtx, cancel, gen, rc, &gens)
 	}
 	// Close waits for the generation's workers (in-flight batches and the
 	// final offset commit), then leaves the group.
 	if err := group.Close(); err != nil {
 		c.log.Warn("closing the consumer group", slog.String("stage", "shutdown"), slog.Any("error", err))
 	}
+	gens.Wait()
+	startstop.StopAll(prune)
 	c.log.Info("inbox consumer stopped", slog.String("stage", "shutdown"))
 	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		return cause
@@ -139,8 +156,9 @@ func partitionReader(rc kafka.ReaderConfig, topic string, partition int, offset 
 
 // startGeneration starts a worker per assigned partition and the
 // generation's committer, all bound to gen: kafka-go waits for them before
-// it rejoins the group, which is what makes a revocation clean.
-func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCauseFunc, gen *kafka.Generation, rc kafka.ReaderConfig) {
+// it rejoins the group, which is what makes a revocation clean. gens
+// counts them too, for Run.
+func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCauseFunc, gen *kafka.Generation, rc kafka.ReaderConfig, gens *sync.WaitGroup) {
 	com := newCommitter(c, gen)
 	var workers sync.WaitGroup
 	assigned := 0
@@ -148,7 +166,10 @@ func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCaus
 		for _, pa := range parts {
 			assigned++
 			workers.Add(1)
+			gens.Add(1)
 			gen.Start(func(genCtx context.Context) {
+				defer gens.Done()
+				defer loopExit("worker")
 				defer workers.Done()
 				wctx, stop := context.WithCancel(ctx)
 				defer stop()
@@ -162,7 +183,10 @@ func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCaus
 	}
 	c.log.Info("consumer group generation started", slog.String("stage", "rebalance"), slog.Int("generation", int(gen.ID)),
 		slog.Int("partitions", assigned))
+	gens.Add(1)
 	gen.Start(func(genCtx context.Context) {
+		defer gens.Done()
+		defer loopExit("committer")
 		cctx, stop := context.WithCancel(ctx)
 		defer stop()
 		defer context.AfterFunc(genCtx, stop)()
@@ -192,7 +216,25 @@ func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset
 	defer r.Close()
 	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTx()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownTimeout, cancelTx) })()
+	// The grace period is a service, not a timer left behind: it ends
+	// when run returns, so no goroutine of the worker outlives Run.
+	grace := startstop.New(func(gctx context.Context) {
+		defer loopExit("grace")
+		select {
+		case <-ctx.Done():
+		case <-gctx.Done():
+			return
+		}
+		t := time.NewTimer(c.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelTx()
+		case <-gctx.Done():
+		}
+	})
+	grace.Start(context.Background())
+	defer grace.Stop()
 
 	buf := make([]kafka.Message, 0, c.cfg.BatchSize)
 	for {
@@ -246,4 +288,18 @@ func (w *partitionWorker) fetch(ctx context.Context, r *kafka.Reader, buf []kafk
 		buf = append(buf, m)
 	}
 	return buf, nil
+}
+
+// loopExitHook, when set (by tests only), is called by each goroutine of
+// Run as it returns (the pruning loop, a worker, its grace period, a
+// committer), with its name. A test makes one of them linger there, so
+// that if Run did not wait for it, it would still be running when Run
+// returns.
+var loopExitHook atomic.Pointer[func(loop string)]
+
+// loopExit calls loopExitHook; each goroutine of Run defers it.
+func loopExit(loop string) {
+	if h := loopExitHook.Load(); h != nil {
+		(*h)(loop)
+	}
 }

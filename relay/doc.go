@@ -20,7 +20,11 @@
 // a leader through a PostgreSQL advisory lock: the leader streams, the
 // others stand by and take over within Leader.PollInterval when it stops
 // or loses its connection. Run returns when its context ends, after
-// draining what it read for at most ShutdownTimeout:
+// draining what it read for at most ShutdownTimeout, and only once every
+// goroutine it started (heartbeat, checkpoint saver, cleanup schedule,
+// statistics, ...) has ended: nothing of it touches the database or Kafka
+// afterwards, and a relay restarted in the same process never runs beside
+// the loops of the one before:
 //
 //	cfg := relay.DefaultConfig()
 //	cfg.Database.URL = os.Getenv("DATABASE_URL")

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -20,15 +21,19 @@ import (
 var errLeadershipLost = errors.New("leadership lost")
 
 // lead streams while lease holds: stream attempts with reconnects, as
-// before leader election, plus the WAL heartbeat. Losing the lease cancels
-// the stream at once (nothing more is drained or published).
+// before leader election, plus the WAL heartbeat and the cleanup schedule.
+// Losing the lease cancels the stream at once (nothing more is drained or
+// published). lead returns only after the heartbeat and the cleanup
+// schedule stopped: the next term (or the next Relay of an in-process
+// restart) starts its own, never a second beside them.
 func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 	lctx := lease.Context()
 	hctx, cancel := context.WithCancel(lctx)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
-	go r.heartbeat(hctx)
-	go r.cleanup.run(hctx, r)
+	r.loops.heartbeat.Start(hctx)
+	r.loops.cleanup.Start(hctx)
+	defer startstop.StopAll(r.loops.heartbeat, r.loops.cleanup)
 
 	for attempt := 1; ; attempt++ {
 		started := time.Now()

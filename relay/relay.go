@@ -48,6 +48,9 @@ type Relay struct {
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// cleanup is the leader's cleanup schedule (nil: off).
 	cleanup *cleanupSchedule
+	// loops are the background loops Run and lead start and wait for
+	// (services.go).
+	loops services
 	// streaming is true while a replication stream runs (Health).
 	streaming atomic.Bool
 	// decoded is the highest position handed to the publisher (redelivery.go).
@@ -89,6 +92,7 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 		r.gatherer = g
 	}
 	r.cleanup = newCleanupSchedule(r)
+	r.loops = newServices(r)
 	r.stalls = newStallWatch(cfg.Window.StallTimeout, log, r.m, &r.failures)
 	return r, nil
 }
@@ -110,7 +114,8 @@ func isPermanent(err error) bool {
 // draining for at most ShutdownTimeout, with nil - or on a failure no
 // reconnect can cure (a schema problem, a lost slot, a poison event under
 // PoisonHalt, a rejected certificate), with the slot position held. Run
-// may be called once.
+// may be called once. When it returns, every goroutine it started has
+// ended: nothing of the relay uses the database or Kafka any more.
 func (r *Relay) Run(ctx context.Context) (err error) {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
@@ -139,7 +144,11 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer r.startStats(ctx)()
+	if r.cfg.Stats.Interval > 0 {
+		// Stopped (and waited for) before the pool closes.
+		r.loops.stats.Start(ctx)
+		defer r.loops.stats.Stop()
+	}
 	r.slots, r.positions = checked.Slots, checked.Checkpoints
 	if err := r.refuseLostSlot(ctx); err != nil {
 		return err
@@ -164,9 +173,8 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	} else if !up {
 		return nil // stopped before Kafka answered
 	}
-	observing, stop := context.WithCancel(ctx)
-	defer stop()
-	go r.observe(observing)
+	r.loops.observer.Start(ctx)
+	defer r.loops.observer.Stop()
 	return r.campaign(ctx)
 }
 

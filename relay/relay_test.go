@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -29,7 +30,9 @@ func TestDeliversInOrder(t *testing.T) {
 	if err := s.write(ctx, 1500, 50, 25, 0); err != nil {
 		t.Fatal(err)
 	}
-	stop := start(s.newRelay("a"))
+	r := s.newRelay("a")
+	before := goleak.IgnoreCurrent()
+	stop := start(r)
 	defer stop()
 	if err := s.write(ctx, 1500, 50, 25, time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -38,6 +41,7 @@ func TestDeliversInOrder(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	noGoroutineLeft(t, before)
 	t.Logf("3000 events delivered, %d duplicates", d.duplicates)
 }
 
@@ -49,6 +53,7 @@ func TestFailoverInProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	relays := []*relay.Relay{s.newRelay("a"), s.newRelay("b")}
+	before := goleak.IgnoreCurrent()
 	stops := []func() error{start(relays[0]), start(relays[1])}
 	defer stops[0]()
 	defer stops[1]()
@@ -82,6 +87,7 @@ func TestFailoverInProcess(t *testing.T) {
 	if err := stops[1-first](); err != nil {
 		t.Fatalf("relay %d: Run: %v", 1-first, err)
 	}
+	noGoroutineLeft(t, before)
 	t.Logf("relay %d led (%v events), relay %d took over (%v): 2000 events delivered, %d duplicates",
 		first, published(relays[first]), 1-first, published(relays[1-first]), d.duplicates)
 }
@@ -118,6 +124,7 @@ func TestHandlerServesProbesAndMetrics(t *testing.T) {
 	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"status":"not_ready"`) {
 		t.Fatalf("/readyz before Run: %d %s", code, body)
 	}
+	before := goleak.IgnoreCurrent()
 	stop := start(r)
 	defer stop()
 	if !waitFor(20*time.Second, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }) {
@@ -145,6 +152,10 @@ func TestHandlerServesProbesAndMetrics(t *testing.T) {
 			t.Errorf("/metrics (%d) lacks %s", code, want)
 		}
 	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	noGoroutineLeft(t, before)
 }
 
 // TestNewRejectsInvalidConfig: New reports every invalid field as a
@@ -226,6 +237,7 @@ func TestRegistererCollision(t *testing.T) {
 // "stopped", with Run's error) instead of the last role it had, so a
 // service that keeps serving does not report a dead relay as a standby.
 func TestHealthAfterRunReturns(t *testing.T) {
+	defer goleak.VerifyNone(t) // last: after the listener closed
 	// A server that refuses TLS to a client requiring it: a failure no
 	// retry cures, so Run returns at once (an unreachable server would
 	// be retried until ctx ends).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -207,11 +207,12 @@ func kickStep(window int) int {
 }
 
 // startSaver saves the tracker's acknowledged position at the configured
-// cadence until the returned stop is called (idempotent; it waits for the
-// final save).
-func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func()) {
+// cadence until the returned service is stopped (Stop is idempotent and
+// waits for the final save: no save of this stream runs after it, nor
+// after Run returned).
+func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) *startstop.Service {
 	if r.cfg.Checkpoints.Interval <= 0 {
-		return func() {}
+		return startstop.New(func(context.Context) {}) // never started: Stop returns at once
 	}
 	// tok is what the snapshot being saved knew; the saver goroutine both
 	// takes the snapshot and reports the attempt.
@@ -250,17 +251,12 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) (stop func())
 		r.m.CheckpointLSN.Set(float64(cp.LSN))
 		r.log.Debug("checkpoint saved", slog.String("stage", "checkpoint"), slog.String("lsn", cp.LSN.String()))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	saver := startstop.New(func(ctx context.Context) {
+		defer loopExit("saver")
 		sv.Run(ctx)
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
+	})
+	// Not the stream's context: the saver stops when the stream has, with
+	// a final save of what was acknowledged by then.
+	saver.Start(context.Background())
+	return saver
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -76,8 +77,8 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 		TableOID: oid, CurrentName: r.currentName,
 		StatusInterval: r.cfg.Database.StatusInterval,
 	}, sink, progress, r.log)
-	stopSaver := r.startSaver(resume, tracker)
-	defer stopSaver()
+	saver := r.startSaver(resume, tracker)
+	defer saver.Stop()
 	s.OnStatus(func(flush pglogrepl.LSN) {
 		r.m.StatusUpdates.Inc()
 		r.m.ConfirmedLSN.Set(float64(flush))
@@ -87,7 +88,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 		return err
 	}
 	fatal, err := r.drive(ctx, streamCtx, cancel, s, pub, tracker, start)
-	stopSaver()
+	saver.Stop()
 	if fatal != nil {
 		return permanentError{fatal}
 	}
@@ -154,7 +155,9 @@ func closeConn(conn *pgconn.PgConn) {
 
 // drive runs the started stream s until the end of ctx has drained it,
 // the leadership ends (streamCtx) or a permanent failure of the publisher
-// or the slot cancels it; fatal is that failure.
+// or the slot cancels it; fatal is that failure. Its watchers are
+// services stopped before it returns: no slot query of this stream runs
+// after it, and no failure is reported once fatal has been read.
 func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc, s *replication.Stream,
 	pub *publisher.Publisher, tracker *checkpoint.Tracker, start pglogrepl.LSN) (fatal, err error) {
 	r.m.ReplicationStarts.Inc()
@@ -169,25 +172,32 @@ func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc,
 		failed.CompareAndSwap(nil, &err)
 		cancel()
 	}
-	go func() {
+	fatalWatch := startstop.New(func(wctx context.Context) {
+		defer loopExit("publisher watch")
 		select {
 		case err := <-pub.Fatal():
 			setFatal(err)
-		case <-streamCtx.Done():
+		case <-wctx.Done():
 		}
-	}()
-	go r.watchSlot(streamCtx, setFatal)
+	})
+	slotWatch := startstop.New(func(wctx context.Context) { r.watchSlot(wctx, setFatal) })
+	// stop asks s to drain once ctx ends (SIGTERM).
 	stop := make(chan struct{})
-	go func() {
+	stopWatch := startstop.New(func(wctx context.Context) {
+		defer loopExit("stop watch")
 		select {
 		case <-ctx.Done():
 			close(stop)
-		case <-streamCtx.Done():
+		case <-wctx.Done():
 		}
-	}()
+	})
+	for _, w := range []*startstop.Service{fatalWatch, slotWatch, stopWatch} {
+		w.Start(streamCtx)
+	}
 	idle := func() bool { return tracker.Stats().Events == 0 }
 	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
 	cancel()
+	startstop.StopAll(fatalWatch, slotWatch, stopWatch)
 	if f := failed.Load(); f != nil {
 		return *f, err
 	}
