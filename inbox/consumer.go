@@ -172,6 +172,8 @@ type Consumer struct {
 	log   *slog.Logger
 	m     *consumerMetrics
 	tr    *tracing
+	// loopExitHook is a test hook (loopExit); nil outside tests.
+	loopExitHook func(loop string)
 
 	// sem bounds the transactions in flight (Concurrency).
 	sem chan struct{}
@@ -344,7 +346,7 @@ func (c *Consumer) backoff(attempt int) time.Duration {
 
 // pruneLoop deletes processed_events rows past the retention.
 func (c *Consumer) pruneLoop(ctx context.Context) {
-	defer loopExit("prune")
+	defer c.loopExit("prune")
 	t := time.NewTicker(c.cfg.PruneInterval)
 	defer t.Stop()
 	for {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -169,7 +168,7 @@ func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCaus
 			gens.Add(1)
 			gen.Start(func(genCtx context.Context) {
 				defer gens.Done()
-				defer loopExit("worker")
+				defer c.loopExit("worker")
 				defer workers.Done()
 				wctx, stop := context.WithCancel(ctx)
 				defer stop()
@@ -186,7 +185,7 @@ func (c *Consumer) startGeneration(ctx context.Context, fatal context.CancelCaus
 	gens.Add(1)
 	gen.Start(func(genCtx context.Context) {
 		defer gens.Done()
-		defer loopExit("committer")
+		defer c.loopExit("committer")
 		cctx, stop := context.WithCancel(ctx)
 		defer stop()
 		defer context.AfterFunc(genCtx, stop)()
@@ -219,7 +218,7 @@ func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset
 	// The grace period is a service, not a timer left behind: it ends
 	// when run returns, so no goroutine of the worker outlives Run.
 	grace := startstop.New(func(gctx context.Context) {
-		defer loopExit("grace")
+		defer c.loopExit("grace")
 		select {
 		case <-ctx.Done():
 		case <-gctx.Done():
@@ -290,16 +289,12 @@ func (w *partitionWorker) fetch(ctx context.Context, r *kafka.Reader, buf []kafk
 	return buf, nil
 }
 
-// loopExitHook, when set (by tests only), is called by each goroutine of
-// Run as it returns (the pruning loop, a worker, its grace period, a
-// committer), with its name. A test makes one of them linger there, so
-// that if Run did not wait for it, it would still be running when Run
-// returns.
-var loopExitHook atomic.Pointer[func(loop string)]
-
-// loopExit calls loopExitHook; each goroutine of Run defers it.
-func loopExit(loop string) {
-	if h := loopExitHook.Load(); h != nil {
-		(*h)(loop)
+// loopExit calls the consumer's loop-exit hook, when a test set one: a
+// test makes one goroutine of Run (the pruning loop, a worker, its grace
+// period, a committer) linger there, so that if Run did not wait for it,
+// it would still be running when Run returns. Each of them defers it.
+func (c *Consumer) loopExit(loop string) {
+	if c.loopExitHook != nil {
+		c.loopExitHook(loop)
 	}
 }

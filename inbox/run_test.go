@@ -105,10 +105,17 @@ type running struct {
 // run starts a consumer of cfg.
 func (r *runRig) run(cfg Config) (*Consumer, *running) {
 	r.t.Helper()
+	return r.runHooked(cfg, nil)
+}
+
+// runHooked is run with loopExit's hook set to f (nil: none).
+func (r *runRig) runHooked(cfg Config, f func(loop string)) (*Consumer, *running) {
+	r.t.Helper()
 	c, err := New(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	c.loopExitHook = f
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &running{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -193,10 +200,8 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 					exited.Store(true)
 				}
 			}
-			loopExitHook.Store(&f)
-			defer loopExitHook.Store(nil)
 			before := goleak.IgnoreCurrent()
-			c, run := r.run(r.cfg)
+			c, run := r.runHooked(r.cfg, f)
 			defer run.stop()
 			deadline := time.Now().Add(45 * time.Second)
 			for s := c.Stats(); s.Applied < events || s.Commits == 0; s = c.Stats() {

@@ -36,7 +36,7 @@ func newCleanupSchedule(r *Relay) *cleanupSchedule {
 // run cleans every interval until ctx (the leadership) ends. A nil
 // schedule does nothing.
 func (s *cleanupSchedule) run(ctx context.Context, r *Relay) {
-	defer loopExit("cleanup")
+	defer r.loopExit("cleanup")
 	if s == nil {
 		return
 	}

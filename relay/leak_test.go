@@ -49,13 +49,13 @@ func TestRunWaitsForItsLoops(t *testing.T) {
 	for _, loop := range relay.Loops {
 		t.Run(loop, func(t *testing.T) {
 			var exited atomic.Bool
-			defer relay.OnLoopExit(func(l string) {
+			r := s.newRelay(loop)
+			relay.OnLoopExit(r, func(l string) {
 				if l == loop {
 					time.Sleep(time.Second)
 					exited.Store(true)
 				}
-			})()
-			r := s.newRelay(loop)
+			})
 			before := goleak.IgnoreCurrent()
 			stop := start(r)
 			defer stop()

@@ -30,6 +30,8 @@ type Relay struct {
 	opts relayopt.Options
 	log  *slog.Logger
 	m    *metrics.Relay
+	// loopExitHook is a test hook (loopExit); nil outside tests.
+	loopExitHook func(loop string)
 	// gatherer serves /metrics (nil: not served; see WithRegisterer).
 	gatherer prometheus.Gatherer
 	elector  *leader.Elector

@@ -252,7 +252,7 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) *startstop.Se
 		r.log.Debug("checkpoint saved", slog.String("stage", "checkpoint"), slog.String("lsn", cp.LSN.String()))
 	}
 	saver := startstop.New(func(ctx context.Context) {
-		defer loopExit("saver")
+		defer r.loopExit("saver")
 		sv.Run(ctx)
 	})
 	// Not the stream's context: the saver stops when the stream has, with

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgstats"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
@@ -47,22 +46,19 @@ func newServices(r *Relay) services {
 // while Kafka is down or another process leads, these gauges are what
 // shows the slot's growing lag and the time left.
 func (r *Relay) collectStats(ctx context.Context) {
-	defer loopExit("stats")
+	defer r.loopExit("stats")
 	pgstats.New(r.pool, pgstats.Config{
 		Slot: r.cfg.Database.Slot, Table: r.c.table.Quoted(), TableLabel: r.c.table.String(),
 		Interval: r.cfg.Stats.Interval, DiskBudget: r.cfg.Stats.WALDiskBudget,
 	}, r.m.PG, r.log).Run(ctx)
 }
 
-// loopExitHook, when set (by tests only), is called by each of the
-// relay's loops as it returns, with the loop's name. A test makes one loop
-// linger there, so that if its owner did not wait for it, it would still
-// be running when Run returns.
-var loopExitHook atomic.Pointer[func(loop string)]
-
-// loopExit calls loopExitHook; every loop defers it.
-func loopExit(loop string) {
-	if h := loopExitHook.Load(); h != nil {
-		(*h)(loop)
+// loopExit calls the relay's loop-exit hook, when a test set one
+// (export_test.go): a test makes one loop linger there, so that if its
+// owner did not wait for it, it would still be running when Run returns.
+// Every loop defers it.
+func (r *Relay) loopExit(loop string) {
+	if r.loopExitHook != nil {
+		r.loopExitHook(loop)
 	}
 }

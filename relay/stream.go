@@ -173,7 +173,7 @@ func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc,
 		cancel()
 	}
 	fatalWatch := startstop.New(func(wctx context.Context) {
-		defer loopExit("publisher watch")
+		defer r.loopExit("publisher watch")
 		select {
 		case err := <-pub.Fatal():
 			setFatal(err)
@@ -184,7 +184,7 @@ func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc,
 	// stop asks s to drain once ctx ends (SIGTERM).
 	stop := make(chan struct{})
 	stopWatch := startstop.New(func(wctx context.Context) {
-		defer loopExit("stop watch")
+		defer r.loopExit("stop watch")
 		select {
 		case <-ctx.Done():
 			close(stop)

@@ -18,7 +18,7 @@ import (
 // max_slot_wal_keep_size or dropped can never deliver the WAL it lost, and
 // streaming on would hide that events may be missing.
 func (r *Relay) watchSlot(ctx context.Context, fail func(error)) {
-	defer loopExit("slot watch")
+	defer r.loopExit("slot watch")
 	every(ctx, r.cfg.Database.SlotCheckInterval, func() bool {
 		st, err := r.slots.Status(ctx)
 		switch {
@@ -90,7 +90,7 @@ func (r *Relay) waitForKafka(ctx context.Context) (bool, error) {
 // It reaches the relay through the slot; with nothing in flight the
 // relay confirms its position, so an idle outbox never pins WAL.
 func (r *Relay) heartbeat(ctx context.Context) {
-	defer loopExit("heartbeat")
+	defer r.loopExit("heartbeat")
 	if r.cfg.Database.HeartbeatInterval <= 0 {
 		return
 	}
@@ -107,7 +107,7 @@ func (r *Relay) heartbeat(ctx context.Context) {
 
 // observe copies the window's state into gauges.
 func (r *Relay) observe(ctx context.Context) {
-	defer loopExit("observer")
+	defer r.loopExit("observer")
 	every(ctx, time.Second, func() bool {
 		tr := r.tracker.Load()
 		if tr == nil {
