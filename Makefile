@@ -73,8 +73,8 @@ unit:
 	cd bench && $(GO) test -count=1 ./...
 	for m in $(INTEROP_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -count=1 ./...); done
 
-# Lists the packages whose in-process tests need the stack (they import internal/testenv).
-STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}'
+# Lists the packages whose in-process tests need the stack (they import internal/testutil/testenv).
+STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testutil\/testenv/ {print $$1}'
 
 integration: up
 	@if [ ! -d integration ]; then echo "no ./integration directory: no integration tests to run"; exit 0; fi; \

@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 )
 
 // runRig is a topic with events on the local stack and a migrated schema

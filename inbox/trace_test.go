@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outbox-relay/outbox-relay/internal/spantest"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/spantest"
 )
 
 // The real SDK's recorder checks the same through the whole stack in the

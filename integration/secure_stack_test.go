@@ -20,7 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/internal/testpki"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/testpki"
 )
 
 // securePKI is the certificates of the security tests, as files.

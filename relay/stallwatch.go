@@ -9,7 +9,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"github.com/outbox-relay/outbox-relay/internal/stall"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -19,7 +18,7 @@ import (
 // gauge, and the reason /readyz answers with. The observer goroutine calls
 // observe; readiness reads reason from any goroutine.
 type stallWatch struct {
-	det      *stall.Detector
+	det      *stallDetector
 	log      *slog.Logger
 	m        *metrics.Relay
 	failures *publisher.LastFailure
@@ -30,7 +29,7 @@ type stallWatch struct {
 }
 
 func newStallWatch(timeout time.Duration, log *slog.Logger, m *metrics.Relay, failures *publisher.LastFailure) *stallWatch {
-	return &stallWatch{det: stall.New(timeout), log: log, m: m, failures: failures}
+	return &stallWatch{det: newStallDetector(timeout), log: log, m: m, failures: failures}
 }
 
 // reason is the stall reason for /readyz, empty when not stalled.
@@ -48,7 +47,7 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 	// save that never ends stops the stream with nothing else in flight.
 	st, change := w.det.Observe(now, s.Events+s.Held, s.Acked)
 	switch change {
-	case stall.Stalled:
+	case stallStalled:
 		w.stalledAt = now
 		f := w.failures.Load()
 		attrs := []slog.Attr{slog.String("stage", "stall"), slog.Int("inflight", st.Inflight), slog.Int("held_for_checkpoint", s.Held),
@@ -61,7 +60,7 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 		w.log.LogAttrs(context.Background(), slog.LevelError,
 			"delivery stalled: events in flight and no acknowledgement for --stall-timeout; the slot position is held", attrs...)
 		w.m.Stalled.Set(1)
-	case stall.Resumed:
+	case stallResumed:
 		cause := "acknowledgements resumed"
 		if st.Inflight == 0 {
 			cause = "no events in flight"
@@ -81,7 +80,7 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 
 // stallReason is the /readyz reason of a stall: how long, how much, and
 // the last failure seen since acknowledgements stopped.
-func stallReason(now time.Time, st stall.State, f *publisher.Failure) string {
+func stallReason(now time.Time, st stallState, f *publisher.Failure) string {
 	cause := "none since the last acknowledgement: writes are waiting for Kafka's answer (an unresponsive broker?)"
 	if f != nil && !f.At.Before(st.LastProgress) {
 		where := fmt.Sprintf("%s[%d]", f.Topic, f.Partition)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 

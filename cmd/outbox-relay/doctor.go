@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )

@@ -57,8 +57,8 @@ const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
 // name in the repository that is neither a flag's nor listed here.
 var notFlagEnv = map[string]string{
 	testStatusHoldEnv:                "the relay built with -tags testhooks (testhooks.go); set by integration/checkpoint_test.go",
-	envPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
-	envPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testenv); exported by scripts/stack.sh env",
+	envPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
+	envPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env",
 	envPrefix + "TEST_PG_BIN":        "the integration tests' temporary clusters (integration/pgcluster_test.go); exported by scripts/pgversions.sh run",
 	envPrefix + "IT_HARNESS_ONLY":    "the integration harness (integration/harness_test.go): its self-tests only",
 	envPrefix + "CHAOS_SEED":         "integration/chaos_test.go: the fault schedule's seed",

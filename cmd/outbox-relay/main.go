@@ -16,10 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
-	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 const usage = `outbox-relay relays a PostgreSQL transactional outbox to Kafka.

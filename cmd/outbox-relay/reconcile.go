@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/reconcile"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
-	"github.com/outbox-relay/outbox-relay/internal/reconcile"
 )
 
 const reconcileSummary = `Compares the events committed to the outbox table in a time window with the

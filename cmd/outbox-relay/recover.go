@@ -6,11 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/recovery"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/internal/recovery"
 )
 
 const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost) slot without losing events:

@@ -7,10 +7,10 @@ import (
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 

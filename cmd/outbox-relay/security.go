@@ -7,9 +7,9 @@ import (
 	"net"
 	"strings"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
-	"github.com/outbox-relay/outbox-relay/internal/redact"
 )
 
 // kafkaFlagErrors renames kafkaconn's field errors after the flags.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 )
 
 func baseEnv(t *testing.T) {

@@ -7,15 +7,15 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/otlptrace"
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
-	"github.com/outbox-relay/outbox-relay/internal/otlptrace"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // traceConfig is the optional publish span of the streaming commands (run,
 // recover): one span per event, exported over OTLP/HTTP by
-// internal/otlptrace, so the binary needs no OpenTelemetry SDK
+// cmd/outbox-relay/internal/otlptrace, so the binary needs no OpenTelemetry SDK
 // (docs/tracing.md).
 type traceConfig struct {
 	Publish  bool

@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/testpki"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/testpki"
 )
 
 type pki struct {

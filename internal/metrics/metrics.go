@@ -69,7 +69,7 @@ type Relay struct {
 	// LeaderAcquisitions counts the times this process became leader.
 	LeaderAcquisitions prometheus.Counter
 	// Stalled is 1 while events are in flight and Kafka has acknowledged
-	// none of them for --stall-timeout (see package stall).
+	// none of them for --stall-timeout (see relay/stalldetector.go).
 	Stalled prometheus.Gauge
 
 	// PostgreSQL-side statistics, read by package pgstats every

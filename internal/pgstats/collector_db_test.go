@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 )
 
 // TestScrapeOnServer runs the collector's queries against the server of

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 

@@ -1,4 +1,4 @@
-package stall
+package relay
 
 import (
 	"testing"
@@ -15,22 +15,22 @@ func (c *clock) tick(d time.Duration) time.Time {
 
 func TestStallReportedOnceAfterTimeout(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
-	d := New(5 * time.Second)
-	if _, ch := d.Observe(c.now, 100, 10); ch != Unchanged {
+	d := newStallDetector(5 * time.Second)
+	if _, ch := d.Observe(c.now, 100, 10); ch != stallUnchanged {
 		t.Fatalf("first sample: %v", ch)
 	}
 	var stalledAt time.Duration
 	stalls := 0
 	for i := 1; i <= 20; i++ {
 		st, ch := d.Observe(c.tick(time.Second), 100, 10) // no acknowledgement
-		if ch == Stalled {
+		if ch == stallStalled {
 			stalls++
 			stalledAt = time.Duration(i) * time.Second
 			if !st.Stalled || st.Inflight != 100 || c.now.Sub(st.LastProgress) != stalledAt {
 				t.Fatalf("state at the stall: %+v", st)
 			}
 		}
-		if ch == Resumed {
+		if ch == stallResumed {
 			t.Fatalf("resumed without an acknowledgement at %ds", i)
 		}
 	}
@@ -38,10 +38,10 @@ func TestStallReportedOnceAfterTimeout(t *testing.T) {
 		t.Fatalf("%d stalls reported, first at %s; want exactly one at 5s", stalls, stalledAt)
 	}
 	st, ch := d.Observe(c.tick(time.Second), 99, 11)
-	if ch != Resumed || st.Stalled || st.LastProgress != c.now {
+	if ch != stallResumed || st.Stalled || st.LastProgress != c.now {
 		t.Fatalf("after an acknowledgement: %v %+v", ch, st)
 	}
-	if _, ch := d.Observe(c.tick(time.Second), 99, 11); ch != Unchanged {
+	if _, ch := d.Observe(c.tick(time.Second), 99, 11); ch != stallUnchanged {
 		t.Fatalf("resume reported twice: %v", ch)
 	}
 }
@@ -51,13 +51,13 @@ func TestStallReportedOnceAfterTimeout(t *testing.T) {
 func TestSlowDrainIsNoStall(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
 	timeout := 5 * time.Second
-	d := New(timeout)
+	d := newStallDetector(timeout)
 	acked := 0
 	for i := 0; i < 600; i++ { // 10 minutes, a sample a second
 		if i%4 == 0 {
 			acked++ // one acknowledgement every 4s, under the 5s timeout
 		}
-		if st, ch := d.Observe(c.tick(time.Second), 10_000, acked); ch != Unchanged || st.Stalled {
+		if st, ch := d.Observe(c.tick(time.Second), 10_000, acked); ch != stallUnchanged || st.Stalled {
 			t.Fatalf("slow drain reported %v at %ds (%+v)", ch, i, st)
 		}
 	}
@@ -67,16 +67,16 @@ func TestSlowDrainIsNoStall(t *testing.T) {
 // nothing is acknowledged, and an emptied window ends a stall.
 func TestIdleIsNoStall(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
-	d := New(2 * time.Second)
+	d := newStallDetector(2 * time.Second)
 	for i := 0; i < 100; i++ {
-		if st, ch := d.Observe(c.tick(time.Second), 0, 7); ch != Unchanged || st.Stalled {
+		if st, ch := d.Observe(c.tick(time.Second), 0, 7); ch != stallUnchanged || st.Stalled {
 			t.Fatalf("idle reported %v", ch)
 		}
 	}
 	// Events arrive and wait: the timeout counts from the last empty window.
 	for i := 1; ; i++ {
 		_, ch := d.Observe(c.tick(time.Second), 3, 7)
-		if ch == Stalled {
+		if ch == stallStalled {
 			if i != 2 {
 				t.Fatalf("stalled %ds after events arrived, want 2s", i)
 			}
@@ -87,26 +87,26 @@ func TestIdleIsNoStall(t *testing.T) {
 		}
 	}
 	// A new stream (reconnect) starts with an empty window and a reset counter.
-	if _, ch := d.Observe(c.tick(time.Second), 0, 0); ch != Resumed {
-		t.Fatalf("empty window after a stall: %v, want Resumed", ch)
+	if _, ch := d.Observe(c.tick(time.Second), 0, 0); ch != stallResumed {
+		t.Fatalf("empty window after a stall: %v, want stallResumed", ch)
 	}
 }
 
 func TestCounterRestartCountsAsProgress(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
-	d := New(3 * time.Second)
+	d := newStallDetector(3 * time.Second)
 	d.Observe(c.now, 5, 1000)
 	d.Observe(c.tick(2*time.Second), 5, 1000)
-	if st, ch := d.Observe(c.tick(2*time.Second), 5, 0); ch != Unchanged || st.Stalled {
+	if st, ch := d.Observe(c.tick(2*time.Second), 5, 0); ch != stallUnchanged || st.Stalled {
 		t.Fatalf("a restarted counter is progress: %v %+v", ch, st)
 	}
 }
 
 func TestDisabled(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
-	d := New(0)
+	d := newStallDetector(0)
 	for i := 0; i < 1000; i++ {
-		if st, ch := d.Observe(c.tick(time.Hour), 10, 1); ch != Unchanged || st.Stalled {
+		if st, ch := d.Observe(c.tick(time.Hour), 10, 1); ch != stallUnchanged || st.Stalled {
 			t.Fatalf("disabled detector reported %v", ch)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
 )

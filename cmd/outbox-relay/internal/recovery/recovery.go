@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"

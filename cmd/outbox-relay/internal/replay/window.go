@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
 )
 
 // Range says where a replay starts and stops, as the operator wrote it.

@@ -1,35 +1,36 @@
-// Package stall tells a stalled delivery from a slow one.
+// The stall detector tells a stalled delivery from a slow one.
 //
 // The relay holds a bounded window of events Kafka has not acknowledged.
 // When Kafka stops acknowledging (a frozen broker, an error every retry
 // meets), the window fills, the replication stream stops reading, and
-// nothing fails: retries go on quietly. A Detector watches the window's
+// nothing fails: retries go on quietly. A stallDetector watches the window's
 // acknowledgement counter and calls delivery stalled when events are in
 // flight and the counter has not moved for a timeout. Any advance, however
 // small, is progress: a slow but moving drain is never a stall.
-package stall
+
+package relay
 
 import "time"
 
-// Change is what an observation changed.
-type Change int
+// stallChange is what an observation changed.
+type stallChange int
 
 // Changes reported by Observe.
 const (
-	// Unchanged: still moving, or still stalled.
-	Unchanged Change = iota
-	// Stalled: the timeout passed with events in flight and no
+	// stallUnchanged: still moving, or still stalled.
+	stallUnchanged stallChange = iota
+	// stallStalled: the timeout passed with events in flight and no
 	// acknowledgement; report it once.
-	Stalled
-	// Resumed: acknowledgements moved again (or the window emptied) after
+	stallStalled
+	// stallResumed: acknowledgements moved again (or the window emptied) after
 	// a stall; report it once.
-	Resumed
+	stallResumed
 )
 
-// Detector decides, from periodic samples of the in-flight window,
+// stallDetector decides, from periodic samples of the in-flight window,
 // whether delivery is stalled. It is not safe for concurrent use: one
-// goroutine samples (the relay's observer); share its State instead.
-type Detector struct {
+// goroutine samples (the relay's observer); share its stallState instead.
+type stallDetector struct {
 	timeout time.Duration
 	acked   int
 	moved   time.Time // last acknowledgement advance, or an empty window
@@ -37,12 +38,12 @@ type Detector struct {
 	stalled bool
 }
 
-// New returns a Detector that calls a stall after timeout without
+// newStallDetector returns a stallDetector that calls a stall after timeout without
 // acknowledgements; timeout <= 0 disables it (it never reports a stall).
-func New(timeout time.Duration) *Detector { return &Detector{timeout: timeout} }
+func newStallDetector(timeout time.Duration) *stallDetector { return &stallDetector{timeout: timeout} }
 
-// State is a Detector's view after its last observation.
-type State struct {
+// stallState is a stallDetector's view after its last observation.
+type stallState struct {
 	Stalled bool
 	// Inflight is the sample's count of unacknowledged events.
 	Inflight int
@@ -55,20 +56,20 @@ type State struct {
 // acked, a counter of acknowledged events. The counter only has to
 // change when events are acknowledged; it may restart (a new stream's
 // window), since any change counts as progress.
-func (d *Detector) Observe(now time.Time, inflight, acked int) (State, Change) {
+func (d *stallDetector) Observe(now time.Time, inflight, acked int) (stallState, stallChange) {
 	progress := !d.seen || acked != d.acked || inflight == 0
 	d.seen, d.acked = true, acked
 	if progress {
 		d.moved = now
 	}
-	change := Unchanged
+	change := stallUnchanged
 	switch {
 	case d.stalled && progress:
 		d.stalled = false
-		change = Resumed
+		change = stallResumed
 	case !d.stalled && d.timeout > 0 && inflight > 0 && now.Sub(d.moved) >= d.timeout:
 		d.stalled = true
-		change = Stalled
+		change = stallStalled
 	}
-	return State{Stalled: d.stalled, Inflight: inflight, LastProgress: d.moved}, change
+	return stallState{Stalled: d.stalled, Inflight: inflight, LastProgress: d.moved}, change
 }
