@@ -36,6 +36,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -423,8 +424,7 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 		if p.ctx.Err() != nil {
 			return false
 		}
-		var fatal interface{ Fatal() bool }
-		if errors.As(err, &fatal) && fatal.Fatal() {
+		if poison.IsPermanent(err) { // a halt: retrying cannot help
 			p.fail(err)
 			return false
 		}

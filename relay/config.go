@@ -6,6 +6,7 @@ import (
 
 	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -93,20 +94,6 @@ type KafkaConfig struct {
 	MetadataTTL time.Duration
 }
 
-// PoisonPolicy is what happens to a poison event, one Kafka rejects for
-// good or that cannot become a record.
-type PoisonPolicy string
-
-const (
-	// PoisonQuarantine dead-letters the poison event and parks its
-	// aggregate's later events until an operator retries or discards it
-	// (outbox-relay dlq); other aggregates flow on.
-	PoisonQuarantine PoisonPolicy = "quarantine"
-	// PoisonHalt stops the relay with the slot position held: nothing
-	// after the poison event is published until it is fixed.
-	PoisonHalt PoisonPolicy = "halt"
-)
-
 // PublishConfig shapes the records and the produce requests.
 type PublishConfig struct {
 	// TopicTemplate names an event's topic; placeholders
@@ -143,8 +130,13 @@ type PublishConfig struct {
 	// TopicIdleTimeout is how long an unused topic keeps its router and
 	// partition lanes (goroutines, queues): topics come from event data.
 	TopicIdleTimeout time.Duration
-	// PoisonPolicy decides what a poison event does.
-	PoisonPolicy PoisonPolicy
+	// PoisonPolicy decides what a poison event, one Kafka rejects for good
+	// or that cannot become a record, does: poison.Quarantine (the
+	// default) dead-letters it and parks its aggregate's later events
+	// until an operator retries or discards it (outbox-relay dlq), while
+	// other aggregates flow on; poison.Halt stops the relay with the slot
+	// position held.
+	PoisonPolicy poison.Policy
 	// RecordFormat is the shape of the records (docs/formats.md):
 	// publisher.FormatNative (the default), FormatDebezium (the record
 	// Debezium's Outbox Event Router emits) or FormatCloudEvents.
@@ -248,7 +240,7 @@ func DefaultConfig() Config {
 			MaxBatch: 1000, MaxBatchBytes: 900 << 10, Linger: 5 * time.Millisecond,
 			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
 			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
-			PoisonPolicy: PoisonQuarantine, RecordFormat: publisher.FormatNative, CloudEventsMode: publisher.CloudEventsBinary,
+			PoisonPolicy: poison.Quarantine, RecordFormat: publisher.FormatNative, CloudEventsMode: publisher.CloudEventsBinary,
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
 		Leader:          LeaderConfig{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},

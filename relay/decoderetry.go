@@ -4,24 +4,24 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // classifyStreamErr decides how the relay goes on after a stream attempt
 // ended with err (nil: SIGTERM): failures no reconnect can cure become
-// permanentError (exit 1, slot position held), decode errors are retried
+// poison.Permanent (exit 1, slot position held), decode errors are retried
 // a bounded number of times, anything else reconnects.
 func (r *Relay) classifyStreamErr(err error) error {
 	var schemaErr *replication.SchemaError
 	var rowErr *replication.RowError
 	var eventErr *publisher.EventError
-	var haltErr *deadletter.HaltError
+	var haltErr *poison.HaltError
 	var renamedErr *replication.RelationRenamedError
 	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
 		errors.As(err, &renamedErr) {
-		return permanentError{err}
+		return poison.Permanent(err)
 	}
 	var decodeErr *replication.DecodeError
 	if errors.As(err, &decodeErr) {
@@ -53,7 +53,7 @@ type decodeRetries struct {
 }
 
 // check returns err, a stream's *replication.DecodeError, to be retried
-// (reconnect with backoff), or as a permanentError once the same failure
+// (reconnect with backoff), or marked poison.Permanent once the same failure
 // has repeated maxDecodeAttempts times in a row.
 func (d *decodeRetries) check(err error) error {
 	var de *replication.DecodeError
@@ -68,8 +68,8 @@ func (d *decodeRetries) check(err error) error {
 	if d.n < maxDecodeAttempts {
 		return err
 	}
-	return permanentError{fmt.Errorf("%w: the same message failed to decode %d times, after reconnecting each time: "+
-		"a protocol mismatch or a bug, not a connection problem (report it with the relay and PostgreSQL versions)", err, d.n)}
+	return poison.Permanent(fmt.Errorf("%w: the same message failed to decode %d times, after reconnecting each time: "+
+		"a protocol mismatch or a bug, not a connection problem (report it with the relay and PostgreSQL versions)", err, d.n))
 }
 
 // reset forgets the failures: a stream attempt ended another way.

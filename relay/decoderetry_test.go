@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"strings"
 	"testing"
 
@@ -23,25 +24,25 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 	r := &Relay{}
 	garbled := stopAt(1, &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})
 	for i := 1; i < maxDecodeAttempts; i++ {
-		if err := r.classifyStreamErr(garbled); isPermanent(err) || err == nil {
+		if err := r.classifyStreamErr(garbled); poison.IsPermanent(err) || err == nil {
 			t.Fatalf("attempt %d: %v is permanent, want a reconnect", i, err)
 		}
 	}
 	err := r.classifyStreamErr(garbled)
-	if !isPermanent(err) || !strings.Contains(err.Error(), "failed to decode 3 times") || !strings.Contains(err.Error(), "message truncated") {
+	if !poison.IsPermanent(err) || !strings.Contains(err.Error(), "failed to decode 3 times") || !strings.Contains(err.Error(), "message truncated") {
 		t.Fatalf("third failure at the same place: %v, want permanent", err)
 	}
 
 	// Another message, or an attempt that ended otherwise, starts over.
 	r = &Relay{}
 	for i := 0; i < 2*maxDecodeAttempts; i++ {
-		if err := r.classifyStreamErr(stopAt(uint64(i), &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})); isPermanent(err) {
+		if err := r.classifyStreamErr(stopAt(uint64(i), &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})); poison.IsPermanent(err) {
 			t.Fatalf("failures at different positions stopped the relay: %v", err)
 		}
 	}
 	r = &Relay{}
 	for i := 0; i < 2*maxDecodeAttempts; i++ {
-		if err := r.classifyStreamErr(garbled); isPermanent(err) {
+		if err := r.classifyStreamErr(garbled); poison.IsPermanent(err) {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 		_ = r.classifyStreamErr(fmt.Errorf("replication receive: %w", errors.New("connection reset")))
@@ -52,7 +53,7 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 		stopAt(1, &replication.RowError{Column: "*", Reason: "tuple has 2 columns, relation 9"}),
 		&replication.StopError{Err: &replication.RelationRenamedError{OID: 1, Old: "public.outbox", New: "public.outbox_v2"}},
 	} {
-		if got := (&Relay{}).classifyStreamErr(err); !isPermanent(got) {
+		if got := (&Relay{}).classifyStreamErr(err); !poison.IsPermanent(got) {
 			t.Errorf("%v: not permanent", err)
 		}
 	}

@@ -67,8 +67,8 @@
 // replication connection, a partition leader change - are retried with
 // backoff and never lose the slot position. A poison event (one Kafka
 // rejects for good, or that cannot become a record) is dead-lettered and
-// its aggregate quarantined under PoisonQuarantine, while the other
-// aggregates flow on; under PoisonHalt the relay stops. Failures no retry
+// its aggregate quarantined under poison.Quarantine, while the other
+// aggregates flow on; under poison.Halt the relay stops. Failures no retry
 // can cure (a schema problem, a dropped or invalidated slot, a rejected
 // certificate or password) end Run with an error, the slot position held.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"log/slog"
 	"time"
 
@@ -38,7 +39,7 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
 		err := r.stream(ctx, lctx)
-		if err == nil || ctx.Err() != nil && !isPermanent(err) {
+		if err == nil || ctx.Err() != nil && !poison.IsPermanent(err) {
 			r.log.Info("stopped", slog.String("stage", "shutdown"))
 			return nil
 		}
@@ -59,7 +60,7 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 			attempt = 0
 			continue
 		}
-		if isPermanent(err) {
+		if poison.IsPermanent(err) {
 			r.log.Error("stopping: permanent failure, slot position held", slog.String("stage", "stream"), slog.Any("error", hint.With(err)))
 			return err
 		}
@@ -110,5 +111,5 @@ func (r *Relay) fence(ctx context.Context, active *slot.ActiveError) error {
 	if err != nil {
 		return fmt.Errorf("%w (and its application_name could not be read: %v)", active, err)
 	}
-	return permanentError{active}
+	return poison.Permanent(active)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/poison"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,7 +32,7 @@ func (r *Relay) outboxOID(ctx context.Context) (uint32, error) {
 	err := r.pool.QueryRow(ctx, relationByNameSQL, t.Schema, t.Name).Scan(&oid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		gone := fmt.Errorf("outbox table %s no longer exists (renamed, moved or dropped while the relay ran)", t)
-		return 0, permanentError{outboxdb.ExplainMissingTable(ctx, r.pool, r.cfg.Database.Publication, t, gone)}
+		return 0, poison.Permanent(outboxdb.ExplainMissingTable(ctx, r.pool, r.cfg.Database.Publication, t, gone))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("resolve the OID of outbox table %s: %w", t, err)

@@ -99,23 +99,12 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 	return r, nil
 }
 
-// permanentError stops the relay instead of reconnecting.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-func isPermanent(err error) bool {
-	var pe permanentError
-	return errors.As(err, &pe)
-}
-
 // Run checks the database, waits for Kafka, then campaigns for the slot's
 // leader lock: as a standby it waits, as the leader it streams, and after
 // losing the lock it is a standby again. It returns when ctx ends - after
 // draining for at most ShutdownTimeout, with nil - or on a failure no
 // reconnect can cure (a schema problem, a lost slot, a poison event under
-// PoisonHalt, a rejected certificate), with the slot position held. Run
+// poison.Halt, a rejected certificate), with the slot position held. Run
 // may be called once. When it returns, every goroutine it started has
 // ended: nothing of the relay uses the database or Kafka any more.
 func (r *Relay) Run(ctx context.Context) (err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"log/slog"
 	"time"
 
@@ -65,7 +66,7 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 		var mismatch *checkpoint.MismatchError
 		var ahead *checkpoint.AheadError
 		if errors.As(err, &mismatch) || errors.As(err, &ahead) {
-			return resumeState{}, permanentError{err}
+			return resumeState{}, poison.Permanent(err)
 		}
 		return resumeState{}, err
 	}

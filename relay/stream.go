@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -90,7 +91,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	fatal, err := r.drive(ctx, streamCtx, cancel, s, pub, tracker, start)
 	saver.Stop()
 	if fatal != nil {
-		return permanentError{fatal}
+		return poison.Permanent(fatal)
 	}
 	err = r.classifyStreamErr(err)
 	if err == nil {
@@ -105,7 +106,7 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 	st, err := r.slots.Status(sctx)
 	if err != nil {
 		if errors.Is(err, slot.ErrNotFound) {
-			err = permanentError{slotGone(err)}
+			err = poison.Permanent(slotGone(err))
 		}
 		return nil, 0, rs, err
 	}
@@ -114,7 +115,7 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 		if errors.As(err, &active) {
 			return nil, 0, rs, r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
 		}
-		return nil, 0, rs, permanentError{err}
+		return nil, 0, rs, poison.Permanent(err)
 	}
 	var params map[string]string
 	if r.cfg.Database.WALSenderTimeout > 0 {
@@ -125,10 +126,9 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 	}
 	if rs, err = r.resume(ctx, conn, st); err != nil {
 		closeConn(conn)
-		if hint.Unfixable(err) { // e.g. a role without REPLICATION: reconnecting cannot help
-			err = permanentError{err}
-		}
-		return nil, 0, rs, err
+		// e.g. a role without REPLICATION: reconnecting cannot help, and
+		// hint marks it permanent.
+		return nil, 0, rs, hint.With(err)
 	}
 	// Resume exactly at the slot's confirmed position: an earlier LSN is
 	// moved forward by the server anyway, a later one would skip events.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -61,7 +61,7 @@ type compiled struct {
 	pool     *pgxpool.Config
 	table    migrations.Table
 	template publisher.TopicTemplate
-	policy   deadletter.Policy
+	policy   poison.Policy
 }
 
 // checks collects FieldErrors.
@@ -187,7 +187,7 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	if p.TopicPartitions < 1 {
 		cs.fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
 	}
-	if pol, err := deadletter.ParsePolicy(string(p.PoisonPolicy)); err != nil {
+	if pol, err := poison.ParsePolicy(string(p.PoisonPolicy)); err != nil {
 		cs.wrap("Publish.PoisonPolicy", err)
 	} else {
 		out.policy = pol

@@ -9,6 +9,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -75,8 +76,8 @@ func (r *Relay) waitForKafka(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		if hint.Unfixable(err) {
-			return false, permanentError{err}
+		if err := hint.With(err); poison.IsPermanent(err) {
+			return false, err
 		}
 		d := backoff.Jitter(attempt, 500*time.Millisecond, 30*time.Second)
 		r.log.Warn("kafka unreachable, retrying", slog.String("stage", "kafka_connect"), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))

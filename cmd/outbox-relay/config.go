@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -196,7 +197,7 @@ func (c *config) relayConfig() relay.Config {
 			MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes, Linger: c.Linger,
 			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
 			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
-			PoisonPolicy: relay.PoisonPolicy(c.PoisonPolicy),
+			PoisonPolicy: poison.Policy(c.PoisonPolicy),
 			RecordFormat: publisher.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
 			CloudEventsMode: publisher.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
 			TombstoneOnNullPayload: c.TombstoneOnNullPayload,

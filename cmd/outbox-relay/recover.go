@@ -8,9 +8,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/recovery"
-	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost) slot without losing events:
@@ -44,7 +44,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	rc := recovery.Config{
 		DatabaseURL: cfg.DatabaseURL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Slot, Publication: cfg.Publication, FailoverSlot: cfg.FailoverSlot},
-		Policy: deadletter.Policy(cfg.PoisonPolicy), Publisher: cfg.publisherConfig("outbox-relay"),
+		Policy: poison.Policy(cfg.PoisonPolicy), Publisher: cfg.publisherConfig("outbox-relay"),
 		CheckpointRetention: cfg.CheckpointRetention, All: all,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,
 	}

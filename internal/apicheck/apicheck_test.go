@@ -15,8 +15,9 @@ import (
 const module = "github.com/outbox-relay/outbox-relay"
 
 // public is the importable API: the engine, the producer and consumer
-// libraries, the schema, and the data path's building blocks (slot ->
-// replication -> publisher -> checkpoint). Adding to it is a decision, not
+// libraries, the schema, the vocabulary both ends share (poison), and the
+// data path's building blocks (slot -> replication -> publisher ->
+// checkpoint). Adding to it is a decision, not
 // a side effect of a new directory: put new code under internal/.
 var public = []string{
 	"checkpoint",
@@ -25,6 +26,7 @@ var public = []string{
 	"migrations",
 	"outbox",
 	"outbox/outboxprom",
+	"poison",
 	"publisher",
 	"relay",
 	"replication",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -138,7 +139,7 @@ func (e *dbEnv) status(t *testing.T, eventID string) string {
 }
 
 // quarantine returns a quarantine over the env's store.
-func (e *dbEnv) quarantine(t *testing.T, p Policy) *Queue {
+func (e *dbEnv) quarantine(t *testing.T, p poison.Policy) *Queue {
 	t.Helper()
 	q, err := NewQueue(e.ctx, e.store, p, testLogger(t))
 	if err != nil {
@@ -147,8 +148,8 @@ func (e *dbEnv) quarantine(t *testing.T, p Policy) *Queue {
 	return q
 }
 
-// poison dead-letters ev through q, failing the test on error.
-func poison(t *testing.T, q *Queue, ev *replication.Event) {
+// mustPoison dead-letters ev through q, failing the test on error.
+func mustPoison(t *testing.T, q *Queue, ev *replication.Event) {
 	t.Helper()
 	if err := q.Poison(context.Background(), ev, "orders", "permanent", "message too large"); err != nil {
 		t.Fatal(err)

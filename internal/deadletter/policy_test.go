@@ -6,53 +6,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-func TestParsePolicy(t *testing.T) {
-	for _, s := range []string{"quarantine", "halt"} {
-		p, err := ParsePolicy(s)
-		if err != nil || string(p) != s {
-			t.Errorf("ParsePolicy(%q) = %q, %v", s, p, err)
-		}
-	}
-	for _, s := range []string{"", "Quarantine", "HALT", "skip", " halt"} {
-		p, err := ParsePolicy(s)
-		if err == nil || p != "" {
-			t.Errorf("ParsePolicy(%q) = %q, %v; want an error", s, p, err)
-			continue
-		}
-		if !strings.Contains(err.Error(), "use quarantine or halt") {
-			t.Errorf("ParsePolicy(%q): error %q does not name the policies", s, err)
-		}
-	}
-}
-
-func TestHaltError(t *testing.T) {
-	var err error = &HaltError{EventID: "e-1", AggregateID: "order-9", Reason: "message too large"}
-	var fatal interface{ Fatal() bool }
-	if !errors.As(err, &fatal) || !fatal.Fatal() {
-		t.Fatal("a HaltError must tell the publisher not to retry")
-	}
-	for _, want := range []string{"e-1", "order-9", "message too large", "--poison-policy quarantine", "slot position held"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q lacks %q", err, want)
-		}
-	}
-}
-
-// Under PolicyHalt a poison event stops the relay: nothing is written (the
+// Under poison.Halt a poison event stops the relay: nothing is written (the
 // database is never touched) and the aggregate is not quarantined.
 func TestPoisonUnderHaltWritesNothing(t *testing.T) {
-	q := &Queue{store: NewStore(noDB{t}, testTable), policy: PolicyHalt, log: testLogger(t), open: map[Aggregate]replication.Position{}}
+	q := &Queue{store: NewStore(noDB{t}, testTable), policy: poison.Halt, log: testLogger(t), open: map[Aggregate]replication.Position{}}
 	dead := 0
 	q.OnDead = func() { dead++ }
 	err := q.Poison(context.Background(), event("e-1", "order", "9", 0x100, 0), "orders", "permanent", "too large")
-	var he *HaltError
+	var he *poison.HaltError
 	if !errors.As(err, &he) {
-		t.Fatalf("Poison under halt = %v, want a *HaltError", err)
+		t.Fatalf("Poison under halt = %v, want a *poison.HaltError", err)
 	}
-	if he.EventID != "e-1" || he.AggregateID != "9" || he.Reason != "too large" {
+	if he.EventID != "e-1" || he.AggregateID != "9" || he.Reason != "too large" || he.Held != "the slot position" || !poison.IsPermanent(err) {
 		t.Fatalf("HaltError = %+v", he)
 	}
 	if q.Quarantined() != 0 || dead != 0 {
@@ -63,9 +32,9 @@ func TestPoisonUnderHaltWritesNothing(t *testing.T) {
 // Hold decides from memory, without the database, for every event that is
 // not after its aggregate's open position.
 func TestHoldDecidedInMemory(t *testing.T) {
-	poison := replication.Position{TxLSN: 0x500, Ordinal: 3}
-	q := &Queue{store: NewStore(noDB{t}, testTable), policy: PolicyQuarantine, log: testLogger(t),
-		open: map[Aggregate]replication.Position{{"order", "9"}: poison}}
+	at := replication.Position{TxLSN: 0x500, Ordinal: 3}
+	q := &Queue{store: NewStore(noDB{t}, testTable), policy: poison.Quarantine, log: testLogger(t),
+		open: map[Aggregate]replication.Position{{"order", "9"}: at}}
 	q.OnPark = func() { t.Error("OnPark called for an event that was not parked") }
 	ctx := context.Background()
 	cases := []struct {
@@ -94,7 +63,7 @@ func TestHoldDecidedInMemory(t *testing.T) {
 // the caller, which must then not acknowledge the event.
 func TestHoldDatabaseErrorIsReturned(t *testing.T) {
 	boom := errors.New("connection reset")
-	q := &Queue{store: NewStore(errDB{boom}, testTable), policy: PolicyQuarantine, log: testLogger(t),
+	q := &Queue{store: NewStore(errDB{boom}, testTable), policy: poison.Quarantine, log: testLogger(t),
 		open: map[Aggregate]replication.Position{{"order", "9"}: {TxLSN: 0x500}}}
 	held, err := q.Hold(context.Background(), event("late", "order", "9", 0x600, 0), "orders")
 	if held || !errors.Is(err, boom) {
@@ -113,7 +82,7 @@ func TestHoldDatabaseErrorIsReturned(t *testing.T) {
 
 func TestNewQuarantineReadError(t *testing.T) {
 	boom := errors.New("relation does not exist")
-	if _, err := NewQueue(context.Background(), NewStore(errDB{boom}, testTable), PolicyQuarantine, testLogger(t)); !errors.Is(err, boom) {
+	if _, err := NewQueue(context.Background(), NewStore(errDB{boom}, testTable), poison.Quarantine, testLogger(t)); !errors.Is(err, boom) {
 		t.Fatalf("NewQueue = %v, want %v", err, boom)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -14,14 +15,14 @@ import (
 // flow, and redeliveries write nothing twice.
 func TestDBQuarantineParksLaterEvents(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	if q.Quarantined() != 0 {
 		t.Fatalf("fresh table: %d quarantined", q.Quarantined())
 	}
 	parked := 0
 	q.OnPark = func() { parked++ }
-	poison(t, q, event("p", "order", "9", 0x500, 1))
-	poison(t, q, event("p", "order", "9", 0x500, 1)) // redelivered before the slot moved past it
+	mustPoison(t, q, event("p", "order", "9", 0x500, 1))
+	mustPoison(t, q, event("p", "order", "9", 0x500, 1)) // redelivered before the slot moved past it
 
 	cases := []struct {
 		ev   *replication.Event
@@ -66,13 +67,13 @@ func TestDBQuarantineParksLaterEvents(t *testing.T) {
 // earlier one (the lanes report out of order) moves the start back.
 func TestDBQuarantineKeepsEarliestPosition(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("p1", "order", "9", 0x500, 0))
-	poison(t, q, event("p2", "order", "9", 0x700, 0))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("p1", "order", "9", 0x500, 0))
+	mustPoison(t, q, event("p2", "order", "9", 0x700, 0))
 	if !hold(t, q, event("between", "order", "9", 0x600, 0)) {
 		t.Fatal("an event between two poison events was published")
 	}
-	poison(t, q, event("p0", "order", "9", 0x300, 0))
+	mustPoison(t, q, event("p0", "order", "9", 0x300, 0))
 	if !hold(t, q, event("after-p0", "order", "9", 0x400, 0)) {
 		t.Fatal("an event after an earlier poison event was published")
 	}
@@ -80,7 +81,7 @@ func TestDBQuarantineKeepsEarliestPosition(t *testing.T) {
 		t.Fatal("an event before every poison event was held")
 	}
 	// A new quarantine (a restart, another leader) starts at the same place.
-	q2 := e.quarantine(t, PolicyQuarantine)
+	q2 := e.quarantine(t, poison.Quarantine)
 	if !hold(t, q2, event("after-p0-again", "order", "9", 0x300, 1)) {
 		t.Fatal("reloaded quarantine does not start at the earliest open row")
 	}
@@ -90,9 +91,9 @@ func TestDBQuarantineKeepsEarliestPosition(t *testing.T) {
 // another leader appear, lifted ones disappear.
 func TestDBReload(t *testing.T) {
 	e := newDBEnv(t)
-	standby := e.quarantine(t, PolicyQuarantine)
-	leader := e.quarantine(t, PolicyQuarantine)
-	poison(t, leader, event("p", "order", "9", 0x500, 0))
+	standby := e.quarantine(t, poison.Quarantine)
+	leader := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, leader, event("p", "order", "9", 0x500, 0))
 	late := event("late", "order", "9", 0x600, 0)
 	if standby.Quarantines(late) {
 		t.Fatal("standby knows before reloading")
@@ -119,8 +120,8 @@ func TestDBReload(t *testing.T) {
 // forgotten.
 func TestDBHoldAfterLift(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("p", "order", "9", 0x500, 0))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("p", "order", "9", 0x500, 0))
 	if !hold(t, q, event("parked", "order", "9", 0x550, 0)) {
 		t.Fatal("not parked")
 	}
@@ -142,13 +143,13 @@ func TestDBHoldAfterLift(t *testing.T) {
 // keep their LSNs.
 func TestDBForeignSystemQuarantine(t *testing.T) {
 	e := newDBEnv(t)
-	old := e.quarantine(t, PolicyQuarantine)
-	poison(t, old, event("foreign", "order", "F", 0x9000, 0))
+	old := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, old, event("foreign", "order", "F", 0x9000, 0))
 	e.setSystem(t, "foreign", "6900000000000000001")
-	poison(t, old, event("legacy", "order", "L", 0x9000, 0))
+	mustPoison(t, old, event("legacy", "order", "L", 0x9000, 0))
 	e.setSystem(t, "legacy", nil)
 
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	if !hold(t, q, event("new-f", "order", "F", 0x100, 0)) {
 		t.Fatal("a new event of an aggregate dead-lettered on another system was published ahead of it")
 	}
@@ -205,8 +206,8 @@ func TestDBHoldWaitsForRetry(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newDBEnv(t)
-			q := e.quarantine(t, PolicyQuarantine)
-			poison(t, q, event("p", "order", "9", 0x500, 0))
+			q := e.quarantine(t, poison.Quarantine)
+			mustPoison(t, q, event("p", "order", "9", 0x500, 0))
 
 			w := &gateWriter{started: make(chan struct{}), release: make(chan struct{}), fail: c.fail}
 			started := w.started

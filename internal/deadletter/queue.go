@@ -8,43 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
-
-// Policy says what a poison event does to the relay.
-type Policy string
-
-// Policies.
-const (
-	// PolicyQuarantine dead-letters the poison event, parks the later
-	// events of its aggregate and keeps every other aggregate flowing.
-	PolicyQuarantine Policy = "quarantine"
-	// PolicyHalt stops the relay with the slot position held before the
-	// poison event, for teams that want a human on every such event.
-	PolicyHalt Policy = "halt"
-)
-
-// ParsePolicy validates a policy name.
-func ParsePolicy(s string) (Policy, error) {
-	switch Policy(s) {
-	case PolicyQuarantine, PolicyHalt:
-		return Policy(s), nil
-	}
-	return "", fmt.Errorf("poison policy %q: use quarantine or halt", s)
-}
-
-// HaltError stops the relay under PolicyHalt.
-type HaltError struct {
-	EventID, AggregateID, Reason string
-}
-
-// Fatal tells the publisher not to retry.
-func (e *HaltError) Fatal() bool { return true }
-
-func (e *HaltError) Error() string {
-	return fmt.Sprintf("poison event %s (aggregate %s): %s; policy is halt, so the relay stops with the slot position held "+
-		"(fix the event or the configuration, or run with --poison-policy quarantine)", e.EventID, e.AggregateID, e.Reason)
-}
 
 // Queue is the relay's side of the dead-letter queue: it writes poison
 // events as dead letters, keeps their aggregates quarantined (in memory,
@@ -53,7 +19,7 @@ func (e *HaltError) Error() string {
 // by the stream and the lanes.
 type Queue struct {
 	store  *Store
-	policy Policy
+	policy poison.Policy
 	log    *slog.Logger
 
 	mu   sync.Mutex
@@ -64,7 +30,7 @@ type Queue struct {
 }
 
 // NewQueue loads the quarantined aggregates of store.
-func NewQueue(ctx context.Context, store *Store, policy Policy, log *slog.Logger) (*Queue, error) {
+func NewQueue(ctx context.Context, store *Store, policy poison.Policy, log *slog.Logger) (*Queue, error) {
 	q := &Queue{store: store, policy: policy, log: log}
 	if err := q.Reload(ctx); err != nil {
 		return nil, err
@@ -159,10 +125,10 @@ func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (
 }
 
 // Poison writes ev as dead with its reason and quarantines its aggregate.
-// Under PolicyHalt it writes nothing and returns a *HaltError.
+// Under poison.Halt it writes nothing and returns a *poison.HaltError.
 func (q *Queue) Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error {
-	if q.policy == PolicyHalt {
-		return &HaltError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason}
+	if q.policy == poison.Halt {
+		return &poison.HaltError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason, Held: "the slot position"}
 	}
 	agg := Aggregate{ev.AggregateType, ev.AggregateID}
 	err := q.inAggregateLock(ctx, agg, func(tx pgx.Tx) error {

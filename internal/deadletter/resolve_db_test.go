@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -14,9 +15,9 @@ import (
 // unrelated quarantined aggregate, and returns the quarantine.
 func quarantined(t *testing.T, e *dbEnv) *Queue {
 	t.Helper()
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("p", "order", "9", 0x500, 3))
-	poison(t, q, event("x", "order", "10", 0x400, 0))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("p", "order", "9", 0x500, 3))
+	mustPoison(t, q, event("x", "order", "10", 0x400, 0))
 	// Parked in arrival order, not commit order: a retry must follow
 	// commit order.
 	for _, ev := range []*replication.Event{event("q2", "order", "9", 0x700, 0), event("q1", "order", "9", 0x600, 0)} {
@@ -101,7 +102,7 @@ func TestDBRetryStopsAtFirstFailure(t *testing.T) {
 		t.Fatalf("q2 (not reached): %+v, %v", q2, err)
 	}
 	// The quarantine now starts at q1.
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	if hold(t, q, event("q0", "order", "9", 0x550, 0)) {
 		t.Fatal("an event before the first open row was held")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -35,7 +36,7 @@ func TestDBCheck(t *testing.T) {
 // relay could not.
 func TestDBPoisonKeepsTheEvent(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	dead := 0
 	q.OnDead = func() { dead++ }
 	ev := event("e-1", "order", "9", 0x16B3748, 4)
@@ -71,7 +72,7 @@ func TestDBPoisonKeepsTheEvent(t *testing.T) {
 // dead-lettered as it is, and rebuilt as invalid.
 func TestDBPoisonInvalidEvent(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	ev := &replication.Event{AggregateType: "order", AggregateID: "9", TxLSN: 0x2000, Ordinal: 1,
 		Invalid: `column "aggregate_version" is NULL`}
 	if err := q.Poison(e.ctx, ev, "", "invalid", ev.Invalid); err != nil {
@@ -101,16 +102,16 @@ func TestDBGetNotFound(t *testing.T) {
 // in the order they were written, and filters as asked.
 func TestDBListOrderAndFilters(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
+	q := e.quarantine(t, poison.Quarantine)
 	// Written out of commit order: a poison event of an earlier
 	// transaction can arrive after another aggregate's (the lanes).
-	poison(t, q, event("b-dead", "order", "B", 0x300, 0))
-	poison(t, q, event("a-dead", "order", "A", 0x200, 5))
+	mustPoison(t, q, event("b-dead", "order", "B", 0x300, 0))
+	mustPoison(t, q, event("a-dead", "order", "A", 0x200, 5))
 	if !hold(t, q, event("b-park2", "order", "B", 0x400, 1)) || !hold(t, q, event("a-park", "order", "A", 0x400, 0)) ||
 		!hold(t, q, event("b-park1", "order", "B", 0x300, 7)) {
 		t.Fatal("a later event of a quarantined aggregate was not parked")
 	}
-	poison(t, q, event("c-dead", "invoice", "A", 0x200, 1))
+	mustPoison(t, q, event("c-dead", "invoice", "A", 0x200, 1))
 	e.exec(t, `UPDATE `+e.dlTable()+` SET status = 'discarded' WHERE event_id = 'c-dead'`)
 
 	list := func(f Filter) []string {
@@ -173,14 +174,14 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := NewStore(e.pool, other)
-	qa := e.quarantine(t, PolicyQuarantine)
-	qb, err := NewQueue(e.ctx, sb, PolicyQuarantine, testLogger(t))
+	qa := e.quarantine(t, poison.Quarantine)
+	qb, err := NewQueue(e.ctx, sb, poison.Quarantine, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	poison(t, qa, event("same-id", "order", "9", 0x100, 0))
-	poison(t, qb, event("same-id", "order", "9", 0x900, 0)) // the same event id, in the other table
-	poison(t, qb, event("b-only", "order", "7", 0x900, 1))
+	mustPoison(t, qa, event("same-id", "order", "9", 0x100, 0))
+	mustPoison(t, qb, event("same-id", "order", "9", 0x900, 0)) // the same event id, in the other table
+	mustPoison(t, qb, event("b-only", "order", "7", 0x900, 1))
 
 	a, err := e.store.List(e.ctx, Filter{All: true})
 	if err != nil || len(a) != 1 || a[0].Pos.TxLSN != 0x100 {
@@ -192,7 +193,7 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 	if _, err := e.store.FindAggregate(e.ctx, "7", ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("store A finds B's aggregate: %v", err)
 	}
-	fresh, err := NewQueue(e.ctx, e.store, PolicyQuarantine, testLogger(t))
+	fresh, err := NewQueue(e.ctx, e.store, poison.Quarantine, testLogger(t))
 	if err != nil || fresh.Quarantined() != 1 {
 		t.Fatalf("quarantine of A reloads %d aggregates, %v; want 1", fresh.Quarantined(), err)
 	}
@@ -212,8 +213,8 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 // show the parked events before the poison event a retry publishes first.
 func TestDBListForeignSystemRowFirst(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("old", "order", "9", 0x9000, 0))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("old", "order", "9", 0x9000, 0))
 	e.setSystem(t, "old", "another-system")
 	if err := q.Reload(e.ctx); err != nil {
 		t.Fatal(err)
@@ -235,14 +236,14 @@ func TestDBListForeignSystemRowFirst(t *testing.T) {
 // migration 5) as this system's.
 func TestDBOpenPositions(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("a1", "order", "A", 0x500, 2))
-	poison(t, q, event("a0", "order", "A", 0x500, 1))
-	poison(t, q, event("b", "order", "B", 0x700, 0))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("a1", "order", "A", 0x500, 2))
+	mustPoison(t, q, event("a0", "order", "A", 0x500, 1))
+	mustPoison(t, q, event("b", "order", "B", 0x700, 0))
 	e.setSystem(t, "b", "another-system")
-	poison(t, q, event("c", "order", "C", 0x800, 3))
+	mustPoison(t, q, event("c", "order", "C", 0x800, 3))
 	e.setSystem(t, "c", nil)
-	poison(t, q, event("d", "order", "D", 0x100, 0))
+	mustPoison(t, q, event("d", "order", "D", 0x100, 0))
 	e.exec(t, `UPDATE `+e.dlTable()+` SET status = 'published' WHERE event_id = 'd'`)
 
 	open, err := e.store.open(e.ctx)
@@ -261,10 +262,10 @@ func TestDBOpenPositions(t *testing.T) {
 
 func TestDBFindAggregate(t *testing.T) {
 	e := newDBEnv(t)
-	q := e.quarantine(t, PolicyQuarantine)
-	poison(t, q, event("o", "order", "9", 0x100, 0))
-	poison(t, q, event("i", "invoice", "9", 0x100, 1))
-	poison(t, q, event("s", "shipment", "5", 0x100, 2))
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("o", "order", "9", 0x100, 0))
+	mustPoison(t, q, event("i", "invoice", "9", 0x100, 1))
+	mustPoison(t, q, event("s", "shipment", "5", 0x100, 2))
 	e.exec(t, `UPDATE `+e.dlTable()+` SET status = 'discarded' WHERE event_id = 's'`)
 
 	if agg, err := e.store.FindAggregate(e.ctx, "9", "invoice"); err != nil || agg != (Aggregate{"invoice", "9"}) {

@@ -13,10 +13,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 // With appends how to fix a connection failure that retrying cannot
-// cure: TLS and authentication problems of PostgreSQL or Kafka.
+// cure (TLS and authentication problems of PostgreSQL or Kafka, missing
+// privileges) and marks it poison.Permanent: the one way the module says
+// "don't retry". Other errors are returned as they are.
 func With(err error) error {
 	if err == nil {
 		return nil
@@ -36,14 +39,7 @@ func With(err error) error {
 	if h == "" {
 		return err
 	}
-	return &hintError{err, h}
-}
-
-// Unfixable reports whether err is a connection failure that needs a
-// configuration change (With has a fix for it) rather than a retry.
-func Unfixable(err error) bool {
-	var he *hintError
-	return errors.As(With(err), &he)
+	return poison.Permanent(&hintError{err, h})
 }
 
 // hintError is an error with the fix for it.

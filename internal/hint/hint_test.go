@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 func TestWith(t *testing.T) {
@@ -30,14 +31,14 @@ func TestWith(t *testing.T) {
 		if !strings.Contains(got.Error(), "; fix: ") || !strings.Contains(got.Error(), c.want) {
 			t.Errorf("With(%v) = %v, want a fix naming %q", c.err, got, c.want)
 		}
-		if !Unfixable(c.err) {
-			t.Errorf("Unfixable(%v) = false", c.err)
+		if !poison.IsPermanent(got) || !errors.Is(got, c.err) {
+			t.Errorf("With(%v) = %v: want it marked permanent, wrapping the error", c.err, got)
 		}
 		if again := With(got); again != got {
 			t.Errorf("With added a second hint: %v", again)
 		}
 	}
-	if Unfixable(errors.New("dial tcp: connection refused")) || With(errors.New("x")).Error() != "x" || With(nil) != nil {
+	if poison.IsPermanent(With(errors.New("dial tcp: connection refused"))) || With(errors.New("x")).Error() != "x" || With(nil) != nil {
 		t.Error("ordinary errors got a hint")
 	}
 	if kafkaconn.Classify(errors.New("dial tcp: connection refused")) != kafkaconn.FailureNone {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 // Retry delays of ConnectRetrying: the same shape as the wait for Kafka.
@@ -63,7 +64,7 @@ func ConnectRetrying(ctx context.Context, pc *pgxpool.Config, log *slog.Logger) 
 // the server gives about the login itself (password, database,
 // privileges) and TLS set-up errors are not.
 func Transient(err error) bool {
-	if err == nil || hint.Unfixable(err) {
+	if err == nil || poison.IsPermanent(hint.With(err)) {
 		return false
 	}
 	if errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection) {

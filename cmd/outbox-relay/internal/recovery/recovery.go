@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -38,7 +39,7 @@ type Config struct {
 	// Outbox is the table, slot and publication to recover.
 	Outbox outboxdb.Outbox
 	// Policy is the poison policy of the back-fill's publisher.
-	Policy deadletter.Policy
+	Policy poison.Policy
 	// Publisher configures the back-fill's publisher (its DeadLetters is
 	// set here).
 	Publisher publisher.Config
