@@ -2,22 +2,52 @@ package relay
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/outbox-relay/outbox-relay/internal/relayopt"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// Option changes how New builds a Relay: what it logs to and where its
-// metrics go. Options are built by the With functions of this package.
-type Option func(*relayopt.Options)
+// Option changes how New builds a Relay: where its logs, metrics and
+// spans go. The With functions of this package build them; relay, outbox
+// and inbox all take their logger, metrics and tracing this way, so an
+// application wires the three alike.
+//
+// Option is an interface with an unexported method, so only this package
+// makes Options: a new option never breaks a caller, and nothing outside
+// the module reaches the relay's internals through one.
+type Option interface {
+	apply(*options)
+}
+
+// options are the settings the Options change; the zero value is the
+// default of each.
+type options struct {
+	// logger receives the relay's logs; nil discards them.
+	logger *slog.Logger
+	// registerer receives the relay's collectors; nil means a private
+	// registry (with the Go and process collectors) served by Handler.
+	registerer prometheus.Registerer
+	// tracerProvider starts a publish span per event; nil: no spans.
+	tracerProvider trace.TracerProvider
+	// propagator reads the producer's context from a row's headers; nil:
+	// W3C trace context.
+	propagator propagation.TextMapPropagator
+	// statusHold is a test hook (testhook.go): 0 outside tests.
+	statusHold time.Duration
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
 
 // WithLogger sends the relay's logs to l. Every record carries a stage
 // attribute (startup, stream, leader, checkpoint, ...) and, for an event,
 // event_id, aggregate_id and event_type; payloads are never logged. The
 // default discards everything.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *relayopt.Options) { o.Logger = l }
+	return optionFunc(func(o *options) { o.logger = l })
 }
 
 // WithRegisterer registers the relay's Prometheus collectors (the
@@ -28,6 +58,13 @@ func WithLogger(l *slog.Logger) Option {
 // prometheus.WrapRegistererWith and a distinguishing label for a second
 // one. The default private registry also holds the Go and process
 // collectors.
+//
+// The relay's metrics are Prometheus collectors, unlike the outbox's and
+// the inbox's (a Metrics interface each, with a Prometheus adapter): the
+// relay is a service whose metrics are its operating interface
+// (dashboards, alerts, the /metrics its Handler serves), while the outbox
+// and the inbox live inside an application that may use any metrics
+// system.
 func WithRegisterer(r prometheus.Registerer) Option {
-	return func(o *relayopt.Options) { o.Registerer = r }
+	return optionFunc(func(o *options) { o.registerer = r })
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/internal/relayopt"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -27,7 +26,7 @@ import (
 type Relay struct {
 	cfg  Config
 	c    compiled
-	opts relayopt.Options
+	opts options
 	log  *slog.Logger
 	m    *metrics.Relay
 	// loopExitHook is a test hook (loopExit); nil outside tests.
@@ -69,15 +68,18 @@ type Relay struct {
 // wrong password or an unreachable broker shows when Run connects. Its
 // error joins a *FieldError for each invalid field.
 func New(cfg Config, opts ...Option) (*Relay, error) {
-	var o relayopt.Options
+	var o options
 	for _, opt := range opts {
-		opt(&o)
+		opt.apply(&o)
+	}
+	if err := o.testHooks(); err != nil {
+		return nil, err
 	}
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
 	}
-	log := o.Logger
+	log := o.logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -85,12 +87,12 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 	if r.elector, err = leader.NewElector(cfg.Leader.elector(cfg.Database), log); err != nil {
 		return nil, &FieldError{Field: "Database.URL", Err: err}
 	}
-	if o.Registerer == nil {
+	if o.registerer == nil {
 		r.m = metrics.New()
 		r.gatherer = r.m.Registry
-	} else if r.m, err = metrics.Register(o.Registerer); err != nil {
+	} else if r.m, err = metrics.Register(o.registerer); err != nil {
 		return nil, err
-	} else if g, ok := o.Registerer.(prometheus.Gatherer); ok {
+	} else if g, ok := o.registerer.(prometheus.Gatherer); ok {
 		r.gatherer = g
 	}
 	r.cleanup = newCleanupSchedule(r)

@@ -69,8 +69,8 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
 	sink.spans = r.publishSpans()
 	var progress replication.Progress = tracker
-	if r.opts.StatusHold > 0 {
-		progress = newHeldProgress(tracker, r.opts.StatusHold)
+	if r.opts.statusHold > 0 {
+		progress = newHeldProgress(tracker, r.opts.statusHold)
 	}
 	s := replication.NewStream(conn, replication.Config{
 		Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication,

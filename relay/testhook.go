@@ -9,12 +9,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// heldProgress is the StatusHold test hook (internal/relayopt): standby
-// status updates confirm only positions acknowledged at least hold ago,
-// while checkpoints are saved as usual. It widens the (normally ~100 ms)
-// window in which a checkpoint is ahead of the slot, so a kill -9 test
-// can land in it deterministically. Not an exported option on purpose: it
-// only makes redelivery worse.
+// heldProgress is the status-hold test hook (options.statusHold, set in
+// binaries built with -tags testhooks from TestStatusHoldEnv: see
+// testhook_on.go): standby status updates confirm only positions
+// acknowledged at least hold ago, while checkpoints are saved as usual. It
+// widens the (normally ~100 ms) window in which a checkpoint is ahead of
+// the slot, so a kill -9 test can land in it deterministically. Not an
+// option on purpose: it only makes redelivery worse.
 //
 // heldProgress reports as flushed the newest position its inner Progress
 // reported at least hold ago.

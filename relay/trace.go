@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outbox-relay/outbox-relay/internal/relayopt"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -31,7 +30,7 @@ const ScopeName = "github.com/outbox-relay/outbox-relay/relay"
 // Off by default (no spans, no cost); a noop provider is off too.
 // docs/tracing.md has the cost on the drain.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *relayopt.Options) { o.TracerProvider = tp }
+	return optionFunc(func(o *options) { o.tracerProvider = tp })
 }
 
 // WithPropagator sets how the relay reads the producer's context from a
@@ -39,7 +38,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // (propagation.TraceContext), what outbox.Writer writes with the usual
 // global propagator.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(o *relayopt.Options) { o.Propagator = p }
+	return optionFunc(func(o *options) { o.propagator = p })
 }
 
 // publishSpans starts the publish spans of one stream.
@@ -55,14 +54,14 @@ var producerKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProd
 
 // publishSpans returns the stream's span starter, nil when tracing is off.
 func (r *Relay) publishSpans() *publishSpans {
-	tp := r.opts.TracerProvider
+	tp := r.opts.tracerProvider
 	if tp == nil {
 		return nil
 	}
 	if _, off := tp.(noop.TracerProvider); off {
 		return nil
 	}
-	p := &publishSpans{tracer: tp.Tracer(ScopeName), prop: r.opts.Propagator, template: r.c.template}
+	p := &publishSpans{tracer: tp.Tracer(ScopeName), prop: r.opts.propagator, template: r.c.template}
 	if p.prop == nil {
 		p.prop = propagation.TraceContext{}
 	}

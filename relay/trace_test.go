@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outbox-relay/outbox-relay/internal/relayopt"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/spantest"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -30,7 +29,7 @@ func tracedRelay(t testing.TB, tp trace.TracerProvider) *Relay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Relay{opts: relayopt.Options{TracerProvider: tp}, c: compiled{template: tmpl}}
+	return &Relay{opts: options{tracerProvider: tp}, c: compiled{template: tmpl}}
 }
 
 func spanEvent(headers string) *replication.Event {

@@ -44,7 +44,7 @@ import (
 // positions acknowledged at least that long ago, while checkpoints are
 // saved as usual. It widens the (normally ~100 ms) window in which a
 // checkpoint is ahead of the slot, so a kill -9 test can land in it
-// deterministically. Not a flag, and not in release builds (testhooks.go):
+// deterministically. Not a flag, and not in release builds (relay/testhook_on.go):
 // it only makes redelivery worse.
 const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
 
@@ -56,7 +56,7 @@ const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
 // short: TestRepositoryVariablesAreAccepted fails on any OUTBOX_RELAY_*
 // name in the repository that is neither a flag's nor listed here.
 var notFlagEnv = map[string]string{
-	testStatusHoldEnv:                "the relay built with -tags testhooks (testhooks.go); set by integration/checkpoint_test.go",
+	testStatusHoldEnv:                "the relay built with -tags testhooks (relay/testhook_on.go); set by integration/checkpoint_test.go",
 	envPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
 	envPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env",
 	envPrefix + "TEST_PG_BIN":        "the integration tests' temporary clusters (integration/pgcluster_test.go); exported by scripts/pgversions.sh run",

@@ -37,15 +37,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	cfg.warnInsecure(log, true)
 	log.Info("Go scheduler", slog.String("stage", "startup"), slog.Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)))
-	opts, err := testOptions()
+	opts, err := cfg.Trace.options(log) // tracing.go
 	if err != nil {
 		return nil, configError{err}
 	}
-	traceOpts, err := cfg.Trace.options(log) // tracing.go
-	if err != nil {
-		return nil, configError{err}
-	}
-	r, err := relay.New(cfg.relayConfig(), append(append(opts, traceOpts...), relay.WithLogger(log))...)
+	r, err := relay.New(cfg.relayConfig(), append(opts, relay.WithLogger(log))...)
 	if err != nil {
 		cfg.Trace.shutdown(log)
 		return nil, configError{err}
