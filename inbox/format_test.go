@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -17,15 +17,15 @@ import (
 // configured for each.
 var formatConfigs = []struct {
 	name string
-	rc   publisher.RecordConfig
+	rc   record.Config
 	want RecordFormat
 }{
-	{"native", publisher.RecordConfig{}, FormatNative},
-	{"debezium", publisher.RecordConfig{Format: publisher.FormatDebezium}, FormatDebezium},
-	{"debezium-expanded", publisher.RecordConfig{Format: publisher.FormatDebezium, DebeziumExpandJSON: true}, FormatDebezium},
-	{"cloudevents-binary", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders"}, FormatCloudEvents},
-	{"cloudevents-structured", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders",
-		CloudEventsMode: publisher.CloudEventsStructured}, FormatCloudEvents},
+	{"native", record.Config{}, FormatNative},
+	{"debezium", record.Config{Format: record.FormatDebezium}, FormatDebezium},
+	{"debezium-expanded", record.Config{Format: record.FormatDebezium, DebeziumExpandJSON: true}, FormatDebezium},
+	{"cloudevents-binary", record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders"}, FormatCloudEvents},
+	{"cloudevents-structured", record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders",
+		CloudEventsMode: record.CloudEventsStructured}, FormatCloudEvents},
 }
 
 func sourceEvent(payload []byte) *replication.Event {
@@ -42,7 +42,7 @@ func sourceEvent(payload []byte) *replication.Event {
 func TestDecodeFormats(t *testing.T) {
 	for _, payload := range [][]byte{[]byte(`{"total": 10}`), {0, 0, 0, 0, 42, 2, 0xff}} {
 		for _, c := range formatConfigs {
-			m, err := c.rc.Message("outbox.event.order", sourceEvent(payload))
+			m, err := c.rc.Encode("outbox.event.order", sourceEvent(payload))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +80,7 @@ func TestDecodeTombstones(t *testing.T) {
 		ev.Invalid = replication.InvalidNullPayload
 		rc := c.rc
 		rc.TombstoneOnNullPayload = true
-		m, err := rc.Message("t", ev)
+		m, err := rc.Encode("t", ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestDecodeTombstones(t *testing.T) {
 func TestDecodeCloudEventsExtensions(t *testing.T) {
 	ev := sourceEvent([]byte(`{}`))
 	ev.Headers = []byte(`{"ce_tenant": "acme"}`)
-	m, err := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/o"}.Message("t", ev)
+	m, err := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/o"}.Encode("t", ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestDecodeFormatErrors(t *testing.T) {
 		}
 	}
 	// Forced to a format the record is not in.
-	m, _ := publisher.RecordConfig{}.Message("t", sourceEvent([]byte(`{}`)))
+	m, _ := record.Config{}.Encode("t", sourceEvent([]byte(`{}`)))
 	if _, err := DecodeFormat(m, FormatCloudEvents); err == nil {
 		t.Fatal("a native record decoded as a CloudEvent")
 	}
@@ -157,7 +157,7 @@ func TestDecodeFormatErrors(t *testing.T) {
 // BenchmarkDecode is the consumer's per-record decoding in each format.
 func BenchmarkDecode(b *testing.B) {
 	for _, c := range formatConfigs {
-		m, err := c.rc.Message("t", sourceEvent([]byte(`{"total": 10}`)))
+		m, err := c.rc.Encode("t", sourceEvent([]byte(`{"total": 10}`)))
 		if err != nil {
 			b.Fatal(err)
 		}

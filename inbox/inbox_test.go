@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-func record(headers ...string) kafka.Message {
+func rawRecord(headers ...string) kafka.Message {
 	m := kafka.Message{Topic: "t", Partition: 2, Offset: 7, Key: []byte("order-1"), Value: []byte(`{"a":1}`), Time: time.Unix(100, 0)}
 	for i := 0; i+1 < len(headers); i += 2 {
 		m.Headers = append(m.Headers, kafka.Header{Key: headers[i], Value: []byte(headers[i+1])})
@@ -27,7 +27,7 @@ var good = []string{
 }
 
 func TestDecode(t *testing.T) {
-	ev, err := Decode(record(append(good, "event_id", "ffffffff-7c4e-7d1a-8b3e-0a1b2c3d4e5f")...))
+	ev, err := Decode(rawRecord(append(good, "event_id", "ffffffff-7c4e-7d1a-8b3e-0a1b2c3d4e5f")...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +49,13 @@ func TestDecodeErrors(t *testing.T) {
 		return out
 	}
 	cases := map[string]kafka.Message{
-		"no event_id":       record(with("event_id", "")...),
-		"not a UUID":        record(with("event_id", "nope")...),
-		"aggregate_version": record(with("aggregate_version", "x")...),
-		"schema_version":    record(with("schema_version", "")...),
-		"event_type":        record(with("event_type", "")...),
+		"no event_id":       rawRecord(with("event_id", "")...),
+		"not a UUID":        rawRecord(with("event_id", "nope")...),
+		"aggregate_version": rawRecord(with("aggregate_version", "x")...),
+		"schema_version":    rawRecord(with("schema_version", "")...),
+		"event_type":        rawRecord(with("event_type", "")...),
 	}
-	noKey := record(good...)
+	noKey := rawRecord(good...)
 	noKey.Key = nil
 	cases["empty key"] = noKey
 	for want, m := range cases {

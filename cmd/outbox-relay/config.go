@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -51,7 +52,7 @@ type config struct {
 	KafkaSASLPassword, GrantRole                              string
 	// NullablePayload: migrate creates the payload column nullable.
 	NullablePayload bool
-	// The record format (publisher.RecordConfig) of every publishing
+	// The record format (record.Config) of every publishing
 	// command, so that run, recover, replay and dlq retry write alike.
 	RecordFormat, CloudEventsSource, CloudEventsMode string
 	DebeziumExpandJSON, TombstoneOnNullPayload       bool
@@ -197,8 +198,8 @@ func (c *config) relayConfig() relay.Config {
 			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
 			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
 			PoisonPolicy: relay.PoisonPolicy(c.PoisonPolicy),
-			RecordFormat: publisher.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
-			CloudEventsMode: publisher.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
+			RecordFormat: record.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
+			CloudEventsMode: record.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
 			TombstoneOnNullPayload: c.TombstoneOnNullPayload,
 		},
 		Window: relay.WindowConfig{MaxEvents: c.MaxInflightEvents, MaxBytes: c.MaxInflightBytes, StallTimeout: c.StallTimeout},
@@ -222,7 +223,7 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		CreateTopics: c.CreateTopics, TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
 		UnknownTopicTimeout: c.UnknownTopicWait, MetadataRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
-		RecordConfig: c.relayConfig().Publish.Record(),
+		Record: c.relayConfig().Publish.Record(),
 	}
 }
 

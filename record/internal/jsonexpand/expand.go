@@ -1,4 +1,8 @@
-package publisher
+// Package jsonexpand rewrites a JSON payload the way Debezium's Outbox
+// Event Router does with table.expand.json.payload=true and Kafka
+// Connect's JsonConverter: the value of a FormatDebezium record with
+// record.Config.DebeziumExpandJSON.
+package jsonexpand
 
 import (
 	"errors"
@@ -29,10 +33,10 @@ const jsonMaxDepth = 1000
 
 var errExpand = errors.New("payload cannot be expanded")
 
-// expandJSONPayload returns the record value for payload with expansion
-// on: the expanded JSON, or the payload as a JSON string when Debezium
-// would not (or could not) expand it.
-func expandJSONPayload(payload []byte) []byte {
+// Payload returns the record value for payload with expansion on: the
+// expanded JSON, or the payload as a JSON string when Debezium would not
+// (or could not) expand it.
+func Payload(payload []byte) []byte {
 	if out, err := expandJSON(payload); err == nil {
 		return out
 	}

@@ -1,8 +1,9 @@
-package publisher
+package record
 
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -49,12 +50,6 @@ const cloudEventsHeaders = 10
 // (no content-type, a null value), in both modes: a structured event
 // always has a value, and compaction needs a null one.
 func buildCloudEvents(topic string, ev *replication.Event, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
-	fail := func(reason string) (kafka.Message, error) {
-		return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason}
-	}
-	if ev.EventType == "" {
-		return fail("event_type is empty: a CloudEvent needs a type")
-	}
 	contentType := CloudEventsBinaryContentType
 	if json.Valid(ev.Payload) {
 		contentType = CloudEventsJSONContentType
@@ -96,7 +91,7 @@ func buildCloudEvents(topic string, ev *replication.Event, source string, mode C
 			err = checkRowHeaders(h, own, cloudEventsReserved)
 		}
 		if err != nil {
-			return fail("headers: " + err.Error())
+			return kafka.Message{}, errors.New("headers: " + err.Error())
 		}
 	}
 	msg.Headers = h

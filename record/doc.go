@@ -1,0 +1,31 @@
+// Package record is the Kafka record format of outbox-relay: how an outbox
+// event becomes a Kafka record, and how a record becomes an event again
+// (docs/formats.md). The relay encodes with it (Config, Encoder).
+//
+// # Formats
+//
+// Every format keys a record by aggregate_id and stamps it with the
+// outbox transaction's commit time; they differ in the value and the
+// headers:
+//
+//   - FormatNative, the relay's own: the payload as the value, the
+//     outbox columns in the event_id, event_type, schema_version,
+//     aggregate_type and aggregate_version headers, then the row's own
+//     headers.
+//   - FormatDebezium: the record of Debezium's Outbox Event Router with
+//     the configuration docs/formats.md gives, optionally with the JSON
+//     payload expanded as table.expand.json.payload=true writes it
+//     (Config.DebeziumExpandJSON).
+//   - FormatCloudEvents: a CloudEvents 1.0 event in the Kafka protocol
+//     binding, in binary or structured content mode (CloudEventsMode).
+//
+// With Config.TombstoneOnNullPayload an outbox row whose payload is NULL
+// becomes a tombstone (a null value) in every format.
+//
+// # Encoding
+//
+// NewEncoder validates a Config once; Encoder.Encode then maps each
+// replication.Event (an outbox row as the relay reads it from the WAL) to
+// its kafka.Message, or to an *EncodeError for an event that can never
+// become a record. Config.Encode does both for a single event.
+package record
