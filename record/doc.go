@@ -1,6 +1,10 @@
 // Package record is the Kafka record format of outbox-relay: how an outbox
 // event becomes a Kafka record, and how a record becomes an event again
-// (docs/formats.md). The relay encodes with it (Config, Encoder).
+// (docs/formats.md). It serves both ends of the wire, as pgproto3 does
+// for PostgreSQL's protocol: the relay encodes with it (Config, Encoder)
+// and the inbox decodes with it (Decode, DecodeFormat). Any other Go
+// consumer may import it to read the relay's records without the inbox:
+// Decode takes a kafka-go message, whatever read it.
 //
 // # Formats
 //
@@ -28,4 +32,13 @@
 // replication.Event (an outbox row as the relay reads it from the WAL) to
 // its kafka.Message, or to an *EncodeError for an event that can never
 // become a record. Config.Encode does both for a single event.
+//
+// # Decoding
+//
+// Decode reads a record in any of the formats back into an Event,
+// detecting the format from the headers (DetectFormat); DecodeFormat
+// reads one given format. A record that is not an outbox event is a
+// *DecodeError. The fields of a decoded Event are the encoded event's:
+// Encode then Decode gives back every column, in every format and mode
+// (the expanded Debezium payload is the expansion, not the stored text).
 package record
