@@ -6,10 +6,10 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -133,7 +133,7 @@ func structuredEvent(ev *replication.Event, source, ts, contentType string) []by
 		b = append(b, ',', '"')
 		b = append(b, name...)
 		b = append(b, '"', ':')
-		b = appendJSONString(b, value)
+		b = jsontext.AppendString(b, value)
 	}
 	b = append(b, `{"specversion":"`+CloudEventsSpecVersion+`"`...)
 	member("id", ev.EventID)
@@ -154,40 +154,4 @@ func structuredEvent(ev *replication.Event, source, ts, contentType string) []by
 		b = append(b, '"')
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string: '"', '\\' and control
-// characters escaped, invalid UTF-8 as U+FFFD, the rest as is.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, `\ufffd`...)
-			} else {
-				b = append(b, s[i:i+size]...)
-			}
-			i += size
-			continue
-		}
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		default:
-			b = append(b, c)
-		}
-		i++
-	}
-	return append(b, '"')
 }

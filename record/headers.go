@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
 )
 
 // Header names of the outbox columns: FormatNative sets all five, in this
@@ -44,120 +46,72 @@ func parseHeaders(raw []byte) ([]kafka.Header, error) {
 // of being copied; strings with escapes or other bytes go through
 // encoding/json. raw must not change afterwards (an event's buffer doesn't).
 func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
-	p := headerParser{b: raw}
-	p.ws()
-	if p.literal("null") {
-		return p.end(out)
+	p := jsontext.NewScanner(raw)
+	p.SkipSpace()
+	if p.ConsumeLiteral("null") {
+		return endHeaders(p, out)
 	}
-	if !p.next('{') {
+	if !p.Consume('{') {
 		return nil, errors.New("not a JSON object")
 	}
-	p.ws()
-	if p.next('}') {
-		return p.end(out)
+	p.SkipSpace()
+	if p.Consume('}') {
+		return endHeaders(p, out)
 	}
 	for {
-		p.ws()
-		key, err := p.str()
+		p.SkipSpace()
+		key, err := headerString(p)
 		if err != nil {
 			return nil, fmt.Errorf("header name: %w", err)
 		}
 		if len(key) == 0 {
 			return nil, errors.New("empty header name")
 		}
-		p.ws()
-		if !p.next(':') {
+		p.SkipSpace()
+		if !p.Consume(':') {
 			return nil, errors.New("malformed JSON object")
 		}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] != '"' {
+		p.SkipSpace()
+		if c, ok := p.Peek(); ok && c != '"' {
 			return nil, fmt.Errorf("value of %q is not a string", key)
 		}
-		val, err := p.str()
+		val, err := headerString(p)
 		if err != nil {
 			return nil, fmt.Errorf("value of %q: %w", key, err)
 		}
 		out = append(out, kafka.Header{Key: unsafe.String(unsafe.SliceData(key), len(key)), Value: val})
-		p.ws()
-		if p.next(',') {
+		p.SkipSpace()
+		if p.Consume(',') {
 			continue
 		}
-		if p.next('}') {
-			return p.end(out)
+		if p.Consume('}') {
+			return endHeaders(p, out)
 		}
 		return nil, errors.New("malformed JSON object")
 	}
 }
 
-// headerParser is a minimal JSON scanner for a flat object of strings.
-type headerParser struct {
-	b []byte
-	i int
+// headerString reads a JSON string: a plain one aliases the input, any
+// other is decoded (and checked) by encoding/json.
+func headerString(p *jsontext.Scanner) ([]byte, error) {
+	tok, plain, err := p.StringToken()
+	if err != nil {
+		return nil, err
+	}
+	if plain {
+		return tok[1 : len(tok)-1 : len(tok)-1], nil
+	}
+	var s string
+	if err := json.Unmarshal(tok, &s); err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
 }
 
-func (p *headerParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *headerParser) next(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-func (p *headerParser) literal(s string) bool {
-	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
-		p.i += len(s)
-		return true
-	}
-	return false
-}
-
-// str reads a JSON string token.
-func (p *headerParser) str() ([]byte, error) {
-	if !p.next('"') {
-		return nil, errors.New("expected a JSON string")
-	}
-	start := p.i
-	plain := true
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			tok := p.b[start:p.i]
-			p.i++
-			if plain {
-				return tok[:len(tok):len(tok)], nil
-			}
-			var s string
-			if err := json.Unmarshal(p.b[start-1:p.i], &s); err != nil {
-				return nil, err
-			}
-			return []byte(s), nil
-		case c == '\\':
-			plain = false
-			p.i += 2
-			continue
-		case c < 0x20 || c >= 0x80:
-			plain = false
-		}
-		p.i++
-	}
-	return nil, errors.New("unterminated JSON string")
-}
-
-func (p *headerParser) end(out []kafka.Header) ([]kafka.Header, error) {
-	p.ws()
-	if p.i != len(p.b) {
+// endHeaders checks that nothing but white space follows the headers.
+func endHeaders(p *jsontext.Scanner, out []kafka.Header) ([]kafka.Header, error) {
+	p.SkipSpace()
+	if !p.AtEnd() {
 		return nil, errors.New("trailing data after the JSON object")
 	}
 	return out, nil
