@@ -30,11 +30,16 @@ const (
 	CloudEventsStructuredContentType = "application/cloudevents+json; charset=UTF-8"
 	// HeaderContentType is the binding's content-type header.
 	HeaderContentType = "content-type"
-	// Extension attributes carrying the outbox columns that have no
-	// CloudEvents attribute of their own.
-	CloudEventsAggregateType    = "aggregatetype"
+	// CloudEventsAggregateType is the extension attribute carrying the
+	// aggregate_type column (CloudEvents has no attribute of its own for
+	// it).
+	CloudEventsAggregateType = "aggregatetype"
+	// CloudEventsAggregateVersion is the extension attribute carrying the
+	// aggregate_version column.
 	CloudEventsAggregateVersion = "aggregateversion"
-	CloudEventsSchemaVersion    = "schemaversion"
+	// CloudEventsSchemaVersion is the extension attribute carrying the
+	// schema_version column.
+	CloudEventsSchemaVersion = "schemaversion"
 )
 
 // cloudEventsHeaders is the most headers a binary mode record starts with.

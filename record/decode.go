@@ -21,12 +21,20 @@ const headerCESpecVersion = "ce_specversion"
 // decoded back into the outbox row's fields, plus where it was read from.
 // The inbox hands it to its handlers.
 type Event struct {
-	ID               string // event_id, a UUID
-	AggregateType    string
-	AggregateID      string // the record key
+	// ID is the event_id column, a UUID (in its canonical lower-case
+	// form).
+	ID string
+	// AggregateType is the aggregate_type column.
+	AggregateType string
+	// AggregateID is the aggregate_id column: the record key (a
+	// CloudEvent's subject).
+	AggregateID string
+	// AggregateVersion is the aggregate_version column.
 	AggregateVersion int64
-	EventType        string
-	SchemaVersion    int
+	// EventType is the event_type column.
+	EventType string
+	// SchemaVersion is the schema_version column.
+	SchemaVersion int
 	// Payload is the record value (a CloudEvent's data); nil for a
 	// tombstone (a row with a NULL payload, relayed with
 	// --tombstone-on-null-payload).
@@ -36,10 +44,12 @@ type Event struct {
 	// than the relay's, as ce_<name>.
 	Headers map[string]string
 
+	// Topic, Partition and Offset say where the record was read from.
 	Topic     string
 	Partition int
 	Offset    int64
-	Time      time.Time // record timestamp: the outbox transaction's commit time
+	// Time is the record timestamp: the outbox transaction's commit time.
+	Time time.Time
 	// Format is the format the record was read in (never empty).
 	Format Format
 }
@@ -48,10 +58,12 @@ type Event struct {
 // malformed standard header). Redelivering it cannot fix it, so it is
 // dead-lettered like a permanent handler failure.
 type DecodeError struct {
+	// Topic, Partition and Offset name the record.
 	Topic     string
 	Partition int
 	Offset    int64
-	Reason    string
+	// Reason says why the record is not an outbox event.
+	Reason string
 }
 
 // Error names the record and says why it is not an outbox event.

@@ -38,7 +38,8 @@
 // Decode reads a record in any of the formats back into an Event,
 // detecting the format from the headers (DetectFormat); DecodeFormat
 // reads one given format. A record that is not an outbox event is a
-// *DecodeError. The fields of a decoded Event are the encoded event's:
-// Encode then Decode gives back every column, in every format and mode
-// (the expanded Debezium payload is the expansion, not the stored text).
+// *DecodeError. Encode then Decode gives back every column of an outbox
+// row (a UUID event_id, integer versions, a JSON object of strings as
+// headers), in every format and mode: a NULL payload as a tombstone (a
+// nil Payload), an expanded Debezium payload as its expansion.
 package record
