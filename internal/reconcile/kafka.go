@@ -95,7 +95,7 @@ func firstOffset(offsets map[int64]time.Time) int64 {
 }
 
 // eventIDOf returns the event id of m, if it carries a valid one: in any
-// record format the inbox reads (the relay's --record-format), else its
+// record format (record.Decode: the relay's --record-format), else its
 // event_id header.
 func eventIDOf(m kafka.Message) (uuid.UUID, bool) {
 	if ev, err := record.Decode(m); err == nil {
@@ -103,7 +103,7 @@ func eventIDOf(m kafka.Message) (uuid.UUID, bool) {
 		return id, err == nil
 	}
 	for _, h := range m.Headers {
-		if h.Key == "event_id" {
+		if h.Key == record.HeaderEventID {
 			id, err := uuid.ParseBytes(h.Value)
 			return id, err == nil
 		}

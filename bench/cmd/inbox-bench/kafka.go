@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // createTopic creates topic (benchkit.CreateTopic) and cleans it up with
@@ -84,11 +85,11 @@ func eventRecord(i, aggregates int, ts time.Time) kafka.Message {
 		Key:   []byte(agg),
 		Value: fmt.Appendf(nil, payloadFormat, agg, v, 1000+i%9000),
 		Headers: []kafka.Header{
-			{Key: "event_id", Value: []byte(eventID(i))},
-			{Key: "event_type", Value: []byte(typ)},
-			{Key: "schema_version", Value: []byte("1")},
-			{Key: "aggregate_type", Value: []byte(aggregateType)},
-			{Key: "aggregate_version", Value: []byte(strconv.FormatInt(v, 10))},
+			{Key: record.HeaderEventID, Value: []byte(eventID(i))},
+			{Key: record.HeaderEventType, Value: []byte(typ)},
+			{Key: record.HeaderSchemaVersion, Value: []byte("1")},
+			{Key: record.HeaderAggregateType, Value: []byte(aggregateType)},
+			{Key: record.HeaderAggregateVersion, Value: []byte(strconv.FormatInt(v, 10))},
 		},
 		Time: ts,
 	}
