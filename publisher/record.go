@@ -6,14 +6,19 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// EventError is an event that cannot become a Kafka record (bad headers,
-// invalid topic, too large). Retrying cannot fix it.
+// EventError is an event the publisher cannot publish: one that cannot
+// become a Kafka record (a record.EncodeError: invalid row, empty
+// aggregate_id, invalid topic, bad headers; its Reason is the
+// EncodeError's) or whose record is too large for a batch. Retrying
+// cannot fix it: the relay dead-letters it, or stops without dead
+// letters.
 type EventError struct {
 	EventID     string
 	AggregateID string
 	Reason      string
 }
 
+// Error names the event and says why it cannot be published.
 func (e *EventError) Error() string {
 	return fmt.Sprintf("event %s (aggregate %s): %s", e.EventID, e.AggregateID, e.Reason)
 }

@@ -53,7 +53,8 @@ const cloudEventsHeaders = 10
 // time the commit time, as in every format; the row's headers follow as
 // plain Kafka headers. A tombstone is the binary mode event without data
 // (no content-type, a null value), in both modes: a structured event
-// always has a value, and compaction needs a null one.
+// always has a value, and compaction needs a null one. ev.EventType is not
+// empty (Encode refuses such a row first).
 func buildCloudEvents(topic string, ev *replication.Event, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
 	contentType := CloudEventsBinaryContentType
 	if json.Valid(ev.Payload) {

@@ -105,7 +105,7 @@ type Config struct {
 	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
 	// into a record with the row's key and headers and a null value (a
 	// tombstone, for compacted topics), in every format. Off, such a row
-	// is a poison event.
+	// cannot be encoded (CodeInvalidRow: the relay dead-letters it).
 	TombstoneOnNullPayload bool
 }
 
