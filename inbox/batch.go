@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // BatchHandler applies the effects of several events at once inside tx,
@@ -26,7 +28,7 @@ import (
 // covers) and fails the batch on a mismatch; the halving then finds the
 // event at fault. The rules of Handler apply: no commit or rollback of tx,
 // no unrepeatable effects outside PostgreSQL.
-type BatchHandler func(ctx context.Context, tx pgx.Tx, evs []*Event) error
+type BatchHandler func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error
 
 // maxBatchSize bounds BatchSize: a batch is a few array parameters and one
 // transaction's locks, which should stay well within PostgreSQL's limits
@@ -59,11 +61,11 @@ func (e *handlerError) Unwrap() error { return e.err }
 // tables failing) or ctx's when the generation or Run ended first.
 // Records that are not outbox events are dead-lettered where they stand.
 func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message) (int, error) {
-	evs := make([]Event, len(msgs))
-	batch := make([]*Event, 0, len(msgs))
+	evs := make([]record.Event, len(msgs))
+	batch := make([]*record.Event, 0, len(msgs))
 	start := 0
 	for i, m := range msgs {
-		ev, err := DecodeFormat(m, c.cfg.RecordFormat)
+		ev, err := record.DecodeFormat(m, c.cfg.RecordFormat)
 		evs[i] = ev
 		if err == nil {
 			batch = append(batch, &evs[i])
@@ -89,7 +91,7 @@ func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message
 // retries the batch without limit; a handler error splits it: at the
 // failing event for a Handler, in halves for a BatchHandler, until the
 // failing event is alone and meets the retry and dead-letter policy.
-func (c *Consumer) apply(ctx, txCtx context.Context, evs []*Event) (int, error) {
+func (c *Consumer) apply(ctx, txCtx context.Context, evs []*record.Event) (int, error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
@@ -145,7 +147,7 @@ func (c *Consumer) apply(ctx, txCtx context.Context, evs []*Event) (int, error) 
 // applySplit applies evs around evs[i], whose handler failed with cause:
 // the events before it as a batch, then it alone (cause counts as its
 // first attempt), then the rest.
-func (c *Consumer) applySplit(ctx, txCtx context.Context, evs []*Event, i int, cause error) (int, error) {
+func (c *Consumer) applySplit(ctx, txCtx context.Context, evs []*record.Event, i int, cause error) (int, error) {
 	n, err := c.apply(ctx, txCtx, evs[:i])
 	if err != nil {
 		return n, err
@@ -162,8 +164,8 @@ func (c *Consumer) applySplit(ctx, txCtx context.Context, evs []*Event, i int, c
 // handler errors are retried with backoff up to MaxAttempts (cause, if
 // not nil, was the first attempt), then the event is dead-lettered or the
 // consumer halts. It returns 1 once the outcome is final.
-func (c *Consumer) processOne(ctx, txCtx context.Context, ev *Event, cause error) (int, error) {
-	one := []*Event{ev}
+func (c *Consumer) processOne(ctx, txCtx context.Context, ev *record.Event, cause error) (int, error) {
+	one := []*record.Event{ev}
 	attempt, infra := 1, 0
 	for err := cause; ; err = nil {
 		if err == nil {
@@ -234,7 +236,7 @@ func (c *Consumer) storeFailure(err error) error {
 // tryBatch runs one transaction for evs: lock their aggregates, skip known
 // events, park those of waiting aggregates, register the rest and run the
 // handler for the fresh ones. It returns each event's outcome.
-func (c *Consumer) tryBatch(ctx context.Context, evs []*Event) ([]outcome, error) {
+func (c *Consumer) tryBatch(ctx context.Context, evs []*record.Event) ([]outcome, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -252,9 +254,9 @@ func (c *Consumer) tryBatch(ctx context.Context, evs []*Event) ([]outcome, error
 		return nil, &storeError{"check", err}
 	}
 	outs := make([]outcome, len(evs))
-	candidates := make([]*Event, 0, len(evs))
+	candidates := make([]*record.Event, 0, len(evs))
 	seen := make(map[string]struct{}, len(evs))
-	var park []*Event
+	var park []*record.Event
 	for i, ev := range evs {
 		_, again := seen[ev.ID]
 		seen[ev.ID] = struct{}{}
@@ -272,7 +274,7 @@ func (c *Consumer) tryBatch(ctx context.Context, evs []*Event) ([]outcome, error
 	if err != nil {
 		return nil, &storeError{"register", err}
 	}
-	run := make([]*Event, 0, len(fresh))
+	run := make([]*record.Event, 0, len(fresh))
 	for i, ev := range evs {
 		if outs[i] != applied {
 			continue
@@ -310,7 +312,7 @@ func connLost(tx pgx.Tx, err error) error {
 }
 
 // count records the outcomes of a committed batch.
-func (c *Consumer) count(evs []*Event, outs []outcome, d time.Duration) {
+func (c *Consumer) count(evs []*record.Event, outs []outcome, d time.Duration) {
 	c.batches.Add(1)
 	c.m.batch(len(evs), d)
 	for i, ev := range evs {
@@ -335,7 +337,7 @@ func (c *Consumer) count(evs []*Event, outs []outcome, d time.Duration) {
 
 // eventLog is the logger with an event's identifying fields (never the
 // payload).
-func (c *Consumer) eventLog(ev *Event) *slog.Logger {
+func (c *Consumer) eventLog(ev *record.Event) *slog.Logger {
 	return c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType))
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // These tests apply batches of records straight to PostgreSQL (no Kafka):
@@ -56,7 +57,7 @@ func newBatchRig(t *testing.T) *batchRig {
 
 // applyOne is a version-checked effect: version 1 creates the aggregate,
 // every later version must follow the stored one.
-func (r *batchRig) applyOne(ctx context.Context, tx pgx.Tx, ev *Event) error {
+func (r *batchRig) applyOne(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO `+r.effect+` VALUES ($1)`, ev.ID); err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func TestBatchFailureInBatch(t *testing.T) {
 			msgs, ids := script()
 			var mu sync.Mutex
 			calls := map[string]int{}
-			fail := func(ev *Event) error {
+			fail := func(ev *record.Event) error {
 				mu.Lock()
 				defer mu.Unlock()
 				calls[ev.ID]++
@@ -155,7 +156,7 @@ func TestBatchFailureInBatch(t *testing.T) {
 			}
 			c := r.consumer(func(cfg *Config) {
 				if mode == "handler" {
-					cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *Event) error {
+					cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 						if err := fail(ev); err != nil {
 							return err
 						}
@@ -164,7 +165,7 @@ func TestBatchFailureInBatch(t *testing.T) {
 					return
 				}
 				cfg.Handler = nil
-				cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*Event) error {
+				cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 					for _, ev := range evs {
 						if err := fail(ev); err != nil {
 							return err
@@ -259,7 +260,7 @@ func TestBatchHalt(t *testing.T) {
 	msgs, ids := script()
 	c := r.consumer(func(cfg *Config) {
 		cfg.Policy = PolicyHalt
-		cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *Event) error {
+		cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			if ev.ID == ids["a3"] {
 				return Permanent(errors.New("no"))
 			}
@@ -301,7 +302,7 @@ func TestBatchDecodeError(t *testing.T) {
 // retried); taken in key order they never do, so no round retries.
 func TestBatchLocksDoNotDeadlock(t *testing.T) {
 	r := newBatchRig(t)
-	insert := func(ctx context.Context, tx pgx.Tx, ev *Event) error {
+	insert := func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+r.effect+` VALUES ($1)`, ev.ID)
 		return err
 	}

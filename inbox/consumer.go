@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Handler applies one event's effect inside tx, the transaction that also
@@ -26,7 +27,7 @@ import (
 // outside PostgreSQL that cannot be repeated (an HTTP call, an e-mail): a
 // retry or a redelivery before the commit runs it again. Give such calls
 // an idempotency key (the event ID) at the receiver.
-type Handler func(ctx context.Context, tx pgx.Tx, ev *Event) error
+type Handler func(ctx context.Context, tx pgx.Tx, ev *record.Event) error
 
 // Policy says what a permanently failing event does to the consumer.
 type Policy string
@@ -126,9 +127,9 @@ type Config struct {
 	// and the final offsets are committed (default 10s).
 	ShutdownTimeout time.Duration
 	// RecordFormat is the format of the topics' records (the relay's
-	// --record-format); FormatAuto, the default, detects it per record
-	// from its headers.
-	RecordFormat RecordFormat
+	// --record-format); empty (or "auto"), the default, detects it per
+	// record from its headers (record.DetectFormat).
+	RecordFormat record.Format
 	// TuneReader, if set, may adjust the kafka-go configuration before the
 	// consumer group and the partition readers are created: the group
 	// settings (SessionTimeout, RebalanceTimeout, HeartbeatInterval,
@@ -250,7 +251,7 @@ func New(cfg Config) (*Consumer, error) {
 	if err := CheckRetention(cfg.Retention, cfg.ReplayWindow); err != nil {
 		errs = append(errs, err)
 	}
-	if f, err := ParseRecordFormat(string(cfg.RecordFormat)); err != nil {
+	if f, err := parseRecordFormat(cfg.RecordFormat); err != nil {
 		errs = append(errs, err)
 	} else {
 		cfg.RecordFormat = f
@@ -309,7 +310,7 @@ func (e *storeError) Unwrap() error { return e.err }
 var errConnLost = errors.New("connection lost")
 
 // fail applies the policy to a permanently failed event.
-func (c *Consumer) fail(ctx context.Context, ev *Event, cause error, attempts int) error {
+func (c *Consumer) fail(ctx context.Context, ev *record.Event, cause error, attempts int) error {
 	reason := cause.Error()
 	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType), slog.Int("attempt", attempts))
 	if c.cfg.Policy == PolicyHalt {

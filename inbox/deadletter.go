@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // DeadLetter is one row of the consumer's dead-letter table.
 type DeadLetter struct {
-	Event
+	record.Event
 	Seq           int64
 	Status        string // dead, parked, applied, discarded
 	Reason        string
@@ -98,7 +100,7 @@ func (c *Consumer) retryOne(ctx context.Context, aggType, aggID string) (done bo
 		return false, fmt.Errorf("inbox: retry: %w", err)
 	}
 	ev := d.Event
-	inserted, err := s.registerBatch(ctx, tx, []*Event{&ev}, nil)
+	inserted, err := s.registerBatch(ctx, tx, []*record.Event{&ev}, nil)
 	if err != nil {
 		return false, fmt.Errorf("inbox: retry: register %s: %w", ev.ID, err)
 	}
@@ -128,7 +130,7 @@ func (c *Consumer) retryOne(ctx context.Context, aggType, aggID string) (done bo
 
 // applyIsolated runs the handler in a savepoint, so that a failure leaves
 // the outer transaction usable.
-func (c *Consumer) applyIsolated(ctx context.Context, tx pgx.Tx, ev *Event) error {
+func (c *Consumer) applyIsolated(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
@@ -136,7 +138,7 @@ func (c *Consumer) applyIsolated(ctx context.Context, tx pgx.Tx, ev *Event) erro
 	if c.cfg.Handler != nil {
 		err = c.cfg.Handler(ctx, sp, ev)
 	} else {
-		err = c.cfg.BatchHandler(ctx, sp, []*Event{ev})
+		err = c.cfg.BatchHandler(ctx, sp, []*record.Event{ev})
 	}
 	if err != nil {
 		sp.Rollback(ctx) //nolint:errcheck

@@ -2,6 +2,12 @@
 // the events outbox-relay publishes, with a kafka-go consumer group, and
 // applies each event's effect once per consumer.
 //
+// Records are decoded with package record, the relay's record format (the
+// relay encodes with the same package): handlers receive *record.Event,
+// Config.RecordFormat is a record.Format (empty: detected per record), and
+// a record that is not an outbox event (*record.DecodeError) is
+// dead-lettered like a permanent handler failure.
+//
 // # The guarantee, exactly
 //
 // Delivery is at-least-once, not exactly-once: the relay redelivers after a

@@ -6,12 +6,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // A Handler applies one event per call; the consumer still commits a whole
 // batch of them in one transaction.
 func ExampleHandler() {
-	handler := func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+	handler := func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO shipping.shipments (order_id, event_id) VALUES ($1, $2)`, ev.AggregateID, ev.ID)
 		if err != nil {
 			return err
@@ -25,7 +26,7 @@ func ExampleHandler() {
 // check compares with the batch: one row per event. A mismatch fails the
 // batch, and the consumer halves it until the event at fault is alone.
 func ExampleBatchHandler() {
-	handler := func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+	handler := func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 		orders := make([]string, len(evs))
 		ids := make([]string, len(evs))
 		for i, ev := range evs {
@@ -49,7 +50,7 @@ func ExampleBatchHandler() {
 // into one row of an UPDATE … FROM unnest(…) guarded by the first version
 // minus one, and expect one changed row per aggregate.
 func ExampleBatchHandler_versionGuarded() {
-	handler := func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+	handler := func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 		for _, ev := range evs {
 			tag, err := tx.Exec(ctx, `UPDATE orders_view SET version = $2 WHERE id = $1 AND version = $2 - 1`,
 				ev.AggregateID, ev.AggregateVersion)

@@ -11,62 +11,30 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
-func record(headers ...string) kafka.Message {
-	m := kafka.Message{Topic: "t", Partition: 2, Offset: 7, Key: []byte("order-1"), Value: []byte(`{"a":1}`), Time: time.Unix(100, 0)}
-	for i := 0; i+1 < len(headers); i += 2 {
-		m.Headers = append(m.Headers, kafka.Header{Key: headers[i], Value: []byte(headers[i+1])})
-	}
-	return m
-}
-
-var good = []string{
-	"event_id", "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", "event_type", "order.confirmed", "schema_version", "1",
-	"aggregate_type", "order", "aggregate_version", "3", "trace_id", "abc",
-}
-
-func TestDecode(t *testing.T) {
-	ev, err := Decode(record(append(good, "event_id", "ffffffff-7c4e-7d1a-8b3e-0a1b2c3d4e5f")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev.ID != "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f" || ev.AggregateID != "order-1" || ev.AggregateVersion != 3 ||
-		ev.EventType != "order.confirmed" || ev.SchemaVersion != 1 || ev.AggregateType != "order" ||
-		ev.Headers["trace_id"] != "abc" || len(ev.Headers) != 1 || ev.Partition != 2 || ev.Offset != 7 || string(ev.Payload) != `{"a":1}` {
-		t.Fatalf("decoded %+v", ev)
-	}
-}
-
-func TestDecodeErrors(t *testing.T) {
-	with := func(key, val string) []string {
-		out := append([]string(nil), good...)
-		for i := 0; i < len(out); i += 2 {
-			if out[i] == key {
-				out[i+1] = val
-			}
-		}
-		return out
-	}
-	cases := map[string]kafka.Message{
-		"no event_id":       record(with("event_id", "")...),
-		"not a UUID":        record(with("event_id", "nope")...),
-		"aggregate_version": record(with("aggregate_version", "x")...),
-		"schema_version":    record(with("schema_version", "")...),
-		"event_type":        record(with("event_type", "")...),
-	}
-	noKey := record(good...)
-	noKey.Key = nil
-	cases["empty key"] = noKey
-	for want, m := range cases {
-		_, err := Decode(m)
-		var de *DecodeError
-		if !errors.As(err, &de) || !strings.Contains(err.Error(), want) || !isDecodeError(err) {
-			t.Errorf("%s: got %v", want, err)
-		}
+// TestDecodeErrorIdentity: records that are not outbox events are
+// recognized (isDecodeError) and get stable ids (recordID).
+func TestDecodeErrorIdentity(t *testing.T) {
+	_, err := record.Decode(kafka.Message{Key: []byte("k")})
+	if !isDecodeError(err) || isDecodeError(errors.New("x")) {
+		t.Fatalf("isDecodeError(%v)", err)
 	}
 	if a, b := recordID("t", 1, 2), recordID("t", 1, 2); a != b || a == recordID("t", 1, 3) {
 		t.Error("recordID must be deterministic and distinct")
+	}
+}
+
+func TestParseRecordFormat(t *testing.T) {
+	for in, want := range map[record.Format]record.Format{"": "", "auto": "", "native": record.FormatNative, "cloudevents": record.FormatCloudEvents} {
+		if got, err := parseRecordFormat(in); err != nil || got != want {
+			t.Errorf("parseRecordFormat(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := parseRecordFormat("avro"); err == nil || err.Error() != `inbox: record format "avro": use native, debezium, cloudevents or auto` {
+		t.Fatalf("avro: %v", err)
 	}
 }
 
@@ -100,7 +68,7 @@ var testPool = func() *pgxpool.Pool {
 
 func validConfig() Config {
 	return Config{Name: "shipping", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: testPool,
-		Handler: func(context.Context, pgx.Tx, *Event) error { return nil }}
+		Handler: func(context.Context, pgx.Tx, *record.Event) error { return nil }}
 }
 
 func TestNewValidates(t *testing.T) {
@@ -113,7 +81,7 @@ func TestNewValidates(t *testing.T) {
 		t.Fatalf("defaults: %+v", c.cfg)
 	}
 	both := validConfig()
-	both.BatchHandler = func(context.Context, pgx.Tx, []*Event) error { return nil }
+	both.BatchHandler = func(context.Context, pgx.Tx, []*record.Event) error { return nil }
 	if _, err := New(both); err == nil || !strings.Contains(err.Error(), "exactly one of Handler and BatchHandler") {
 		t.Fatalf("Handler and BatchHandler: %v", err)
 	}
@@ -189,7 +157,7 @@ func (c *captureExec) Exec(_ context.Context, sql string, args ...any) (pgconn.C
 func TestApplyNewerSQL(t *testing.T) {
 	var db captureExec
 	ok, err := ApplyNewer(context.Background(), &db, Projection{Table: "app.order_view", KeyColumn: "order_id", VersionColumn: "version"},
-		&Event{AggregateID: "o1", AggregateVersion: 4}, map[string]any{"status": "confirmed", "amount": 12})
+		&record.Event{AggregateID: "o1", AggregateVersion: 4}, map[string]any{"status": "confirmed", "amount": 12})
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -197,7 +165,7 @@ func TestApplyNewerSQL(t *testing.T) {
 	if db.sql != want {
 		t.Fatalf("sql:\n%s\nwant\n%s", db.sql, want)
 	}
-	if _, err := ApplyNewer(context.Background(), &db, Projection{Table: "x; drop", KeyColumn: "k", VersionColumn: "v"}, &Event{}, nil); err == nil {
+	if _, err := ApplyNewer(context.Background(), &db, Projection{Table: "x; drop", KeyColumn: "k", VersionColumn: "v"}, &record.Event{}, nil); err == nil {
 		t.Fatal("bad table accepted")
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Execer is what ApplyNewer needs: a pgx.Tx, *pgx.Conn or *pgxpool.Pool.
@@ -43,7 +45,7 @@ type Projection struct {
 // an idempotency key, the event ID, at the receiver); or projections that
 // need every version in sequence (a gap after a dead-lettered event is
 // silently jumped over). Use the inbox (Handler) for those.
-func ApplyNewer(ctx context.Context, db Execer, p Projection, ev *Event, columns map[string]any) (bool, error) {
+func ApplyNewer(ctx context.Context, db Execer, p Projection, ev *record.Event, columns map[string]any) (bool, error) {
 	for _, id := range append([]string{p.KeyColumn, p.VersionColumn}, keys(columns)...) {
 		if err := validIdent(id); err != nil {
 			return false, fmt.Errorf("inbox: projection column %w", err)

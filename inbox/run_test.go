@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // runRig is a topic with events on the local stack and a migrated schema
@@ -84,7 +85,7 @@ func newRunRig(t *testing.T, partitions, events int) *runRig {
 	}
 	return &runRig{t: t, cfg: Config{
 		Name: "run-" + sfx, Brokers: brokers, Topics: []string{topic}, Pool: pool, Schema: schema,
-		Handler:     func(context.Context, pgx.Tx, *Event) error { return nil },
+		Handler:     func(context.Context, pgx.Tx, *record.Event) error { return nil },
 		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		// The pruning loop runs too (at once, then hourly).
 		Retention: time.Hour, ReplayWindow: time.Hour,
@@ -164,7 +165,7 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 		r := newRunRig(t, 3, 30)
 		cfg := r.cfg
 		cfg.Policy, cfg.MaxAttempts = PolicyHalt, 1
-		cfg.Handler = func(context.Context, pgx.Tx, *Event) error { return Permanent(errors.New("refused")) }
+		cfg.Handler = func(context.Context, pgx.Tx, *record.Event) error { return Permanent(errors.New("refused")) }
 		before := goleak.IgnoreCurrent()
 		_, run := r.run(cfg)
 		defer run.stop()

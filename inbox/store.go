@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // store runs the inbox's SQL for one consumer.
@@ -47,7 +49,7 @@ const lockBatchSQL = `SELECT pg_advisory_xact_lock(k) FROM (
 // checkBatch locks the batch's aggregates and reads which of its events
 // already have a dead-letter row (known) and which of its aggregates wait
 // on an open one (waiting), in one round trip.
-func (s *store) checkBatch(ctx context.Context, tx pgx.Tx, evs []*Event) (known map[string]bool, waiting map[aggregateKey]bool, err error) {
+func (s *store) checkBatch(ctx context.Context, tx pgx.Tx, evs []*record.Event) (known map[string]bool, waiting map[aggregateKey]bool, err error) {
 	ids := make([]string, len(evs))
 	types := make([]string, len(evs))
 	aggs := make([]string, len(evs))
@@ -99,7 +101,7 @@ func (s *store) checkBatch(ctx context.Context, tx pgx.Tx, evs []*Event) (known 
 // processed_events rows of the candidates in one statement, in one round
 // trip. It returns the IDs it inserted: the others were processed already
 // (duplicates).
-func (s *store) registerBatch(ctx context.Context, tx pgx.Tx, candidates, park []*Event) (map[string]struct{}, error) {
+func (s *store) registerBatch(ctx context.Context, tx pgx.Tx, candidates, park []*record.Event) (map[string]struct{}, error) {
 	b := &pgx.Batch{}
 	for _, ev := range park {
 		s.queueDead(b, ev, "parked", "aggregate waits on an earlier dead-lettered event", 0)
@@ -161,7 +163,7 @@ const insertDeadSQL = `INSERT INTO %s (consumer, event_id, aggregate_type, aggre
 	ON CONFLICT (consumer, event_id) DO NOTHING`
 
 // deadArgs are insertDeadSQL's arguments for ev.
-func (s *store) deadArgs(ev *Event, status, reason string, attempts int) []any {
+func (s *store) deadArgs(ev *record.Event, status, reason string, attempts int) []any {
 	var headers any
 	if len(ev.Headers) > 0 {
 		headers = ev.Headers
@@ -176,19 +178,19 @@ func (s *store) deadArgs(ev *Event, status, reason string, attempts int) []any {
 
 // insertDead writes ev to the dead-letter table with status (dead or
 // parked). An existing row (a redelivery) is left as it is.
-func (s *store) insertDead(ctx context.Context, tx pgx.Tx, ev *Event, status, reason string, attempts int) error {
+func (s *store) insertDead(ctx context.Context, tx pgx.Tx, ev *record.Event, status, reason string, attempts int) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf(insertDeadSQL, s.dl), s.deadArgs(ev, status, reason, attempts)...)
 	return err
 }
 
 // queueDead queues insertDead on b.
-func (s *store) queueDead(b *pgx.Batch, ev *Event, status, reason string, attempts int) {
+func (s *store) queueDead(b *pgx.Batch, ev *record.Event, status, reason string, attempts int) {
 	b.Queue(fmt.Sprintf(insertDeadSQL, s.dl), s.deadArgs(ev, status, reason, attempts)...)
 }
 
 // deadLetter writes ev as the dead event of its aggregate, in its own
 // transaction under the aggregate's lock.
-func (s *store) deadLetter(ctx context.Context, ev *Event, reason string, attempts int) error {
+func (s *store) deadLetter(ctx context.Context, ev *record.Event, reason string, attempts int) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err

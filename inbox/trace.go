@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // ScopeName is the instrumentation scope of the consumer's spans.
@@ -68,7 +70,7 @@ func (t *tracing) propagator() propagation.TextMapPropagator {
 // producer returns the producer's span context carried by ev's headers
 // (traceparent, tracestate; the outbox.Writer put them there) and ctx with
 // it and the baggage.
-func (t *tracing) producer(ctx context.Context, ev *Event) (context.Context, trace.SpanContext) {
+func (t *tracing) producer(ctx context.Context, ev *record.Event) (context.Context, trace.SpanContext) {
 	ctx = t.propagator().Extract(ctx, propagation.MapCarrier(ev.Headers))
 	return ctx, trace.SpanContextFromContext(ctx)
 }
@@ -77,7 +79,7 @@ func (t *tracing) producer(ctx context.Context, ev *Event) (context.Context, tra
 // producer's context, so the handler's own spans (its SQL, its HTTP calls)
 // hang under the producer's trace. Without a producer context the span
 // starts a trace of its own.
-func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, ev *Event) error {
+func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 	t := c.tr
 	if t.tracer == nil {
 		return c.cfg.Handler(ctx, tx, ev)
@@ -103,7 +105,7 @@ func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, ev *Event) error {
 // parents, so per OpenTelemetry's messaging conventions it starts a trace
 // of its own and points at theirs. The links are added once the span is
 // known to record, so an unsampled batch does not read the headers.
-func (c *Consumer) handleBatch(ctx context.Context, tx pgx.Tx, evs []*Event) error {
+func (c *Consumer) handleBatch(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 	t := c.tr
 	if t.tracer == nil {
 		return c.cfg.BatchHandler(ctx, tx, evs)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/spantest"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // The real SDK's recorder checks the same through the whole stack in the
@@ -27,8 +28,8 @@ const (
 	producerSpan        = "00f067aa0ba902b7"
 )
 
-func tracedEvent(id string, traced bool) *Event {
-	ev := &Event{ID: id, AggregateType: "order", AggregateID: "o-1", AggregateVersion: 3, EventType: "order.paid", Topic: "orders", Partition: 2, Offset: 41}
+func tracedEvent(id string, traced bool) *record.Event {
+	ev := &record.Event{ID: id, AggregateType: "order", AggregateID: "o-1", AggregateVersion: 3, EventType: "order.paid", Topic: "orders", Partition: 2, Offset: 41}
 	if traced {
 		ev.Headers = map[string]string{"traceparent": producerTraceparent, "baggage": "tenant=t-7", "other": "x"}
 	}
@@ -44,7 +45,7 @@ func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
 	tp := &spantest.Provider{}
 	var inHandler trace.SpanContext
 	var tenant string
-	c := tracedConsumer(tp, func(ctx context.Context, _ pgx.Tx, _ *Event) error {
+	c := tracedConsumer(tp, func(ctx context.Context, _ pgx.Tx, _ *record.Event) error {
 		inHandler = trace.SpanContextFromContext(ctx)
 		tenant = baggage.FromContext(ctx).Member("tenant").Value()
 		return nil
@@ -79,7 +80,7 @@ func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
 
 func TestHandlerSpanWithoutProducerContext(t *testing.T) {
 	tp := &spantest.Provider{}
-	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *Event) error { return nil }, nil)
+	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *record.Event) error { return nil }, nil)
 	if err := c.handle(context.Background(), nil, tracedEvent("e-1", false)); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestHandlerSpanWithoutProducerContext(t *testing.T) {
 func TestHandlerSpanRecordsError(t *testing.T) {
 	tp := &spantest.Provider{}
 	boom := errors.New("boom")
-	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *Event) error { return boom }, nil)
+	c := tracedConsumer(tp, func(context.Context, pgx.Tx, *record.Event) error { return boom }, nil)
 	if err := c.handle(context.Background(), nil, tracedEvent("e-1", true)); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the handler's", err)
 	}
@@ -103,11 +104,11 @@ func TestHandlerSpanRecordsError(t *testing.T) {
 func TestBatchSpanLinksProducers(t *testing.T) {
 	tp := &spantest.Provider{}
 	var inHandler trace.SpanContext
-	c := tracedConsumer(tp, nil, func(ctx context.Context, _ pgx.Tx, _ []*Event) error {
+	c := tracedConsumer(tp, nil, func(ctx context.Context, _ pgx.Tx, _ []*record.Event) error {
 		inHandler = trace.SpanContextFromContext(ctx)
 		return nil
 	})
-	evs := []*Event{tracedEvent("e-1", true), tracedEvent("e-2", false), tracedEvent("e-3", true)}
+	evs := []*record.Event{tracedEvent("e-1", true), tracedEvent("e-2", false), tracedEvent("e-3", true)}
 	if err := c.handleBatch(context.Background(), nil, evs); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestBatchSpanLinksProducers(t *testing.T) {
 
 func TestNoopProviderSkipsSpans(t *testing.T) {
 	var hadSpan bool
-	c := tracedConsumer(noop.NewTracerProvider(), func(ctx context.Context, _ pgx.Tx, _ *Event) error {
+	c := tracedConsumer(noop.NewTracerProvider(), func(ctx context.Context, _ pgx.Tx, _ *record.Event) error {
 		hadSpan = trace.SpanContextFromContext(ctx).IsValid()
 		return nil
 	}, nil)
@@ -151,7 +152,7 @@ func TestNoopProviderSkipsSpans(t *testing.T) {
 // explicit noop provider, recording a recording span of a provider that
 // keeps nothing.
 func BenchmarkHandle(b *testing.B) {
-	h := func(context.Context, pgx.Tx, *Event) error { return nil }
+	h := func(context.Context, pgx.Tx, *record.Event) error { return nil }
 	ev := tracedEvent("0190a0b0-0000-7000-8000-000000000001", true)
 	for _, bc := range []struct {
 		name string

@@ -20,6 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // rawRecord is a record as the broker holds it: kafka.Client.Fetch keeps a
@@ -224,14 +225,14 @@ func TestRecordFormats(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		env   []string
-		force inbox.RecordFormat
+		force record.Format
 	}{
 		{"native", nil, ""},
 		{"debezium", []string{"OUTBOX_RELAY_RECORD_FORMAT=debezium"}, ""},
-		{"debezium-expand", []string{"OUTBOX_RELAY_RECORD_FORMAT=debezium", "OUTBOX_RELAY_DEBEZIUM_EXPAND_JSON_PAYLOAD=true"}, inbox.FormatDebezium},
+		{"debezium-expand", []string{"OUTBOX_RELAY_RECORD_FORMAT=debezium", "OUTBOX_RELAY_DEBEZIUM_EXPAND_JSON_PAYLOAD=true"}, record.FormatDebezium},
 		{"cloudevents-binary", []string{"OUTBOX_RELAY_RECORD_FORMAT=cloudevents", "OUTBOX_RELAY_CLOUDEVENTS_SOURCE=/orders-service"}, ""},
 		{"cloudevents-structured", []string{"OUTBOX_RELAY_RECORD_FORMAT=cloudevents", "OUTBOX_RELAY_CLOUDEVENTS_SOURCE=/orders-service",
-			"OUTBOX_RELAY_CLOUDEVENTS_MODE=structured"}, inbox.FormatCloudEvents},
+			"OUTBOX_RELAY_CLOUDEVENTS_MODE=structured"}, record.FormatCloudEvents},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 3})
@@ -353,7 +354,7 @@ func checkCETime(t *testing.T, id, attr string, recordTime time.Time) {
 
 // checkInboxReads runs the inbox consumer (format detected, or forced)
 // over the topic and checks every event it hands the handler.
-func checkInboxReads(t *testing.T, env *Env, force inbox.RecordFormat, rows []formatRow, recs map[string]rawRecord) {
+func checkInboxReads(t *testing.T, env *Env, force record.Format, rows []formatRow, recs map[string]rawRecord) {
 	t.Helper()
 	schema := inboxSchema(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -367,10 +368,10 @@ func checkInboxReads(t *testing.T, env *Env, force inbox.RecordFormat, rows []fo
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	got := map[string]inbox.Event{}
+	got := map[string]record.Event{}
 	c, err := inbox.New(inbox.Config{
 		Name: "fmt_" + env.Sfx, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, RecordFormat: force,
-		Handler: func(_ context.Context, _ pgx.Tx, ev *inbox.Event) error {
+		Handler: func(_ context.Context, _ pgx.Tx, ev *record.Event) error {
 			mu.Lock()
 			defer mu.Unlock()
 			got[ev.ID] = *ev

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // The tests of the batched inbox (issue 18) against the real stack: every
@@ -77,12 +78,12 @@ func ibTables(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema stri
 // dead-lettered) and appends one effects row, and a BatchHandler that does
 // the same for each event of evs, failing the whole call at the first bad
 // event.
-func ibHandlers(state, effects string, fail func(*inbox.Event) error) (inbox.Handler, inbox.BatchHandler) {
+func ibHandlers(state, effects string, fail func(*record.Event) error) (inbox.Handler, inbox.BatchHandler) {
 	if fail == nil {
-		fail = func(*inbox.Event) error { return nil }
+		fail = func(*record.Event) error { return nil }
 	}
 	apply := versionedState(state, fail)
-	one := func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+	one := func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		if err := apply(ctx, tx, ev); err != nil {
 			return err
 		}
@@ -90,7 +91,7 @@ func ibHandlers(state, effects string, fail func(*inbox.Event) error) (inbox.Han
 			ev.ID, ev.AggregateID, ev.AggregateVersion)
 		return err
 	}
-	batch := func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+	batch := func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 		for _, ev := range evs {
 			if err := one(ctx, tx, ev); err != nil {
 				return err
@@ -618,8 +619,8 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 	var curTx pgx.Tx
 	var inTx int
 	xBefore, xAfter := -1, -1
-	isX3 := func(ev *inbox.Event) bool { return ev.AggregateID == "x" && ev.AggregateVersion == 3 }
-	fail := func(ev *inbox.Event) error {
+	isX3 := func(ev *record.Event) bool { return ev.AggregateID == "x" && ev.AggregateVersion == 3 }
+	fail := func(ev *record.Event) error {
 		if ev.AggregateID == "x" && ev.AggregateVersion == 3 {
 			return inbox.Permanent(errors.New("cannot ship to the moon"))
 		}
@@ -635,7 +636,7 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, TuneReader: ibFastGroup,
 	}
 	if batch {
-		cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+		cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 			calls.Add(1)
 			callEvents.Add(int64(len(evs)))
 			for i, ev := range evs {
@@ -646,7 +647,7 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 			return many(ctx, tx, evs)
 		}
 	} else {
-		cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+		cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			calls.Add(1)
 			callEvents.Add(1)
 			if tx != curTx {
@@ -761,7 +762,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 			Metrics: inboxprom.New(reg), TuneReader: ibFastGroup,
 		}
 		if batch {
-			cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+			cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 				var call []string
 				for _, ev := range evs {
 					call = append(call, ev.ID)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 var shippingBuild struct {
@@ -329,8 +330,8 @@ func produce(t testing.TB, topic string, msgs ...kafka.Message) {
 
 // versionedState is a handler that applies aggregate versions strictly in
 // sequence (version-guarded UPDATE checked with ExpectRows) into table.
-func versionedState(table string, fail func(ev *inbox.Event) error) inbox.Handler {
-	return func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+func versionedState(table string, fail func(ev *record.Event) error) inbox.Handler {
+	return func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		if err := fail(ev); err != nil {
 			return err
 		}
@@ -383,7 +384,7 @@ func TestInboxDeadLetterWaitRetry(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	var flaky atomic.Int32 // a0 v1 fails twice, transiently
-	handler := versionedState(state, func(ev *inbox.Event) error {
+	handler := versionedState(state, func(ev *record.Event) error {
 		if ev.AggregateID == "bad" && ev.AggregateVersion == 2 && broken.Load() {
 			return inbox.Permanent(errors.New("cannot ship to the moon"))
 		}
@@ -544,7 +545,7 @@ func TestInboxHalt(t *testing.T) {
 	c, err := inbox.New(inbox.Config{
 		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Policy: inbox.PolicyHalt,
 		MaxAttempts: 2, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, CommitInterval: 10 * time.Millisecond,
-		Handler: func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+		Handler: func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			if ev.AggregateVersion == 3 {
 				return errors.New("always fails")
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // TestReconcile: events committed while no relay runs never reach Kafka,
@@ -58,7 +59,7 @@ func TestReconcile(t *testing.T) {
 	}
 	consumer := "rec_" + env.Sfx
 	ic, err := inbox.New(inbox.Config{Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema,
-		Handler: func(context.Context, pgx.Tx, *inbox.Event) error { return nil }})
+		Handler: func(context.Context, pgx.Tx, *record.Event) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,9 +199,9 @@ func laneOver(t *testing.T, f *fakeBroker, unknownTopicTimeout time.Duration) (*
 	return &lane{p: p, topic: "t", partition: 0}, lf
 }
 
-func testRecord() *record {
+func testRecord() *outgoing {
 	ev := &replication.Event{EventID: "e1", AggregateID: "a1", EventType: "created"}
-	return &record{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
+	return &outgoing{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
 }
 
 // TestVanishedPartitionStops: UNKNOWN_TOPIC_OR_PARTITION that lasts past
@@ -214,7 +214,7 @@ func TestVanishedPartitionStops(t *testing.T) {
 	}}
 	l, lf := laneOver(t, f, 100*time.Millisecond)
 	res := make(chan sendResult, 1)
-	go func() { res <- l.send([]*record{testRecord()}) }()
+	go func() { res <- l.send([]*outgoing{testRecord()}) }()
 	select {
 	case err := <-l.p.fatal:
 		if !strings.Contains(err.Error(), "publish to t[0]") || !strings.Contains(err.Error(), "no longer exists") {
@@ -242,7 +242,7 @@ func TestUnknownPartitionHeals(t *testing.T) {
 		return &produceapi.ResponsePartition{}
 	}}
 	l, lf := laneOver(t, f, time.Minute)
-	if r := l.send([]*record{testRecord()}); r != sent {
+	if r := l.send([]*outgoing{testRecord()}); r != sent {
 		t.Fatalf("send returned %v, want sent", r)
 	}
 	select {

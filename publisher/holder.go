@@ -46,7 +46,7 @@ func newHolder(p *Publisher) *holder {
 // route queues rec when its aggregate is quarantined, or has an earlier
 // event queued here, and reports whether it did. It never waits for
 // PostgreSQL.
-func (h *holder) route(rec *record) bool {
+func (h *holder) route(rec *outgoing) bool {
 	q := h.p.cfg.DeadLetters
 	// Only the replication goroutine adds events, so with none queued
 	// no aggregate can gain one between this check and the push.
@@ -68,7 +68,7 @@ func (h *holder) route(rec *record) bool {
 // done ends rec's stay: after this, a later event of its aggregate may
 // take the direct path, so rec must already be parked, dead-lettered or
 // queued at its router.
-func (h *holder) done(rec *record) {
+func (h *holder) done(rec *outgoing) {
 	key := keyOf(rec.ev)
 	h.mu.Lock()
 	if h.pending[key]--; h.pending[key] <= 0 {
@@ -84,7 +84,7 @@ func (h *holder) done(rec *record) {
 func (h *holder) run() {
 	p := h.p
 	defer p.wg.Done()
-	var batch []*record
+	var batch []*outgoing
 	for {
 		batch = h.q.take(p.ctx, 256, 1<<62, batch)
 		if batch == nil {

@@ -66,7 +66,7 @@ type lane struct {
 // already formed the batch, so it goes straight to the protocol: kafka-go's
 // Writer would re-batch it, wait its BatchTimeout on a partial batch and
 // allocate a full-size batch buffer for every call.
-func (l *lane) produce(recs []*record) error {
+func (l *lane) produce(recs []*outgoing) error {
 	// Built per attempt: the record readers are consumed by a request.
 	l.records = l.records[:0]
 	size := 0
@@ -83,7 +83,7 @@ func (l *lane) produce(recs []*record) error {
 func (l *lane) run() {
 	p := l.p
 	defer p.wg.Done()
-	var batch, send []*record
+	var batch, send []*outgoing
 	for {
 		batch = l.q.take(l.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
 		if batch == nil {
@@ -110,7 +110,7 @@ func (l *lane) run() {
 
 // write delivers records (one partition batch) and acknowledges them. It
 // returns false when the publisher is closing or failed.
-func (l *lane) write(recs []*record) bool {
+func (l *lane) write(recs []*outgoing) bool {
 	switch l.send(recs) {
 	case sent:
 		l.acked(recs)
@@ -130,9 +130,9 @@ func (l *lane) write(recs []*record) bool {
 		if held {
 			continue
 		}
-		switch l.send([]*record{rec}) {
+		switch l.send([]*outgoing{rec}) {
 		case sent:
-			l.acked([]*record{rec})
+			l.acked([]*outgoing{rec})
 		case closing:
 			return false
 		case rejected:
@@ -157,7 +157,7 @@ const (
 // send writes one partition batch, retrying transient failures with
 // backoff until it is acknowledged, rejected for good, or the publisher
 // closes.
-func (l *lane) send(recs []*record) sendResult {
+func (l *lane) send(recs []*outgoing) sendResult {
 	p := l.p
 	var vanished time.Time // first UNKNOWN_TOPIC_OR_PARTITION of this batch
 	for attempt := 1; ; attempt++ {
@@ -211,7 +211,7 @@ func (l *lane) send(recs []*record) sendResult {
 	}
 }
 
-func (l *lane) acked(recs []*record) {
+func (l *lane) acked(recs []*outgoing) {
 	p := l.p
 	now := time.Now()
 	for _, rec := range recs {

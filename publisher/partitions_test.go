@@ -324,7 +324,7 @@ func TestPublishAfterRouterRetired(t *testing.T) {
 // one refuses pushes.
 func TestQueueCloseIfEmpty(t *testing.T) {
 	q := newQueue()
-	q.push(&record{size: 1})
+	q.push(&outgoing{size: 1})
 	if q.closeIfEmpty() {
 		t.Fatal("a queue holding a record closed")
 	}
@@ -332,7 +332,7 @@ func TestQueueCloseIfEmpty(t *testing.T) {
 	if !q.closeIfEmpty() {
 		t.Fatal("an empty queue did not close")
 	}
-	if q.push(&record{size: 1}) {
+	if q.push(&outgoing{size: 1}) {
 		t.Fatal("a closed queue accepted a record")
 	}
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/poison"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -144,10 +145,10 @@ type Config struct {
 	// LastFailure, if set, is told of every failed write and topic
 	// lookup (the stall detector's cause); it may outlive the Publisher.
 	LastFailure *LastFailure
-	// RecordConfig is the record format (native by default) and the
-	// tombstone switch; New checks it (RecordConfig.Validate) and an
-	// invalid one fails every Publish.
-	RecordConfig
+	// Record is the record format (native by default) and the tombstone
+	// switch; New checks it (record.Config.Validate) and an invalid one
+	// fails every Publish.
+	Record record.Config
 }
 
 func (c *Config) defaults() {
@@ -186,8 +187,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// record is one event on its way to Kafka.
-type record struct {
+// outgoing is one event on its way to Kafka.
+type outgoing struct {
 	ev     *replication.Event
 	msg    kafka.Message
 	size   int
@@ -202,7 +203,7 @@ type record struct {
 // dead-lettered) and then takes it off its lane's outstanding count. That
 // order matters: a router that sees the count at zero (to switch partition
 // counts, or to evict the lane) relies on the Acks having happened.
-func (rec *record) done() {
+func (rec *outgoing) done() {
 	rec.ack.Ack(rec.size)
 	if rec.out != nil {
 		rec.out.Add(-1)
@@ -229,7 +230,9 @@ type Publisher struct {
 	fatal     chan error
 	mu        sync.Mutex
 	routers   map[string]*router
-	// cfgErr is RecordConfig's validation error, returned by Publish.
+	// enc encodes the records (nil when cfg.Record is invalid); cfgErr
+	// is cfg.Record's validation error, returned by Publish.
+	enc    *record.Encoder
 	cfgErr error
 }
 
@@ -250,8 +253,9 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 	}
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
+	enc, cfgErr := record.NewEncoder(cfg.Record)
 	p := &Publisher{
-		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, cfgErr: cfg.RecordConfig.Validate(),
+		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, enc: enc, cfgErr: cfgErr,
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
 		closeIdle: closeIdle,
@@ -290,7 +294,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 	if p.cfgErr != nil {
 		return p.cfgErr
 	}
-	rec := &record{ev: ev, ack: ack, commit: ev.CommitTime}
+	rec := &outgoing{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	if p.cfg.DeadLetters != nil && p.holder.route(rec) {
 		return nil
@@ -307,7 +311,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 // forward builds the record of an event the holder released and queues it
 // at its router, or dead-letters it when it cannot become a record. It
 // returns false when the publisher is closing or failed.
-func (p *Publisher) forward(rec *record) bool {
+func (p *Publisher) forward(rec *outgoing) bool {
 	msg, reason, err := p.message(rec.msg.Topic, rec.ev)
 	if err != nil {
 		p.m.PublishError(reason, string(Permanent))
@@ -319,7 +323,7 @@ func (p *Publisher) forward(rec *record) bool {
 }
 
 // enqueue hands rec to its topic's router, starting the router if needed.
-func (p *Publisher) enqueue(rec *record) {
+func (p *Publisher) enqueue(rec *outgoing) {
 	topic := rec.msg.Topic
 	for {
 		p.mu.Lock()
@@ -350,39 +354,21 @@ func (p *Publisher) retired(r *router) {
 	p.mu.Unlock()
 }
 
-// message builds ev's record or says, with a metric-friendly reason, why
-// it cannot exist.
+// message builds ev's record on topic (record.Encoder.Encode) and checks
+// its size. An error is an *EventError, with the reason of the dead
+// letter and of the publish_errors metric.
 func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message, string, error) {
-	fail := func(reason, detail string) (kafka.Message, string, error) {
-		return kafka.Message{}, reason, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: detail}
-	}
-	// A NULL payload is an invalid row, or with TombstoneOnNullPayload
-	// (when it is the row's only fault) a tombstone.
-	tombstone := false
-	if ev.Invalid != "" {
-		if !p.cfg.TombstoneOnNullPayload || ev.Invalid != replication.InvalidNullPayload {
-			return fail("invalid_row", ev.Invalid)
-		}
-		tombstone = true
-	}
-	if ev.AggregateID == "" {
-		return fail("empty_aggregate_id", "aggregate_id is empty")
-	}
-	if err := ValidTopic(topic); err != nil {
-		return fail("invalid_topic", err.Error())
-	}
-	if p.cfg.Format == FormatCloudEvents && ev.EventType == "" {
-		return fail("invalid_row", "event_type is empty: a CloudEvent needs a type")
-	}
-	msg, err := p.cfg.build(topic, ev, tombstone)
+	msg, err := p.enc.Encode(topic, ev)
 	if err != nil {
-		return fail("invalid_headers", err.Error())
-	}
-	if tombstone {
-		msg.Value = nil
+		var ee *record.EncodeError
+		if !errors.As(err, &ee) { // Encode fails with an EncodeError alone
+			return kafka.Message{}, record.CodeInvalidRow, err
+		}
+		return kafka.Message{}, ee.Code, &EventError{EventID: ee.EventID, AggregateID: ee.AggregateID, Reason: ee.Reason}
 	}
 	if n := messageSize(&msg); n > p.cfg.MaxBatchBytes {
-		return fail("message_too_large", fmt.Sprintf("record of %d bytes exceeds --max-batch-bytes %d", n, p.cfg.MaxBatchBytes))
+		return kafka.Message{}, "message_too_large", &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID,
+			Reason: fmt.Sprintf("record of %d bytes exceeds --max-batch-bytes %d", n, p.cfg.MaxBatchBytes)}
 	}
 	return msg, "", nil
 }
@@ -464,7 +450,7 @@ func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d)
 
 // hold asks DeadLetters whether rec must be parked, retrying while
 // PostgreSQL is unavailable. ok is false when the publisher stops.
-func (p *Publisher) hold(rec *record) (held, ok bool) {
+func (p *Publisher) hold(rec *outgoing) (held, ok bool) {
 	q := p.cfg.DeadLetters
 	if q == nil {
 		return false, true
@@ -482,7 +468,7 @@ func (p *Publisher) hold(rec *record) (held, ok bool) {
 
 // settle dead-letters a record Kafka rejected for good (or fails the
 // publisher without DeadLetters) and acknowledges it.
-func (p *Publisher) settle(rec *record, reason string, cause error) bool {
+func (p *Publisher) settle(rec *outgoing, reason string, cause error) bool {
 	q := p.cfg.DeadLetters
 	if q == nil {
 		p.fail(fmt.Errorf("publish to %s (event %s): %s: %w", rec.msg.Topic, rec.ev.EventID, reason, cause))

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 func TestTopicTemplate(t *testing.T) {
@@ -29,47 +27,6 @@ func TestTopicTemplate(t *testing.T) {
 		if _, err := ParseTopicTemplate(bad); err == nil {
 			t.Errorf("template %q accepted", bad)
 		}
-	}
-	if ValidTopic("ok.topic_1-x") != nil || ValidTopic("a b") == nil || ValidTopic(strings.Repeat("a", 250)) == nil {
-		t.Fatal("topic name rules")
-	}
-}
-
-func TestBuildMessage(t *testing.T) {
-	ev := &replication.Event{
-		EventID: "e1", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7",
-		EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a":1}`),
-		Headers: []byte(`{"trace_id": "t-1", "tenant": "acme"}`), CommitTime: time.Unix(100, 0),
-	}
-	m, err := buildMessage("outbox.event.order", ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(m.Key) != "o-1" || string(m.Value) != `{"a":1}` || !m.Time.Equal(ev.CommitTime) {
-		t.Fatalf("message %+v", m)
-	}
-	want := []string{"event_id=e1", "event_type=order.confirmed", "schema_version=2", "aggregate_type=order",
-		"aggregate_version=7", "trace_id=t-1", "tenant=acme"}
-	var got []string
-	for _, h := range m.Headers {
-		got = append(got, h.Key+"="+string(h.Value))
-	}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("headers %v, want %v", got, want)
-	}
-	if messageSize(&m) < len(m.Key)+len(m.Value) {
-		t.Fatal("messageSize below content")
-	}
-}
-
-func TestHeadersMustBeStringObject(t *testing.T) {
-	for _, raw := range []string{`[1]`, `{"a": 1}`, `{"a": {"b": "c"}}`, `"x"`, `{"": "v"}`, `{"a": "b"`} {
-		if _, err := parseHeaders([]byte(raw)); err == nil {
-			t.Errorf("headers %s accepted", raw)
-		}
-	}
-	if h, err := parseHeaders([]byte(`null`)); err != nil || h != nil {
-		t.Fatal("null headers")
 	}
 }
 
@@ -131,7 +88,7 @@ func TestBackoffBounded(t *testing.T) {
 func TestQueueTakeRespectsLimits(t *testing.T) {
 	q := newQueue()
 	for i := 0; i < 10; i++ {
-		q.push(&record{size: 100})
+		q.push(&outgoing{size: 100})
 	}
 	got := q.take(context.Background(), 4, 1000, nil)
 	if len(got) != 4 {
@@ -142,7 +99,7 @@ func TestQueueTakeRespectsLimits(t *testing.T) {
 		t.Fatalf("took %d, want 2 (byte limit)", len(got))
 	}
 	_ = q.take(context.Background(), 100, 1<<20, nil) // drain the other 4
-	q.push(&record{size: 5000}, &record{size: 1})
+	q.push(&outgoing{size: 5000}, &outgoing{size: 1})
 	got = q.take(context.Background(), 100, 10, nil)
 	if len(got) != 1 {
 		t.Fatalf("an oversized first record must still be taken alone, got %d", len(got))
@@ -151,19 +108,5 @@ func TestQueueTakeRespectsLimits(t *testing.T) {
 	cancel()
 	if newQueue().take(ctx, 1, 1, nil) != nil {
 		t.Fatal("take on an empty queue with a done context")
-	}
-}
-
-func BenchmarkBuildMessage(b *testing.B) {
-	ev := &replication.Event{
-		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001",
-		AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1",
-		Payload: make([]byte, 300), Headers: []byte(`{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}`),
-	}
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if _, err := buildMessage("outbox.event.order", ev); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 // all queues together, so pushing never blocks the replication stream.
 type queue struct {
 	mu    sync.Mutex
-	items []*record
+	items []*outgoing
 	// closed is set by closeIfEmpty when the consuming goroutine exits;
 	// a push after that is refused, so no record is left in a queue
 	// nobody reads.
@@ -23,7 +23,7 @@ func newQueue() *queue { return &queue{notify: make(chan struct{}, 1)} }
 
 // push appends rs and reports whether it could: false once the queue is
 // closed (nothing is appended then).
-func (q *queue) push(rs ...*record) bool {
+func (q *queue) push(rs ...*outgoing) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -55,7 +55,7 @@ func (q *queue) closeIfEmpty() bool {
 // take waits for records and removes up to maxCount of them whose summed
 // size stays within maxBytes (the first is always taken). It returns nil
 // when ctx is done.
-func (q *queue) take(ctx context.Context, maxCount, maxBytes int, dst []*record) []*record {
+func (q *queue) take(ctx context.Context, maxCount, maxBytes int, dst []*outgoing) []*outgoing {
 	dst, ok := q.poll(ctx, nil, maxCount, maxBytes, dst)
 	if !ok {
 		return nil
@@ -66,7 +66,7 @@ func (q *queue) take(ctx context.Context, maxCount, maxBytes int, dst []*record)
 // poll is take that also returns, with no records, when tick fires while
 // the queue is empty (a nil tick never fires). ok is false when ctx is
 // done.
-func (q *queue) poll(ctx context.Context, tick <-chan time.Time, maxCount, maxBytes int, dst []*record) (_ []*record, ok bool) {
+func (q *queue) poll(ctx context.Context, tick <-chan time.Time, maxCount, maxBytes int, dst []*outgoing) (_ []*outgoing, ok bool) {
 	for {
 		q.mu.Lock()
 		if len(q.items) > 0 {

@@ -85,7 +85,7 @@ func (r *router) run() {
 	every, idle := r.p.cfg.sweepEvery()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var batch []*record
+	var batch []*outgoing
 	var balancer kafka.Murmur2Balancer
 	for {
 		var ok bool

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -40,11 +41,12 @@ func NewSyncWriter(cfg Config) *SyncWriter {
 // Write publishes ev, retrying transient failures a few times. The error
 // of a failed write says whether it is permanent.
 func (s *SyncWriter) Write(ctx context.Context, ev *replication.Event) error {
-	if err := s.cfg.RecordConfig.Validate(); err != nil {
+	enc, err := record.NewEncoder(s.cfg.Record)
+	if err != nil {
 		return err
 	}
 	topic := s.cfg.Template.Render(ev.AggregateType, ev.EventType)
-	p := &Publisher{cfg: s.cfg}
+	p := &Publisher{cfg: s.cfg, enc: enc}
 	msg, reason, err := p.message(topic, ev)
 	if err != nil {
 		var ee *EventError

@@ -3,6 +3,8 @@ package publisher
 import (
 	"fmt"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // TopicTemplate renders a topic name from an event's fields. Placeholders:
@@ -36,7 +38,7 @@ func ParseTopicTemplate(s string) (TopicTemplate, error) {
 		t.parts = append(t.parts, rest[:i], name)
 		rest = rest[i+j+1:]
 	}
-	if err := ValidTopic(t.Render("x", "x")); err != nil {
+	if err := record.ValidTopic(t.Render("x", "x")); err != nil {
 		return t, fmt.Errorf("topic template %q: %w", s, err)
 	}
 	return t, nil
@@ -59,20 +61,4 @@ func (t TopicTemplate) Render(aggregateType, eventType string) string {
 		}
 	}
 	return b.String()
-}
-
-// ValidTopic applies Kafka's topic name rules.
-func ValidTopic(topic string) error {
-	if topic == "" || topic == "." || topic == ".." {
-		return fmt.Errorf("invalid Kafka topic name %q", topic)
-	}
-	if len(topic) > 249 {
-		return fmt.Errorf("invalid Kafka topic name %q: longer than 249 characters", topic)
-	}
-	for _, c := range topic {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("invalid Kafka topic name %q: only letters, digits, '.', '_' and '-' are allowed", topic)
-		}
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Config is the whole relay configuration, grouped by component. Start
@@ -138,16 +139,16 @@ type PublishConfig struct {
 	// position held.
 	PoisonPolicy poison.Policy
 	// RecordFormat is the shape of the records (docs/formats.md):
-	// publisher.FormatNative (the default), FormatDebezium (the record
+	// record.FormatNative (the default), FormatDebezium (the record
 	// Debezium's Outbox Event Router emits) or FormatCloudEvents.
-	RecordFormat publisher.Format
+	RecordFormat record.Format
 	// CloudEventsSource is the CloudEvents source attribute, a
 	// URI-reference naming the producer; required with FormatCloudEvents.
 	CloudEventsSource string
 	// CloudEventsMode is the CloudEvents content mode: binary (the
 	// default: attributes in ce_* headers, the payload as the value) or
 	// structured (the whole event as a JSON value).
-	CloudEventsMode publisher.CloudEventsMode
+	CloudEventsMode record.CloudEventsMode
 	// DebeziumExpandJSON writes FormatDebezium values as the router does
 	// with table.expand.json.payload=true and Connect's JsonConverter.
 	DebeziumExpandJSON bool
@@ -157,9 +158,10 @@ type PublishConfig struct {
 	TombstoneOnNullPayload bool
 }
 
-// Record is the publisher's record configuration of p.
-func (p PublishConfig) Record() publisher.RecordConfig {
-	return publisher.RecordConfig{
+// Record is the record format configuration of p (what the publisher
+// encodes with).
+func (p PublishConfig) Record() record.Config {
+	return record.Config{
 		Format: p.RecordFormat, CloudEventsSource: p.CloudEventsSource, CloudEventsMode: p.CloudEventsMode,
 		DebeziumExpandJSON: p.DebeziumExpandJSON, TombstoneOnNullPayload: p.TombstoneOnNullPayload,
 	}
@@ -240,7 +242,7 @@ func DefaultConfig() Config {
 			MaxBatch: 1000, MaxBatchBytes: 900 << 10, Linger: 5 * time.Millisecond,
 			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
 			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
-			PoisonPolicy: poison.Quarantine, RecordFormat: publisher.FormatNative, CloudEventsMode: publisher.CloudEventsBinary,
+			PoisonPolicy: poison.Quarantine, RecordFormat: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
 		Leader:          LeaderConfig{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},

@@ -18,7 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -221,7 +221,7 @@ func (s *stack) consume(ctx context.Context, want int) delivery {
 				if err != nil {
 					return
 				}
-				id, version := header(m, publisher.HeaderEventID), header(m, publisher.HeaderAggregateVersion)
+				id, version := header(m, record.HeaderEventID), header(m, record.HeaderAggregateVersion)
 				v, _ := strconv.ParseInt(version, 10, 64)
 				mu.Lock()
 				agg := string(m.Key)

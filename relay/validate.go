@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // ErrRequired is the Err of a FieldError for a required field left empty.
@@ -192,15 +193,15 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	} else {
 		out.policy = pol
 	}
-	format, err := publisher.ParseFormat(string(p.RecordFormat))
+	format, err := record.ParseFormat(string(p.RecordFormat))
 	if err != nil {
 		cs.fail("Publish.RecordFormat", string(p.RecordFormat), "use native, debezium or cloudevents")
 	}
-	if _, err := publisher.ParseCloudEventsMode(string(p.CloudEventsMode)); err != nil {
+	if _, err := record.ParseCloudEventsMode(string(p.CloudEventsMode)); err != nil {
 		cs.fail("Publish.CloudEventsMode", string(p.CloudEventsMode), "use binary or structured")
 	}
-	if format == publisher.FormatCloudEvents {
-		switch err := publisher.CheckCloudEventsSource(p.CloudEventsSource); {
+	if format == record.FormatCloudEvents {
+		switch err := record.CheckCloudEventsSource(p.CloudEventsSource); {
 		case p.CloudEventsSource == "":
 			cs.fail("Publish.CloudEventsSource", nil, "is required with Publish.RecordFormat cloudevents: a URI-reference naming the producer, e.g. /orders-service")
 		case err != nil:

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -52,7 +53,7 @@ type config struct {
 	KafkaSASLPassword, GrantRole                              string
 	// NullablePayload: migrate creates the payload column nullable.
 	NullablePayload bool
-	// The record format (publisher.RecordConfig) of every publishing
+	// The record format (record.Config) of every publishing
 	// command, so that run, recover, replay and dlq retry write alike.
 	RecordFormat, CloudEventsSource, CloudEventsMode string
 	DebeziumExpandJSON, TombstoneOnNullPayload       bool
@@ -198,8 +199,8 @@ func (c *config) relayConfig() relay.Config {
 			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
 			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
 			PoisonPolicy: poison.Policy(c.PoisonPolicy),
-			RecordFormat: publisher.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
-			CloudEventsMode: publisher.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
+			RecordFormat: record.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
+			CloudEventsMode: record.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
 			TombstoneOnNullPayload: c.TombstoneOnNullPayload,
 		},
 		Window: relay.WindowConfig{MaxEvents: c.MaxInflightEvents, MaxBytes: c.MaxInflightBytes, StallTimeout: c.StallTimeout},
@@ -223,7 +224,7 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		CreateTopics: c.CreateTopics, TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
 		UnknownTopicTimeout: c.UnknownTopicWait, MetadataRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
-		RecordConfig: c.relayConfig().Publish.Record(),
+		Record: c.relayConfig().Publish.Record(),
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -194,17 +194,17 @@ func TestRecordFormatFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders",
-		CloudEventsMode: publisher.CloudEventsStructured, TombstoneOnNullPayload: true}
+	want := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders",
+		CloudEventsMode: record.CloudEventsStructured, TombstoneOnNullPayload: true}
 	if got := cfg.relayConfig().Publish.Record(); got != want {
 		t.Fatalf("relay record config %+v", got)
 	}
-	if got := cfg.publisherConfig("x").RecordConfig; got != want {
+	if got := cfg.publisherConfig("x").Record; got != want {
 		t.Fatalf("side publisher record config %+v", got)
 	}
 	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
 	if cfg, err = parse("run", "", []string{"--debezium-expand-json-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil ||
-		cfg.relayConfig().Publish.Record() != (publisher.RecordConfig{Format: publisher.FormatDebezium, CloudEventsMode: publisher.CloudEventsBinary, DebeziumExpandJSON: true}) {
+		cfg.relayConfig().Publish.Record() != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
 		t.Fatalf("%+v %v", cfg.relayConfig().Publish.Record(), err)
 	}
 	for args, msg := range map[string]string{

@@ -62,6 +62,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func main() {
@@ -358,7 +359,7 @@ type orderConfirmed struct {
 // in the inbox's transaction: they commit together with the
 // processed_events row, or not at all. Other event types are ignored (and
 // still registered, so reconciliation sees them as processed).
-func (s *service) handle(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+func (s *service) handle(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 	if ev.EventType != "order.confirmed" {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -96,13 +96,13 @@ func consumerMessage(m kafka.Message) *sarama.ConsumerMessage {
 }
 
 // TestSDKReadsRecords: the SDK's Kafka binding reads the records the
-// publisher builds (RecordConfig.Message, the relay's own code path) as
+// publisher builds (record.Config.Encode, the relay's own code path) as
 // valid CloudEvents with every attribute right: both content modes, JSON
 // and binary payloads, row headers, and tombstones.
 func TestSDKReadsRecords(t *testing.T) {
 	commit := time.Date(2026, 5, 6, 7, 8, 9, 123456000, time.FixedZone("CEST", 2*3600))
-	for _, mode := range []publisher.CloudEventsMode{publisher.CloudEventsBinary, publisher.CloudEventsStructured} {
-		rc := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "urn:example:orders",
+	for _, mode := range []record.CloudEventsMode{record.CloudEventsBinary, record.CloudEventsStructured} {
+		rc := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "urn:example:orders",
 			CloudEventsMode: mode, TombstoneOnNullPayload: true}
 		for _, c := range []struct {
 			name        string
@@ -121,7 +121,7 @@ func TestSDKReadsRecords(t *testing.T) {
 			if c.payload == nil {
 				ev.Invalid = replication.InvalidNullPayload
 			}
-			m, err := rc.Message("outbox.event.order", ev)
+			m, err := rc.Encode("outbox.event.order", ev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +131,7 @@ func TestSDKReadsRecords(t *testing.T) {
 			check(t, toSDK(t, consumerMessage(m)), want{
 				id: ev.EventID, source: "urn:example:orders", typ: "order.confirmed", subject: "order-42", aggType: "order",
 				aggVersion: "9000000000", schemaVersion: "3", time: commit, contentType: c.contentType, data: c.payload,
-			}, mode == publisher.CloudEventsStructured && c.payload != nil)
+			}, mode == record.CloudEventsStructured && c.payload != nil)
 		}
 	}
 }

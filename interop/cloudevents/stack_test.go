@@ -18,7 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -31,11 +31,11 @@ import (
 func TestSDKReadsRelayRun(t *testing.T) {
 	url, brokers := testenv.DatabaseURL(t), testenv.KafkaBrokers(t)
 	for _, c := range []struct {
-		mode        publisher.CloudEventsMode
+		mode        record.CloudEventsMode
 		payloadType string
 	}{
-		{publisher.CloudEventsBinary, migrations.PayloadJSONB},
-		{publisher.CloudEventsStructured, migrations.PayloadBytea},
+		{record.CloudEventsBinary, migrations.PayloadJSONB},
+		{record.CloudEventsStructured, migrations.PayloadBytea},
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			runAndRead(t, url, brokers, c.mode, c.payloadType)
@@ -43,7 +43,7 @@ func TestSDKReadsRelayRun(t *testing.T) {
 	}
 }
 
-func runAndRead(t *testing.T, url string, brokers []string, mode publisher.CloudEventsMode, payloadType string) {
+func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEventsMode, payloadType string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var b [5]byte
@@ -55,7 +55,7 @@ func runAndRead(t *testing.T, url string, brokers []string, mode publisher.Cloud
 	cfg.Database.URL, cfg.Kafka.Brokers = url, brokers
 	cfg.Database.Table, cfg.Database.Slot, cfg.Database.Publication = table.String(), "ce_"+sfx, "ce_"+sfx
 	cfg.Publish.TopicTemplate = "ce." + sfx + ".{aggregate_type}"
-	cfg.Publish.RecordFormat, cfg.Publish.CloudEventsSource, cfg.Publish.CloudEventsMode = publisher.FormatCloudEvents, "/orders-service", mode
+	cfg.Publish.RecordFormat, cfg.Publish.CloudEventsSource, cfg.Publish.CloudEventsMode = record.FormatCloudEvents, "/orders-service", mode
 	cfg.Publish.TombstoneOnNullPayload = true
 	cfg.Leader = relay.LeaderConfig{PollInterval: 250 * time.Millisecond, KeepaliveInterval: 250 * time.Millisecond, Timeout: 2 * time.Second}
 
@@ -206,7 +206,7 @@ func runAndRead(t *testing.T, url string, brokers []string, mode publisher.Cloud
 		check(t, ev, want{
 			id: w.id, source: "/orders-service", typ: w.eventType, subject: "order-" + sfx, aggType: "order",
 			aggVersion: strconv.FormatInt(w.version, 10), schemaVersion: "2", time: ev.Time(), contentType: ct, data: w.payload,
-		}, mode == publisher.CloudEventsStructured && !tombstone)
+		}, mode == record.CloudEventsStructured && !tombstone)
 		var tenant string
 		for _, h := range cm.Headers {
 			if string(h.Key) == "tenant" {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // debeziumContextPrefix starts the names of the headers Debezium adds to
@@ -118,7 +118,7 @@ func (c *comparison) explainedKinds() []*explainedDiff {
 }
 
 // eventID is the record's event id: the first of keys present.
-func eventID(r *record, keys []string) string {
+func eventID(r *rawRecord, keys []string) string {
 	for _, k := range keys {
 		for _, h := range r.Headers {
 			if h.Key == k {
@@ -140,10 +140,10 @@ type rowInfo struct {
 // headers column ("" when the router does not place it). rows, when not
 // nil, are the outbox table's rows by event id: each must be on both
 // sides once.
-func compareRecords(profile string, dbz, rel []record, ds, rs sideSpec, rowHeaders string, rows map[string]rowInfo) *comparison {
+func compareRecords(profile string, dbz, rel []rawRecord, ds, rs sideSpec, rowHeaders string, rows map[string]rowInfo) *comparison {
 	c := &comparison{Profile: profile, Debezium: len(dbz), Relay: len(rel), Rows: len(rows)}
-	index := func(recs []record, s sideSpec) map[string]*record {
-		m := make(map[string]*record, len(recs))
+	index := func(recs []rawRecord, s sideSpec) map[string]*rawRecord {
+		m := make(map[string]*rawRecord, len(recs))
 		for i := range recs {
 			r := &recs[i]
 			id := eventID(r, s.idKeys)
@@ -204,7 +204,7 @@ func compareRecords(profile string, dbz, rel []record, ds, rs sideSpec, rowHeade
 	return c
 }
 
-func presence(r *record) string {
+func presence(r *rawRecord) string {
 	if r == nil {
 		return "no record"
 	}
@@ -236,7 +236,7 @@ func show(v any) string {
 	return s
 }
 
-func (c *comparison) compareOne(id string, d, r *record, ds, rs sideSpec, rowHeaders string, row rowInfo, known bool) {
+func (c *comparison) compareOne(id string, d, r *rawRecord, ds, rs sideSpec, rowHeaders string, row rowInfo, known bool) {
 	dt, dok := strings.CutSuffix(d.Topic, ds.suffix)
 	rt, rok := strings.CutSuffix(r.Topic, rs.suffix)
 	if !dok || !rok || dt != rt {
@@ -315,28 +315,28 @@ func (c *comparison) compareHeaders(id string, dh, rh []kafka.Header, rowHeaders
 	}
 }
 
-// compareInbox decodes both records with inbox.Decode (the format
+// compareInbox decodes both records with record.Decode (the format
 // detected from the headers): both must be FormatDebezium and decode into
 // the same event (the row's headers aside: the router does not carry
 // them, see compareHeaders).
-func (c *comparison) compareInbox(id string, d, r *record) {
-	de, derr := inbox.Decode(d.message())
-	re, rerr := inbox.Decode(r.message())
+func (c *comparison) compareInbox(id string, d, r *rawRecord) {
+	de, derr := record.Decode(d.message())
+	re, rerr := record.Decode(r.message())
 	switch {
 	case derr != nil || rerr != nil:
-		c.diff(id, "inbox.Decode fails", fmt.Sprint(derr), fmt.Sprint(rerr))
-	case de.Format != inbox.FormatDebezium || re.Format != inbox.FormatDebezium:
-		c.diff(id, "inbox.Decode detects another format than debezium", de.Format, re.Format)
+		c.diff(id, "record.Decode fails", fmt.Sprint(derr), fmt.Sprint(rerr))
+	case de.Format != record.FormatDebezium || re.Format != record.FormatDebezium:
+		c.diff(id, "record.Decode detects another format than debezium", de.Format, re.Format)
 	case de.ID != id || re.ID != id || de.AggregateType != re.AggregateType || de.AggregateID != re.AggregateID ||
 		de.AggregateVersion != re.AggregateVersion || de.EventType != re.EventType || de.SchemaVersion != re.SchemaVersion ||
 		!bytes.Equal(de.Payload, re.Payload) || (de.Payload == nil) != (re.Payload == nil):
-		c.diff(id, "inbox.Decode events differ", inboxEvent(de), inboxEvent(re))
+		c.diff(id, "record.Decode events differ", inboxEvent(de), inboxEvent(re))
 	default:
 		c.InboxDecoded++
 	}
 }
 
-func inboxEvent(e inbox.Event) string {
+func inboxEvent(e record.Event) string {
 	return fmt.Sprintf("{id %s %s/%s v%d %s schema %d payload %s}", e.ID, e.AggregateType, e.AggregateID,
 		e.AggregateVersion, e.EventType, e.SchemaVersion, show(e.Payload))
 }
@@ -402,9 +402,9 @@ func jsonMembers(raw []byte) ([]kafka.Header, error) {
 // compareKeyOrder checks that both sides hold each key's events in the
 // same order (per routed topic and key, by offset; the events of one key
 // share a partition).
-func (c *comparison) compareKeyOrder(dbz, rel []record, ds, rs sideSpec) {
-	seq := func(recs []record, s sideSpec) map[string][]string {
-		sorted := append([]record(nil), recs...)
+func (c *comparison) compareKeyOrder(dbz, rel []rawRecord, ds, rs sideSpec) {
+	seq := func(recs []rawRecord, s sideSpec) map[string][]string {
+		sorted := append([]rawRecord(nil), recs...)
 		sort.SliceStable(sorted, func(i, j int) bool {
 			if sorted[i].Topic != sorted[j].Topic {
 				return sorted[i].Topic < sorted[j].Topic

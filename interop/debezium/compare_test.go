@@ -37,7 +37,7 @@ func rowsOf(t *testing.T, kv ...string) map[string]rowInfo {
 	return m
 }
 
-// Event ids of the tests (inbox.Decode wants UUIDs).
+// Event ids of the tests (record.Decode wants UUIDs).
 const (
 	e1 = "00000000-0000-4000-8000-000000000001"
 	e2 = "00000000-0000-4000-8000-000000000002"
@@ -52,8 +52,8 @@ var (
 )
 
 // pair is a router record and the relay record that matches it.
-func pair(id, rowHeaders string, relayRowHeaders ...string) (record, record) {
-	d := record{
+func pair(id, rowHeaders string, relayRowHeaders ...string) (rawRecord, rawRecord) {
+	d := rawRecord{
 		Topic: "outbox.event.order.r-dbz", Partition: 3, Offset: 0, Key: []byte("order-1"), Value: []byte(`{"a": 1}`),
 		Headers: append(hdrs(
 			"__debezium.context.connectorLogicalName", "x", "__debezium.context.taskId", "0",
@@ -61,7 +61,7 @@ func pair(id, rowHeaders string, relayRowHeaders ...string) (record, record) {
 			hdrs("headers", rowHeaders)...),
 		Time: commit.Add(40 * time.Millisecond),
 	}
-	r := record{
+	r := rawRecord{
 		Topic: "outbox.event.order.r-relay", Partition: 3, Offset: 0, Key: []byte("order-1"), Value: []byte(`{"a": 1}`),
 		Headers: append(hdrs("id", id, "event_type", "order.created", "aggregate_type", "order", "aggregate_version", "1", "schema_version", "2"),
 			hdrs(relayRowHeaders...)...),
@@ -74,7 +74,7 @@ func TestCompareExplainedOnly(t *testing.T) {
 	d1, r1 := pair(e1, `{"k": "v", "quote": "a\"b"}`, "k", "v", "quote", `a"b`)
 	d2, r2 := pair(e2, "\x00null")
 	d2.Offset, r2.Offset = 1, 1
-	c := compareRecords("p", []record{d1, d2}, []record{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers",
+	c := compareRecords("p", []rawRecord{d1, d2}, []rawRecord{r1, r2}, dbzSpec(dSide), relaySpec(rSide), "headers",
 		rowsOf(t, e1, `{"k": "v", "quote": "a\"b"}`, e2, ""))
 	if !c.ok() {
 		t.Fatalf("unexplained: %v", c.Unexplained)
@@ -93,30 +93,30 @@ func TestCompareExplainedOnly(t *testing.T) {
 func TestCompareFindsDifferences(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(d, r *record)
+		edit func(d, r *rawRecord)
 		what string
 	}{
-		{"value", func(d, r *record) { r.Value = []byte(`{"a":1}`) }, "value"},
-		{"null value", func(d, r *record) { r.Value = nil }, "value"},
-		{"key", func(d, r *record) { r.Key = []byte("order-2") }, "key"},
-		{"partition", func(d, r *record) { r.Partition = 4 }, "partition"},
-		{"topic", func(d, r *record) { r.Topic = "outbox.event.orders.r-relay" }, "topic"},
-		{"header value", func(d, r *record) { r.Headers[3].Value = []byte("2") }, "headers"},
-		{"header order", func(d, r *record) { r.Headers[1], r.Headers[2] = r.Headers[2], r.Headers[1] }, "headers"},
-		{"row header missing", func(d, r *record) { r.Headers = r.Headers[:5] }, "headers"},
-		{"time before commit", func(d, r *record) { d.Time = commit.Add(-time.Millisecond) }, "record timestamp"},
+		{"value", func(d, r *rawRecord) { r.Value = []byte(`{"a":1}`) }, "value"},
+		{"null value", func(d, r *rawRecord) { r.Value = nil }, "value"},
+		{"key", func(d, r *rawRecord) { r.Key = []byte("order-2") }, "key"},
+		{"partition", func(d, r *rawRecord) { r.Partition = 4 }, "partition"},
+		{"topic", func(d, r *rawRecord) { r.Topic = "outbox.event.orders.r-relay" }, "topic"},
+		{"header value", func(d, r *rawRecord) { r.Headers[3].Value = []byte("2") }, "headers"},
+		{"header order", func(d, r *rawRecord) { r.Headers[1], r.Headers[2] = r.Headers[2], r.Headers[1] }, "headers"},
+		{"row header missing", func(d, r *rawRecord) { r.Headers = r.Headers[:5] }, "headers"},
+		{"time before commit", func(d, r *rawRecord) { d.Time = commit.Add(-time.Millisecond) }, "record timestamp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d, r := pair(e1, `{"k": "v"}`, "k", "v")
 			tt.edit(&d, &r)
-			c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, `{"k": "v"}`))
+			c := compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, `{"k": "v"}`))
 			// The inbox may see the same difference in the decoded event.
 			if len(c.Unexplained) == 0 || !strings.HasPrefix(c.Unexplained[0].What, tt.what) {
 				t.Fatalf("unexplained %v, want %q first", c.Unexplained, tt.what)
 			}
 			for _, u := range c.Unexplained[1:] {
-				if !strings.HasPrefix(u.What, "inbox.Decode") {
+				if !strings.HasPrefix(u.What, "record.Decode") {
 					t.Fatalf("unexplained %v, want one %q", c.Unexplained, tt.what)
 				}
 			}
@@ -130,13 +130,13 @@ func TestCompareMissingDuplicateAndOrder(t *testing.T) {
 	d2.Offset, r2.Offset = 1, 1
 	// The relay has e2 before e1 in the same partition and key.
 	r1.Offset, r2.Offset = 1, 0
-	c := compareRecords("p", []record{d1, d2}, []record{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e2, "{}"))
+	c := compareRecords("p", []rawRecord{d1, d2}, []rawRecord{r2, r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e2, "{}"))
 	if len(c.Unexplained) != 1 || c.Unexplained[0].What != "order of one key's events" {
 		t.Fatalf("unexplained %v, want the order", c.Unexplained)
 	}
 
 	d3, _ := pair(e3, "{}")
-	c = compareRecords("p", []record{d1, d3, d3}, []record{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e3, "{}", e4, "{}"))
+	c = compareRecords("p", []rawRecord{d1, d3, d3}, []rawRecord{r1}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, "{}", e3, "{}", e4, "{}"))
 	var whats []string
 	for _, u := range c.Unexplained {
 		whats = append(whats, u.What+" "+u.EventID)
@@ -152,26 +152,26 @@ func TestCompareMissingDuplicateAndOrder(t *testing.T) {
 // The configuration of docs/formats.md: no context headers, the headers
 // column not placed.
 func TestCompareWithoutRowHeadersPlacement(t *testing.T) {
-	strip := func(d *record) {
+	strip := func(d *rawRecord) {
 		d.Headers = d.Headers[2 : len(d.Headers)-1]
 	}
 	d, r := pair(e1, "{}")
 	strip(&d)
-	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, ""))
+	c := compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, ""))
 	if !c.ok() || c.Explained[kindRowHeader] != nil || c.Explained[kindRowHeaderNotPl] != nil || c.Explained[kindContext] != nil {
 		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
 	}
 
 	d, r = pair(e1, "", "tracestate", "v", "traceparent", "00-1")
 	strip(&d)
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
+	c = compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
 	if !c.ok() || c.Explained[kindRowHeaderNotPl] == nil {
 		t.Fatalf("unexplained %v explained %v", c.Unexplained, c.Explained)
 	}
 
 	// The relay must carry the row's headers, in the column's order.
 	r.Headers[5], r.Headers[6] = r.Headers[6], r.Headers[5]
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
+	c = compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "", rowsOf(t, e1, `{"tracestate": "v", "traceparent": "00-1"}`))
 	if len(c.Unexplained) != 1 || !strings.HasPrefix(c.Unexplained[0].What, "headers") {
 		t.Fatalf("unexplained %v", c.Unexplained)
 	}
@@ -180,12 +180,12 @@ func TestCompareWithoutRowHeadersPlacement(t *testing.T) {
 func TestCompareTombstones(t *testing.T) {
 	d, r := pair(e1, "\x00null")
 	d.Value, r.Value = nil, nil
-	c := compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
+	c := compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
 	if !c.ok() || c.Tombstones != 1 {
 		t.Fatalf("unexplained %v tombstones %d", c.Unexplained, c.Tombstones)
 	}
 	r.Value = []byte{}
-	c = compareRecords("p", []record{d}, []record{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
+	c = compareRecords("p", []rawRecord{d}, []rawRecord{r}, dbzSpec(dSide), relaySpec(rSide), "headers", rowsOf(t, e1, ""))
 	if len(c.Unexplained) == 0 || c.Unexplained[0].What != "value" {
 		t.Fatalf("an empty value passed for a null one: %v", c.Unexplained)
 	}

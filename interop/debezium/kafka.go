@@ -117,8 +117,8 @@ func countRecords(ctx context.Context, c *kafka.Client, topics []string) (int64,
 	return n, nil
 }
 
-// record is a Kafka record as read back.
-type record struct {
+// rawRecord is a Kafka record as read back.
+type rawRecord struct {
 	Topic     string
 	Partition int
 	Offset    int64
@@ -128,22 +128,22 @@ type record struct {
 	Time      time.Time
 }
 
-// message is r as kafka-go's consumer hands it over (for inbox.Decode).
-func (r *record) message() kafka.Message {
+// message is r as kafka-go's consumer hands it over (for record.Decode).
+func (r *rawRecord) message() kafka.Message {
 	return kafka.Message{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: r.Headers, Time: r.Time}
 }
 
 // readAll reads every record of topics: the partitions at the same time,
 // each in offset order; the result is ordered by topic, partition and
 // offset.
-func readAll(ctx context.Context, c *kafka.Client, topics []string) ([]record, error) {
+func readAll(ctx context.Context, c *kafka.Client, topics []string) ([]rawRecord, error) {
 	offs, err := endOffsets(ctx, c, topics)
 	if err != nil {
 		return nil, err
 	}
 	topics = append([]string(nil), topics...)
 	sort.Strings(topics)
-	parts := make([][]record, len(topics)*partitions)
+	parts := make([][]rawRecord, len(topics)*partitions)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for ti, t := range topics {
@@ -161,7 +161,7 @@ func readAll(ctx context.Context, c *kafka.Client, topics []string) ([]record, e
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	var out []record
+	var out []rawRecord
 	for _, p := range parts {
 		out = append(out, p...)
 	}
@@ -172,10 +172,10 @@ func readAll(ctx context.Context, c *kafka.Client, topics []string) ([]record, e
 // requests: unlike kafka-go's Reader, the protocol records keep a null
 // key, value or header value apart from an empty one (a tombstone's null
 // value is what the comparison must see).
-func readPartition(ctx context.Context, c *kafka.Client, topic string, partition int, end int64) ([]record, error) {
+func readPartition(ctx context.Context, c *kafka.Client, topic string, partition int, end int64) ([]rawRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out := make([]record, 0, end)
+	out := make([]rawRecord, 0, end)
 	for next := int64(0); next < end; {
 		resp, err := c.Fetch(ctx, &kafka.FetchRequest{
 			Topic: topic, Partition: partition, Offset: next,
@@ -198,7 +198,7 @@ func readPartition(ctx context.Context, c *kafka.Client, topic string, partition
 			if rec.Offset < next || rec.Offset >= end {
 				continue
 			}
-			x := record{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
+			x := rawRecord{Topic: topic, Partition: partition, Offset: rec.Offset, Time: rec.Time}
 			if x.Key, err = readBytes(rec.Key); err == nil {
 				x.Value, err = readBytes(rec.Value)
 			}

@@ -576,11 +576,11 @@ func (r *run) comparePhase(ctx context.Context) error {
 // compareSides reads both sides' topics and compares them.
 func (r *run) compareSides(ctx context.Context, profile string, d, rel side, ids map[string]rowInfo) (*comparison, error) {
 	t := time.Now()
-	drecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.kc, r.topicsOf(d)) })
+	drecs, err := retry(ctx, func() ([]rawRecord, error) { return readAll(ctx, r.kc, r.topicsOf(d)) })
 	if err != nil {
 		return nil, err
 	}
-	rrecs, err := retry(ctx, func() ([]record, error) { return readAll(ctx, r.kc, r.topicsOf(rel)) })
+	rrecs, err := retry(ctx, func() ([]rawRecord, error) { return readAll(ctx, r.kc, r.topicsOf(rel)) })
 	if err != nil {
 		return nil, err
 	}

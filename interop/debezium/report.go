@@ -26,7 +26,7 @@ const examplesPerKind = 3
 
 func (r *run) printComparison(c *comparison) {
 	r.logf("%s: %d router records, %d relay records, %d outbox rows; %d compared record for record (%d of them tombstones); "+
-		"inbox.Decode reads %d pairs as the same debezium-format event",
+		"record.Decode reads %d pairs as the same debezium-format event",
 		c.Profile, c.Debezium, c.Relay, c.Rows, c.Matched, c.Tombstones, c.InboxDecoded)
 	for _, e := range c.explainedKinds() {
 		r.logf("  explained: %s: %d records (e.g. %s)", e.Kind, e.Count, e.Example)
@@ -93,7 +93,7 @@ func maxDelta(ds []time.Duration) time.Duration {
 }
 
 // printConnectOnly shows a few of the router's records (-connect-only).
-func (r *run) printConnectOnly(recs []record) {
+func (r *run) printConnectOnly(recs []rawRecord) {
 	r.logf("connect-only: %d router records; the first ones:", len(recs))
 	for i := range min(5, len(recs)) {
 		x := recs[i]
@@ -238,7 +238,7 @@ func (r *run) section() string {
 		h.postgres, r.cfg.kafkaVersion, r.cfg.versions, h.java, h.relay, h.goVersion, h.commit)
 	fmt.Fprintf(&b, "Command: `%s` (effective: `-n %d -drain-n %d -drain-rounds %d`). What it does and every difference it explains: [debezium-interop.md](debezium-interop.md).\n\n",
 		r.cfg.command, r.cfg.n, r.cfg.drainN, r.cfg.drainRounds)
-	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | inbox.Decode: same event | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| comparison | router records | relay records | compared field by field | tombstones among them | record.Decode: same event | unexplained differences | explained differences |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.compares {
 		var ex []string
 		for _, e := range c.explainedKinds() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -98,7 +99,7 @@ func start(t *testing.T, batch bool) *flow {
 		t.Fatal(err)
 	}
 	handlerTracer := f.consumer.Tracer("billing-handler")
-	apply := func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+	apply := func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		parent := trace.SpanContextFromContext(ctx)
 		// The handler's own work: a span of its own and a statement.
 		ctx, span := handlerTracer.Start(ctx, "apply "+ev.EventType)
@@ -116,7 +117,7 @@ func start(t *testing.T, batch bool) *flow {
 		TracerProvider: f.consumer, Propagator: w3c, BatchLinger: 50 * time.Millisecond,
 	}
 	if batch {
-		icfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+		icfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 			for _, ev := range evs {
 				if err := apply(ctx, tx, ev); err != nil {
 					return err

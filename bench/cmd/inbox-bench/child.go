@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // consumeCmd is the hidden subcommand that runs one consumer: the parent
@@ -115,7 +116,7 @@ func consumeMain(args []string, stdout, stderr io.Writer) int {
 	// before the consumer commits the transaction.
 	if h != nil {
 		inner := h
-		h = func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+		h = func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			if err := inner(ctx, tx, ev); err != nil {
 				return err
 			}
@@ -125,7 +126,7 @@ func consumeMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if bh != nil {
 		inner := bh
-		bh = func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+		bh = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 			if err := inner(ctx, tx, evs); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // mode is one way of applying the same events.
@@ -84,7 +85,7 @@ func (m mode) handlers(schema string) (inbox.Handler, inbox.BatchHandler) {
 	case !m.Projection:
 		return nil, insertBatch(t)
 	case !m.SetBased:
-		return func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error { return applyVersion(ctx, tx, t, ev) }, nil
+		return func(ctx context.Context, tx pgx.Tx, ev *record.Event) error { return applyVersion(ctx, tx, t, ev) }, nil
 	}
 	return nil, projectionBatch(t)
 }
@@ -92,7 +93,7 @@ func (m mode) handlers(schema string) (inbox.Handler, inbox.BatchHandler) {
 // insertHandler writes one row per event.
 func insertHandler(table string) inbox.Handler {
 	sql := `INSERT INTO ` + table + ` (event_id, aggregate_id, aggregate_version, event_type, payload) VALUES ($1, $2, $3, $4, $5)`
-	return func(ctx context.Context, tx pgx.Tx, ev *inbox.Event) error {
+	return func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 		_, err := tx.Exec(ctx, sql, ev.ID, ev.AggregateID, ev.AggregateVersion, ev.EventType, string(ev.Payload))
 		return err
 	}
@@ -102,7 +103,7 @@ func insertHandler(table string) inbox.Handler {
 func insertBatch(table string) inbox.BatchHandler {
 	sql := `INSERT INTO ` + table + ` (event_id, aggregate_id, aggregate_version, event_type, payload)
 		SELECT id::uuid, agg, v, typ, p::jsonb FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[]) AS u(id, agg, v, typ, p)`
-	return func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+	return func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 		ids, aggs, types, payloads := make([]string, len(evs)), make([]string, len(evs)), make([]string, len(evs)), make([]string, len(evs))
 		versions := make([]int64, len(evs))
 		for i, ev := range evs {
@@ -119,7 +120,7 @@ func insertBatch(table string) inbox.BatchHandler {
 // applyVersion is the seed's projection for one event: version 1 creates
 // the aggregate's row, every later version moves it on by exactly one.
 // ExpectRows turns a gap or a reordering into a permanent failure.
-func applyVersion(ctx context.Context, tx pgx.Tx, table string, ev *inbox.Event) error {
+func applyVersion(ctx context.Context, tx pgx.Tx, table string, ev *record.Event) error {
 	if ev.AggregateVersion == 1 {
 		tag, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, version) VALUES ($1, 1) ON CONFLICT DO NOTHING`, ev.AggregateID)
 		if err != nil {
@@ -147,7 +148,7 @@ type projectionPlan struct {
 	UpdateFirst, UpdateLast []int64
 	// Events of aggregates whose versions in the batch are not contiguous
 	// (a gap, a repeat, a step back): applied one by one, in batch order.
-	Single []*inbox.Event
+	Single []*record.Event
 }
 
 // planProjection groups evs (record order) per aggregate.
@@ -164,11 +165,11 @@ type projectionPlan struct {
 // sequence fails somewhere in the middle; those events keep their
 // per-event statements, so the failure shows at the exact event when the
 // consumer splits the batch.
-func planProjection(evs []*inbox.Event) projectionPlan {
+func planProjection(evs []*record.Event) projectionPlan {
 	type run struct {
 		first, last int64
 		contiguous  bool
-		evs         []*inbox.Event
+		evs         []*record.Event
 	}
 	runs := map[string]*run{}
 	var order []string
@@ -213,7 +214,7 @@ func projectionBatch(table string) inbox.BatchHandler {
 	update := `UPDATE ` + table + ` AS s SET version = u.last
 		FROM unnest($1::text[], $2::int8[], $3::int8[]) AS u(id, first, last)
 		WHERE s.id = u.id AND s.version = u.first - 1`
-	return func(ctx context.Context, tx pgx.Tx, evs []*inbox.Event) error {
+	return func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
 		p := planProjection(evs)
 		if len(p.InsertIDs) > 0 {
 			tag, err := tx.Exec(ctx, insert, p.InsertIDs, p.InsertVersions)

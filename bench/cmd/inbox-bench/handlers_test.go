@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // TestBatchHandlersOnPostgres runs the set-based handlers of modes 3 and 6
@@ -24,10 +25,10 @@ func TestBatchHandlersOnPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ev := func(agg string, v int64) *inbox.Event {
-		return &inbox.Event{ID: eventID(int(v)*1000 + len(agg)), AggregateID: agg, AggregateVersion: v, EventType: "t", Payload: []byte(`{"v":1}`)}
+	ev := func(agg string, v int64) *record.Event {
+		return &record.Event{ID: eventID(int(v)*1000 + len(agg)), AggregateID: agg, AggregateVersion: v, EventType: "t", Payload: []byte(`{"v":1}`)}
 	}
-	apply := func(h inbox.BatchHandler, evs ...*inbox.Event) error {
+	apply := func(h inbox.BatchHandler, evs ...*record.Event) error {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -72,13 +73,13 @@ func TestBatchHandlersOnPostgres(t *testing.T) {
 	want("runs moving on", map[string]int64{"a": 5, "bb": 3, "ccc": 1, "dddd": 1})
 	for _, bad := range []struct {
 		name string
-		evs  []*inbox.Event
+		evs  []*record.Event
 	}{
-		{"a gap inside the batch", []*inbox.Event{ev("ccc", 2), ev("ccc", 4)}},
-		{"a gap after the stored version", []*inbox.Event{ev("a", 7)}},
-		{"a gap after the stored version, with a run", []*inbox.Event{ev("a", 6), ev("bb", 5), ev("bb", 6)}},
-		{"version 1 again", []*inbox.Event{ev("dddd", 2), ev("bb", 1)}},
-		{"an old version", []*inbox.Event{ev("a", 5)}},
+		{"a gap inside the batch", []*record.Event{ev("ccc", 2), ev("ccc", 4)}},
+		{"a gap after the stored version", []*record.Event{ev("a", 7)}},
+		{"a gap after the stored version, with a run", []*record.Event{ev("a", 6), ev("bb", 5), ev("bb", 6)}},
+		{"version 1 again", []*record.Event{ev("dddd", 2), ev("bb", 1)}},
+		{"an old version", []*record.Event{ev("a", 5)}},
 	} {
 		err := apply(h6, bad.evs...)
 		if !errors.Is(err, inbox.ErrExpectation) || !inbox.IsPermanent(err) {

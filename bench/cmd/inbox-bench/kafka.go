@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // createTopic creates topic (benchkit.CreateTopic) and cleans it up with
@@ -71,10 +72,10 @@ func aggregateID(i, aggregates int) string { return fmt.Sprintf("order-%06d", i%
 
 func aggregateVersion(i, aggregates int) int64 { return int64(i/aggregates) + 1 }
 
-// record builds event i the way the relay publishes an outbox row: key =
-// aggregate_id, value = payload, the standard headers (see the publisher
-// package and integration/inbox_test.go).
-func record(i, aggregates int, ts time.Time) kafka.Message {
+// eventRecord builds event i the way the relay publishes an outbox row: key =
+// aggregate_id, value = payload, the standard headers (see package record and
+// integration/inbox_test.go).
+func eventRecord(i, aggregates int, ts time.Time) kafka.Message {
 	agg, v := aggregateID(i, aggregates), aggregateVersion(i, aggregates)
 	typ := "order.updated"
 	if v == 1 {
@@ -84,11 +85,11 @@ func record(i, aggregates int, ts time.Time) kafka.Message {
 		Key:   []byte(agg),
 		Value: fmt.Appendf(nil, payloadFormat, agg, v, 1000+i%9000),
 		Headers: []kafka.Header{
-			{Key: "event_id", Value: []byte(eventID(i))},
-			{Key: "event_type", Value: []byte(typ)},
-			{Key: "schema_version", Value: []byte("1")},
-			{Key: "aggregate_type", Value: []byte(aggregateType)},
-			{Key: "aggregate_version", Value: []byte(strconv.FormatInt(v, 10))},
+			{Key: record.HeaderEventID, Value: []byte(eventID(i))},
+			{Key: record.HeaderEventType, Value: []byte(typ)},
+			{Key: record.HeaderSchemaVersion, Value: []byte("1")},
+			{Key: record.HeaderAggregateType, Value: []byte(aggregateType)},
+			{Key: record.HeaderAggregateVersion, Value: []byte(strconv.FormatInt(v, 10))},
 		},
 		Time: ts,
 	}
@@ -127,7 +128,7 @@ func (b *bench) produce(ctx context.Context, topic string, n, rate int) (produce
 		now := time.Now()
 		msgs = msgs[:0]
 		for j := i; j < min(i+chunk, n); j++ {
-			msgs = append(msgs, record(j, b.cfg.Aggregates, now))
+			msgs = append(msgs, eventRecord(j, b.cfg.Aggregates, now))
 		}
 		if err := w.WriteMessages(ctx, msgs...); err != nil {
 			return p, fmt.Errorf("produce records %d-%d: %w", i, i+len(msgs)-1, err)

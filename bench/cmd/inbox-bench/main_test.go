@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
-	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -83,7 +83,7 @@ func TestAgeHist(t *testing.T) {
 func TestRecordDecodes(t *testing.T) {
 	ts := time.Unix(1700000000, 0)
 	for _, i := range []int{0, 9999, 10000, 123456} {
-		ev, err := inbox.Decode(record(i, 10000, ts))
+		ev, err := record.Decode(eventRecord(i, 10000, ts))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +105,8 @@ func TestRecordDecodes(t *testing.T) {
 }
 
 func TestPlanProjection(t *testing.T) {
-	ev := func(agg string, v int64) *inbox.Event { return &inbox.Event{AggregateID: agg, AggregateVersion: v} }
-	p := planProjection([]*inbox.Event{
+	ev := func(agg string, v int64) *record.Event { return &record.Event{AggregateID: agg, AggregateVersion: v} }
+	p := planProjection([]*record.Event{
 		ev("a", 1), ev("b", 5), ev("a", 2), ev("c", 3), ev("b", 6), ev("a", 3), // a: 1-3 insert at 3; b: 5-6 update 4→6; c: 3 update 2→3
 		ev("d", 2), ev("d", 4), // a gap inside the batch: per event
 		ev("e", 7), ev("e", 7), // a repeat: per event

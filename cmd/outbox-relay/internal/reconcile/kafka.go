@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // clockSlack is how far before the window's start a topic is read: record
@@ -95,15 +95,15 @@ func firstOffset(offsets map[int64]time.Time) int64 {
 }
 
 // eventIDOf returns the event id of m, if it carries a valid one: in any
-// record format the inbox reads (the relay's --record-format), else its
+// record format (record.Decode: the relay's --record-format), else its
 // event_id header.
 func eventIDOf(m kafka.Message) (uuid.UUID, bool) {
-	if ev, err := inbox.Decode(m); err == nil {
+	if ev, err := record.Decode(m); err == nil {
 		id, err := uuid.Parse(ev.ID)
 		return id, err == nil
 	}
 	for _, h := range m.Headers {
-		if h.Key == "event_id" {
+		if h.Key == record.HeaderEventID {
 			id, err := uuid.ParseBytes(h.Value)
 			return id, err == nil
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -60,10 +60,10 @@ func TestEventIDOf(t *testing.T) {
 	// Every record format of the relay.
 	ev := &replication.Event{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "e",
 		SchemaVersion: "1", Payload: []byte("{}")}
-	for _, rc := range []publisher.RecordConfig{{}, {Format: publisher.FormatDebezium},
-		{Format: publisher.FormatCloudEvents, CloudEventsSource: "/s"},
-		{Format: publisher.FormatCloudEvents, CloudEventsSource: "/s", CloudEventsMode: publisher.CloudEventsStructured}} {
-		m, err := rc.Message("t", ev)
+	for _, rc := range []record.Config{{}, {Format: record.FormatDebezium},
+		{Format: record.FormatCloudEvents, CloudEventsSource: "/s"},
+		{Format: record.FormatCloudEvents, CloudEventsSource: "/s", CloudEventsMode: record.CloudEventsStructured}} {
+		m, err := rc.Encode("t", ev)
 		if err != nil {
 			t.Fatal(err)
 		}

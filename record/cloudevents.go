@@ -1,14 +1,15 @@
-package publisher
+package record
 
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -29,11 +30,16 @@ const (
 	CloudEventsStructuredContentType = "application/cloudevents+json; charset=UTF-8"
 	// HeaderContentType is the binding's content-type header.
 	HeaderContentType = "content-type"
-	// Extension attributes carrying the outbox columns that have no
-	// CloudEvents attribute of their own.
-	CloudEventsAggregateType    = "aggregatetype"
+	// CloudEventsAggregateType is the extension attribute carrying the
+	// aggregate_type column (CloudEvents has no attribute of its own for
+	// it).
+	CloudEventsAggregateType = "aggregatetype"
+	// CloudEventsAggregateVersion is the extension attribute carrying the
+	// aggregate_version column.
 	CloudEventsAggregateVersion = "aggregateversion"
-	CloudEventsSchemaVersion    = "schemaversion"
+	// CloudEventsSchemaVersion is the extension attribute carrying the
+	// schema_version column.
+	CloudEventsSchemaVersion = "schemaversion"
 )
 
 // cloudEventsHeaders is the most headers a binary mode record starts with.
@@ -47,14 +53,9 @@ const cloudEventsHeaders = 10
 // time the commit time, as in every format; the row's headers follow as
 // plain Kafka headers. A tombstone is the binary mode event without data
 // (no content-type, a null value), in both modes: a structured event
-// always has a value, and compaction needs a null one.
+// always has a value, and compaction needs a null one. ev.EventType is not
+// empty (Encode refuses such a row first).
 func buildCloudEvents(topic string, ev *replication.Event, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
-	fail := func(reason string) (kafka.Message, error) {
-		return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason}
-	}
-	if ev.EventType == "" {
-		return fail("event_type is empty: a CloudEvent needs a type")
-	}
 	contentType := CloudEventsBinaryContentType
 	if json.Valid(ev.Payload) {
 		contentType = CloudEventsJSONContentType
@@ -96,7 +97,7 @@ func buildCloudEvents(topic string, ev *replication.Event, source string, mode C
 			err = checkRowHeaders(h, own, cloudEventsReserved)
 		}
 		if err != nil {
-			return fail("headers: " + err.Error())
+			return kafka.Message{}, errors.New("headers: " + err.Error())
 		}
 	}
 	msg.Headers = h
@@ -138,7 +139,7 @@ func structuredEvent(ev *replication.Event, source, ts, contentType string) []by
 		b = append(b, ',', '"')
 		b = append(b, name...)
 		b = append(b, '"', ':')
-		b = appendJSONString(b, value)
+		b = jsontext.AppendString(b, value)
 	}
 	b = append(b, `{"specversion":"`+CloudEventsSpecVersion+`"`...)
 	member("id", ev.EventID)
@@ -159,40 +160,4 @@ func structuredEvent(ev *replication.Event, source, ts, contentType string) []by
 		b = append(b, '"')
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string: '"', '\\' and control
-// characters escaped, invalid UTF-8 as U+FFFD, the rest as is.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, `\ufffd`...)
-			} else {
-				b = append(b, s[i:i+size]...)
-			}
-			i += size
-			continue
-		}
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		default:
-			b = append(b, c)
-		}
-		i++
-	}
-	return append(b, '"')
 }

@@ -1,4 +1,4 @@
-package inbox
+package record
 
 import (
 	"bytes"
@@ -9,23 +9,22 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// formatConfigs are the relay's record formats, as the publisher is
+// formatConfigs are the relay's record formats, as the relay's encoder is
 // configured for each.
 var formatConfigs = []struct {
 	name string
-	rc   publisher.RecordConfig
-	want RecordFormat
+	rc   Config
+	want Format
 }{
-	{"native", publisher.RecordConfig{}, FormatNative},
-	{"debezium", publisher.RecordConfig{Format: publisher.FormatDebezium}, FormatDebezium},
-	{"debezium-expanded", publisher.RecordConfig{Format: publisher.FormatDebezium, DebeziumExpandJSON: true}, FormatDebezium},
-	{"cloudevents-binary", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders"}, FormatCloudEvents},
-	{"cloudevents-structured", publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/orders",
-		CloudEventsMode: publisher.CloudEventsStructured}, FormatCloudEvents},
+	{"native", Config{}, FormatNative},
+	{"debezium", Config{Format: FormatDebezium}, FormatDebezium},
+	{"debezium-expanded", Config{Format: FormatDebezium, DebeziumExpandJSON: true}, FormatDebezium},
+	{"cloudevents-binary", Config{Format: FormatCloudEvents, CloudEventsSource: "/orders"}, FormatCloudEvents},
+	{"cloudevents-structured", Config{Format: FormatCloudEvents, CloudEventsSource: "/orders",
+		CloudEventsMode: CloudEventsStructured}, FormatCloudEvents},
 }
 
 func sourceEvent(payload []byte) *replication.Event {
@@ -37,12 +36,12 @@ func sourceEvent(payload []byte) *replication.Event {
 	}
 }
 
-// TestDecodeFormats: the inbox reads the records the publisher writes in
-// every format, detected or configured, back into the same Event.
+// TestDecodeFormats: the decoder reads the records the encoder writes in
+// every format, detected or given, back into the same Event.
 func TestDecodeFormats(t *testing.T) {
 	for _, payload := range [][]byte{[]byte(`{"total": 10}`), {0, 0, 0, 0, 42, 2, 0xff}} {
 		for _, c := range formatConfigs {
-			m, err := c.rc.Message("outbox.event.order", sourceEvent(payload))
+			m, err := c.rc.Encode("outbox.event.order", sourceEvent(payload))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +49,7 @@ func TestDecodeFormats(t *testing.T) {
 			if got := DetectFormat(m); got != c.want {
 				t.Fatalf("%s: detected %q", c.name, got)
 			}
-			for _, f := range []RecordFormat{FormatAuto, c.want} {
+			for _, f := range []Format{"", c.want} {
 				ev, err := DecodeFormat(m, f)
 				if err != nil {
 					t.Fatalf("%s (%q): %v", c.name, f, err)
@@ -80,7 +79,7 @@ func TestDecodeTombstones(t *testing.T) {
 		ev.Invalid = replication.InvalidNullPayload
 		rc := c.rc
 		rc.TombstoneOnNullPayload = true
-		m, err := rc.Message("t", ev)
+		m, err := rc.Encode("t", ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +93,7 @@ func TestDecodeTombstones(t *testing.T) {
 func TestDecodeCloudEventsExtensions(t *testing.T) {
 	ev := sourceEvent([]byte(`{}`))
 	ev.Headers = []byte(`{"ce_tenant": "acme"}`)
-	m, err := publisher.RecordConfig{Format: publisher.FormatCloudEvents, CloudEventsSource: "/o"}.Message("t", ev)
+	m, err := Config{Format: FormatCloudEvents, CloudEventsSource: "/o"}.Encode("t", ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,27 +136,19 @@ func TestDecodeFormatErrors(t *testing.T) {
 		}
 	}
 	// Forced to a format the record is not in.
-	m, _ := publisher.RecordConfig{}.Message("t", sourceEvent([]byte(`{}`)))
+	m, _ := Config{}.Encode("t", sourceEvent([]byte(`{}`)))
 	if _, err := DecodeFormat(m, FormatCloudEvents); err == nil {
 		t.Fatal("a native record decoded as a CloudEvent")
 	}
 	if _, err := DecodeFormat(m, FormatDebezium); err == nil || !strings.Contains(err.Error(), "no id header") {
 		t.Fatalf("a native record decoded as debezium: %v", err)
 	}
-	for in, want := range map[string]RecordFormat{"": FormatAuto, "auto": FormatAuto, "native": FormatNative, "cloudevents": FormatCloudEvents} {
-		if got, err := ParseRecordFormat(in); err != nil || got != want {
-			t.Errorf("ParseRecordFormat(%q) = %q, %v", in, got, err)
-		}
-	}
-	if _, err := ParseRecordFormat("avro"); err == nil {
-		t.Fatal("avro accepted")
-	}
 }
 
 // BenchmarkDecode is the consumer's per-record decoding in each format.
 func BenchmarkDecode(b *testing.B) {
 	for _, c := range formatConfigs {
-		m, err := c.rc.Message("t", sourceEvent([]byte(`{"total": 10}`)))
+		m, err := c.rc.Encode("t", sourceEvent([]byte(`{"total": 10}`)))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -169,5 +160,59 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func rawRecord(headers ...string) kafka.Message {
+	m := kafka.Message{Topic: "t", Partition: 2, Offset: 7, Key: []byte("order-1"), Value: []byte(`{"a":1}`), Time: time.Unix(100, 0)}
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Headers = append(m.Headers, kafka.Header{Key: headers[i], Value: []byte(headers[i+1])})
+	}
+	return m
+}
+
+var good = []string{
+	"event_id", "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", "event_type", "order.confirmed", "schema_version", "1",
+	"aggregate_type", "order", "aggregate_version", "3", "trace_id", "abc",
+}
+
+func TestDecode(t *testing.T) {
+	ev, err := Decode(rawRecord(append(good, "event_id", "ffffffff-7c4e-7d1a-8b3e-0a1b2c3d4e5f")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f" || ev.AggregateID != "order-1" || ev.AggregateVersion != 3 ||
+		ev.EventType != "order.confirmed" || ev.SchemaVersion != 1 || ev.AggregateType != "order" ||
+		ev.Headers["trace_id"] != "abc" || len(ev.Headers) != 1 || ev.Partition != 2 || ev.Offset != 7 || string(ev.Payload) != `{"a":1}` {
+		t.Fatalf("decoded %+v", ev)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	with := func(key, val string) []string {
+		out := append([]string(nil), good...)
+		for i := 0; i < len(out); i += 2 {
+			if out[i] == key {
+				out[i+1] = val
+			}
+		}
+		return out
+	}
+	cases := map[string]kafka.Message{
+		"no event_id":       rawRecord(with("event_id", "")...),
+		"not a UUID":        rawRecord(with("event_id", "nope")...),
+		"aggregate_version": rawRecord(with("aggregate_version", "x")...),
+		"schema_version":    rawRecord(with("schema_version", "")...),
+		"event_type":        rawRecord(with("event_type", "")...),
+	}
+	noKey := rawRecord(good...)
+	noKey.Key = nil
+	cases["empty key"] = noKey
+	for want, m := range cases {
+		_, err := Decode(m)
+		var de *DecodeError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
 	}
 }

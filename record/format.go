@@ -1,21 +1,18 @@
-package publisher
+package record
 
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"strings"
-
-	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// Format is the shape of the Kafka records the publisher writes for the
-// outbox events (docs/formats.md). Every format keys a record by
-// aggregate_id and routes it with the topic template; they differ in the
-// value and the headers.
+// Format is the shape of the Kafka records of the outbox events
+// (docs/formats.md). Every format keys a record by aggregate_id; they
+// differ in the value and the headers.
+//
+// The empty Format means FormatNative to the encoder (Config.Format) and
+// "detect it from the headers" to DecodeFormat.
 type Format string
 
 // Record formats.
@@ -23,7 +20,7 @@ const (
 	// FormatNative is the relay's own record: value = payload, headers
 	// event_id, event_type, schema_version, aggregate_type,
 	// aggregate_version, then the row's headers. The empty Format is
-	// native too.
+	// native too, when encoding.
 	FormatNative Format = "native"
 	// FormatDebezium is the record Debezium's Outbox Event Router emits
 	// for the outbox table with the configuration in docs/formats.md:
@@ -89,9 +86,9 @@ func CheckCloudEventsSource(s string) error {
 	return nil
 }
 
-// RecordConfig selects and tunes the record format. Its zero value is
-// the native format without tombstones.
-type RecordConfig struct {
+// Config selects and tunes the record format of an encoder. Its zero
+// value is the native format without tombstones.
+type Config struct {
 	// Format is the record format; "" is FormatNative.
 	Format Format
 	// CloudEventsSource is the source attribute of FormatCloudEvents
@@ -108,12 +105,12 @@ type RecordConfig struct {
 	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
 	// into a record with the row's key and headers and a null value (a
 	// tombstone, for compacted topics), in every format. Off, such a row
-	// is a poison event.
+	// cannot be encoded (CodeInvalidRow: the relay dead-letters it).
 	TombstoneOnNullPayload bool
 }
 
 // Validate checks the format and its options.
-func (c RecordConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	f, err := ParseFormat(string(c.Format))
 	errs = append(errs, err)
@@ -124,48 +121,4 @@ func (c RecordConfig) Validate() error {
 		errs = append(errs, CheckCloudEventsSource(c.CloudEventsSource))
 	}
 	return errors.Join(errs...)
-}
-
-// Message builds the record a publisher with this configuration writes
-// for ev on topic (its partition is the publisher's choice: murmur2 of
-// the key). An error is an invalid configuration, or an event the
-// publisher would dead-letter (its reason first, as in the dead-letter
-// table).
-func (c RecordConfig) Message(topic string, ev *replication.Event) (kafka.Message, error) {
-	if err := c.Validate(); err != nil {
-		return kafka.Message{}, err
-	}
-	p := &Publisher{cfg: Config{RecordConfig: c, MaxBatchBytes: math.MaxInt}}
-	msg, reason, err := p.message(topic, ev)
-	if err != nil {
-		return kafka.Message{}, errors.New(poisonReason(reason, err))
-	}
-	return msg, nil
-}
-
-// build maps ev to its record in the configured format. tombstone says
-// that ev's payload is NULL and the record carries a null value.
-func (c *RecordConfig) build(topic string, ev *replication.Event, tombstone bool) (kafka.Message, error) {
-	switch c.Format {
-	case "", FormatNative:
-		return buildMessage(topic, ev)
-	case FormatDebezium:
-		return buildDebezium(topic, ev, c.DebeziumExpandJSON && !tombstone)
-	case FormatCloudEvents:
-		return buildCloudEvents(topic, ev, c.CloudEventsSource, c.CloudEventsMode, tombstone)
-	}
-	return kafka.Message{}, fmt.Errorf("record format %q: use native, debezium or cloudevents", c.Format)
-}
-
-// checkRowHeaders refuses row headers that would repeat a header the
-// format sets itself (reserved reports those names): a consumer that
-// takes the last occurrence of a header would read the row's value
-// instead of the event's.
-func checkRowHeaders(h []kafka.Header, from int, reserved func(string) bool) error {
-	for _, x := range h[from:] {
-		if reserved(x.Key) {
-			return fmt.Errorf("row header %q would repeat a header of the record format", x.Key)
-		}
-	}
-	return nil
 }

@@ -1,12 +1,17 @@
-package publisher
+// Package jsonexpand rewrites a JSON payload the way Debezium's Outbox
+// Event Router does with table.expand.json.payload=true and Kafka
+// Connect's JsonConverter: the value of a FormatDebezium record with
+// record.Config.DebeziumExpandJSON.
+package jsonexpand
 
 import (
 	"errors"
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
+	"unsafe"
+
+	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
 )
 
 // This file reproduces what Debezium's Outbox Event Router writes with
@@ -29,14 +34,16 @@ const jsonMaxDepth = 1000
 
 var errExpand = errors.New("payload cannot be expanded")
 
-// expandJSONPayload returns the record value for payload with expansion
-// on: the expanded JSON, or the payload as a JSON string when Debezium
-// would not (or could not) expand it.
-func expandJSONPayload(payload []byte) []byte {
+// Payload returns the record value for payload with expansion on: the
+// expanded JSON, or the payload as a JSON string when Debezium would not
+// (or could not) expand it.
+func Payload(payload []byte) []byte {
 	if out, err := expandJSON(payload); err == nil {
 		return out
 	}
-	return appendJacksonString(make([]byte, 0, len(payload)+len(payload)/8+2), payload)
+	// Only read while appending: the string need not own its bytes.
+	text := unsafe.String(unsafe.SliceData(payload), len(payload))
+	return jsontext.AppendJacksonString(make([]byte, 0, len(payload)+len(payload)/8+2), text)
 }
 
 // expandJSON expands payload, a JSON object, the way the router and the
@@ -48,7 +55,7 @@ func expandJSON(payload []byte) ([]byte, error) {
 	if len(payload) == 0 || payload[0] != '{' {
 		return nil, errExpand
 	}
-	p := jsonParser{b: payload}
+	p := parser{jsontext.NewScanner(payload)}
 	root, err := p.value(0)
 	if err != nil {
 		return nil, err
@@ -117,74 +124,60 @@ func (n *jnode) member(name string) *jnode {
 	return nil
 }
 
-// jsonParser reads one JSON value; what follows it is ignored (Jackson's
-// readTree without FAIL_ON_TRAILING_TOKENS).
-type jsonParser struct {
-	b []byte
-	i int
+// parser reads one JSON value into jnodes; what follows it is ignored
+// (Jackson's readTree without FAIL_ON_TRAILING_TOKENS). Any error is
+// errExpand: the router would not expand the payload.
+type parser struct {
+	s *jsontext.Scanner
 }
 
-func (p *jsonParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *jsonParser) value(depth int) (*jnode, error) {
+func (p parser) value(depth int) (*jnode, error) {
 	if depth > jsonMaxDepth {
 		return nil, errExpand
 	}
-	p.ws()
-	if p.i >= len(p.b) {
+	s := p.s
+	s.SkipSpace()
+	c, ok := s.Peek()
+	if !ok {
 		return nil, errExpand
 	}
-	switch c := p.b[p.i]; {
+	switch {
 	case c == '{':
-		p.i++
+		s.Consume('{')
 		n := &jnode{kind: '{'}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == '}' {
-			p.i++
+		s.SkipSpace()
+		if s.Consume('}') {
 			return n, nil
 		}
 		for {
-			p.ws()
+			s.SkipSpace()
 			name, err := p.str()
 			if err != nil {
 				return nil, err
 			}
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != ':' {
+			s.SkipSpace()
+			if !s.Consume(':') {
 				return nil, errExpand
 			}
-			p.i++
 			v, err := p.value(depth + 1)
 			if err != nil {
 				return nil, err
 			}
 			n.set(name, v)
-			p.ws()
-			if p.i < len(p.b) && p.b[p.i] == ',' {
-				p.i++
+			s.SkipSpace()
+			if s.Consume(',') {
 				continue
 			}
-			if p.i < len(p.b) && p.b[p.i] == '}' {
-				p.i++
+			if s.Consume('}') {
 				return n, nil
 			}
 			return nil, errExpand
 		}
 	case c == '[':
-		p.i++
+		s.Consume('[')
 		n := &jnode{kind: '['}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ']' {
-			p.i++
+		s.SkipSpace()
+		if s.Consume(']') {
 			return n, nil
 		}
 		for {
@@ -193,170 +186,53 @@ func (p *jsonParser) value(depth int) (*jnode, error) {
 				return nil, err
 			}
 			n.elems = append(n.elems, v)
-			p.ws()
-			if p.i < len(p.b) && p.b[p.i] == ',' {
-				p.i++
+			s.SkipSpace()
+			if s.Consume(',') {
 				continue
 			}
-			if p.i < len(p.b) && p.b[p.i] == ']' {
-				p.i++
+			if s.Consume(']') {
 				return n, nil
 			}
 			return nil, errExpand
 		}
 	case c == '"':
-		s, err := p.str()
+		text, err := p.str()
 		if err != nil {
 			return nil, err
 		}
-		return &jnode{kind: '"', text: s}, nil
+		return &jnode{kind: '"', text: text}, nil
 	case c == '-' || c >= '0' && c <= '9':
-		return p.number()
-	case p.lit("true"):
+		tok, ok := s.NumberToken()
+		if !ok || len(tok) > jsonMaxNumberLen {
+			return nil, errExpand
+		}
+		return &jnode{kind: '0', text: string(tok)}, nil
+	case s.ConsumeLiteral("true"):
 		return &jnode{kind: 't'}, nil
-	case p.lit("false"):
+	case s.ConsumeLiteral("false"):
 		return &jnode{kind: 'f'}, nil
-	case p.lit("null"):
+	case s.ConsumeLiteral("null"):
 		return &jnode{kind: 'n'}, nil
 	}
 	return nil, errExpand
 }
 
-func (p *jsonParser) lit(s string) bool {
-	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
-		p.i += len(s)
-		return true
-	}
-	return false
-}
-
-// number reads a JSON number token (RFC 8259 grammar).
-func (p *jsonParser) number() (*jnode, error) {
-	start := p.i
-	digits := func() int {
-		n := 0
-		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-			p.i++
-			n++
-		}
-		return n
-	}
-	if p.b[p.i] == '-' {
-		p.i++
-	}
-	intStart := p.i
-	if digits() == 0 || p.b[intStart] == '0' && p.i-intStart > 1 {
-		return nil, errExpand
-	}
-	if p.i < len(p.b) && p.b[p.i] == '.' {
-		p.i++
-		if digits() == 0 {
-			return nil, errExpand
-		}
-	}
-	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		p.i++
-		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
-			p.i++
-		}
-		if digits() == 0 {
-			return nil, errExpand
-		}
-	}
-	if p.i-start > jsonMaxNumberLen {
-		return nil, errExpand
-	}
-	return &jnode{kind: '0', text: string(p.b[start:p.i])}, nil
-}
-
-// str reads a JSON string token and returns its value.
-func (p *jsonParser) str() (string, error) {
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
+// str reads a string token and returns its value, strictly: Jackson
+// refuses what Unquote refuses (or the router then fails), and a lone
+// surrogate, which Java would keep, is invalid in jsonb anyway.
+func (p parser) str() (string, error) {
+	tok, plain, err := p.s.StringToken()
+	if err != nil {
 		return "", errExpand
 	}
-	p.i++
-	var sb []byte
-	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			var s string
-			if sb == nil {
-				s = string(p.b[start:p.i])
-			} else {
-				s = string(append(sb, p.b[start:p.i]...))
-			}
-			p.i++
-			if !utf8.ValidString(s) {
-				return "", errExpand
-			}
-			return s, nil
-		case c < 0x20:
-			return "", errExpand
-		case c == '\\':
-			sb = append(sb, p.b[start:p.i]...)
-			p.i++
-			if p.i >= len(p.b) {
-				return "", errExpand
-			}
-			e := p.b[p.i]
-			p.i++
-			switch e {
-			case '"', '\\', '/':
-				sb = append(sb, e)
-			case 'b':
-				sb = append(sb, '\b')
-			case 'f':
-				sb = append(sb, '\f')
-			case 'n':
-				sb = append(sb, '\n')
-			case 'r':
-				sb = append(sb, '\r')
-			case 't':
-				sb = append(sb, '\t')
-			case 'u':
-				r, ok := p.hex4()
-				if !ok {
-					return "", errExpand
-				}
-				if utf16.IsSurrogate(r) {
-					// A pair, or a lone surrogate (invalid in jsonb;
-					// Java would keep it, we give up on expansion).
-					if p.i+6 > len(p.b) || p.b[p.i] != '\\' || p.b[p.i+1] != 'u' {
-						return "", errExpand
-					}
-					p.i += 2
-					r2, ok := p.hex4()
-					if !ok {
-						return "", errExpand
-					}
-					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return "", errExpand
-					}
-				}
-				sb = utf8.AppendRune(sb, r)
-			default:
-				return "", errExpand
-			}
-			start = p.i
-			continue
-		}
-		p.i++
+	if plain {
+		return string(tok[1 : len(tok)-1]), nil
 	}
-	return "", errExpand
-}
-
-func (p *jsonParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.b) {
-		return 0, false
+	v, ok := jsontext.Unquote(tok)
+	if !ok {
+		return "", errExpand
 	}
-	v, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 32)
-	if err != nil {
-		return 0, false
-	}
-	p.i += 4
-	return rune(v), true
+	return v, nil
 }
 
 // jschema is the Connect schema JsonSchemaData infers for a JSON value.
@@ -567,7 +443,7 @@ func writeExpanded(out []byte, n *jnode, s *jschema) ([]byte, error) {
 		if n.kind != '"' {
 			return nil, errExpand
 		}
-		return appendJacksonString(out, []byte(n.text)), nil
+		return jsontext.AppendJacksonString(out, n.text), nil
 	case 'b':
 		switch n.kind {
 		case 't':
@@ -610,7 +486,7 @@ func writeExpanded(out []byte, n *jnode, s *jschema) ([]byte, error) {
 			if i > 0 {
 				out = append(out, ',')
 			}
-			out = appendJacksonString(out, []byte(f.name))
+			out = jsontext.AppendJacksonString(out, f.name)
 			out = append(out, ':')
 			var err error
 			if out, err = writeExpanded(out, n.member(f.name), f.sch); err != nil {
@@ -620,62 +496,6 @@ func writeExpanded(out []byte, n *jnode, s *jschema) ([]byte, error) {
 		return append(out, '}'), nil
 	}
 	return nil, errExpand
-}
-
-const upperHex = "0123456789ABCDEF"
-
-// appendJacksonString appends s as a JSON string the way Jackson writes
-// it: '"' and '\\' escaped, control characters as \b \t \n \f \r or
-// \u00XX (upper-case hex), characters beyond the BMP as their escaped
-// UTF-16 surrogates, everything else as is. Invalid UTF-8 becomes U+FFFD,
-// as Java's decoding of the text does.
-func appendJacksonString(out, s []byte) []byte {
-	out = append(out, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRune(s[i:])
-			switch {
-			case r == utf8.RuneError && size == 1:
-				out = append(out, "\uFFFD"...)
-			case r > 0xFFFF:
-				// Jackson writes a supplementary character as its
-				// escaped surrogate pair (COMBINE_UNICODE_SURROGATES_IN_UTF8
-				// is off by default).
-				hi, lo := utf16.EncodeRune(r)
-				out = appendUpperU(appendUpperU(out, hi), lo)
-			default:
-				out = append(out, s[i:i+size]...)
-			}
-			i += size
-			continue
-		}
-		switch {
-		case c == '"' || c == '\\':
-			out = append(out, '\\', c)
-		case c == '\b':
-			out = append(out, '\\', 'b')
-		case c == '\t':
-			out = append(out, '\\', 't')
-		case c == '\n':
-			out = append(out, '\\', 'n')
-		case c == '\f':
-			out = append(out, '\\', 'f')
-		case c == '\r':
-			out = append(out, '\\', 'r')
-		case c < 0x20:
-			out = appendUpperU(out, rune(c))
-		default:
-			out = append(out, c)
-		}
-		i++
-	}
-	return append(out, '"')
-}
-
-// appendUpperU appends \uXXXX with upper-case hex digits.
-func appendUpperU(out []byte, r rune) []byte {
-	return append(out, '\\', 'u', upperHex[r>>12&0xF], upperHex[r>>8&0xF], upperHex[r>>4&0xF], upperHex[r&0xF])
 }
 
 // appendJavaDouble appends f as Java's Double.toString writes it (JDK 19

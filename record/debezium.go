@@ -1,8 +1,11 @@
-package publisher
+package record
 
 import (
+	"errors"
+
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/record/internal/jsonexpand"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -37,12 +40,12 @@ func buildDebezium(topic string, ev *replication.Event, expand bool) (kafka.Mess
 			err = checkRowHeaders(h, debeziumHeaders, debeziumReserved)
 		}
 		if err != nil {
-			return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: "headers: " + err.Error()}
+			return kafka.Message{}, errors.New("headers: " + err.Error())
 		}
 	}
 	value := ev.Payload
 	if expand && value != nil {
-		value = expandJSONPayload(value)
+		value = jsonexpand.Payload(value)
 	}
 	return kafka.Message{
 		Topic:   topic,

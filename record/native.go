@@ -1,6 +1,8 @@
-package publisher
+package record
 
 import (
+	"errors"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -18,7 +20,7 @@ func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
 	if len(ev.Headers) > 0 {
 		var err error
 		if h, err = appendHeaders(h, ev.Headers); err != nil {
-			return kafka.Message{}, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: "headers: " + err.Error()}
+			return kafka.Message{}, errors.New("headers: " + err.Error())
 		}
 	}
 	return kafka.Message{

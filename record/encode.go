@@ -1,0 +1,154 @@
+package record
+
+import (
+	"fmt"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// Reasons an event cannot become a record (EncodeError.Code). They are
+// also the reasons of the relay's dead letters and the reason label of
+// outbox_relay_publish_errors_total.
+const (
+	// CodeInvalidRow is an outbox row with a NULL in a required column
+	// (replication.Event.Invalid; a NULL payload only without
+	// Config.TombstoneOnNullPayload), or without an event_type in
+	// FormatCloudEvents.
+	CodeInvalidRow = "invalid_row"
+	// CodeEmptyAggregateID is an empty aggregate_id: the record key.
+	CodeEmptyAggregateID = "empty_aggregate_id"
+	// CodeInvalidTopic is a topic name Kafka refuses (ValidTopic).
+	CodeInvalidTopic = "invalid_topic"
+	// CodeInvalidHeaders is a headers column that is not a JSON object of
+	// strings, or that repeats a header the format sets itself.
+	CodeInvalidHeaders = "invalid_headers"
+)
+
+// EncodeError is an event that cannot become a record in the configured
+// format. Encoding it again cannot succeed: the relay dead-letters it.
+type EncodeError struct {
+	// EventID and AggregateID name the event.
+	EventID     string
+	AggregateID string
+	// Code is the kind of fault: CodeInvalidRow, CodeEmptyAggregateID,
+	// CodeInvalidTopic or CodeInvalidHeaders.
+	Code string
+	// Reason says what is wrong with the event.
+	Reason string
+}
+
+// Error is the Code, then the Reason (the relay's dead-letter reason).
+func (e *EncodeError) Error() string { return e.Code + ": " + e.Reason }
+
+// Encoder maps outbox events to Kafka records with a validated Config. It
+// keeps no state between events: one Encoder may be used by any number of
+// goroutines.
+type Encoder struct {
+	cfg Config
+}
+
+// NewEncoder returns the encoder of c, or c's validation error
+// (Config.Validate).
+func NewEncoder(c Config) (*Encoder, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &Encoder{cfg: c}, nil
+}
+
+// Encode returns the record of ev with this configuration, as NewEncoder
+// and Encoder.Encode do: an error is an invalid configuration or an
+// *EncodeError.
+func (c Config) Encode(topic string, ev *replication.Event) (kafka.Message, error) {
+	e, err := NewEncoder(c)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	return e.Encode(topic, ev)
+}
+
+// Encode returns the record of ev on topic: key = aggregate_id, time =
+// the commit time, the value and headers of the configured format
+// (docs/formats.md). The partition is left to the writer (the relay's is
+// murmur2 of the key). An event that cannot become a record is an
+// *EncodeError. The record's key and header values alias ev's strings,
+// and its value ev.Payload unless the format rewrites it: ev must not
+// change while the record is in use.
+func (e *Encoder) Encode(topic string, ev *replication.Event) (kafka.Message, error) {
+	fail := func(code, reason string) (kafka.Message, error) {
+		return kafka.Message{}, &EncodeError{EventID: ev.EventID, AggregateID: ev.AggregateID, Code: code, Reason: reason}
+	}
+	// A NULL payload is an invalid row, or with TombstoneOnNullPayload
+	// (when it is the row's only fault) a tombstone.
+	tombstone := false
+	if ev.Invalid != "" {
+		if !e.cfg.TombstoneOnNullPayload || ev.Invalid != replication.InvalidNullPayload {
+			return fail(CodeInvalidRow, ev.Invalid)
+		}
+		tombstone = true
+	}
+	if ev.AggregateID == "" {
+		return fail(CodeEmptyAggregateID, "aggregate_id is empty")
+	}
+	if err := ValidTopic(topic); err != nil {
+		return fail(CodeInvalidTopic, err.Error())
+	}
+	if e.cfg.Format == FormatCloudEvents && ev.EventType == "" {
+		return fail(CodeInvalidRow, "event_type is empty: a CloudEvent needs a type")
+	}
+	msg, err := e.cfg.build(topic, ev, tombstone)
+	if err != nil {
+		// The reason names the event again, as the relay's dead letters
+		// always did.
+		return fail(CodeInvalidHeaders, fmt.Sprintf("event %s (aggregate %s): %v", ev.EventID, ev.AggregateID, err))
+	}
+	if tombstone {
+		msg.Value = nil
+	}
+	return msg, nil
+}
+
+// build maps ev to its record in the configured format. tombstone says
+// that ev's payload is NULL and the record carries a null value.
+func (c *Config) build(topic string, ev *replication.Event, tombstone bool) (kafka.Message, error) {
+	switch c.Format {
+	case "", FormatNative:
+		return buildMessage(topic, ev)
+	case FormatDebezium:
+		return buildDebezium(topic, ev, c.DebeziumExpandJSON && !tombstone)
+	case FormatCloudEvents:
+		return buildCloudEvents(topic, ev, c.CloudEventsSource, c.CloudEventsMode, tombstone)
+	}
+	return kafka.Message{}, fmt.Errorf("record format %q: use native, debezium or cloudevents", c.Format)
+}
+
+// checkRowHeaders refuses row headers that would repeat a header the
+// format sets itself (reserved reports those names): a consumer that
+// takes the last occurrence of a header would read the row's value
+// instead of the event's.
+func checkRowHeaders(h []kafka.Header, from int, reserved func(string) bool) error {
+	for _, x := range h[from:] {
+		if reserved(x.Key) {
+			return fmt.Errorf("row header %q would repeat a header of the record format", x.Key)
+		}
+	}
+	return nil
+}
+
+// ValidTopic applies Kafka's topic name rules.
+func ValidTopic(topic string) error {
+	if topic == "" || topic == "." || topic == ".." {
+		return fmt.Errorf("invalid Kafka topic name %q", topic)
+	}
+	if len(topic) > 249 {
+		return fmt.Errorf("invalid Kafka topic name %q: longer than 249 characters", topic)
+	}
+	for _, c := range topic {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("invalid Kafka topic name %q: only letters, digits, '.', '_' and '-' are allowed", topic)
+		}
+	}
+	return nil
+}
