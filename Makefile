@@ -151,7 +151,7 @@ test:
 # the fuzz coordinator's "context deadline exceeded" (a loaded machine, no failing input) is
 # retried once. New interesting inputs stay in GOCACHE; copy crashers into testdata/fuzz.
 FUZZTIME  ?= 10s
-FUZZ_PKGS ?= ./replication/ ./publisher/
+FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for pkg in $(FUZZ_PKGS); do \

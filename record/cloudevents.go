@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
+	"github.com/outbox-relay/outbox-relay/internal/jsontext"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
+	"github.com/outbox-relay/outbox-relay/internal/jsontext"
 )
 
 // Header names of the outbox columns: FormatNative sets all five, in this

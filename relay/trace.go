@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-relay/outbox-relay/internal/jsontext"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -167,36 +168,43 @@ func (c *jsonCarrier) Keys() []string {
 // when raw is anything else (an escape, another value type, malformed):
 // the caller then decodes it properly. A key that is absent is ("", true).
 func scanHeader(raw []byte, key string) (string, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+	s := jsontext.NewScanner(raw)
+	s.SkipSpace()
+	if !s.Consume('{') {
 		return "", false
 	}
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return "", skipSpace(raw, i+1) == len(raw)
+	s.SkipSpace()
+	if s.Consume('}') {
+		s.SkipSpace()
+		return "", s.AtEnd()
 	}
 	var val []byte
 	for {
-		k, j, ok := plainString(raw, i)
+		k, ok := plainString(s)
 		if !ok {
 			return "", false
 		}
-		i = skipSpace(raw, j)
-		if i >= len(raw) || raw[i] != ':' {
+		s.SkipSpace()
+		if !s.Consume(':') {
 			return "", false
 		}
-		v, j, ok := plainString(raw, skipSpace(raw, i+1))
+		s.SkipSpace()
+		v, ok := plainString(s)
 		if !ok {
 			return "", false
 		}
 		if string(k) == key {
 			val = v
 		}
-		i = skipSpace(raw, j)
+		s.SkipSpace()
 		switch {
-		case i < len(raw) && raw[i] == ',':
-			i = skipSpace(raw, i+1)
-		case i < len(raw) && raw[i] == '}' && skipSpace(raw, i+1) == len(raw):
+		case s.Consume(','):
+			s.SkipSpace()
+		case s.Consume('}'):
+			s.SkipSpace()
+			if !s.AtEnd() {
+				return "", false
+			}
 			return string(val), true
 		default:
 			return "", false
@@ -204,28 +212,14 @@ func scanHeader(raw []byte, key string) (string, bool) {
 	}
 }
 
-// plainString reads the JSON string at raw[i] if it is plain printable
-// ASCII (no escapes); next is the index after its closing quote.
-func plainString(raw []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(raw) || raw[i] != '"' {
-		return nil, 0, false
+// plainString reads the string token that comes next if its text is its
+// value (no escapes, printable ASCII) and returns that text.
+func plainString(s *jsontext.Scanner) ([]byte, bool) {
+	tok, plain, err := s.StringToken()
+	if err != nil || !plain {
+		return nil, false
 	}
-	for j := i + 1; j < len(raw); j++ {
-		switch c := raw[j]; {
-		case c == '"':
-			return raw[i+1 : j], j + 1, true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
-	}
-	return i
+	return tok[1 : len(tok)-1], true
 }
 
 // spanAck ends the publish span at the acknowledgement.

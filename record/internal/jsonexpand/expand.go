@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/outbox-relay/outbox-relay/record/internal/jsontext"
+	"github.com/outbox-relay/outbox-relay/internal/jsontext"
 )
 
 // This file reproduces what Debezium's Outbox Event Router writes with

@@ -1,7 +1,8 @@
 // Package jsontext is the one hand-written JSON scanner and the one JSON
-// string writer of package record: the headers column's parser, the
-// Debezium JSON expander (jsonexpand) and the CloudEvents structured
-// event all use them. Both work on bytes without reflection and without
+// string writer of the module: package record's headers column parser,
+// Debezium JSON expander (record/internal/jsonexpand) and CloudEvents
+// structured event, and the relay's reading of a row's trace context, all
+// use them. Both work on bytes without reflection and without
 // allocating for plain ASCII text, the common case, which encoding/json
 // cannot do.
 package jsontext
