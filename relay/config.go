@@ -11,9 +11,11 @@ import (
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
-// Config is the whole relay configuration, grouped by component. Start
-// from DefaultConfig and set at least Database.URL and Kafka.Brokers: zero
-// values are not defaults, and for several knobs 0 means "off".
+// Config is the whole relay configuration, grouped by component. Set at
+// least Database.URL and Kafka.Brokers. A zero field means its default
+// (DefaultConfig lists them all), as in the outbox's and the inbox's
+// configuration; a knob that can be turned off is off when negative, as
+// each field's doc says.
 type Config struct {
 	// Database is the outbox's PostgreSQL side: where to connect, what to
 	// stream and how the replication session is kept alive.
@@ -59,7 +61,8 @@ type DatabaseConfig struct {
 	StatusInterval time.Duration
 	// HeartbeatInterval is the cadence of WAL heartbeats
 	// (pg_logical_emit_message) that let an idle outbox in a busy
-	// database advance the slot, so it never pins WAL; 0 disables them.
+	// database advance the slot, so it never pins WAL; negative disables
+	// them.
 	HeartbeatInterval time.Duration
 	// SlotCheckInterval is how often the leader re-reads the slot: a slot
 	// invalidated or dropped while streaming stops the relay instead of
@@ -67,14 +70,16 @@ type DatabaseConfig struct {
 	SlotCheckInterval time.Duration
 	// WALSenderTimeout is wal_sender_timeout for the replication session:
 	// how long the server keeps a silent relay's slot busy, which delays
-	// the next leader's takeover; 0 keeps the server's setting.
+	// the next leader's takeover; zero (the default) keeps the server's
+	// setting.
 	WALSenderTimeout time.Duration
-	// FailoverSlot creates the slot, when the relay creates it, with
-	// failover = true on PostgreSQL 17+, so standbys with
-	// sync_replication_slots = on keep a copy and a failover does not lose
-	// it. Ignored before 17, and for a slot that exists already (outbox-relay
-	// migrate --failover-slot changes that one).
-	FailoverSlot bool
+	// NoFailoverSlot creates the slot, when the relay creates it, without
+	// failover = true. By default it is a failover slot on PostgreSQL 17+,
+	// so standbys with sync_replication_slots = on keep a copy and a
+	// failover does not lose it. Ignored before 17, and for a slot that
+	// exists already (outbox-relay migrate --failover-slot changes that
+	// one).
+	NoFailoverSlot bool
 }
 
 // KafkaConfig is how every Kafka client reaches the brokers: the relay's
@@ -101,7 +106,7 @@ type PublishConfig struct {
 	// {aggregate_type} and {event_type}.
 	TopicTemplate string
 	// CreateTopics creates missing topics with TopicPartitions and
-	// TopicReplicationFactor (-1: the broker's default). Without it, a
+	// TopicReplicationFactor (negative: the broker's default). Without it, a
 	// missing topic is retried for UnknownTopicTimeout, then its events
 	// are poison.
 	CreateTopics           bool
@@ -113,7 +118,7 @@ type PublishConfig struct {
 	MaxBatch      int
 	MaxBatchBytes int
 	// Linger is how long a partition batch waits for other partitions'
-	// batches to share its produce request; 0 sends at once.
+	// batches to share its produce request; negative sends at once.
 	Linger time.Duration
 	// BackoffBase and BackoffMax bound the retry delay of a failed write
 	// (exponential, full jitter). A partition retries inline: a later
@@ -176,7 +181,8 @@ type WindowConfig struct {
 	MaxBytes  int64
 	// StallTimeout is how long events may wait in flight with no
 	// acknowledgement before the relay reports a stall (logged, the
-	// outbox_relay_stalled gauge, Health not ready); 0 never reports one.
+	// outbox_relay_stalled gauge, Health not ready); negative never
+	// reports one.
 	StallTimeout time.Duration
 }
 
@@ -199,17 +205,18 @@ type LeaderConfig struct {
 // a restart skip what Kafka acknowledged already and let recover and
 // replay find where to start.
 type CheckpointConfig struct {
-	// Interval is the cadence of saves; 0 disables checkpoints.
+	// Interval is the cadence of saves; negative disables checkpoints.
 	Interval time.Duration
 	// Retention is how long the history is kept; keep it at least the
-	// outbox rows' retention.
+	// outbox rows' retention. Negative keeps it all.
 	Retention time.Duration
 }
 
 // CleanupConfig is the leader's optional cleanup schedule: it deletes
 // outbox rows a checkpoint shows relayed and older than OlderThan.
 type CleanupConfig struct {
-	// OlderThan is the rows' minimum age; 0 turns the schedule off.
+	// OlderThan is the rows' minimum age; zero (the default) or negative
+	// turns the schedule off.
 	OlderThan time.Duration
 	// Interval is the cadence of runs, each bounded by half of it.
 	Interval time.Duration
@@ -219,22 +226,22 @@ type CleanupConfig struct {
 // (standbys too: with the leader gone they still report the growing lag).
 type StatsConfig struct {
 	// Interval is the scrape cadence of the slot and outbox-table
-	// statistics; 0 turns them off.
+	// statistics; negative turns them off.
 	Interval time.Duration
 	// WALDiskBudget is the WAL bytes the slot may retain before the disk
-	// is at risk (0: none); the exhaustion forecast aims at the smaller
-	// of it and safe_wal_size.
+	// is at risk (zero, the default: none); the exhaustion forecast aims
+	// at the smaller of it and safe_wal_size.
 	WALDiskBudget int64
 }
 
-// DefaultConfig returns the defaults of every knob (the binary's flag
-// defaults). Database.URL and Kafka.Brokers are left to the caller.
+// DefaultConfig returns the defaults of every knob, the values a zero
+// field stands for (and the binary's flag defaults). Database.URL and
+// Kafka.Brokers are left to the caller.
 func DefaultConfig() Config {
 	return Config{
 		Database: DatabaseConfig{
 			Slot: "outbox_relay", Publication: "outbox_relay", Table: "public.outbox",
 			StatusInterval: time.Second, HeartbeatInterval: 10 * time.Second, SlotCheckInterval: 10 * time.Second,
-			FailoverSlot: true,
 		},
 		Kafka: KafkaConfig{MetadataTTL: time.Second},
 		Publish: PublishConfig{
@@ -250,5 +257,52 @@ func DefaultConfig() Config {
 		Cleanup:         CleanupConfig{Interval: 10 * time.Minute},
 		Stats:           StatsConfig{Interval: 15 * time.Second},
 		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// withDefaults is c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	def(&c.Database.Slot, d.Database.Slot)
+	def(&c.Database.Publication, d.Database.Publication)
+	def(&c.Database.Table, d.Database.Table)
+	def(&c.Database.StatusInterval, d.Database.StatusInterval)
+	def(&c.Database.HeartbeatInterval, d.Database.HeartbeatInterval)
+	def(&c.Database.SlotCheckInterval, d.Database.SlotCheckInterval)
+	def(&c.Kafka.MetadataTTL, d.Kafka.MetadataTTL)
+	p, dp := &c.Publish, d.Publish
+	def(&p.TopicTemplate, dp.TopicTemplate)
+	def(&p.TopicPartitions, dp.TopicPartitions)
+	def(&p.TopicReplicationFactor, dp.TopicReplicationFactor)
+	def(&p.MaxBatch, dp.MaxBatch)
+	def(&p.MaxBatchBytes, dp.MaxBatchBytes)
+	def(&p.Linger, dp.Linger)
+	def(&p.BackoffBase, dp.BackoffBase)
+	def(&p.BackoffMax, dp.BackoffMax)
+	def(&p.UnknownTopicTimeout, dp.UnknownTopicTimeout)
+	def(&p.PartitionRefresh, dp.PartitionRefresh)
+	def(&p.TopicIdleTimeout, dp.TopicIdleTimeout)
+	def(&p.PoisonPolicy, dp.PoisonPolicy)
+	def(&p.RecordFormat, dp.RecordFormat)
+	def(&p.CloudEventsMode, dp.CloudEventsMode)
+	def(&c.Window.MaxEvents, d.Window.MaxEvents)
+	def(&c.Window.MaxBytes, d.Window.MaxBytes)
+	def(&c.Window.StallTimeout, d.Window.StallTimeout)
+	def(&c.Leader.PollInterval, d.Leader.PollInterval)
+	def(&c.Leader.KeepaliveInterval, d.Leader.KeepaliveInterval)
+	def(&c.Leader.Timeout, d.Leader.Timeout)
+	def(&c.Checkpoints.Interval, d.Checkpoints.Interval)
+	def(&c.Checkpoints.Retention, d.Checkpoints.Retention)
+	def(&c.Cleanup.Interval, d.Cleanup.Interval)
+	def(&c.Stats.Interval, d.Stats.Interval)
+	def(&c.ShutdownTimeout, d.ShutdownTimeout)
+	return c
+}
+
+// def sets *v to d when it is the zero value.
+func def[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }

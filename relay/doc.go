@@ -26,7 +26,7 @@
 // afterwards, and a relay restarted in the same process never runs beside
 // the loops of the one before:
 //
-//	cfg := relay.DefaultConfig()
+//	var cfg relay.Config // zero fields mean their defaults
 //	cfg.Database.URL = os.Getenv("DATABASE_URL")
 //	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
 //	r, err := relay.New(cfg, relay.WithLogger(slog.Default()))
@@ -50,10 +50,12 @@
 //
 // # Configuration
 //
-// Config groups the knobs by component. Start from DefaultConfig: zero
-// values are not defaults, and 0 turns several features off
-// (Database.HeartbeatInterval, Window.StallTimeout, Checkpoints.Interval,
-// Cleanup.OlderThan, Stats.Interval). New validates everything up front
+// Config groups the knobs by component. A zero field means its default
+// (DefaultConfig returns them all), the convention of package outbox and
+// package inbox too; a knob that can be turned off is off when negative
+// (Database.HeartbeatInterval, Publish.Linger, Window.StallTimeout,
+// Checkpoints.Interval and Retention, Stats.Interval; Cleanup.OlderThan is
+// off by default). New validates everything up front
 // and does no I/O; its error joins one *FieldError per invalid field,
 // named by its Go path ("Publish.MaxBatch").
 //

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -45,10 +46,10 @@ func Example() {
 // New reports every invalid field at once, each a *FieldError naming the
 // field by its Go path.
 func ExampleNew_invalid() {
-	cfg := relay.DefaultConfig()
+	var cfg relay.Config // zero fields mean their defaults
 	cfg.Database.URL = "postgres://app@db:5432/app"
-	cfg.Publish.MaxBatch = 0
-	cfg.Window.StallTimeout = -1
+	cfg.Publish.MaxBatch = -1
+	cfg.Publish.Linger = 2 * time.Second
 	_, err := relay.New(cfg)
 	fmt.Println(err)
 	var fe *relay.FieldError
@@ -57,8 +58,8 @@ func ExampleNew_invalid() {
 	}
 	// Output:
 	// Kafka.Brokers: is required
-	// Publish.MaxBatch 0: use 1..100000
-	// Window.StallTimeout -1ns: use 0 (off) or a positive duration, e.g. 60s
+	// Publish.MaxBatch -1: use 1..100000
+	// Publish.Linger 2s: use at most 1s (5ms, like the Java producer's linger.ms, is the default; negative sends at once)
 	// first problem: set Kafka.Brokers
 }
 

@@ -75,6 +75,7 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 	if err := o.testHooks(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	defer pool.Close()
 	r.pool = pool
 	out := outboxdb.Outbox{Table: r.c.table, Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication,
-		FailoverSlot: r.cfg.Database.FailoverSlot}
+		FailoverSlot: !r.cfg.Database.NoFailoverSlot}
 	checked, err := out.Check(ctx, pool, r.log)
 	if err != nil {
 		return err

@@ -53,7 +53,7 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // Validate checks every field and the rules between them, without any I/O.
 // The error joins one *FieldError per problem; each says how to fix it.
 func (c Config) Validate() error {
-	_, err := c.compile()
+	_, err := c.withDefaults().compile()
 	return err
 }
 
@@ -76,7 +76,8 @@ func (cs *checks) wrap(field string, err error) {
 	*cs = append(*cs, &FieldError{Field: field, Err: err})
 }
 
-// compile validates c, component by component, and parses what Run needs.
+// compile validates c (with its defaults set: withDefaults), component by
+// component, and parses what Run needs.
 func (c Config) compile() (compiled, error) {
 	var out compiled
 	var cs checks
@@ -85,7 +86,6 @@ func (c Config) compile() (compiled, error) {
 	c.Publish.validate(&cs, &out)
 	c.Window.validate(&cs, c.Publish)
 	c.Leader.validate(&cs, c.Database)
-	c.Checkpoints.validate(&cs)
 	c.Cleanup.validate(&cs)
 	c.Stats.validate(&cs)
 	if c.ShutdownTimeout <= 0 {
@@ -131,13 +131,10 @@ func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 	if d.StatusInterval <= 0 || d.StatusInterval > 30*time.Second {
 		cs.fail("Database.StatusInterval", d.StatusInterval, "use a value in (0, 30s], well under wal_sender_timeout")
 	}
-	if d.HeartbeatInterval < 0 {
-		cs.fail("Database.HeartbeatInterval", d.HeartbeatInterval, "use 0 (off) or a positive duration")
-	}
 	if d.SlotCheckInterval <= 0 {
 		cs.fail("Database.SlotCheckInterval", d.SlotCheckInterval, "use a positive duration")
 	}
-	if d.WALSenderTimeout != 0 && (d.WALSenderTimeout < time.Second || d.WALSenderTimeout < 3*d.StatusInterval) {
+	if d.WALSenderTimeout < 0 || d.WALSenderTimeout > 0 && (d.WALSenderTimeout < time.Second || d.WALSenderTimeout < 3*d.StatusInterval) {
 		cs.fail("Database.WALSenderTimeout", d.WALSenderTimeout,
 			"use 0 (the server's setting) or at least 1s and 3 x Database.StatusInterval (%s)", 3*d.StatusInterval)
 	}
@@ -166,8 +163,8 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	if p.MaxBatch < 1 || p.MaxBatch > 100000 {
 		cs.fail("Publish.MaxBatch", p.MaxBatch, "use 1..100000")
 	}
-	if p.Linger < 0 || p.Linger > time.Second {
-		cs.fail("Publish.Linger", p.Linger, "use 0..1s (5ms, like the Java producer's linger.ms, is the default)")
+	if p.Linger > time.Second {
+		cs.fail("Publish.Linger", p.Linger, "use at most 1s (5ms, like the Java producer's linger.ms, is the default; negative sends at once)")
 	}
 	if p.MaxBatchBytes < 1024 {
 		cs.fail("Publish.MaxBatchBytes", p.MaxBatchBytes, "use at least 1024")
@@ -217,9 +214,6 @@ func (w WindowConfig) validate(cs *checks, p PublishConfig) {
 	if w.MaxBytes < int64(p.MaxBatchBytes) {
 		cs.fail("Window.MaxBytes", w.MaxBytes, "use at least Publish.MaxBatchBytes (%d)", p.MaxBatchBytes)
 	}
-	if w.StallTimeout < 0 {
-		cs.fail("Window.StallTimeout", w.StallTimeout, "use 0 (off) or a positive duration, e.g. 60s")
-	}
 }
 
 // elector is the election configuration of the leader's lock.
@@ -241,27 +235,15 @@ func (l LeaderConfig) validate(cs *checks, d DatabaseConfig) {
 	}
 }
 
-func (c CheckpointConfig) validate(cs *checks) {
-	if c.Interval < 0 {
-		cs.fail("Checkpoints.Interval", c.Interval, "use 0 (off) or a positive duration")
-	}
-	if c.Retention < 0 {
-		cs.fail("Checkpoints.Retention", c.Retention, "use 0 (off) or a positive duration")
-	}
-}
-
 func (c CleanupConfig) validate(cs *checks) {
-	if c.OlderThan < 0 {
-		cs.fail("Cleanup.OlderThan", c.OlderThan, "use 0 (off) or a positive duration, e.g. 168h")
-	}
 	if c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
 		cs.fail("Cleanup.Interval", c.Interval, "use at least 100ms (minutes are typical)")
 	}
 }
 
 func (s StatsConfig) validate(cs *checks) {
-	if s.Interval < 0 || s.Interval > 0 && s.Interval < 100*time.Millisecond {
-		cs.fail("Stats.Interval", s.Interval, "use 0 (off) or at least 100ms (15s is plenty for dashboards)")
+	if s.Interval > 0 && s.Interval < 100*time.Millisecond {
+		cs.fail("Stats.Interval", s.Interval, "use at least 100ms (15s is plenty for dashboards; negative turns the statistics off)")
 	}
 	if s.WALDiskBudget < 0 {
 		cs.fail("Stats.WALDiskBudget", s.WALDiskBudget, "use 0 (none) or the bytes of WAL the server can hold, e.g. 10737418240 for 10 GiB")

@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,9 +117,9 @@ func (c *config) bind(b *envflag.Binder, s scope) {
 // bindFailoverSlot registers --failover-slot (migrate, slot create, run,
 // recover: every command that creates the slot) into p; more ends its help.
 func bindFailoverSlot(b *envflag.Binder, p *bool, more string) {
-	b.Bool(p, "failover-slot", relay.DefaultConfig().Database.FailoverSlot,
+	b.Bool(p, "failover-slot", !relay.DefaultConfig().Database.NoFailoverSlot,
 		"create the logical slot with failover = true on PostgreSQL 17+, so a standby with sync_replication_slots = on keeps it "+
-			"through a failover; false opts out; ignored before 17"+more).To("Database.FailoverSlot")
+			"through a failover; false opts out; ignored before 17"+more).To("Database.NoFailoverSlot")
 }
 
 // bindKafka registers the Kafka flags: brokers, topics, batching, and the
@@ -168,7 +170,7 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice, which is the default when GOMAXPROCS is set")
 	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
 	b.Duration(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").To("Checkpoints.Interval")
-	b.Duration(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention").To("Checkpoints.Retention")
+	b.Duration(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention; 0 keeps it all").To("Checkpoints.Retention")
 	b.Duration(&c.CleanupSchedule.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)").To("Cleanup.OlderThan")
 	b.Duration(&c.CleanupSchedule.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)").To("Cleanup.Interval")
 	b.Duration(&c.LeaderPollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
@@ -182,35 +184,62 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size, e.g. 50GB; 0: none").To("Stats.WALDiskBudget")
 }
 
-// relayConfig is the relay's configuration from the flags.
+// relayConfig is the relay's configuration from the flags. Every flag has
+// its default filled in already, so a 0 on the command line is the
+// user's: it goes on as -1 (explicit), since 0 in relay.Config means "the
+// default". For the flags whose 0 turns their knob off (zeroOffFlags) -1
+// is relay.Config's "off"; for the others Validate rejects it, and
+// flagError shows the 0 the user gave.
 func (c *config) relayConfig() relay.Config {
 	return relay.Config{
 		Database: relay.DatabaseConfig{
 			URL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-			StatusInterval: c.StatusInterval, HeartbeatInterval: c.HeartbeatInterval,
-			SlotCheckInterval: c.SlotCheckInterval, WALSenderTimeout: c.WALSenderTimeout,
-			FailoverSlot: c.FailoverSlot,
+			StatusInterval: explicit(c.StatusInterval), HeartbeatInterval: explicit(c.HeartbeatInterval),
+			SlotCheckInterval: explicit(c.SlotCheckInterval), WALSenderTimeout: c.WALSenderTimeout,
+			NoFailoverSlot: !c.FailoverSlot,
 		},
 		Kafka: c.kafka(),
 		Publish: relay.PublishConfig{
 			TopicTemplate: c.TopicTemplate, CreateTopics: c.CreateTopics,
-			TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
-			MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes, Linger: c.Linger,
-			BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax, UnknownTopicTimeout: c.UnknownTopicWait,
-			PartitionRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
+			TopicPartitions: explicit(c.TopicPartitions), TopicReplicationFactor: c.TopicReplication,
+			MaxBatch: explicit(c.MaxBatch), MaxBatchBytes: explicit(c.MaxBatchBytes), Linger: explicit(c.Linger),
+			BackoffBase: explicit(c.BackoffBase), BackoffMax: explicit(c.BackoffMax), UnknownTopicTimeout: explicit(c.UnknownTopicWait),
+			PartitionRefresh: explicit(c.PartitionRefresh), TopicIdleTimeout: explicit(c.TopicIdleTimeout),
 			PoisonPolicy: poison.Policy(c.PoisonPolicy),
 			RecordFormat: record.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
 			CloudEventsMode: record.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
 			TombstoneOnNullPayload: c.TombstoneOnNullPayload,
 		},
-		Window: relay.WindowConfig{MaxEvents: c.MaxInflightEvents, MaxBytes: c.MaxInflightBytes, StallTimeout: c.StallTimeout},
+		Window: relay.WindowConfig{MaxEvents: explicit(c.MaxInflightEvents), MaxBytes: explicit(c.MaxInflightBytes),
+			StallTimeout: explicit(c.StallTimeout)},
 		Leader: relay.LeaderConfig{
-			PollInterval: c.LeaderPollInterval, KeepaliveInterval: c.LeaderKeepaliveInterval, Timeout: c.LeaderTimeout,
+			PollInterval: explicit(c.LeaderPollInterval), KeepaliveInterval: explicit(c.LeaderKeepaliveInterval),
+			Timeout: explicit(c.LeaderTimeout),
 		},
-		Checkpoints:     relay.CheckpointConfig{Interval: c.CheckpointInterval, Retention: c.CheckpointRetention},
-		Cleanup:         c.CleanupSchedule,
-		Stats:           relay.StatsConfig{Interval: c.StatsInterval, WALDiskBudget: c.WALDiskBudget},
-		ShutdownTimeout: c.ShutdownTimeout,
+		Checkpoints:     relay.CheckpointConfig{Interval: explicit(c.CheckpointInterval), Retention: explicit(c.CheckpointRetention)},
+		Cleanup:         relay.CleanupConfig{OlderThan: c.CleanupSchedule.OlderThan, Interval: explicit(c.CleanupSchedule.Interval)},
+		Stats:           relay.StatsConfig{Interval: explicit(c.StatsInterval), WALDiskBudget: c.WALDiskBudget},
+		ShutdownTimeout: explicit(c.ShutdownTimeout),
+	}
+}
+
+// explicit is a flag's value for relay.Config: 0 becomes -1 (see
+// relayConfig).
+func explicit[T ~int | ~int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// zeroOffFlags are the flags whose 0 turns their knob off; a negative
+// value is refused (relay.Config would read it as off too, but on the
+// command line it is a mistake).
+func (c *config) zeroOffFlags() map[string]time.Duration {
+	return map[string]time.Duration{
+		"heartbeat-interval": c.HeartbeatInterval, "linger": c.Linger, "stall-timeout": c.StallTimeout,
+		"checkpoint-interval": c.CheckpointInterval, "checkpoint-retention": c.CheckpointRetention,
+		"cleanup-older-than": c.CleanupSchedule.OlderThan, "stats-interval": c.StatsInterval,
 	}
 }
 
@@ -254,6 +283,11 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 		sec, err := c.kafkaConn().Build()
 		errs = append(errs, kafkaFlagErrors(b, err)...)
 		c.kafkaSecurity = sec
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.zeroOffFlags())) {
+		if v := c.zeroOffFlags()[name]; v < 0 {
+			errs = append(errs, fmt.Errorf("--%s %s: use 0 (off) or a positive duration", name, v))
+		}
 	}
 	for _, e := range unjoin(c.relayConfig().Validate()) {
 		var fe *relay.FieldError

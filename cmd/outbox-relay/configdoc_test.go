@@ -181,7 +181,8 @@ const configDocIntro = "# Configuration reference\n\n" +
 	"%s\n" +
 	"Embedding the relay as a Go package instead? The same settings are the fields of `relay.Config`\n" +
 	"(`go doc github.com/outbox-relay/outbox-relay/relay Config`); `relay.DefaultConfig()` returns the\n" +
-	"defaults below.\n\n" +
+	"defaults below. There a zero field means its default and a knob that can be off is off when negative,\n" +
+	"while on the command line every flag shows its default and `0` turns such a knob off.\n\n" +
 	"Exit codes: see [Exit codes](#exit-codes).\n\n" +
 	"## Commands\n\n| Command | What it does |\n|---|---|\n"
 

@@ -35,5 +35,5 @@ func (c *config) kafkaTransport(clientID string) *kafka.Transport {
 // kafka is the one Kafka configuration the flags describe; relayConfig
 // and every client above take it from here.
 func (c *config) kafka() relay.KafkaConfig {
-	return relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: c.MetadataTTL}
+	return relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: explicit(c.MetadataTTL)}
 }

@@ -68,7 +68,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		"--database-url=u": "--kafka-brokers: is required",
 		"--database-url=u --kafka-brokers=k --table=a.b.c":     "--table",
 		"--database-url=u --kafka-brokers=k --slot=Bad-Slot":   "--slot",
-		"--database-url=u --kafka-brokers=k --topic-template=": "--topic-template",
+		"--database-url=u --kafka-brokers=k --topic-template=x.{nope}": "--topic-template",
 		"--database-url=u --kafka-brokers=k --log-level=loud":  "--log-level",
 		"--database-url=u --kafka-brokers=k extra":             "unexpected arguments",
 	} {

@@ -226,6 +226,16 @@ func (b *Binder) Bool(p *bool, name string, def bool, help string) Binding {
 	return b.register(boolValue{p}, name, help)
 }
 
+// FieldValue returns the value of the flag bound to field (To), as the
+// flag prints it, and whether a flag is bound to it.
+func (b *Binder) FieldValue(field string) (string, bool) {
+	name, ok := b.fields[field]
+	if !ok {
+		return "", false
+	}
+	return b.fs.Lookup(strings.TrimPrefix(name, "--")).Value.String(), true
+}
+
 // FieldError renders an error about a config field in flag terms. detail
 // is the error's text after the field name (": use 1..100000"); missing
 // says the value is required but empty. It returns nil for a field no
