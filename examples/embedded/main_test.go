@@ -66,11 +66,11 @@ func TestParseFlagsErrors(t *testing.T) {
 	for args, want := range map[string]string{
 		"":                 "--database-url: is required\n--kafka-brokers: is required",
 		"--database-url=u": "--kafka-brokers: is required",
-		"--database-url=u --kafka-brokers=k --table=a.b.c":     "--table",
-		"--database-url=u --kafka-brokers=k --slot=Bad-Slot":   "--slot",
+		"--database-url=u --kafka-brokers=k --table=a.b.c":             "--table",
+		"--database-url=u --kafka-brokers=k --slot=Bad-Slot":           "--slot",
 		"--database-url=u --kafka-brokers=k --topic-template=x.{nope}": "--topic-template",
-		"--database-url=u --kafka-brokers=k --log-level=loud":  "--log-level",
-		"--database-url=u --kafka-brokers=k extra":             "unexpected arguments",
+		"--database-url=u --kafka-brokers=k --log-level=loud":          "--log-level",
+		"--database-url=u --kafka-brokers=k extra":                     "unexpected arguments",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
