@@ -89,5 +89,5 @@
 // every transaction that committed before Fence.LSN has xid < Fence.Xmax.
 // A checkpoint's fence is at or before its LSN, so "rows with xid >= Xmin"
 // holds every row committed after the checkpoint — and some before it
-// (duplicates, never loss). See Window in package backfill.
+// (duplicates, never loss). See Selection in package backfill (cmd/outbox-relay/internal/backfill).
 package checkpoint

@@ -13,7 +13,7 @@ import (
 // binaries built with -tags testhooks from TestStatusHoldEnv: see
 // testhook_on.go): standby status updates confirm only positions
 // acknowledged at least hold ago, while checkpoints are saved as usual. It
-// widens the (normally ~100 ms) window in which a checkpoint is ahead of
+// widens the (normally ~100 ms) interval in which a checkpoint is ahead of
 // the slot, so a kill -9 test can land in it deterministically. Not an
 // option on purpose: it only makes redelivery worse.
 //

@@ -38,8 +38,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			binder.ConnStrings(&standbyURLs, "standby-url", "a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated")
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
-			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other windows (0: no cleanup)")
-			binder.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other windows")
+			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other retention periods (0: no cleanup)")
+			binder.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other retention periods")
 		})
 	if err != nil {
 		return err

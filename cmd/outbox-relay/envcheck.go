@@ -42,7 +42,7 @@ import (
 // testStatusHoldEnv names a test hook of binaries built with -tags
 // testhooks (the integration suite's): standby status updates confirm only
 // positions acknowledged at least that long ago, while checkpoints are
-// saved as usual. It widens the (normally ~100 ms) window in which a
+// saved as usual. It widens the (normally ~100 ms) interval in which a
 // checkpoint is ahead of the slot, so a kill -9 test can land in it
 // deterministically. Not a flag, and not in release builds (relay/testhook_on.go):
 // it only makes redelivery worse.

@@ -11,7 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
-const reconcileSummary = `Compares the events committed to the outbox table in a time window with the
+const reconcileSummary = `Compares the events committed to the outbox table in a time range with the
 records in Kafka (read from the topics by timestamp) and, with --consumer, with
 that consumer's inbox (processed_events). Prints counts per event type, lists
 what is missing, and exits 3 when anything is missing (0 when nothing is, 1 on
@@ -24,7 +24,7 @@ var errMissing = reconcile.ErrMissing
 func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o reconcile.Config
 	cfg, rest, err := parseWith("reconcile", "", reconcileSummary, args, scopeDB|scopeKafka, stderr, func(b *envflag.Binder) {
-		b.Duration(&o.Since, "since", 0, "window: events committed to the outbox in the last DURATION (required), e.g. 1h")
+		b.Duration(&o.Since, "since", 0, "range: events committed to the outbox in the last DURATION (required), e.g. 1h")
 		b.Duration(&o.Settle, "settle", 30*time.Second, "ignore events committed in the last DURATION: they may still be in flight")
 		b.String(&o.Consumer, "consumer", "", "also check this inbox consumer's processed_events")
 		b.ConnString(&o.ConsumerURL, "consumer-database-url", "", "the consumer's database (default: --database-url)")

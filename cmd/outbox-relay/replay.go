@@ -20,7 +20,7 @@ publishes; it never touches the slot or the checkpoints. Aggregates quarantined 
 table are left out (outbox-relay dlq retry handles them).
 
 Positions map to rows through the checkpoint history (conservative: a few events before the start
-may be included, none inside the window is missed):
+may be included, none inside the range is missed):
   --from-lsn LSN | --from-checkpoint | --since TIME | --all     where to start (one is required)
   --to-lsn LSN                                                 where to stop (default: now)
   --aggregate A [--aggregate-type T] --event-type E            filters

@@ -947,7 +947,7 @@ func TestRunbookChecksCatch(t *testing.T) {
 	}
 	for heading, want := range map[string]string{
 		" OutboxRelayDown": "outboxrelaydown", " Recover a lost slot": "recover-a-lost-slot",
-		" Dead letters: `dlq`": "dead-letters-dlq", " Retention: how the windows must relate": "retention-how-the-windows-must-relate",
+		" Dead letters: `dlq`": "dead-letters-dlq", " Retention: how the periods must relate": "retention-how-the-periods-must-relate",
 	} {
 		if got := githubAnchor(heading); got != want {
 			t.Errorf("githubAnchor(%q) = %q, want %q", heading, got, want)

@@ -83,7 +83,7 @@ func (e *dbEnv) source(mark string) *Source {
 }
 
 // scan returns the events of w and checks that Count agrees.
-func (e *dbEnv) scan(t *testing.T, s *Source, w Window) []*replication.Event {
+func (e *dbEnv) scan(t *testing.T, s *Source, w Selection) []*replication.Event {
 	t.Helper()
 	var out []*replication.Event
 	if err := s.Scan(e.ctx, e.pool, w, func(ev *replication.Event) error {

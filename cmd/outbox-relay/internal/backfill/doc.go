@@ -5,9 +5,9 @@
 // # Which rows
 //
 // Outbox rows carry no LSN, so positions are mapped to rows through
-// transaction ids (see package position): a Window bounds the rows' xmin by
+// transaction ids (see package position): a Selection bounds the rows' xmin by
 // fences the relay recorded with its checkpoints. The bounds are
-// conservative — a window may hold rows committed a little before its
+// conservative — a selection may hold rows committed a little before its
 // start (duplicates), never miss one committed inside it. With
 // track_commit_timestamp on, --since/--until also compare each row's
 // commit timestamp; rows committed before the setting was enabled have none

@@ -20,7 +20,7 @@ type Publisher interface {
 
 // Stats describes a run.
 type Stats struct {
-	// Total is the number of rows counted in the window before the run.
+	// Total is the number of rows counted in the selection before the run.
 	Total int64
 	// Read and Acked count events read from the table and taken care of
 	// (acknowledged by Kafka, or dead-lettered/parked by the quarantine).
@@ -36,7 +36,7 @@ func (s Stats) Rate() float64 {
 	return float64(s.Acked) / s.Elapsed.Seconds()
 }
 
-// Runner publishes a window of rows.
+// Runner publishes a selection of rows.
 type Runner struct {
 	Source *Source
 	Pub    Publisher
@@ -54,7 +54,7 @@ func (f ackFunc) Ack(int) { f() }
 
 // Run publishes the rows of w read through db, in order, and waits until
 // every one is taken care of. total is reported in Stats (from Count).
-func (r *Runner) Run(ctx context.Context, db DB, w Window, total int64) (Stats, error) {
+func (r *Runner) Run(ctx context.Context, db DB, w Selection, total int64) (Stats, error) {
 	window := r.Window
 	if window <= 0 {
 		window = 5000

@@ -48,7 +48,7 @@ func TestRunnerWindowAndOrder(t *testing.T) {
 					reports = append(reports, s)
 					mu.Unlock()
 				}}
-			st, err := r.Run(context.Background(), db, Window{}, 12)
+			st, err := r.Run(context.Background(), db, Selection{}, 12)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +81,7 @@ func TestRunnerDefaultWindow(t *testing.T) {
 	pub := newFakePub()
 	defer pub.close()
 	r := &Runner{Source: &Source{Table: testTable, Schema: fullSchema}, Pub: pub}
-	st, err := r.Run(context.Background(), db, Window{}, 10)
+	st, err := r.Run(context.Background(), db, Selection{}, 10)
 	if err != nil || st.Acked != 10 {
 		t.Fatalf("Run = %+v, %v", st, err)
 	}
@@ -93,7 +93,7 @@ func TestRunnerPublishError(t *testing.T) {
 	defer pub.close()
 	pub.failAt = "e6"
 	r := &Runner{Source: &Source{Table: testTable, Schema: fullSchema}, Pub: pub, Window: 4}
-	st, err := r.Run(context.Background(), db, Window{}, 10)
+	st, err := r.Run(context.Background(), db, Selection{}, 10)
 	if !errors.Is(err, errPublish) || !strings.Contains(err.Error(), "event e6 (aggregate 9)") {
 		t.Fatalf("Run = %v, want the publish error naming the event", err)
 	}
@@ -113,7 +113,7 @@ func TestRunnerFatal(t *testing.T) {
 		r := &Runner{Source: &Source{Table: testTable, Schema: fullSchema}, Pub: pub, Window: 4}
 		done := make(chan error, 1)
 		go func() {
-			_, err := r.Run(context.Background(), db, Window{}, int64(n))
+			_, err := r.Run(context.Background(), db, Selection{}, int64(n))
 			done <- err
 		}()
 		select {
@@ -137,7 +137,7 @@ func TestRunnerInterrupted(t *testing.T) {
 	r := &Runner{Source: &Source{Table: testTable, Schema: fullSchema}, Pub: pub, Window: 10}
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Run(ctx, db, Window{}, 3)
+		_, err := r.Run(ctx, db, Selection{}, 3)
 		done <- err
 	}()
 	time.Sleep(20 * time.Millisecond)

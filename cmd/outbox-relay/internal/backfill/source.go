@@ -23,8 +23,8 @@ type DB interface {
 // HeaderReplay marks re-published records; its value is Source.Mark.
 const HeaderReplay = "outbox_replay"
 
-// Window selects outbox rows. The zero value selects every row.
-type Window struct {
+// Selection selects outbox rows. The zero value selects every row.
+type Selection struct {
 	// FromXid keeps rows whose xid is >= *FromXid (a fence's Xmin); nil
 	// keeps all.
 	FromXid *uint64
@@ -70,7 +70,7 @@ func xidCond(op, arg string) string {
 	return fmt.Sprintf("age(o.xmin) %s age((%s::bigint %% 4294967296)::text::xid)", op, arg)
 }
 
-func (s *Source) where(w Window) (string, []any) {
+func (s *Source) where(w Selection) (string, []any) {
 	args := []any{s.Table.String()}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -110,7 +110,7 @@ func (s *Source) where(w Window) (string, []any) {
 }
 
 // Count returns the number of rows in w.
-func (s *Source) Count(ctx context.Context, db DB, w Window) (int64, error) {
+func (s *Source) Count(ctx context.Context, db DB, w Selection) (int64, error) {
 	where, args := s.where(w)
 	var n int64
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+s.Table.Quoted()+` o WHERE `+where, args...).Scan(&n); err != nil {
@@ -120,7 +120,7 @@ func (s *Source) Count(ctx context.Context, db DB, w Window) (int64, error) {
 }
 
 // Quarantined returns the number of aggregates with open dead-letter rows
-// (left out of a window with SkipQuarantined).
+// (left out of a selection with SkipQuarantined).
 func (s *Source) Quarantined(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, `SELECT count(DISTINCT (aggregate_type, aggregate_id)) FROM `+
@@ -132,7 +132,7 @@ func (s *Source) Quarantined(ctx context.Context, db DB) (int64, error) {
 	return n, nil
 }
 
-func (s *Source) selectSQL(w Window) (string, []any) {
+func (s *Source) selectSQL(w Selection) (string, []any) {
 	where, args := s.where(w)
 	// The payload travels as bytes: bytea raw, the others as the text
 	// PostgreSQL renders (what the WAL carries too).
@@ -178,7 +178,7 @@ func (s *Source) selectSQL(w Window) (string, []any) {
 
 // Scan calls fn for every row of w in publishing order. The events own
 // their memory.
-func (s *Source) Scan(ctx context.Context, db DB, w Window, fn func(*replication.Event) error) error {
+func (s *Source) Scan(ctx context.Context, db DB, w Selection, fn func(*replication.Event) error) error {
 	q, args := s.selectSQL(w)
 	rows, err := db.Query(ctx, q, args...)
 	if err != nil {

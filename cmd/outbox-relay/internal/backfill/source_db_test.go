@@ -30,7 +30,7 @@ func TestDBScanOrderAndContent(t *testing.T) {
 	inv := e.insert(t, e.pool, "invoice", "A", 1, "issued", `{"trace":"t1"}`)
 	s := e.source("")
 	s.Pos = 0x5000
-	evs := e.scan(t, s, Window{})
+	evs := e.scan(t, s, Selection{})
 	if len(evs) != 6 {
 		t.Fatalf("%d events", len(evs))
 	}
@@ -80,7 +80,7 @@ func TestDBMarkHeaders(t *testing.T) {
 	for i, c := range cases {
 		want[e.insert(t, e.pool, "order", "9", int64(i+1), "created", c.headers)] = c.want
 	}
-	for _, ev := range e.scan(t, e.source("recover"), Window{}) {
+	for _, ev := range e.scan(t, e.source("recover"), Selection{}) {
 		if !jsonEqual(t, ev.Headers, want[ev.EventID]) {
 			t.Errorf("headers %s, want %s", ev.Headers, want[ev.EventID])
 		}
@@ -116,7 +116,7 @@ func TestDBHandMadeTable(t *testing.T) {
 		('00000000-0000-0000-0000-000000000001', 'order', '9', 1, 'created', 1, NULL, 'x'),
 		('00000000-0000-0000-0000-000000000003', 'order', '9', NULL, NULL, 1, '\x00', 'x')`)
 	before := time.Now()
-	evs := e.scan(t, e.source("recover"), Window{})
+	evs := e.scan(t, e.source("recover"), Selection{})
 	if got := eventIDs(evs); !slices.Equal(got, []string{
 		"00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002", "00000000-0000-0000-0000-000000000003"}) {
 		t.Fatalf("order %v", got)
@@ -140,15 +140,15 @@ func TestDBWindowFilters(t *testing.T) {
 	b1 := e.insert(t, e.pool, "order", "B", 1, "created", nil)
 	i1 := e.insert(t, e.pool, "invoice", "A", 1, "created", nil)
 	cases := []struct {
-		w    Window
+		w    Selection
 		want []string
 	}{
-		{Window{}, []string{i1, a1, a2, b1}},
-		{Window{AggregateID: "A"}, []string{i1, a1, a2}},
-		{Window{AggregateID: "A", AggregateType: "order"}, []string{a1, a2}},
-		{Window{EventType: "created"}, []string{i1, a1, b1}},
-		{Window{AggregateType: "order", EventType: "paid"}, []string{a2}},
-		{Window{AggregateID: "C"}, nil},
+		{Selection{}, []string{i1, a1, a2, b1}},
+		{Selection{AggregateID: "A"}, []string{i1, a1, a2}},
+		{Selection{AggregateID: "A", AggregateType: "order"}, []string{a1, a2}},
+		{Selection{EventType: "created"}, []string{i1, a1, b1}},
+		{Selection{AggregateType: "order", EventType: "paid"}, []string{a2}},
+		{Selection{AggregateID: "C"}, nil},
 	}
 	for _, c := range cases {
 		got := eventIDs(e.scan(t, e.source(""), c.w))
@@ -176,10 +176,10 @@ func TestDBDeadLetteredRows(t *testing.T) {
 	dl(e.tbl.String(), b1, "B", "published")
 	dl(e.tbl.Schema+".other_outbox", b2, "B", "parked")
 
-	if got := eventIDs(e.scan(t, e.source(""), Window{})); !slices.Equal(got, []string{a2, b1, b2}) {
+	if got := eventIDs(e.scan(t, e.source(""), Selection{})); !slices.Equal(got, []string{a2, b1, b2}) {
 		t.Errorf("per event: %v, want %v", got, []string{a2, b1, b2})
 	}
-	if got := eventIDs(e.scan(t, e.source(""), Window{SkipQuarantined: true})); !slices.Equal(got, []string{b1, b2}) {
+	if got := eventIDs(e.scan(t, e.source(""), Selection{SkipQuarantined: true})); !slices.Equal(got, []string{b1, b2}) {
 		t.Errorf("SkipQuarantined: %v, want %v", got, []string{b1, b2})
 	}
 	if n, err := e.source("").Quarantined(e.ctx, e.pool); err != nil || n != 1 {
@@ -216,24 +216,24 @@ func TestDBFenceWindow(t *testing.T) {
 	after := e.insert(t, e.pool, "order", "D", 1, "created", nil)
 
 	s := e.source("")
-	from := e.scan(t, s, Window{FromXid: &f.Xmin})
+	from := e.scan(t, s, Selection{FromXid: &f.Xmin})
 	if !has(from, straddling, mid, after) {
 		t.Errorf("xid >= fence Xmin %d: %v misses a row committed after the fence (%s, %s)", f.Xmin, eventIDs(from), straddling, after)
 	}
-	to := e.scan(t, s, Window{ToXid: &f.Xmax})
+	to := e.scan(t, s, Selection{ToXid: &f.Xmax})
 	if !has(to, before, mid) || has(to, after) {
 		t.Errorf("xid < fence Xmax %d: %v; want %s %s and not %s", f.Xmax, eventIDs(to), before, mid, after)
 	}
 	// mid's xid is above the straddling transaction's (>= Xmin) and
 	// completed before the fence (< Xmax).
-	both := e.scan(t, s, Window{FromXid: &f.Xmin, ToXid: &f.Xmax})
+	both := e.scan(t, s, Selection{FromXid: &f.Xmin, ToXid: &f.Xmax})
 	if !has(both, mid) || has(both, after) {
 		t.Errorf("between the bounds: %v", eventIDs(both))
 	}
 	// Fence xids carry the epoch (pg_snapshot_xmin is an xid8): the
 	// comparison is on the 32-bit xid, so an epoch changes nothing.
 	epoch := f.Xmin + 3<<32
-	if got := eventIDs(e.scan(t, s, Window{FromXid: &epoch})); !slices.Equal(got, eventIDs(from)) {
+	if got := eventIDs(e.scan(t, s, Selection{FromXid: &epoch})); !slices.Equal(got, eventIDs(from)) {
 		t.Errorf("with epoch 3: %v, want %v", got, eventIDs(from))
 	}
 	// A fence taken later leaves out what committed before it, unless a
@@ -243,7 +243,7 @@ func TestDBFenceWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := e.insert(t, e.pool, "order", "E", 1, "created", nil)
-	got := e.scan(t, s, Window{FromXid: &f2.Xmin})
+	got := e.scan(t, s, Selection{FromXid: &f2.Xmin})
 	if !has(got, last) {
 		t.Errorf("window from a later fence misses the row committed after it: %v", eventIDs(got))
 	}
@@ -273,13 +273,13 @@ func TestDBCommitTimestamps(t *testing.T) {
 	v1 := e.insert(t, e.pool, "order", "A", 1, "created", nil)
 	s := e.source("")
 	s.CommitTS = true
-	if got := eventIDs(e.scan(t, s, Window{})); !slices.Equal(got, []string{v2, v1}) {
+	if got := eventIDs(e.scan(t, s, Selection{})); !slices.Equal(got, []string{v2, v1}) {
 		t.Errorf("commit order: %v, want %v", got, []string{v2, v1})
 	}
-	if got := eventIDs(e.scan(t, s, Window{Since: mid})); !slices.Equal(got, []string{v1}) {
+	if got := eventIDs(e.scan(t, s, Selection{Since: mid})); !slices.Equal(got, []string{v1}) {
 		t.Errorf("since: %v", got)
 	}
-	if got := eventIDs(e.scan(t, s, Window{Until: mid})); !slices.Equal(got, []string{v2}) {
+	if got := eventIDs(e.scan(t, s, Selection{Until: mid})); !slices.Equal(got, []string{v2}) {
 		t.Errorf("until: %v", got)
 	}
 }
@@ -297,14 +297,14 @@ func TestDBRunner(t *testing.T) {
 	}
 	defer tx.Rollback(context.Background())
 	s := e.source("replay")
-	total, err := s.Count(e.ctx, tx, Window{})
+	total, err := s.Count(e.ctx, tx, Selection{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.insert(t, e.pool, "order", "A", 6, "created", nil) // after the snapshot
 	pub := newFakePub()
 	defer pub.close()
-	st, err := (&Runner{Source: s, Pub: pub, Window: 2}).Run(e.ctx, tx, Window{}, total)
+	st, err := (&Runner{Source: s, Pub: pub, Window: 2}).Run(e.ctx, tx, Selection{}, total)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,11 +46,11 @@ func checkPlaceholders(t *testing.T, sql string, args []any) {
 func TestSelectArguments(t *testing.T) {
 	since := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	until := since.Add(time.Hour)
-	full := Window{FromXid: u64(100), ToXid: u64(200), Since: since, Until: until,
+	full := Selection{FromXid: u64(100), ToXid: u64(200), Since: since, Until: until,
 		AggregateType: "order", AggregateID: "9", EventType: "created"}
 	for _, commitTS := range []bool{false, true} {
 		for _, mark := range []string{"", "replay"} {
-			for _, w := range []Window{{}, full, {ToXid: u64(5), EventType: "x", SkipQuarantined: true}, {Since: since}} {
+			for _, w := range []Selection{{}, full, {ToXid: u64(5), EventType: "x", SkipQuarantined: true}, {Since: since}} {
 				s := &Source{Table: testTable, Schema: fullSchema, CommitTS: commitTS, Mark: mark}
 				name := fmt.Sprintf("commitTS=%v mark=%q %+v", commitTS, mark, w)
 				sql, args := s.selectSQL(w)
@@ -92,8 +92,8 @@ func TestXidCond(t *testing.T) {
 
 func TestDeadLetterCondition(t *testing.T) {
 	s := &Source{Table: testTable, Schema: fullSchema}
-	per, _ := s.where(Window{})
-	agg, _ := s.where(Window{SkipQuarantined: true})
+	per, _ := s.where(Selection{})
+	agg, _ := s.where(Selection{SkipQuarantined: true})
 	dl := `"app"."outbox_dead_letter"`
 	if !strings.Contains(per, dl) || !strings.Contains(per, "d.event_id = o.event_id::text") || strings.Contains(per, "d.aggregate_id") {
 		t.Errorf("without SkipQuarantined only the dead-lettered events are left out:\n%s", per)
@@ -112,7 +112,7 @@ func TestDeadLetterCondition(t *testing.T) {
 // timestamps, by commit timestamp with them.
 func TestSelectOrder(t *testing.T) {
 	order := func(s *Source) string {
-		sql, _ := s.selectSQL(Window{})
+		sql, _ := s.selectSQL(Selection{})
 		_, o, ok := strings.Cut(sql, "ORDER BY ")
 		if !ok {
 			t.Fatalf("no ORDER BY:\n%s", sql)
@@ -148,7 +148,7 @@ func TestScanRows(t *testing.T) {
 	s := &Source{Table: testTable, Schema: fullSchema, Pos: 0xABC}
 	var got []*replication.Event
 	before := time.Now()
-	if err := s.Scan(context.Background(), db, Window{}, func(ev *replication.Event) error {
+	if err := s.Scan(context.Background(), db, Selection{}, func(ev *replication.Event) error {
 		got = append(got, ev)
 		return nil
 	}); err != nil {
@@ -181,22 +181,22 @@ func TestScanErrors(t *testing.T) {
 	ctx := context.Background()
 	s := &Source{Table: testTable, Schema: fullSchema}
 	boom := errors.New("boom")
-	if err := s.Scan(ctx, &fakeDB{err: boom}, Window{}, nil); !errors.Is(err, boom) || !strings.Contains(err.Error(), "app.outbox") {
+	if err := s.Scan(ctx, &fakeDB{err: boom}, Selection{}, nil); !errors.Is(err, boom) || !strings.Contains(err.Error(), "app.outbox") {
 		t.Errorf("query error: %v", err)
 	}
 	rows := [][]any{outboxRow("e1", "order", "9", "1"), outboxRow("e2", "order", "9", "2")}
-	if err := s.Scan(ctx, &fakeDB{rows: rows, rowsErr: boom}, Window{}, func(*replication.Event) error { return nil }); !errors.Is(err, boom) {
+	if err := s.Scan(ctx, &fakeDB{rows: rows, rowsErr: boom}, Selection{}, func(*replication.Event) error { return nil }); !errors.Is(err, boom) {
 		t.Errorf("rows error: %v", err)
 	}
 	// The callback's error stops the scan and is returned as it is.
 	stop := errors.New("stop")
 	n := 0
-	err := s.Scan(ctx, &fakeDB{rows: rows}, Window{}, func(*replication.Event) error { n++; return stop })
+	err := s.Scan(ctx, &fakeDB{rows: rows}, Selection{}, func(*replication.Event) error { n++; return stop })
 	if err != stop || n != 1 {
 		t.Errorf("callback error: %v after %d events", err, n)
 	}
 	bad := [][]any{{strp("only one column")}}
-	if err := s.Scan(ctx, &fakeDB{rows: bad}, Window{}, func(*replication.Event) error { return nil }); err == nil {
+	if err := s.Scan(ctx, &fakeDB{rows: bad}, Selection{}, func(*replication.Event) error { return nil }); err == nil {
 		t.Error("a scan error was ignored")
 	}
 }
@@ -205,7 +205,7 @@ func TestCountAndQuarantinedErrors(t *testing.T) {
 	ctx := context.Background()
 	s := &Source{Table: testTable, Schema: fullSchema}
 	boom := errors.New("boom")
-	if _, err := s.Count(ctx, &fakeDB{err: boom}, Window{}); !errors.Is(err, boom) {
+	if _, err := s.Count(ctx, &fakeDB{err: boom}, Selection{}); !errors.Is(err, boom) {
 		t.Errorf("Count: %v", err)
 	}
 	if _, err := s.Quarantined(ctx, &fakeDB{err: boom}); !errors.Is(err, boom) {

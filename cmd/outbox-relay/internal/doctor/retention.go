@@ -9,7 +9,7 @@ import (
 
 // Retention is the set of windows docs/operations.md ("Retention") relates:
 //
-//	consumer dedupe retention >= Kafka retention >= replay window = min(outbox retention, checkpoint retention)
+//	consumer dedupe retention >= Kafka retention >= replay range = min(outbox retention, checkpoint retention)
 //
 // A zero duration is unknown (the check that needs it is skipped), except
 // CheckpointRetention, where 0 means the history is kept forever.
@@ -69,7 +69,7 @@ func CheckRetention(t Retention, r *Report) {
 			fmt.Sprintf("--checkpoint-retention %s < outbox retention %s: replay --from-lsn/--since reaches back %s only; older rows need replay --all", human(cp), human(outbox), human(cp)),
 			fmt.Sprintf("set --checkpoint-retention to at least %s (cleanup prunes checkpoints older than its cutoff itself)", human(outbox)))
 	default:
-		r.add("retention checkpoints", Pass, fmt.Sprintf("--checkpoint-retention %s >= outbox retention %s: replay window %s", human(cp), human(outbox), human(replay)), "")
+		r.add("retention checkpoints", Pass, fmt.Sprintf("--checkpoint-retention %s >= outbox retention %s: replay range %s", human(cp), human(outbox), human(replay)), "")
 	}
 
 	kafka := t.Kafka
@@ -85,9 +85,9 @@ func CheckRetention(t Retention, r *Report) {
 			fix = "configure cleanup (--cleanup-older-than) and --checkpoint-retention to the window you rely on, or raise retention.ms to -1"
 		}
 		r.add("retention kafka", Warn,
-			fmt.Sprintf("Kafka keeps records %s, less than the replay window %s: a consumer rebuilt from Kafka misses what only a replay can restore", human(kafka), human(replay)), fix)
+			fmt.Sprintf("Kafka keeps records %s, less than the replay range %s: a consumer rebuilt from Kafka misses what only a replay can restore", human(kafka), human(replay)), fix)
 	default:
-		r.add("retention kafka", Pass, fmt.Sprintf("Kafka keeps records %s >= replay window %s", human(kafka), human(replay)), "")
+		r.add("retention kafka", Pass, fmt.Sprintf("Kafka keeps records %s >= replay range %s", human(kafka), human(replay)), "")
 	}
 
 	if t.Dedupe <= 0 {
@@ -97,15 +97,15 @@ func CheckRetention(t Retention, r *Report) {
 	}
 	switch {
 	case t.Dedupe < replay:
-		fix := fmt.Sprintf("keep consumer dedupe state at least %s, or shorten the replay window (--cleanup-older-than, --checkpoint-retention) to %s", human(replay), human(t.Dedupe))
+		fix := fmt.Sprintf("keep consumer dedupe state at least %s, or shorten the replay range (--cleanup-older-than, --checkpoint-retention) to %s", human(replay), human(t.Dedupe))
 		r.add("retention dedupe", Fail,
-			fmt.Sprintf("consumer dedupe retention %s < replay window %s: a replay of older events is applied twice by consumers", human(t.Dedupe), human(replay)), fix)
+			fmt.Sprintf("consumer dedupe retention %s < replay range %s: a replay of older events is applied twice by consumers", human(t.Dedupe), human(replay)), fix)
 	case kafka > 0 && t.Dedupe < kafka:
 		r.add("retention dedupe", Warn,
 			fmt.Sprintf("consumer dedupe retention %s < Kafka retention %s: a consumer re-reading from the beginning sees duplicates it no longer recognises", human(t.Dedupe), human(kafka)),
 			"keep consumer dedupe state at least as long as retention.ms, or lower retention.ms")
 	default:
-		r.add("retention dedupe", Pass, fmt.Sprintf("consumer dedupe retention %s covers the replay window %s", human(t.Dedupe), human(replay)), "")
+		r.add("retention dedupe", Pass, fmt.Sprintf("consumer dedupe retention %s covers the replay range %s", human(t.Dedupe), human(replay)), "")
 	}
 }
 

@@ -28,13 +28,13 @@ func TestCheckRetention(t *testing.T) {
 		want  string // in Detail
 		fix   string // in Fix
 	}{
-		{"consistent", Retention{Outbox: 7 * day, Checkpoint: 7 * day, Kafka: 7 * day, Dedupe: 14 * day}, "retention dedupe", Pass, "covers the replay window 7d", ""},
+		{"consistent", Retention{Outbox: 7 * day, Checkpoint: 7 * day, Kafka: 7 * day, Dedupe: 14 * day}, "retention dedupe", Pass, "covers the replay range 7d", ""},
 		{"checkpoints shorter", Retention{Outbox: 14 * day, Checkpoint: 7 * day}, "retention checkpoints", Warn, "reaches back 7d only", "--checkpoint-retention to at least 14d"},
-		{"checkpoints longer", Retention{Outbox: 3 * day, Checkpoint: 7 * day}, "retention checkpoints", Pass, "replay window 3d", ""},
-		{"checkpoints forever", Retention{Outbox: 3 * day}, "retention checkpoints", Pass, "replay window 3d", ""},
-		{"kafka shorter", Retention{Outbox: 7 * day, Checkpoint: 7 * day, Kafka: 3 * day, Dedupe: 30 * day}, "retention kafka", Warn, "less than the replay window 7d", "retention.ms to at least 604800000"},
+		{"checkpoints longer", Retention{Outbox: 3 * day, Checkpoint: 7 * day}, "retention checkpoints", Pass, "replay range 3d", ""},
+		{"checkpoints forever", Retention{Outbox: 3 * day}, "retention checkpoints", Pass, "replay range 3d", ""},
+		{"kafka shorter", Retention{Outbox: 7 * day, Checkpoint: 7 * day, Kafka: 3 * day, Dedupe: 30 * day}, "retention kafka", Warn, "less than the replay range 7d", "retention.ms to at least 604800000"},
 		{"kafka infinite", Retention{Outbox: 7 * day, Checkpoint: 7 * day, KafkaInfinite: true, Dedupe: 30 * day}, "retention kafka", Pass, "forever", ""},
-		{"no cleanup, kafka finite", Retention{Checkpoint: 7 * day, Kafka: 3 * day}, "retention kafka", Warn, "replay window 7d", ""},
+		{"no cleanup, kafka finite", Retention{Checkpoint: 7 * day, Kafka: 3 * day}, "retention kafka", Warn, "replay range 7d", ""},
 		{"dedupe shorter than replay", Retention{Outbox: 7 * day, Checkpoint: 7 * day, Kafka: 7 * day, Dedupe: 2 * day}, "retention dedupe", Fail, "applied twice", "at least 7d"},
 		{"dedupe shorter than kafka", Retention{Outbox: 2 * day, Checkpoint: 7 * day, Kafka: 7 * day, Dedupe: 3 * day}, "retention dedupe", Warn, "Kafka retention 7d", "retention.ms"},
 		{"dedupe unknown", Retention{Outbox: 2 * day}, "retention dedupe", Warn, "unknown", "--consumer-dedupe-retention"},

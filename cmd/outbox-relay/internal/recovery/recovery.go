@@ -144,24 +144,24 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 }
 
 // plan identifies the server on a short-lived replication connection and
-// picks the back-fill window (window), reading the timeline history there
+// picks the back-fill selection (selection), reading the timeline history there
 // when the checkpoint is of an earlier timeline.
-func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Window, string, bool, error) {
+func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Selection, string, bool, error) {
 	conn, err := replication.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return checkpoint.Identity{}, backfill.Window{}, "", false, err
+		return checkpoint.Identity{}, backfill.Selection{}, "", false, err
 	}
 	defer conn.Close(context.Background())
 	id, _, err := checkpoint.Identify(ctx, conn)
 	if err != nil {
-		return id, backfill.Window{}, "", false, err
+		return id, backfill.Selection{}, "", false, err
 	}
 	trace := func(cp checkpoint.Checkpoint) (checkpoint.Lineage, error) { return cp.Trace(ctx, conn, id) }
-	w, desc, foreign, err := window(ctx, positions, id, trace, cfg.Since, cfg.All, commitTS)
+	w, desc, foreign, err := selection(ctx, positions, id, trace, cfg.Since, cfg.All, commitTS)
 	return id, w, desc, foreign, err
 }
 
-// window picks the back-fill's lower bound: the newest checkpoint's
+// selection picks the back-fill's lower bound: the newest checkpoint's
 // fence, or --since / --all. trace relates a checkpoint to the server
 // (Checkpoint.Trace). foreign reports a checkpoint of another cluster, or
 // of a timeline the server's does not descend from, replaced after the
@@ -171,9 +171,9 @@ func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitT
 // standby replayed the transactions before it with the same xids, and
 // every later one, of either timeline, has a larger xid. Its rows stay,
 // as history of the cluster.
-func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, trace func(checkpoint.Checkpoint) (checkpoint.Lineage, error),
-	since time.Time, all, commitTS bool) (backfill.Window, string, bool, error) {
-	var w backfill.Window
+func selection(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, trace func(checkpoint.Checkpoint) (checkpoint.Lineage, error),
+	since time.Time, all, commitTS bool) (backfill.Selection, string, bool, error) {
+	var w backfill.Selection
 	if all {
 		return w, "every row in the table", false, nil
 	}
@@ -229,7 +229,7 @@ func window(ctx context.Context, positions *checkpoint.Store, id checkpoint.Iden
 // backfillSlot imports the slot's snapshot, holds the slot on repl (the
 // connection that created it, closed at the end) while it publishes the
 // window, and returns the number of events taken care of.
-func (cfg Config) backfillSlot(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, schema migrations.Schema, dl *deadletter.Store, ex slot.Exported, w backfill.Window, commitTS bool, desc string) (int64, error) {
+func (cfg Config) backfillSlot(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, schema migrations.Schema, dl *deadletter.Store, ex slot.Exported, w backfill.Selection, commitTS bool, desc string) (int64, error) {
 	log := cfg.Log
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

@@ -67,7 +67,7 @@ func TestWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			w, desc, foreign, err := window(s.Ctx, store, server, trace, time.Time{}, false, false)
+			w, desc, foreign, err := selection(s.Ctx, store, server, trace, time.Time{}, false, false)
 			if c.from == 0 {
 				if err == nil || !strings.Contains(err.Error(), c.desc) {
 					t.Fatalf("window = %+v, %q, %v; want an error saying %q", w, desc, err, c.desc)
@@ -82,12 +82,12 @@ func TestWindow(t *testing.T) {
 			// --since decides the start; only a refused checkpoint is foreign
 			// (reset after the back-fill).
 			since := time.Now().Add(-time.Hour)
-			w, desc, foreign, err = window(s.Ctx, store, server, trace, since, false, true)
+			w, desc, foreign, err = selection(s.Ctx, store, server, trace, since, false, true)
 			if err != nil || !w.Since.Equal(since) || foreign != c.foreign || !strings.Contains(desc, "commit timestamps") {
 				t.Fatalf("window --since = %+v, %q, %v, %v; want foreign %v", w, desc, foreign, err, c.foreign)
 			}
 			// --all needs no checkpoint.
-			if w, desc, foreign, err := window(s.Ctx, store, server, trace, time.Time{}, true, false); err != nil || w.FromXid != nil || foreign || desc != "every row in the table" {
+			if w, desc, foreign, err := selection(s.Ctx, store, server, trace, time.Time{}, true, false); err != nil || w.FromXid != nil || foreign || desc != "every row in the table" {
 				t.Fatalf("window --all = %+v, %q, %v, %v", w, desc, foreign, err)
 			}
 		})
@@ -100,7 +100,7 @@ func TestWindow(t *testing.T) {
 	broken := errors.New("TIMELINE_HISTORY 3: no such file")
 	failing := func(checkpoint.Checkpoint) (checkpoint.Lineage, error) { return checkpoint.Lineage{}, broken }
 	for _, since := range []time.Time{{}, time.Now()} {
-		if _, _, _, err := window(s.Ctx, store, server, failing, since, false, true); !errors.Is(err, broken) {
+		if _, _, _, err := selection(s.Ctx, store, server, failing, since, false, true); !errors.Is(err, broken) {
 			t.Fatalf("window with an unreadable history (since %v) = %v", since, err)
 		}
 	}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config, d Deps) error {
 		return err
 	}
 	m := mapper{history: store, identify: d.Identify, slot: cfg.Slot, commitTS: commitTS}
-	w, desc, err := m.window(ctx, cfg.Range)
+	w, desc, err := m.selection(ctx, cfg.Range)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func writeHeader(out io.Writer, table migrations.Table, desc string, total, quar
 var errStopScan = errors.New("stop scan")
 
 // list prints the first n events of w, for a dry run.
-func list(ctx context.Context, out io.Writer, src *backfill.Source, db backfill.DB, w backfill.Window, n int) error {
+func list(ctx context.Context, out io.Writer, src *backfill.Source, db backfill.DB, w backfill.Selection, n int) error {
 	listed := 0
 	err := src.Scan(ctx, db, w, func(ev *replication.Event) error {
 		if listed >= n {

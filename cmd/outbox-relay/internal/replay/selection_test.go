@@ -78,7 +78,7 @@ func newMapper(h *history, commitTS bool) (mapper, *int) {
 
 func TestWindowAll(t *testing.T) {
 	m, calls := newMapper(&history{}, false)
-	w, desc, err := m.window(context.Background(), Range{All: true})
+	w, desc, err := m.selection(context.Background(), Range{All: true})
 	if err != nil || desc != "every row in the table" || w.FromXid != nil || w.ToXid != nil {
 		t.Fatalf("%+v %q %v", w, desc, err)
 	}
@@ -90,22 +90,22 @@ func TestWindowAll(t *testing.T) {
 func TestWindowFromCheckpoint(t *testing.T) {
 	h := &history{latest: checkpoint.Checkpoint{LSN: 0x2000, Identity: server, Fence: fence1}}
 	m, _ := newMapper(h, false)
-	w, desc, err := m.window(context.Background(), Range{FromCheckpoint: true})
+	w, desc, err := m.selection(context.Background(), Range{FromCheckpoint: true})
 	if err != nil || *w.FromXid != 700 || desc != "from checkpoint 0/2000 (xid >= 700, fence at 0/1000)" {
 		t.Fatalf("%+v %q %v", w, desc, err)
 	}
 	// A checkpoint of another cluster does not describe this one's rows.
 	h.latest.Identity.Timeline = 2
 	var mismatch *checkpoint.MismatchError
-	if _, _, err := m.window(context.Background(), Range{FromCheckpoint: true}); !errors.As(err, &mismatch) {
+	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); !errors.As(err, &mismatch) {
 		t.Errorf("other timeline: %v", err)
 	}
 	h.latest = checkpoint.Checkpoint{LSN: 0x2000, Identity: server}
-	if _, _, err := m.window(context.Background(), Range{FromCheckpoint: true}); err == nil || !strings.Contains(err.Error(), "has no fence yet") {
+	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); err == nil || !strings.Contains(err.Error(), "has no fence yet") {
 		t.Errorf("no fence: %v", err)
 	}
 	h.latestErr = checkpoint.ErrNoCheckpoint
-	if _, _, err := m.window(context.Background(), Range{FromCheckpoint: true}); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		t.Errorf("no checkpoint: %v", err)
 	}
 }
@@ -113,12 +113,12 @@ func TestWindowFromCheckpoint(t *testing.T) {
 func TestWindowFromLSN(t *testing.T) {
 	h := &history{before: fence1, after: fence2}
 	m, _ := newMapper(h, false)
-	w, desc, err := m.window(context.Background(), Range{FromLSN: "0/1800", ToLSN: "0/2800"})
+	w, desc, err := m.selection(context.Background(), Range{FromLSN: "0/1800", ToLSN: "0/2800"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if *w.FromXid != 700 || *w.ToXid != 910 || h.askedByIdent != server {
-		t.Errorf("window %+v, identity %v", w, h.askedByIdent)
+		t.Errorf("selection %+v, identity %v", w, h.askedByIdent)
 	}
 	if want := "from LSN 0/1800 (xid >= 700, fence at 0/1000), to LSN 0/2800 (xid < 910, fence at 0/3000)"; desc != want {
 		t.Errorf("desc %q, want %q", desc, want)
@@ -129,13 +129,13 @@ func TestWindowFromLSN(t *testing.T) {
 
 	// Past the history's end: up to now.
 	h.after = nil
-	w, desc, err = m.window(context.Background(), Range{FromLSN: "0/1800", ToLSN: "0/9000"})
+	w, desc, err = m.selection(context.Background(), Range{FromLSN: "0/1800", ToLSN: "0/9000"})
 	if err != nil || w.ToXid != nil || !strings.HasSuffix(desc, ", to LSN 0/9000 (past the checkpoint history: up to now)") {
 		t.Errorf("%+v %q %v", w, desc, err)
 	}
 	// Before the history's start: refused, --all is the way.
 	h.before = nil
-	if _, _, err := m.window(context.Background(), Range{FromLSN: "0/1800"}); err == nil ||
+	if _, _, err := m.selection(context.Background(), Range{FromLSN: "0/1800"}); err == nil ||
 		!strings.Contains(err.Error(), `the checkpoint history of slot "outbox_relay" (system 7300000000000000001 timeline 1) has no position at or before 0/1800`) {
 		t.Errorf("before the history: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestWindowFromLSN(t *testing.T) {
 func TestWindowSince(t *testing.T) {
 	h := &history{before: fence1}
 	m, _ := newMapper(h, true)
-	w, desc, err := m.window(context.Background(), Range{Since: "2026-12-02T18:00:00Z"})
+	w, desc, err := m.selection(context.Background(), Range{Since: "2026-12-02T18:00:00Z"})
 	if err != nil || *w.FromXid != 700 || !w.Since.Equal(at) || !h.askedTime.Equal(at) {
 		t.Fatalf("%+v %v", w, err)
 	}
@@ -153,13 +153,13 @@ func TestWindowSince(t *testing.T) {
 	}
 	// Without a fence, commit timestamps alone bound the rows.
 	h.before = nil
-	w, desc, err = m.window(context.Background(), Range{Since: "2026-12-02T18:00:00Z"})
+	w, desc, err = m.selection(context.Background(), Range{Since: "2026-12-02T18:00:00Z"})
 	if err != nil || w.FromXid != nil || desc != "since 2026-12-02T18:00:00Z (commit timestamps), commit_ts >= since" {
 		t.Errorf("%+v %q %v", w, desc, err)
 	}
 	// Without either, rows committed since cannot be told apart.
 	m.commitTS = false
-	if _, _, err := m.window(context.Background(), Range{Since: "2026-12-02T18:00:00Z"}); err == nil ||
+	if _, _, err := m.selection(context.Background(), Range{Since: "2026-12-02T18:00:00Z"}); err == nil ||
 		!strings.Contains(err.Error(), "track_commit_timestamp is off") {
 		t.Errorf("no fence, no commit timestamps: %v", err)
 	}
@@ -175,7 +175,7 @@ func TestWindowMalformedValuesAreConfigErrors(t *testing.T) {
 		{Range{FromLSN: "0/1", ToLSN: "x/y/z"}, `--to-lsn "x/y/z": `},
 		{Range{Since: "yesterday"}, `--since "yesterday": use RFC 3339, e.g. 2026-12-02T18:00:00Z`},
 	} {
-		_, _, err := m.window(context.Background(), tc.r)
+		_, _, err := m.selection(context.Background(), tc.r)
 		var ce *ConfigError
 		if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want a *ConfigError %q", tc.r, err, tc.want)

@@ -68,10 +68,10 @@ type mapper struct {
 	commitTS bool
 }
 
-// window maps r to a backfill window and describes the mapping for the
+// selection maps r to a backfill selection and describes the mapping for the
 // operator.
-func (m mapper) window(ctx context.Context, r Range) (backfill.Window, string, error) {
-	var w backfill.Window
+func (m mapper) selection(ctx context.Context, r Range) (backfill.Selection, string, error) {
+	var w backfill.Selection
 	if r.All {
 		return w, "every row in the table", nil
 	}
@@ -101,7 +101,7 @@ func (m mapper) window(ctx context.Context, r Range) (backfill.Window, string, e
 	return w, desc, nil
 }
 
-func (m mapper) fromCheckpoint(ctx context.Context, id checkpoint.Identity, w *backfill.Window) (string, error) {
+func (m mapper) fromCheckpoint(ctx context.Context, id checkpoint.Identity, w *backfill.Selection) (string, error) {
 	cp, err := m.history.Latest(ctx)
 	if err != nil {
 		return "", err
@@ -116,7 +116,7 @@ func (m mapper) fromCheckpoint(ctx context.Context, id checkpoint.Identity, w *b
 	return fmt.Sprintf("from checkpoint %s (xid >= %d, fence at %s)", cp.LSN, cp.Fence.Xmin, cp.Fence.LSN), nil
 }
 
-func (m mapper) fromLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Window) (string, error) {
+func (m mapper) fromLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	lsn, err := pglogrepl.ParseLSN(s)
 	if err != nil {
 		return "", &ConfigError{fmt.Errorf("--from-lsn %q: %w (use the X/Y form)", s, err)}
@@ -133,7 +133,7 @@ func (m mapper) fromLSN(ctx context.Context, id checkpoint.Identity, s string, w
 	return fmt.Sprintf("from LSN %s (xid >= %d, fence at %s)", lsn, fence.Xmin, fence.LSN), nil
 }
 
-func (m mapper) since(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Window) (string, error) {
+func (m mapper) since(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return "", &ConfigError{fmt.Errorf("--since %q: use RFC 3339, e.g. 2026-12-02T18:00:00Z", s)}
@@ -160,7 +160,7 @@ func (m mapper) since(ctx context.Context, id checkpoint.Identity, s string, w *
 	return desc, nil
 }
 
-func (m mapper) toLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Window) (string, error) {
+func (m mapper) toLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	lsn, err := pglogrepl.ParseLSN(s)
 	if err != nil {
 		return "", &ConfigError{fmt.Errorf("--to-lsn %q: %w (use the X/Y form)", s, err)}
