@@ -43,8 +43,8 @@ type Relay struct {
 	pool  *pgxpool.Pool
 	slots *slot.Manager
 	quar  *deadletter.Queue
-	// positions holds the saved checkpoints (skip-ahead, recover, replay).
-	positions *checkpoint.Store
+	// checkpoints holds the saved checkpoints (skip-ahead, recover, replay).
+	checkpoints *checkpoint.Store
 
 	tracker atomic.Pointer[checkpoint.Tracker]
 	// cleanup is the leader's cleanup schedule (nil: off).
@@ -143,7 +143,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		r.loops.stats.Start(ctx)
 		defer r.loops.stats.Stop()
 	}
-	r.slots, r.positions = checked.Slots, checked.Checkpoints
+	r.slots, r.checkpoints = checked.Slots, checked.Checkpoints
 	if err := r.refuseLostSlot(ctx); err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func (r *Relay) refuseLostSlot(ctx context.Context) error {
 	if !errors.Is(err, slot.ErrNotFound) {
 		return nil // Ensure reports other problems
 	}
-	cp, err := r.positions.Latest(ctx)
+	cp, err := r.checkpoints.Latest(ctx)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return nil // first start: Ensure creates the slot
 	}
@@ -61,7 +61,7 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 	if err != nil {
 		return resumeState{}, err
 	}
-	res, err := r.positions.Resume(ctx, conn, id, st.ConfirmedFlushLSN, walEnd)
+	res, err := r.checkpoints.Resume(ctx, conn, id, st.ConfirmedFlushLSN, walEnd)
 	if err != nil {
 		var mismatch *checkpoint.MismatchError
 		var ahead *checkpoint.AheadError
@@ -218,7 +218,7 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) *startstop.Se
 	// tok is what the snapshot being saved knew; the saver goroutine both
 	// takes the snapshot and reports the attempt.
 	var tok checkpoint.SaveToken
-	sv := checkpoint.NewSaver(r.positions, r.pool, rs.id, rs.prev,
+	sv := checkpoint.NewSaver(r.checkpoints, r.pool, rs.id, rs.prev,
 		func() checkpoint.Acked {
 			a := tr.Last()
 			tok, a.Decoded = a.Token, r.decoded.load()

@@ -80,8 +80,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	positions := checked.Checkpoints
-	id, w, desc, foreign, err := cfg.plan(ctx, positions, commitTS)
+	checkpoints := checked.Checkpoints
+	id, w, desc, foreign, err := cfg.plan(ctx, checkpoints, commitTS)
 	if err != nil {
 		return err
 	}
@@ -111,11 +111,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if foreign {
-		if _, err := positions.Reset(ctx); err != nil {
+		if _, err := checkpoints.Reset(ctx); err != nil {
 			return err
 		}
 	}
-	if err := positions.Save(ctx, checkpoint.Checkpoint{LSN: ex.ConsistentPoint, Identity: id, Fence: &fence}, cfg.CheckpointRetention); err != nil {
+	if err := checkpoints.Save(ctx, checkpoint.Checkpoint{LSN: ex.ConsistentPoint, Identity: id, Fence: &fence}, cfg.CheckpointRetention); err != nil {
 		return err
 	}
 	fmt.Fprintf(cfg.Out, "recovered slot %s: back-filled %d events committed before %s; streaming resumes there\n", cfg.Outbox.Slot, n, ex.ConsistentPoint)
@@ -146,7 +146,7 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 // plan identifies the server on a short-lived replication connection and
 // picks the back-fill selection (selection), reading the timeline history there
 // when the checkpoint is of an earlier timeline.
-func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Selection, string, bool, error) {
+func (cfg Config) plan(ctx context.Context, checkpoints *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Selection, string, bool, error) {
 	conn, err := replication.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return checkpoint.Identity{}, backfill.Selection{}, "", false, err
@@ -157,7 +157,7 @@ func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitT
 		return id, backfill.Selection{}, "", false, err
 	}
 	trace := func(cp checkpoint.Checkpoint) (checkpoint.Lineage, error) { return cp.Trace(ctx, conn, id) }
-	w, desc, foreign, err := selection(ctx, positions, id, trace, cfg.Since, cfg.All, commitTS)
+	w, desc, foreign, err := selection(ctx, checkpoints, id, trace, cfg.Since, cfg.All, commitTS)
 	return id, w, desc, foreign, err
 }
 
@@ -171,13 +171,13 @@ func (cfg Config) plan(ctx context.Context, positions *checkpoint.Store, commitT
 // standby replayed the transactions before it with the same xids, and
 // every later one, of either timeline, has a larger xid. Its rows stay,
 // as history of the cluster.
-func selection(ctx context.Context, positions *checkpoint.Store, id checkpoint.Identity, trace func(checkpoint.Checkpoint) (checkpoint.Lineage, error),
+func selection(ctx context.Context, checkpoints *checkpoint.Store, id checkpoint.Identity, trace func(checkpoint.Checkpoint) (checkpoint.Lineage, error),
 	since time.Time, all, commitTS bool) (backfill.Selection, string, bool, error) {
 	var w backfill.Selection
 	if all {
 		return w, "every row in the table", false, nil
 	}
-	cp, err := positions.Latest(ctx)
+	cp, err := checkpoints.Latest(ctx)
 	if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		return w, "", false, err
 	}
@@ -193,7 +193,7 @@ func selection(ctx context.Context, positions *checkpoint.Store, id checkpoint.I
 	if !since.IsZero() {
 		t := since
 		w.Since = t
-		f, ok, err := positions.FenceBeforeTime(ctx, id, t)
+		f, ok, err := checkpoints.FenceBeforeTime(ctx, id, t)
 		switch {
 		case err != nil:
 			return w, "", false, err
