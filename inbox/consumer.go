@@ -15,42 +15,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Handler applies one event's effect inside tx, the transaction that also
 // registers the event in processed_events. Returning an error rolls both
 // back: the event is then neither applied nor marked processed. Wrap an
-// error with Permanent when retrying cannot help (see ExpectRows).
+// error with poison.Permanent when retrying cannot help (see ExpectRows).
 //
 // The handler must not commit or roll back tx, and must not have effects
 // outside PostgreSQL that cannot be repeated (an HTTP call, an e-mail): a
 // retry or a redelivery before the commit runs it again. Give such calls
 // an idempotency key (the event ID) at the receiver.
 type Handler func(ctx context.Context, tx pgx.Tx, ev *record.Event) error
-
-// Policy says what a permanently failing event does to the consumer.
-type Policy string
-
-// Policies.
-const (
-	// PolicyWait dead-letters the event (status dead) and parks every later
-	// event of its aggregate (status parked), in arrival order, until an
-	// operator runs Retry or Discard; other aggregates go on. The same
-	// ordering rule as the relay's quarantine.
-	PolicyWait Policy = "wait"
-	// PolicyHalt stops Run with a *HaltError before the event's offset.
-	PolicyHalt Policy = "halt"
-)
-
-// ParsePolicy validates a policy name.
-func ParsePolicy(s string) (Policy, error) {
-	switch Policy(s) {
-	case PolicyWait, PolicyHalt:
-		return Policy(s), nil
-	}
-	return "", fmt.Errorf("inbox policy %q: use wait or halt", s)
-}
 
 // Config configures a Consumer. Name, Brokers, Topics, Pool and Handler
 // are required; the rest have defaults.
@@ -73,8 +51,12 @@ type Config struct {
 	// events of a batch share one transaction (see BatchSize).
 	Handler      Handler
 	BatchHandler BatchHandler
-	// Policy for permanent failures; default PolicyWait.
-	Policy Policy
+	// Policy is what a permanently failing event does to the consumer
+	// (see the package documentation, "Failures"): poison.Quarantine, the
+	// default (the zero Policy), dead-letters it and parks the later
+	// events of its aggregate; poison.Halt stops Run with a
+	// *poison.HaltError before the event's offset.
+	Policy poison.Policy
 
 	// BatchSize is the most events of one partition applied in one
 	// transaction (default 500). A transaction per batch instead of per
@@ -209,11 +191,10 @@ func New(cfg Config) (*Consumer, error) {
 	if err := validIdent(cfg.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("inbox: Schema %w", err))
 	}
-	if cfg.Policy == "" {
-		cfg.Policy = PolicyWait
-	}
-	if _, err := ParsePolicy(string(cfg.Policy)); err != nil {
-		errs = append(errs, err)
+	if p, err := poison.ParsePolicy(string(cfg.Policy)); err != nil {
+		errs = append(errs, fmt.Errorf("inbox: %w", err))
+	} else {
+		cfg.Policy = p
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -313,9 +294,9 @@ var errConnLost = errors.New("connection lost")
 func (c *Consumer) fail(ctx context.Context, ev *record.Event, cause error, attempts int) error {
 	reason := cause.Error()
 	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType), slog.Int("attempt", attempts))
-	if c.cfg.Policy == PolicyHalt {
+	if c.cfg.Policy == poison.Halt {
 		log.Error("event failed permanently; policy is halt", slog.String("stage", "halt"), slog.Any("error", cause))
-		return &HaltError{EventID: ev.ID, AggregateID: ev.AggregateID, Reason: reason}
+		return &poison.HaltError{EventID: ev.ID, AggregateID: ev.AggregateID, Reason: reason, Held: "its offset"}
 	}
 	for n := 1; ; n++ {
 		err := c.store.deadLetter(ctx, ev, reason, attempts)

@@ -71,18 +71,22 @@
 // # Failures
 //
 // Handler errors are retried with exponential backoff and full jitter up
-// to Config.MaxAttempts; Permanent errors are not retried. PostgreSQL being
-// unavailable is retried without limit and never blamed on an event.
-// A permanently failing event follows Config.Policy:
+// to Config.MaxAttempts; errors marked with poison.Permanent (ExpectRows'
+// among them) are not retried. PostgreSQL being unavailable is retried
+// without limit and never blamed on an event. A permanently failing event
+// is poison, and follows Config.Policy, a poison.Policy: the relay's
+// vocabulary, so both ends of the outbox treat a poison event alike.
 //
-//   - PolicyWait (default): the event is written to inbox_dead_letter
-//     (status dead, with the reason and attempts) and every later event of
-//     its aggregate is parked there in arrival order, so the aggregate
-//     waits while every other aggregate goes on — the relay's rule.
-//     Consumer.Retry re-applies the aggregate's events in order;
-//     Consumer.Discard drops one (with a recorded reason) and retries the
-//     rest.
-//   - PolicyHalt: Run returns a *HaltError before the event's offset.
+//   - poison.Quarantine (default): the event is written to
+//     inbox_dead_letter (status dead, with the reason and attempts) and
+//     every later event of its aggregate is parked there in arrival order,
+//     so the aggregate waits while every other aggregate goes on — the
+//     relay's rule. Consumer.Retry re-applies the aggregate's events in
+//     order; Consumer.Discard drops one (with a recorded reason) and
+//     retries the rest.
+//   - poison.Halt: Run returns a *poison.HaltError before the event's
+//     offset, which stays uncommitted: after a restart the event is
+//     delivered again.
 //
 // # Order
 //

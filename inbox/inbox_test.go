@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -76,7 +77,7 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.cfg.GroupID != "shipping" || c.cfg.Policy != PolicyWait || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset ||
+	if c.cfg.GroupID != "shipping" || c.cfg.Policy != poison.Quarantine || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset ||
 		c.cfg.BatchSize != 500 || c.cfg.BatchLinger != 5*time.Millisecond || c.cfg.Concurrency != 7 || cap(c.sem) != 7 {
 		t.Fatalf("defaults: %+v", c.cfg)
 	}
@@ -128,10 +129,10 @@ func TestExpectRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := ExpectRows(pgconn.NewCommandTag("UPDATE 0"), 1)
-	if !errors.Is(err, ErrExpectation) || !IsPermanent(err) {
+	if !errors.Is(err, ErrExpectation) || !poison.IsPermanent(err) {
 		t.Fatalf("ExpectRows mismatch: %v", err)
 	}
-	if Permanent(nil) != nil || IsPermanent(errors.New("x")) {
+	if poison.Permanent(nil) != nil || poison.IsPermanent(errors.New("x")) {
 		t.Fatal("Permanent")
 	}
 }
