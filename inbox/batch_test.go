@@ -77,13 +77,13 @@ func (r *batchRig) applyOne(ctx context.Context, tx pgx.Tx, ev *record.Event) er
 	return ExpectRows(tag, 1)
 }
 
-func (r *batchRig) consumer(mod func(*Config)) *Consumer {
+func (r *batchRig) consumer(mod func(*Config), opts ...Option) *Consumer {
 	cfg := Config{Name: "c", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: r.s.Pool, Schema: r.s.Schema,
 		Handler: r.applyOne, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
-	c, err := New(cfg)
+	c, err := New(cfg, opts...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/poison"
@@ -121,19 +119,6 @@ type Config struct {
 	// partition's reader. GroupID, GroupTopics, Topic, Partition and
 	// CommitInterval are the inbox's.
 	TuneReader func(*kafka.ReaderConfig)
-
-	Metrics Metrics      // nil: no metrics; inboxprom.New gives Prometheus collectors
-	Logger  *slog.Logger // nil: no logs
-
-	// TracerProvider starts a span per event around Handler, continuing
-	// the producer's trace, or one per batch around BatchHandler, linked
-	// to each producer (trace.go, docs/tracing.md); nil: the global one,
-	// which records nothing until the application installs an SDK.
-	// noop.NewTracerProvider() turns the spans off entirely.
-	TracerProvider trace.TracerProvider
-	// Propagator reads the producer's context from the record headers;
-	// nil: the global one (otel.GetTextMapPropagator).
-	Propagator propagation.TextMapPropagator
 }
 
 // Stats are the consumer's counters since New.
@@ -164,8 +149,15 @@ type Consumer struct {
 	applied, duplicates, parked, dead, retries, commits, batches atomic.Int64
 }
 
-// New validates cfg and returns a Consumer. It does not connect.
-func New(cfg Config) (*Consumer, error) {
+// New validates cfg and returns a Consumer. It does not connect. opts say
+// where its logs, metrics and spans go (WithLogger, WithMetrics,
+// WithTracerProvider, WithPropagator); without them it logs and measures
+// nothing and traces with the global OpenTelemetry provider.
+func New(cfg Config, opts ...Option) (*Consumer, error) {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	var errs []error
 	if cfg.Name == "" || len(cfg.Name) > 200 {
 		errs = append(errs, errors.New("inbox: Name is required (1-200 characters); it keys processed_events"))
@@ -241,11 +233,11 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency)}
-	if cfg.Logger != nil {
-		c.log = cfg.Logger.With(slog.String("consumer", cfg.Name))
+	if o.logger != nil {
+		c.log = o.logger.With(slog.String("consumer", cfg.Name))
 	}
-	c.m = forConsumer(cfg.Metrics, cfg.Name)
-	c.tr = newTracing(cfg)
+	c.m = forConsumer(o.metrics, cfg.Name)
+	c.tr = newTracing(o, cfg.GroupID)
 	return c, nil
 }
 

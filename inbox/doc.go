@@ -8,6 +8,16 @@
 // a record that is not an outbox event (*record.DecodeError) is
 // dead-lettered like a permanent handler failure.
 //
+// # Configuration
+//
+// New takes a Config, what the consumer does (its topics, database,
+// handler, batches, retries, poison policy), and Options, where its logs,
+// metrics and spans go: WithLogger, WithMetrics (inboxprom.New gives the
+// Prometheus collectors), WithTracerProvider and WithPropagator, the names
+// the relay and the outbox use for the same things. Without options the
+// consumer logs and measures nothing and traces with the global
+// OpenTelemetry provider and propagator.
+//
 // # The guarantee, exactly
 //
 // Delivery is at-least-once, not exactly-once: the relay redelivers after a

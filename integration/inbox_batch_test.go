@@ -760,7 +760,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 		cfg := inbox.Config{
 			Name: "dib_" + env.Sfx, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema,
 			BatchSize: 100, BatchLinger: 200 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
-			Metrics: inboxprom.New(reg), TuneReader: ibFastGroup,
+			TuneReader: ibFastGroup,
 		}
 		if batch {
 			cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
@@ -776,7 +776,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 		} else {
 			cfg.Handler = one
 		}
-		c, err := inbox.New(cfg)
+		c, err := inbox.New(cfg, inbox.WithMetrics(inboxprom.New(reg)))
 		if err != nil {
 			t.Fatal(err)
 		}

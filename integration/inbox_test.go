@@ -399,8 +399,8 @@ func TestInboxDeadLetterWaitRetry(t *testing.T) {
 	consumer := "dl_" + env.Sfx
 	c, err := inbox.New(inbox.Config{
 		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Handler: handler,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitInterval: 100 * time.Millisecond, Metrics: metrics,
-	})
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
+	}, inbox.WithMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -262,14 +262,12 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		BatchSize:      cfg.batchSize,
 		BatchLinger:    cfg.batchLinger,
 		Concurrency:    cfg.concurrency,
-		Metrics:        metrics,
-		Logger:         log,
 		TuneReader: func(rc *kafka.ReaderConfig) {
 			rc.SessionTimeout = cfg.sessionTimeout
 			rc.RebalanceTimeout = cfg.sessionTimeout
 			rc.JoinGroupBackoff = time.Second
 		},
-	})
+	}, inbox.WithMetrics(metrics), inbox.WithLogger(log))
 	if err != nil {
 		return err
 	}
