@@ -190,9 +190,9 @@ func roundDuration(d time.Duration) time.Duration {
 // Without this option, or with a nil m, nothing is ever refused. A
 // reading that is stale (m's refreshes failing for longer than three
 // intervals) refuses nothing either: back-pressure must not turn a
-// statistics query into an outage.
+// statistics query into an outage. A Writer option.
 func WithBackpressure(m *HealthMonitor) Option {
-	return func(w *Writer) { w.bp = m }
+	return optionFunc(func(o *options) { o.backpressure = m })
 }
 
 // admit is the back-pressure check of one event: nil, or the refusal,

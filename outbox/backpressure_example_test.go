@@ -42,9 +42,7 @@ func ExampleWithBackpressure() {
 		// rather fail than let PostgreSQL invalidate the slot or fill the disk.
 		Hard:       outbox.Budget{MinForecast: 15 * time.Minute},
 		DiskBudget: 50 << 30, // the relay's --wal-disk-budget
-		Logger:     slog.Default(),
-		Metrics:    metrics,
-	})
+	}, outbox.WithLogger(slog.Default()), outbox.WithMetrics(metrics))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -266,12 +266,10 @@ func newFixture(t *testing.T, cfg HealthConfig) *monitorFixture {
 	t.Helper()
 	f := &monitorFixture{db: &fakeSlot{}, met: &metricsRecorder{}, log: &logRecorder{}, now: tStart}
 	cfg.Slot = "orders"
-	cfg.Metrics = f.met
-	cfg.Logger = slog.New(f.log)
 	if cfg.Interval == 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	m, err := NewHealthMonitor(f.db, cfg)
+	m, err := NewHealthMonitor(f.db, cfg, WithMetrics(f.met), WithLogger(slog.New(f.log)))
 	if err != nil {
 		t.Fatal(err)
 	}

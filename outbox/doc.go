@@ -70,6 +70,18 @@
 // cannot be refreshed refuses nothing. docs/operations.md explains how to
 // pick the budgets from the forecast.
 //
+// # Options
+//
+// NewWriter and NewHealthMonitor take Options, one type for the two: the
+// Writer's (WithBinaryPayload, WithSchema, WithBackpressure,
+// WithPropagator), the monitor's (WithLogger) and WithMetrics, which both
+// take, so that one Metrics (outboxprom.New) counts the Writers' conflicts
+// and refusals and the monitor's engaged levels. Each With function says
+// whom it configures; the other constructor ignores it. The names are the
+// relay's and the inbox's for the same concerns. A Writer logs nothing
+// (it returns its errors) and the package starts no spans, so there is no
+// WithTracerProvider, and WithLogger configures only the monitor.
+//
 // The table itself is created by package migrations (or by
 // "outbox-relay migrate"); this package only inserts into it.
 package outbox

@@ -60,12 +60,6 @@ type HealthConfig struct {
 	// agree. 0: safe_wal_size only (no forecast when
 	// max_slot_wal_keep_size is unlimited).
 	DiskBudget int64
-	// Logger receives one line when a level engages or releases, and
-	// warnings about failing refreshes. nil: no logs.
-	Logger *slog.Logger
-	// Metrics receives BackpressureEngaged on every engage and release.
-	// nil: none. Share it with the Writers' WithMetrics.
-	Metrics Metrics
 }
 
 // Health is one reading of the slot and the relay's progress, the input
@@ -172,7 +166,11 @@ type monitorState struct {
 // NewHealthMonitor returns a monitor of cfg.Slot on db. It reads nothing
 // until Run or Refresh; until the first successful refresh nothing is
 // refused. The error lists every invalid field.
-func NewHealthMonitor(db Querier, cfg HealthConfig) (*HealthMonitor, error) {
+//
+// The options of a HealthMonitor are WithLogger and WithMetrics (give it
+// the Metrics of its Writers); the Writer's own options change nothing
+// here.
+func NewHealthMonitor(db Querier, cfg HealthConfig, opts ...Option) (*HealthMonitor, error) {
 	var p []string
 	if db == nil {
 		p = append(p, "db is nil")
@@ -194,11 +192,15 @@ func NewHealthMonitor(db Querier, cfg HealthConfig) (*HealthMonitor, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultHealthInterval
 	}
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	m := &HealthMonitor{
 		db:      db,
 		cfg:     cfg,
-		log:     cfg.Logger,
-		metrics: cfg.Metrics,
+		log:     o.logger,
+		metrics: o.metrics,
 		timeout: min(max(cfg.Interval, time.Second), 5*time.Second),
 		now:     time.Now,
 		hist:    walforecast.History{Window: walforecast.DefaultWindow},
