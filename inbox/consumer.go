@@ -28,19 +28,26 @@ import (
 // an idempotency key (the event ID) at the receiver.
 type Handler func(ctx context.Context, tx pgx.Tx, ev *record.Event) error
 
-// Config configures a Consumer. Name, Brokers, Topics, Pool and Handler
-// are required; the rest have defaults.
+// Config configures a Consumer: what it does. Name, Brokers, Topics, Pool
+// and Handler (or BatchHandler) are required. Every other field's zero
+// value is its default, so a Config with the required fields alone is a
+// complete configuration; a knob that can be turned off is turned off by
+// a negative value (0 is the default, -1 off), as each field says. Where
+// the logs, metrics and spans go are Options of New.
 type Config struct {
 	// Name identifies the consumer in processed_events and the dead-letter
-	// table: two consumers with the same Name share their dedupe. Default
-	// Kafka group ID.
+	// table: two consumers with the same Name share their dedupe. It is
+	// also the default GroupID. Required (1-200 characters).
 	Name string
 	// GroupID is the Kafka consumer group; default Name.
 	GroupID string
+	// Brokers are the Kafka bootstrap brokers (host:port). Required.
 	Brokers []string
-	Topics  []string
+	// Topics are the topics to consume. Required.
+	Topics []string
 	// Pool is the consumer's database: the inbox tables and the state the
 	// handler changes live there, so one transaction covers both.
+	// Required.
 	Pool *pgxpool.Pool
 	// Schema holds the inbox tables (Migrate); default "public".
 	Schema string
@@ -60,51 +67,62 @@ type Config struct {
 	// transaction (default 500). A transaction per batch instead of per
 	// event is what makes the inbox keep up with the relay; 1 gives one
 	// transaction per event. Memory is bounded by BatchSize times the
-	// assigned partitions, whatever the backlog.
+	// assigned partitions, whatever the backlog. At most 10000.
 	BatchSize int
 	// BatchLinger is how long a partition waits for more records after
 	// the first one of a batch before it applies a partial batch (default
 	// 5ms). A backlog fills batches at once; the linger only adds latency
-	// to a trickle.
+	// to a trickle. It cannot be negative: BatchSize 1 applies every
+	// record as it comes.
 	BatchLinger time.Duration
 	// Concurrency is how many partitions apply a batch at the same time
 	// (default: the pool's MaxConns). Each assigned partition has its own
 	// reader and worker, so order within a partition (and so within an
 	// aggregate) is kept; this bounds the database connections they hold.
+	// At least 1 when set.
 	Concurrency int
 
 	// MaxAttempts is how often a failing handler runs before the event is
-	// a permanent failure (default 5). Infrastructure failures of
-	// PostgreSQL are retried without limit and never count.
+	// a permanent failure (default 5; 1: no retry). Infrastructure
+	// failures of PostgreSQL are retried without limit and never count.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the exponential backoff with full
-	// jitter between attempts (defaults 100ms, 5s). Only the failing
-	// event's partition waits during the backoff.
+	// jitter between attempts (defaults 100ms, 5s; BackoffBase may not
+	// exceed BackoffMax). Only the failing event's partition waits during
+	// the backoff.
 	BackoffBase, BackoffMax time.Duration
 
 	// CommitInterval and CommitBatch batch offset commits: the processed
 	// offsets are committed every CommitInterval (default 1s) or after
 	// CommitBatch events (default 1000), whichever comes first. Larger
 	// values mean fewer commits and more redeliveries after a crash (all
-	// absorbed).
+	// absorbed). Neither can be turned off.
 	CommitInterval time.Duration
 	CommitBatch    int
 
 	// Retention, when positive, deletes processed_events rows older than
-	// it every PruneInterval (default 1h). It must be at least
-	// ReplayWindow: a row deleted while its event can still be redelivered
-	// would let the redelivery apply the effect a second time.
-	Retention     time.Duration
-	ReplayWindow  time.Duration
+	// it every PruneInterval. Off by default: 0 (or a negative value)
+	// keeps the rows forever. It must be at least ReplayWindow: a row
+	// deleted while its event can still be redelivered would let the
+	// redelivery apply the effect a second time (CheckRetention).
+	Retention time.Duration
+	// ReplayWindow is the longest time after its first delivery at which
+	// an event can still be delivered again; required with a Retention,
+	// not negative.
+	ReplayWindow time.Duration
+	// PruneInterval is how often Run deletes the rows past the Retention
+	// (default 1h).
 	PruneInterval time.Duration
 
 	// StartOffset of a group without committed offsets: kafka.FirstOffset
 	// (the default: a new consumer sees every retained event) or
-	// kafka.LastOffset.
+	// kafka.LastOffset (kafka-go's constants, both negative).
 	StartOffset int64
 	// ShutdownTimeout bounds how long the batches in flight may take to
 	// finish when Run stops, before they are cancelled (and roll back)
-	// and the final offsets are committed (default 10s).
+	// and the final offsets are committed (default 10s). Negative turns
+	// the grace off: the batches in flight are cancelled at once, and
+	// their events are delivered again after a restart.
 	ShutdownTimeout time.Duration
 	// RecordFormat is the format of the topics' records (the relay's
 	// --record-format); empty (or "auto"), the default, detects it per
@@ -117,7 +135,8 @@ type Config struct {
 	// kafka.ConsumerGroup, the fetch settings (MinBytes, MaxBytes,
 	// MaxWait, QueueCapacity, ReadBackoffMin/Max, IsolationLevel) to each
 	// partition's reader. GroupID, GroupTopics, Topic, Partition and
-	// CommitInterval are the inbox's.
+	// CommitInterval are the inbox's. nil (the default) keeps the inbox's
+	// settings.
 	TuneReader func(*kafka.ReaderConfig)
 }
 
@@ -245,12 +264,14 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 // window: the longest time after its first delivery at which an event can
 // still be delivered again (the topics' retention if offsets may be reset
 // to the earliest, otherwise the longest outage after which the relay or a
-// consumer can still redeliver). Zero retention keeps rows forever.
+// consumer can still redeliver). A retention of zero or less is off: the
+// rows are kept forever, whatever the window. The window cannot be
+// negative.
 func CheckRetention(retention, replayWindow time.Duration) error {
 	switch {
-	case retention < 0 || replayWindow < 0:
-		return errors.New("inbox: Retention and ReplayWindow must not be negative")
-	case retention == 0:
+	case replayWindow < 0:
+		return errors.New("inbox: ReplayWindow must not be negative")
+	case retention <= 0:
 		return nil
 	case replayWindow == 0:
 		return fmt.Errorf("inbox: Retention %s needs ReplayWindow: set it to the longest time after which an event can be delivered again "+

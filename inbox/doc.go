@@ -14,9 +14,11 @@
 // handler, batches, retries, poison policy), and Options, where its logs,
 // metrics and spans go: WithLogger, WithMetrics (inboxprom.New gives the
 // Prometheus collectors), WithTracerProvider and WithPropagator, the names
-// the relay and the outbox use for the same things. Without options the
-// consumer logs and measures nothing and traces with the global
-// OpenTelemetry provider and propagator.
+// the relay and the outbox use for the same things. Every Config field's
+// zero value is its default, and a negative value turns off a knob that
+// can be turned off (Retention, ShutdownTimeout's grace period). Without
+// options the consumer logs and measures nothing and traces with the
+// global OpenTelemetry provider and propagator.
 //
 // # The guarantee, exactly
 //

@@ -45,7 +45,9 @@ func TestCheckRetention(t *testing.T) {
 		ok       bool
 	}{
 		{0, 0, true}, {0, time.Hour, true}, {48 * time.Hour, 24 * time.Hour, true}, {24 * time.Hour, 24 * time.Hour, true},
-		{time.Hour, 24 * time.Hour, false}, {time.Hour, 0, false}, {-1, 0, false},
+		{time.Hour, 24 * time.Hour, false}, {time.Hour, 0, false},
+		// A negative retention is off, like 0; a negative window is an error.
+		{-1, 0, true}, {-time.Hour, 24 * time.Hour, true}, {0, -1, false}, {-1, -1, false}, {time.Hour, -1, false},
 	} {
 		err := CheckRetention(c.ret, c.win)
 		if (err == nil) != c.ok {
@@ -111,6 +113,24 @@ func TestNewValidates(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New: want %q in %v", want, err)
 		}
+	}
+}
+
+// TestNegativeTurnsOff: a negative Retention is off (no pruning, like 0)
+// and a negative ShutdownTimeout turns the grace off; neither is replaced
+// by a default.
+func TestNegativeTurnsOff(t *testing.T) {
+	cfg := validConfig()
+	cfg.Retention, cfg.ShutdownTimeout = -1, -1
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.cfg.Retention != -1 || c.cfg.ShutdownTimeout != -1 {
+		t.Fatalf("Retention %s, ShutdownTimeout %s: want both kept at -1ns", c.cfg.Retention, c.cfg.ShutdownTimeout)
+	}
+	if n, err := c.Prune(context.Background()); n != 0 || err != nil { // testPool would fail a query
+		t.Fatalf("Prune without a retention = %d, %v", n, err)
 	}
 }
 

@@ -67,8 +67,10 @@
 // ErrBackpressure)), so the business transaction can fail fast or go on
 // without the event; Transition refuses before its change runs, too.
 // Events are critical by default (the zero Priority), and a reading that
-// cannot be refreshed refuses nothing. docs/operations.md explains how to
-// pick the budgets from the forecast.
+// cannot be refreshed refuses nothing. A zero HealthConfig field is its
+// default and a negative limit is off, like a zero one (no limit is set
+// by default). docs/operations.md explains how to pick the budgets from
+// the forecast.
 //
 // # Options
 //

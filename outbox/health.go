@@ -34,7 +34,11 @@ const DefaultHealthInterval = 5 * time.Second
 // successful refresh. Past that, nothing is refused (fail open).
 const staleAfter = 3
 
-// HealthConfig configures a HealthMonitor.
+// HealthConfig configures a HealthMonitor: what it reads and the budgets
+// it evaluates. Slot is required. Every other field's zero value is its
+// default, and a knob that can be turned off is turned off by a negative
+// value too (0 is the default, -1 off), as each field says. Where the logs
+// and metrics go are Options of NewHealthMonitor.
 type HealthConfig struct {
 	// Slot is the relay's replication slot (outbox-relay --slot).
 	// Required.
@@ -45,20 +49,24 @@ type HealthConfig struct {
 	// SELECT on that table. Zero: the checkpoint is not read, and the age
 	// comes from the slot alone.
 	Table migrations.Table
-	// Interval is the refresh cadence (default DefaultHealthInterval). A
-	// reading older than three intervals is stale: it refuses nothing.
+	// Interval is the refresh cadence (default DefaultHealthInterval; it
+	// cannot be turned off or be negative). A reading older than three
+	// intervals is stale: it refuses nothing.
 	Interval time.Duration
 	// Soft is the budget beyond which events of PriorityLow are refused.
+	// The zero Budget, the default, refuses nothing.
 	Soft Budget
 	// Hard is the optional budget beyond which every event is refused,
 	// critical ones too: the point where the service would rather stop
-	// writing than risk the database's disk. Zero: never.
+	// writing than risk the database's disk. The zero Budget, the
+	// default: never.
 	Hard Budget
 	// DiskBudget is the bytes of WAL the slot may retain, like the
 	// relay's --wal-disk-budget: the forecast aims at the smaller of it
 	// and safe_wal_size. Set it to the relay's value so both forecasts
-	// agree. 0: safe_wal_size only (no forecast when
-	// max_slot_wal_keep_size is unlimited).
+	// agree. Off by default: 0 (or a negative value) aims at
+	// safe_wal_size only (no forecast when max_slot_wal_keep_size is
+	// unlimited).
 	DiskBudget int64
 }
 
@@ -181,11 +189,6 @@ func NewHealthMonitor(db Querier, cfg HealthConfig, opts ...Option) (*HealthMoni
 	if cfg.Interval < 0 {
 		p = append(p, fmt.Sprintf("Interval %s is negative", cfg.Interval))
 	}
-	if cfg.DiskBudget < 0 {
-		p = append(p, fmt.Sprintf("DiskBudget %d is negative", cfg.DiskBudget))
-	}
-	p = append(p, cfg.Soft.problems("Soft")...)
-	p = append(p, cfg.Hard.problems("Hard")...)
 	if len(p) > 0 {
 		return nil, errors.New("outbox: invalid HealthConfig: " + strings.Join(p, "; "))
 	}
