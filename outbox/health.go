@@ -36,9 +36,10 @@ const staleAfter = 3
 
 // HealthConfig configures a HealthMonitor: what it reads and the budgets
 // it evaluates. Slot is required. Every other field's zero value is its
-// default, and a knob that can be turned off is turned off by a negative
-// value too (0 is the default, -1 off), as each field says. Where the logs
-// and metrics go are Options of NewHealthMonitor.
+// default. The limits (DiskBudget and each Budget's) are off by default,
+// and a negative limit is off too, the convention of the module's other
+// Configs (0 the default, -1 off). Where the logs and metrics go are
+// Options of NewHealthMonitor.
 type HealthConfig struct {
 	// Slot is the relay's replication slot (outbox-relay --slot).
 	// Required.
