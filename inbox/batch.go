@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -57,7 +58,7 @@ func (e *handlerError) Unwrap() error { return e.err }
 
 // applyRecords takes a partition's batch of records to final outcomes, in
 // order. It returns how many leading records have one (their offsets may
-// be committed) and an error: a fatal one (*HaltError, the inbox's own
+// be committed) and an error: a fatal one (*poison.HaltError, the inbox's own
 // tables failing) or ctx's when the generation or Run ended first.
 // Records that are not outbox events are dead-lettered where they stand.
 func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message) (int, error) {
@@ -190,9 +191,9 @@ func (c *Consumer) processOne(ctx, txCtx context.Context, ev *record.Event, caus
 			infra++
 			wait = c.backoff(infra)
 			log.Warn("database unavailable, retrying", slog.Any("error", err), slog.Duration("backoff", wait))
-		case IsPermanent(err) || attempt >= c.cfg.MaxAttempts:
+		case poison.IsPermanent(err) || attempt >= c.cfg.MaxAttempts:
 			reason := "handler"
-			if IsPermanent(err) {
+			if poison.IsPermanent(err) {
 				reason = "permanent"
 			}
 			c.m.errors(reason)
@@ -305,7 +306,7 @@ func (c *Consumer) tryBatch(ctx context.Context, evs []*record.Event) ([]outcome
 // connLost tells a handler error caused by the connection dying under it
 // (not the event's fault) from the handler's own.
 func connLost(tx pgx.Tx, err error) error {
-	if tx.Conn().IsClosed() && !IsPermanent(err) {
+	if tx.Conn().IsClosed() && !poison.IsPermanent(err) {
 		return fmt.Errorf("inbox: handler lost its connection: %w (%w)", err, errConnLost)
 	}
 	return err

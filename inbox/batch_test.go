@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -75,13 +77,13 @@ func (r *batchRig) applyOne(ctx context.Context, tx pgx.Tx, ev *record.Event) er
 	return ExpectRows(tag, 1)
 }
 
-func (r *batchRig) consumer(mod func(*Config)) *Consumer {
+func (r *batchRig) consumer(mod func(*Config), opts ...Option) *Consumer {
 	cfg := Config{Name: "c", Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, Pool: r.s.Pool, Schema: r.s.Schema,
 		Handler: r.applyOne, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
-	c, err := New(cfg)
+	c, err := New(cfg, opts...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestBatchFailureInBatch(t *testing.T) {
 				calls[ev.ID]++
 				switch ev.ID {
 				case ids["b2"]:
-					return Permanent(errors.New("cannot apply b2"))
+					return poison.Permanent(errors.New("cannot apply b2"))
 				case ids["c3"]:
 					if calls[ev.ID] == 1 {
 						return errors.New("downstream hiccup")
@@ -253,24 +255,30 @@ func TestBatchDuplicates(t *testing.T) {
 	}
 }
 
-// TestBatchHalt: under PolicyHalt, applyRecords reports only the records
+// TestBatchHalt: under poison.Halt, applyRecords reports only the records
 // before the failing one as done, so no offset passes it.
 func TestBatchHalt(t *testing.T) {
 	r := newBatchRig(t)
 	msgs, ids := script()
 	c := r.consumer(func(cfg *Config) {
-		cfg.Policy = PolicyHalt
+		cfg.Policy = poison.Halt
 		cfg.Handler = func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			if ev.ID == ids["a3"] {
-				return Permanent(errors.New("no"))
+				return poison.Permanent(errors.New("no"))
 			}
 			return r.applyOne(ctx, tx, ev)
 		}
 	})
 	done, err := c.applyRecords(r.s.Ctx, r.s.Ctx, msgs)
-	var he *HaltError
+	var he *poison.HaltError
 	if !errors.As(err, &he) || done != 6 {
 		t.Fatalf("applyRecords = %d, %v; want 6 and a HaltError", done, err)
+	}
+	if he.EventID != ids["a3"] || he.AggregateID != "a" || he.Reason != "no" || he.Held != "its offset" {
+		t.Fatalf("HaltError = %+v", he)
+	}
+	if want := "the stream stops with its offset held"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("HaltError says %q, want %q in it", err, want)
 	}
 	if st := c.Stats(); st.Applied != 6 {
 		t.Fatalf("stats %+v", st)

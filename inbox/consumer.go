@@ -11,17 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Handler applies one event's effect inside tx, the transaction that also
 // registers the event in processed_events. Returning an error rolls both
 // back: the event is then neither applied nor marked processed. Wrap an
-// error with Permanent when retrying cannot help (see ExpectRows).
+// error with poison.Permanent when retrying cannot help (see ExpectRows).
 //
 // The handler must not commit or roll back tx, and must not have effects
 // outside PostgreSQL that cannot be repeated (an HTTP call, an e-mail): a
@@ -29,42 +28,26 @@ import (
 // an idempotency key (the event ID) at the receiver.
 type Handler func(ctx context.Context, tx pgx.Tx, ev *record.Event) error
 
-// Policy says what a permanently failing event does to the consumer.
-type Policy string
-
-// Policies.
-const (
-	// PolicyWait dead-letters the event (status dead) and parks every later
-	// event of its aggregate (status parked), in arrival order, until an
-	// operator runs Retry or Discard; other aggregates go on. The same
-	// ordering rule as the relay's quarantine.
-	PolicyWait Policy = "wait"
-	// PolicyHalt stops Run with a *HaltError before the event's offset.
-	PolicyHalt Policy = "halt"
-)
-
-// ParsePolicy validates a policy name.
-func ParsePolicy(s string) (Policy, error) {
-	switch Policy(s) {
-	case PolicyWait, PolicyHalt:
-		return Policy(s), nil
-	}
-	return "", fmt.Errorf("inbox policy %q: use wait or halt", s)
-}
-
-// Config configures a Consumer. Name, Brokers, Topics, Pool and Handler
-// are required; the rest have defaults.
+// Config configures a Consumer: what it does. Name, Brokers, Topics, Pool
+// and Handler (or BatchHandler) are required. Every other field's zero
+// value is its default, so a Config with the required fields alone is a
+// complete configuration; a knob that can be turned off is turned off by
+// a negative value (0 is the default, -1 off), as each field says. Where
+// the logs, metrics and spans go are Options of New.
 type Config struct {
 	// Name identifies the consumer in processed_events and the dead-letter
-	// table: two consumers with the same Name share their dedupe. Default
-	// Kafka group ID.
+	// table: two consumers with the same Name share their dedupe. It is
+	// also the default GroupID. Required (1-200 characters).
 	Name string
 	// GroupID is the Kafka consumer group; default Name.
 	GroupID string
+	// Brokers are the Kafka bootstrap brokers (host:port). Required.
 	Brokers []string
-	Topics  []string
+	// Topics are the topics to consume. Required.
+	Topics []string
 	// Pool is the consumer's database: the inbox tables and the state the
 	// handler changes live there, so one transaction covers both.
+	// Required.
 	Pool *pgxpool.Pool
 	// Schema holds the inbox tables (Migrate); default "public".
 	Schema string
@@ -73,58 +56,73 @@ type Config struct {
 	// events of a batch share one transaction (see BatchSize).
 	Handler      Handler
 	BatchHandler BatchHandler
-	// Policy for permanent failures; default PolicyWait.
-	Policy Policy
+	// Policy is what a permanently failing event does to the consumer
+	// (see the package documentation, "Failures"): poison.Quarantine, the
+	// default (the zero Policy), dead-letters it and parks the later
+	// events of its aggregate; poison.Halt stops Run with a
+	// *poison.HaltError before the event's offset.
+	Policy poison.Policy
 
 	// BatchSize is the most events of one partition applied in one
 	// transaction (default 500). A transaction per batch instead of per
 	// event is what makes the inbox keep up with the relay; 1 gives one
 	// transaction per event. Memory is bounded by BatchSize times the
-	// assigned partitions, whatever the backlog.
+	// assigned partitions, whatever the backlog. At most 10000.
 	BatchSize int
 	// BatchLinger is how long a partition waits for more records after
 	// the first one of a batch before it applies a partial batch (default
 	// 5ms). A backlog fills batches at once; the linger only adds latency
-	// to a trickle.
+	// to a trickle. It cannot be negative: BatchSize 1 applies every
+	// record as it comes.
 	BatchLinger time.Duration
 	// Concurrency is how many partitions apply a batch at the same time
 	// (default: the pool's MaxConns). Each assigned partition has its own
 	// reader and worker, so order within a partition (and so within an
 	// aggregate) is kept; this bounds the database connections they hold.
+	// At least 1 when set.
 	Concurrency int
 
 	// MaxAttempts is how often a failing handler runs before the event is
-	// a permanent failure (default 5). Infrastructure failures of
-	// PostgreSQL are retried without limit and never count.
+	// a permanent failure (default 5; 1: no retry). Infrastructure
+	// failures of PostgreSQL are retried without limit and never count.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the exponential backoff with full
-	// jitter between attempts (defaults 100ms, 5s). Only the failing
-	// event's partition waits during the backoff.
+	// jitter between attempts (defaults 100ms, 5s; BackoffBase may not
+	// exceed BackoffMax). Only the failing event's partition waits during
+	// the backoff.
 	BackoffBase, BackoffMax time.Duration
 
 	// CommitInterval and CommitBatch batch offset commits: the processed
 	// offsets are committed every CommitInterval (default 1s) or after
 	// CommitBatch events (default 1000), whichever comes first. Larger
 	// values mean fewer commits and more redeliveries after a crash (all
-	// absorbed).
+	// absorbed). Neither can be turned off.
 	CommitInterval time.Duration
 	CommitBatch    int
 
 	// Retention, when positive, deletes processed_events rows older than
-	// it every PruneInterval (default 1h). It must be at least
-	// ReplayWindow: a row deleted while its event can still be redelivered
-	// would let the redelivery apply the effect a second time.
-	Retention     time.Duration
-	ReplayWindow  time.Duration
+	// it every PruneInterval. Off by default: 0 (or a negative value)
+	// keeps the rows forever. It must be at least ReplayWindow: a row
+	// deleted while its event can still be redelivered would let the
+	// redelivery apply the effect a second time (CheckRetention).
+	Retention time.Duration
+	// ReplayWindow is the longest time after its first delivery at which
+	// an event can still be delivered again; required with a Retention,
+	// not negative.
+	ReplayWindow time.Duration
+	// PruneInterval is how often Run deletes the rows past the Retention
+	// (default 1h).
 	PruneInterval time.Duration
 
 	// StartOffset of a group without committed offsets: kafka.FirstOffset
 	// (the default: a new consumer sees every retained event) or
-	// kafka.LastOffset.
+	// kafka.LastOffset (kafka-go's constants, both negative).
 	StartOffset int64
 	// ShutdownTimeout bounds how long the batches in flight may take to
 	// finish when Run stops, before they are cancelled (and roll back)
-	// and the final offsets are committed (default 10s).
+	// and the final offsets are committed (default 10s). Negative turns
+	// the grace off: the batches in flight are cancelled at once, and
+	// their events are delivered again after a restart.
 	ShutdownTimeout time.Duration
 	// RecordFormat is the format of the topics' records (the relay's
 	// --record-format); empty (or "auto"), the default, detects it per
@@ -137,21 +135,9 @@ type Config struct {
 	// kafka.ConsumerGroup, the fetch settings (MinBytes, MaxBytes,
 	// MaxWait, QueueCapacity, ReadBackoffMin/Max, IsolationLevel) to each
 	// partition's reader. GroupID, GroupTopics, Topic, Partition and
-	// CommitInterval are the inbox's.
+	// CommitInterval are the inbox's. nil (the default) keeps the inbox's
+	// settings.
 	TuneReader func(*kafka.ReaderConfig)
-
-	Metrics Metrics      // nil: no metrics; inboxprom.New gives Prometheus collectors
-	Logger  *slog.Logger // nil: no logs
-
-	// TracerProvider starts a span per event around Handler, continuing
-	// the producer's trace, or one per batch around BatchHandler, linked
-	// to each producer (trace.go, docs/tracing.md); nil: the global one,
-	// which records nothing until the application installs an SDK.
-	// noop.NewTracerProvider() turns the spans off entirely.
-	TracerProvider trace.TracerProvider
-	// Propagator reads the producer's context from the record headers;
-	// nil: the global one (otel.GetTextMapPropagator).
-	Propagator propagation.TextMapPropagator
 }
 
 // Stats are the consumer's counters since New.
@@ -182,8 +168,15 @@ type Consumer struct {
 	applied, duplicates, parked, dead, retries, commits, batches atomic.Int64
 }
 
-// New validates cfg and returns a Consumer. It does not connect.
-func New(cfg Config) (*Consumer, error) {
+// New validates cfg and returns a Consumer. It does not connect. opts say
+// where its logs, metrics and spans go (WithLogger, WithMetrics,
+// WithTracerProvider, WithPropagator); without them it logs and measures
+// nothing and traces with the global OpenTelemetry provider.
+func New(cfg Config, opts ...Option) (*Consumer, error) {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	var errs []error
 	if cfg.Name == "" || len(cfg.Name) > 200 {
 		errs = append(errs, errors.New("inbox: Name is required (1-200 characters); it keys processed_events"))
@@ -209,11 +202,10 @@ func New(cfg Config) (*Consumer, error) {
 	if err := validIdent(cfg.Schema); err != nil {
 		errs = append(errs, fmt.Errorf("inbox: Schema %w", err))
 	}
-	if cfg.Policy == "" {
-		cfg.Policy = PolicyWait
-	}
-	if _, err := ParsePolicy(string(cfg.Policy)); err != nil {
-		errs = append(errs, err)
+	if p, err := poison.ParsePolicy(string(cfg.Policy)); err != nil {
+		errs = append(errs, fmt.Errorf("inbox: %w", err))
+	} else {
+		cfg.Policy = p
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -260,11 +252,11 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency)}
-	if cfg.Logger != nil {
-		c.log = cfg.Logger.With(slog.String("consumer", cfg.Name))
+	if o.logger != nil {
+		c.log = o.logger.With(slog.String("consumer", cfg.Name))
 	}
-	c.m = forConsumer(cfg.Metrics, cfg.Name)
-	c.tr = newTracing(cfg)
+	c.m = forConsumer(o.metrics, cfg.Name)
+	c.tr = newTracing(o, cfg.GroupID)
 	return c, nil
 }
 
@@ -272,12 +264,14 @@ func New(cfg Config) (*Consumer, error) {
 // window: the longest time after its first delivery at which an event can
 // still be delivered again (the topics' retention if offsets may be reset
 // to the earliest, otherwise the longest outage after which the relay or a
-// consumer can still redeliver). Zero retention keeps rows forever.
+// consumer can still redeliver). A retention of zero or less is off: the
+// rows are kept forever, whatever the window. The window cannot be
+// negative.
 func CheckRetention(retention, replayWindow time.Duration) error {
 	switch {
-	case retention < 0 || replayWindow < 0:
-		return errors.New("inbox: Retention and ReplayWindow must not be negative")
-	case retention == 0:
+	case replayWindow < 0:
+		return errors.New("inbox: ReplayWindow must not be negative")
+	case retention <= 0:
 		return nil
 	case replayWindow == 0:
 		return fmt.Errorf("inbox: Retention %s needs ReplayWindow: set it to the longest time after which an event can be delivered again "+
@@ -313,9 +307,9 @@ var errConnLost = errors.New("connection lost")
 func (c *Consumer) fail(ctx context.Context, ev *record.Event, cause error, attempts int) error {
 	reason := cause.Error()
 	log := c.log.With(slog.String("event_id", ev.ID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType), slog.Int("attempt", attempts))
-	if c.cfg.Policy == PolicyHalt {
+	if c.cfg.Policy == poison.Halt {
 		log.Error("event failed permanently; policy is halt", slog.String("stage", "halt"), slog.Any("error", cause))
-		return &HaltError{EventID: ev.ID, AggregateID: ev.AggregateID, Reason: reason}
+		return &poison.HaltError{EventID: ev.ID, AggregateID: ev.AggregateID, Reason: reason, Held: "its offset"}
 	}
 	for n := 1; ; n++ {
 		err := c.store.deadLetter(ctx, ev, reason, attempts)

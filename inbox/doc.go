@@ -8,6 +8,18 @@
 // a record that is not an outbox event (*record.DecodeError) is
 // dead-lettered like a permanent handler failure.
 //
+// # Configuration
+//
+// New takes a Config, what the consumer does (its topics, database,
+// handler, batches, retries, poison policy), and Options, where its logs,
+// metrics and spans go: WithLogger, WithMetrics (inboxprom.New gives the
+// Prometheus collectors), WithTracerProvider and WithPropagator, the names
+// the relay and the outbox use for the same things. Every Config field's
+// zero value is its default, and a negative value turns off a knob that
+// can be turned off (Retention, ShutdownTimeout's grace period). Without
+// options the consumer logs and measures nothing and traces with the
+// global OpenTelemetry provider and propagator.
+//
 // # The guarantee, exactly
 //
 // Delivery is at-least-once, not exactly-once: the relay redelivers after a
@@ -71,18 +83,22 @@
 // # Failures
 //
 // Handler errors are retried with exponential backoff and full jitter up
-// to Config.MaxAttempts; Permanent errors are not retried. PostgreSQL being
-// unavailable is retried without limit and never blamed on an event.
-// A permanently failing event follows Config.Policy:
+// to Config.MaxAttempts; errors marked with poison.Permanent (ExpectRows'
+// among them) are not retried. PostgreSQL being unavailable is retried
+// without limit and never blamed on an event. A permanently failing event
+// is poison, and follows Config.Policy, a poison.Policy: the relay's
+// vocabulary, so both ends of the outbox treat a poison event alike.
 //
-//   - PolicyWait (default): the event is written to inbox_dead_letter
-//     (status dead, with the reason and attempts) and every later event of
-//     its aggregate is parked there in arrival order, so the aggregate
-//     waits while every other aggregate goes on — the relay's rule.
-//     Consumer.Retry re-applies the aggregate's events in order;
-//     Consumer.Discard drops one (with a recorded reason) and retries the
-//     rest.
-//   - PolicyHalt: Run returns a *HaltError before the event's offset.
+//   - poison.Quarantine (default): the event is written to
+//     inbox_dead_letter (status dead, with the reason and attempts) and
+//     every later event of its aggregate is parked there in arrival order,
+//     so the aggregate waits while every other aggregate goes on — the
+//     relay's rule. Consumer.Retry re-applies the aggregate's events in
+//     order; Consumer.Discard drops one (with a recorded reason) and
+//     retries the rest.
+//   - poison.Halt: Run returns a *poison.HaltError before the event's
+//     offset, which stays uncommitted: after a restart the event is
+//     delivered again.
 //
 // # Order
 //

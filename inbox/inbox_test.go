@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -44,7 +45,9 @@ func TestCheckRetention(t *testing.T) {
 		ok       bool
 	}{
 		{0, 0, true}, {0, time.Hour, true}, {48 * time.Hour, 24 * time.Hour, true}, {24 * time.Hour, 24 * time.Hour, true},
-		{time.Hour, 24 * time.Hour, false}, {time.Hour, 0, false}, {-1, 0, false},
+		{time.Hour, 24 * time.Hour, false}, {time.Hour, 0, false},
+		// A negative retention is off, like 0; a negative window is an error.
+		{-1, 0, true}, {-time.Hour, 24 * time.Hour, true}, {0, -1, false}, {-1, -1, false}, {time.Hour, -1, false},
 	} {
 		err := CheckRetention(c.ret, c.win)
 		if (err == nil) != c.ok {
@@ -76,7 +79,7 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.cfg.GroupID != "shipping" || c.cfg.Policy != PolicyWait || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset ||
+	if c.cfg.GroupID != "shipping" || c.cfg.Policy != poison.Quarantine || c.cfg.Schema != "public" || c.cfg.StartOffset != kafka.FirstOffset ||
 		c.cfg.BatchSize != 500 || c.cfg.BatchLinger != 5*time.Millisecond || c.cfg.Concurrency != 7 || cap(c.sem) != 7 {
 		t.Fatalf("defaults: %+v", c.cfg)
 	}
@@ -113,6 +116,24 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestNegativeTurnsOff: a negative Retention is off (no pruning, like 0)
+// and a negative ShutdownTimeout turns the grace off; neither is replaced
+// by a default.
+func TestNegativeTurnsOff(t *testing.T) {
+	cfg := validConfig()
+	cfg.Retention, cfg.ShutdownTimeout = -1, -1
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.cfg.Retention != -1 || c.cfg.ShutdownTimeout != -1 {
+		t.Fatalf("Retention %s, ShutdownTimeout %s: want both kept at -1ns", c.cfg.Retention, c.cfg.ShutdownTimeout)
+	}
+	if n, err := c.Prune(context.Background()); n != 0 || err != nil { // testPool would fail a query
+		t.Fatalf("Prune without a retention = %d, %v", n, err)
+	}
+}
+
 func TestBackoff(t *testing.T) {
 	c, _ := New(validConfig())
 	for attempt := 1; attempt < 20; attempt++ {
@@ -128,10 +149,10 @@ func TestExpectRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := ExpectRows(pgconn.NewCommandTag("UPDATE 0"), 1)
-	if !errors.Is(err, ErrExpectation) || !IsPermanent(err) {
+	if !errors.Is(err, ErrExpectation) || !poison.IsPermanent(err) {
 		t.Fatalf("ExpectRows mismatch: %v", err)
 	}
-	if Permanent(nil) != nil || IsPermanent(errors.New("x")) {
+	if poison.Permanent(nil) != nil || poison.IsPermanent(errors.New("x")) {
 		t.Fatal("Permanent")
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // Run consumes until ctx is done (it then returns nil after the batches in
 // flight finished and the processed offsets were committed) or a fatal
-// error (a *HaltError under PolicyHalt).
+// error (a *poison.HaltError under poison.Halt).
 //
 // Run joins the consumer group and, per generation, starts one worker per
 // assigned partition with its own reader: partitions are applied

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -164,16 +165,16 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 	t.Run("halted", func(t *testing.T) {
 		r := newRunRig(t, 3, 30)
 		cfg := r.cfg
-		cfg.Policy, cfg.MaxAttempts = PolicyHalt, 1
-		cfg.Handler = func(context.Context, pgx.Tx, *record.Event) error { return Permanent(errors.New("refused")) }
+		cfg.Policy, cfg.MaxAttempts = poison.Halt, 1
+		cfg.Handler = func(context.Context, pgx.Tx, *record.Event) error { return poison.Permanent(errors.New("refused")) }
 		before := goleak.IgnoreCurrent()
 		_, run := r.run(cfg)
 		defer run.stop()
 		select {
 		case <-run.done:
-			var halt *HaltError
+			var halt *poison.HaltError
 			if !errors.As(run.err, &halt) {
-				t.Fatalf("Run: %v, want a *HaltError", run.err)
+				t.Fatalf("Run: %v, want a *poison.HaltError", run.err)
 			}
 		case <-time.After(45 * time.Second):
 			t.Fatal("Run did not halt within 45s")

@@ -44,16 +44,34 @@ func (t *tracing) name(topic string) string {
 	return n
 }
 
-// newTracing resolves Config.TracerProvider and Config.Propagator: nil is
-// the global one (read now for the provider, which delegates to an SDK
-// installed later; at each event for the propagator). An explicit noop
-// provider turns tracing off entirely.
-func newTracing(cfg Config) *tracing {
-	tp := cfg.TracerProvider
+// WithTracerProvider makes the consumer start its spans with tp: one per
+// event around Handler, continuing the producer's trace, or one per batch
+// around BatchHandler, linked to each producer (docs/tracing.md). The
+// default (or nil) is the global provider, which records nothing until the
+// application installs an SDK; noop.NewTracerProvider() turns the spans
+// off entirely.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(o *options) { o.tracerProvider = tp })
+}
+
+// WithPropagator sets how the consumer reads the producer's context from
+// the record headers (traceparent, tracestate, baggage; outbox.Writer put
+// them there). The default (or nil) is the global propagator
+// (otel.GetTextMapPropagator), read at each event.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(o *options) { o.propagator = p })
+}
+
+// newTracing resolves the tracer provider and the propagator of o for the
+// consumer group: nil is the global one (read now for the provider, which
+// delegates to an SDK installed later; at each event for the propagator).
+// An explicit noop provider turns tracing off entirely.
+func newTracing(o options, group string) *tracing {
+	tp := o.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	t := &tracing{prop: cfg.Propagator, group: cfg.GroupID}
+	t := &tracing{prop: o.propagator, group: group}
 	if _, off := tp.(noop.TracerProvider); !off {
 		t.tracer = tp.Tracer(ScopeName)
 	}

@@ -36,9 +36,16 @@ func tracedEvent(id string, traced bool) *record.Event {
 	return ev
 }
 
+// tracedConsumer is a consumer of group "billing" built by New with tp
+// and the W3C propagators (trace context and baggage).
 func tracedConsumer(tp trace.TracerProvider, h Handler, bh BatchHandler) *Consumer {
-	cfg := Config{GroupID: "billing", Handler: h, BatchHandler: bh, TracerProvider: tp, Propagator: w3c}
-	return &Consumer{cfg: cfg, tr: newTracing(cfg)}
+	cfg := validConfig()
+	cfg.GroupID, cfg.Handler, cfg.BatchHandler = "billing", h, bh
+	c, err := New(cfg, WithTracerProvider(tp), WithPropagator(w3c))
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func TestHandlerSpanContinuesProducerTrace(t *testing.T) {
@@ -146,6 +153,67 @@ func TestNoopProviderSkipsSpans(t *testing.T) {
 	}
 }
 
+// TestWithPropagator: the propagator of WithPropagator is the one that
+// reads the producer's context. The global one, the default, is empty
+// until the application installs one, so without the option the span has
+// no parent; a propagator that reads another header finds nothing either.
+func TestWithPropagator(t *testing.T) {
+	h := func(context.Context, pgx.Tx, *record.Event) error { return nil }
+	for name, tc := range map[string]struct {
+		opts   []Option
+		parent bool
+	}{
+		"default (global, empty)": {nil, false},
+		"W3C trace context":       {[]Option{WithPropagator(propagation.TraceContext{})}, true},
+		"baggage only":            {[]Option{WithPropagator(propagation.Baggage{})}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tp := &spantest.Provider{}
+			cfg := validConfig()
+			cfg.Handler = h
+			c, err := New(cfg, append(tc.opts, WithTracerProvider(tp))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.handle(context.Background(), nil, tracedEvent("e-1", true)); err != nil {
+				t.Fatal(err)
+			}
+			if s := tp.Only(t); s.Parent.IsValid() != tc.parent {
+				t.Fatalf("span parent %v, want a parent: %v", s.Parent, tc.parent)
+			}
+		})
+	}
+}
+
+// TestWithTracerProvider: without the option the consumer traces with the
+// global provider (a delegate, so an SDK installed later is used); with
+// it, its spans go to the given provider.
+func TestWithTracerProvider(t *testing.T) {
+	cfg := validConfig()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.tr.tracer == nil {
+		t.Fatal("default: tracing off, want the global provider's tracer")
+	}
+	tp := &spantest.Provider{}
+	var got trace.SpanContext
+	cfg.Handler = func(ctx context.Context, _ pgx.Tx, _ *record.Event) error {
+		got = trace.SpanContextFromContext(ctx)
+		return nil
+	}
+	if c, err = New(cfg, WithTracerProvider(tp)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.handle(context.Background(), nil, tracedEvent("e-1", false)); err != nil {
+		t.Fatal(err)
+	}
+	if s := tp.Only(t); !got.Equal(s.SC) {
+		t.Fatalf("the handler ran in %v, want the provider's span %v", got, s.SC)
+	}
+}
+
 // BenchmarkHandle is the per-event cost of the span around a Handler:
 // direct is the handler alone, default what an application without an
 // OpenTelemetry SDK pays (the global provider and propagator), noop an
@@ -159,8 +227,8 @@ func BenchmarkHandle(b *testing.B) {
 		c    *Consumer
 	}{
 		{"direct", nil},
-		{"default", &Consumer{cfg: Config{Handler: h}, tr: newTracing(Config{})}},
-		{"noop", &Consumer{cfg: Config{Handler: h}, tr: newTracing(Config{TracerProvider: noop.NewTracerProvider()})}},
+		{"default", &Consumer{cfg: Config{Handler: h}, tr: newTracing(options{}, "")}},
+		{"noop", &Consumer{cfg: Config{Handler: h}, tr: newTracing(options{tracerProvider: noop.NewTracerProvider()}, "")}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()

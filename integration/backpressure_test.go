@@ -83,9 +83,8 @@ func TestBackpressureRetainedWAL(t *testing.T) {
 	logs := &logLines{t: t}
 	mon, err := outbox.NewHealthMonitor(pool, outbox.HealthConfig{
 		Slot: env.Slot, Table: table, Interval: time.Second, // stale after 3 s: a loaded machine must not make it fail open
-		Soft:   outbox.Budget{MaxRetainedWAL: budget},
-		Logger: slog.New(logs), Metrics: metrics,
-	})
+		Soft: outbox.Budget{MaxRetainedWAL: budget},
+	}, outbox.WithLogger(slog.New(logs)), outbox.WithMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -622,7 +623,7 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 	isX3 := func(ev *record.Event) bool { return ev.AggregateID == "x" && ev.AggregateVersion == 3 }
 	fail := func(ev *record.Event) error {
 		if ev.AggregateID == "x" && ev.AggregateVersion == 3 {
-			return inbox.Permanent(errors.New("cannot ship to the moon"))
+			return poison.Permanent(errors.New("cannot ship to the moon"))
 		}
 		if ev.AggregateID == "a1" && ev.AggregateVersion == 4 && flaky.Add(1) == 1 {
 			return errors.New("downstream hiccup")
@@ -759,7 +760,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 		cfg := inbox.Config{
 			Name: "dib_" + env.Sfx, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema,
 			BatchSize: 100, BatchLinger: 200 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
-			Metrics: inboxprom.New(reg), TuneReader: ibFastGroup,
+			TuneReader: ibFastGroup,
 		}
 		if batch {
 			cfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
@@ -775,7 +776,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 		} else {
 			cfg.Handler = one
 		}
-		c, err := inbox.New(cfg)
+		c, err := inbox.New(cfg, inbox.WithMetrics(inboxprom.New(reg)))
 		if err != nil {
 			t.Fatal(err)
 		}

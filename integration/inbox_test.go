@@ -25,6 +25,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -386,7 +387,7 @@ func TestInboxDeadLetterWaitRetry(t *testing.T) {
 	var flaky atomic.Int32 // a0 v1 fails twice, transiently
 	handler := versionedState(state, func(ev *record.Event) error {
 		if ev.AggregateID == "bad" && ev.AggregateVersion == 2 && broken.Load() {
-			return inbox.Permanent(errors.New("cannot ship to the moon"))
+			return poison.Permanent(errors.New("cannot ship to the moon"))
 		}
 		if ev.AggregateID == "a0" && ev.AggregateVersion == 1 && flaky.Add(1) <= 2 {
 			return errors.New("downstream hiccup")
@@ -398,8 +399,8 @@ func TestInboxDeadLetterWaitRetry(t *testing.T) {
 	consumer := "dl_" + env.Sfx
 	c, err := inbox.New(inbox.Config{
 		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Handler: handler,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitInterval: 100 * time.Millisecond, Metrics: metrics,
-	})
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
+	}, inbox.WithMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +522,7 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, consumer string)
 	return 0
 }
 
-// TestInboxHalt: under PolicyHalt a permanent failure stops Run with a
+// TestInboxHalt: under poison.Halt a permanent failure stops Run with a
 // HaltError, and the group's offset is not committed past the event.
 func TestInboxHalt(t *testing.T) {
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 1})
@@ -543,7 +544,7 @@ func TestInboxHalt(t *testing.T) {
 	produce(t, env.Topic, msgs...)
 	consumer := "halt_" + env.Sfx
 	c, err := inbox.New(inbox.Config{
-		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Policy: inbox.PolicyHalt,
+		Name: consumer, Brokers: kafkaBrokers, Topics: []string{env.Topic}, Pool: pool, Schema: schema, Policy: poison.Halt,
 		MaxAttempts: 2, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, CommitInterval: 10 * time.Millisecond,
 		Handler: func(ctx context.Context, tx pgx.Tx, ev *record.Event) error {
 			if ev.AggregateVersion == 3 {
@@ -556,7 +557,7 @@ func TestInboxHalt(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.Run(ctx)
-	var he *inbox.HaltError
+	var he *poison.HaltError
 	if !errors.As(err, &he) || he.AggregateID != "o-1" {
 		t.Fatalf("Run = %v, want a HaltError", err)
 	}

@@ -71,7 +71,8 @@ func backpressureMessage(slot, level string, reasons []string) string {
 }
 
 // Budget is one level of back-pressure: the readings beyond which events
-// are refused. A zero field is not checked; a zero Budget never refuses.
+// are refused. Each limit is off by default: a zero field, or a negative
+// one, is not checked, and a Budget that checks nothing never refuses.
 // How to pick the values from the relay's forecast is in
 // docs/operations.md ("Producer back-pressure budgets").
 type Budget struct {
@@ -79,34 +80,21 @@ type Budget struct {
 	// until the slot's retained WAL reaches safe_wal_size or
 	// HealthConfig.DiskBudget at the recent growth rate) is below it. It
 	// is the budget that acts in time: it sees the rate, not only the
-	// level. 0: not checked.
+	// level. 0 or negative: not checked.
 	MinForecast time.Duration
 	// MaxRetainedWAL is crossed when the slot retains more WAL bytes
-	// (pg_current_wal_lsn() - restart_lsn). 0: not checked.
+	// (pg_current_wal_lsn() - restart_lsn). 0 or negative: not checked.
 	MaxRetainedWAL int64
 	// MaxOldestEvent is crossed when the oldest unacknowledged event is
-	// older (Health.OldestUnacked says how that is measured). 0: not
-	// checked.
+	// older (Health.OldestUnacked says how that is measured). 0 or
+	// negative: not checked.
 	MaxOldestEvent time.Duration
 }
 
-// IsZero reports whether b checks nothing.
-func (b Budget) IsZero() bool { return b == Budget{} }
-
-// problems lists negative limits, which would read as "always crossed"
-// or "never" depending on the field.
-func (b Budget) problems(name string) []string {
-	var p []string
-	if b.MinForecast < 0 {
-		p = append(p, fmt.Sprintf("%s.MinForecast %s is negative", name, b.MinForecast))
-	}
-	if b.MaxRetainedWAL < 0 {
-		p = append(p, fmt.Sprintf("%s.MaxRetainedWAL %d is negative", name, b.MaxRetainedWAL))
-	}
-	if b.MaxOldestEvent < 0 {
-		p = append(p, fmt.Sprintf("%s.MaxOldestEvent %s is negative", name, b.MaxOldestEvent))
-	}
-	return p
+// IsZero reports whether b checks nothing: every limit is zero or
+// negative (off).
+func (b Budget) IsZero() bool {
+	return b.MinForecast <= 0 && b.MaxRetainedWAL <= 0 && b.MaxOldestEvent <= 0
 }
 
 // releaseMargin is the hysteresis of an engaged budget: it releases only
@@ -190,9 +178,9 @@ func roundDuration(d time.Duration) time.Duration {
 // Without this option, or with a nil m, nothing is ever refused. A
 // reading that is stale (m's refreshes failing for longer than three
 // intervals) refuses nothing either: back-pressure must not turn a
-// statistics query into an outage.
+// statistics query into an outage. A Writer option.
 func WithBackpressure(m *HealthMonitor) Option {
-	return func(w *Writer) { w.bp = m }
+	return optionFunc(func(o *options) { o.backpressure = m })
 }
 
 // admit is the back-pressure check of one event: nil, or the refusal,

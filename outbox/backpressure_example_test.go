@@ -42,9 +42,7 @@ func ExampleWithBackpressure() {
 		// rather fail than let PostgreSQL invalidate the slot or fill the disk.
 		Hard:       outbox.Budget{MinForecast: 15 * time.Minute},
 		DiskBudget: 50 << 30, // the relay's --wal-disk-budget
-		Logger:     slog.Default(),
-		Metrics:    metrics,
-	})
+	}, outbox.WithLogger(slog.Default()), outbox.WithMetrics(metrics))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,9 +99,10 @@ func ExampleBackpressureError() {
 // NewHealthMonitor checks the whole configuration at once.
 func ExampleNewHealthMonitor() {
 	_, err := outbox.NewHealthMonitor(nil, outbox.HealthConfig{
-		Soft: outbox.Budget{MaxRetainedWAL: -1},
+		Interval: -time.Second,
+		Soft:     outbox.Budget{MaxRetainedWAL: -1}, // negative: not checked, like 0
 	})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid HealthConfig: db is nil; Slot is required; Soft.MaxRetainedWAL -1 is negative
+	// outbox: invalid HealthConfig: db is nil; Slot is required; Interval -1s is negative
 }

@@ -266,12 +266,10 @@ func newFixture(t *testing.T, cfg HealthConfig) *monitorFixture {
 	t.Helper()
 	f := &monitorFixture{db: &fakeSlot{}, met: &metricsRecorder{}, log: &logRecorder{}, now: tStart}
 	cfg.Slot = "orders"
-	cfg.Metrics = f.met
-	cfg.Logger = slog.New(f.log)
 	if cfg.Interval == 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	m, err := NewHealthMonitor(f.db, cfg)
+	m, err := NewHealthMonitor(f.db, cfg, WithMetrics(f.met), WithLogger(slog.New(f.log)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,24 +655,47 @@ func TestMonitorRunRefreshesUntilCancelled(t *testing.T) {
 }
 
 func TestNewHealthMonitorValidates(t *testing.T) {
-	_, err := NewHealthMonitor(nil, HealthConfig{Interval: -1, DiskBudget: -1,
-		Soft: Budget{MinForecast: -1}, Hard: Budget{MaxRetainedWAL: -1, MaxOldestEvent: -1}})
+	_, err := NewHealthMonitor(nil, HealthConfig{Interval: -1})
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, want := range []string{"db is nil", "Slot is required", "Interval -1ns is negative", "DiskBudget -1 is negative",
-		"Soft.MinForecast -1ns is negative", "Hard.MaxRetainedWAL -1 is negative", "Hard.MaxOldestEvent -1ns is negative"} {
+	for _, want := range []string{"db is nil", "Slot is required", "Interval -1ns is negative"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
 	m, err := NewHealthMonitor(&fakeSlot{}, HealthConfig{Slot: "s"})
-	if err != nil || m.cfg.Interval != DefaultHealthInterval {
-		t.Fatalf("defaults: %v, interval %v", err, m.cfg.Interval)
+	if err != nil || m.cfg != (HealthConfig{Slot: "s", Interval: DefaultHealthInterval}) {
+		t.Fatalf("defaults: %v, %+v", err, m.cfg)
 	}
 	var nilMonitor *HealthMonitor
 	if err := nilMonitor.Check(PriorityLow); err != nil {
 		t.Fatalf("nil monitor: %v", err)
+	}
+}
+
+// TestNegativeLimitsAreOff: a negative DiskBudget or budget limit is off,
+// like 0 (the default): accepted, and nothing is refused or forecast by it.
+func TestNegativeLimitsAreOff(t *testing.T) {
+	off := Budget{MinForecast: -1, MaxRetainedWAL: -1, MaxOldestEvent: -time.Minute}
+	if !off.IsZero() || !(Budget{}).IsZero() || (Budget{MaxRetainedWAL: 1, MinForecast: -1}).IsZero() {
+		t.Fatal("IsZero: a Budget of zero or negative limits checks nothing, one positive limit checks")
+	}
+	f := newFixture(t, HealthConfig{DiskBudget: -1, Soft: off, Hard: off})
+	for i, retained := range []int64{10 * mib, 500 * mib, 900 * mib} {
+		f.db.set("reserved", nil, retained, 1000*int64(i+2), 1000)
+		if err := f.step(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := f.m.Health(); h.Forecast != -1 || h.OldestUnacked <= 0 {
+		t.Fatalf("health %+v: want no forecast (no limit) and an oldest event", h)
+	}
+	if err := f.m.Check(PriorityLow); err != nil {
+		t.Fatalf("budgets of negative limits refused: %v", err)
+	}
+	if got := f.met.take(); len(got) != 0 {
+		t.Fatalf("engaged %v, want nothing", got)
 	}
 }
 

@@ -67,8 +67,22 @@
 // ErrBackpressure)), so the business transaction can fail fast or go on
 // without the event; Transition refuses before its change runs, too.
 // Events are critical by default (the zero Priority), and a reading that
-// cannot be refreshed refuses nothing. docs/operations.md explains how to
-// pick the budgets from the forecast.
+// cannot be refreshed refuses nothing. A zero HealthConfig field is its
+// default and a negative limit is off, like a zero one (no limit is set
+// by default). docs/operations.md explains how to pick the budgets from
+// the forecast.
+//
+// # Options
+//
+// NewWriter and NewHealthMonitor take Options, one type for the two: the
+// Writer's (WithBinaryPayload, WithSchema, WithBackpressure,
+// WithPropagator), the monitor's (WithLogger) and WithMetrics, which both
+// take, so that one Metrics (outboxprom.New) counts the Writers' conflicts
+// and refusals and the monitor's engaged levels. Each With function says
+// whom it configures; the other constructor ignores it. The names are the
+// relay's and the inbox's for the same concerns. A Writer logs nothing
+// (it returns its errors) and the package starts no spans, so there is no
+// WithTracerProvider, and WithLogger configures only the monitor.
 //
 // The table itself is created by package migrations (or by
 // "outbox-relay migrate"); this package only inserts into it.

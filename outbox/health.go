@@ -34,7 +34,12 @@ const DefaultHealthInterval = 5 * time.Second
 // successful refresh. Past that, nothing is refused (fail open).
 const staleAfter = 3
 
-// HealthConfig configures a HealthMonitor.
+// HealthConfig configures a HealthMonitor: what it reads and the budgets
+// it evaluates. Slot is required. Every other field's zero value is its
+// default. The limits (DiskBudget and each Budget's) are off by default,
+// and a negative limit is off too, the convention of the module's other
+// Configs (0 the default, -1 off). Where the logs and metrics go are
+// Options of NewHealthMonitor.
 type HealthConfig struct {
 	// Slot is the relay's replication slot (outbox-relay --slot).
 	// Required.
@@ -45,27 +50,25 @@ type HealthConfig struct {
 	// SELECT on that table. Zero: the checkpoint is not read, and the age
 	// comes from the slot alone.
 	Table migrations.Table
-	// Interval is the refresh cadence (default DefaultHealthInterval). A
-	// reading older than three intervals is stale: it refuses nothing.
+	// Interval is the refresh cadence (default DefaultHealthInterval; it
+	// cannot be turned off or be negative). A reading older than three
+	// intervals is stale: it refuses nothing.
 	Interval time.Duration
 	// Soft is the budget beyond which events of PriorityLow are refused.
+	// The zero Budget, the default, refuses nothing.
 	Soft Budget
 	// Hard is the optional budget beyond which every event is refused,
 	// critical ones too: the point where the service would rather stop
-	// writing than risk the database's disk. Zero: never.
+	// writing than risk the database's disk. The zero Budget, the
+	// default: never.
 	Hard Budget
 	// DiskBudget is the bytes of WAL the slot may retain, like the
 	// relay's --wal-disk-budget: the forecast aims at the smaller of it
 	// and safe_wal_size. Set it to the relay's value so both forecasts
-	// agree. 0: safe_wal_size only (no forecast when
-	// max_slot_wal_keep_size is unlimited).
+	// agree. Off by default: 0 (or a negative value) aims at
+	// safe_wal_size only (no forecast when max_slot_wal_keep_size is
+	// unlimited).
 	DiskBudget int64
-	// Logger receives one line when a level engages or releases, and
-	// warnings about failing refreshes. nil: no logs.
-	Logger *slog.Logger
-	// Metrics receives BackpressureEngaged on every engage and release.
-	// nil: none. Share it with the Writers' WithMetrics.
-	Metrics Metrics
 }
 
 // Health is one reading of the slot and the relay's progress, the input
@@ -172,7 +175,11 @@ type monitorState struct {
 // NewHealthMonitor returns a monitor of cfg.Slot on db. It reads nothing
 // until Run or Refresh; until the first successful refresh nothing is
 // refused. The error lists every invalid field.
-func NewHealthMonitor(db Querier, cfg HealthConfig) (*HealthMonitor, error) {
+//
+// The options of a HealthMonitor are WithLogger and WithMetrics (give it
+// the Metrics of its Writers); the Writer's own options change nothing
+// here.
+func NewHealthMonitor(db Querier, cfg HealthConfig, opts ...Option) (*HealthMonitor, error) {
 	var p []string
 	if db == nil {
 		p = append(p, "db is nil")
@@ -183,22 +190,21 @@ func NewHealthMonitor(db Querier, cfg HealthConfig) (*HealthMonitor, error) {
 	if cfg.Interval < 0 {
 		p = append(p, fmt.Sprintf("Interval %s is negative", cfg.Interval))
 	}
-	if cfg.DiskBudget < 0 {
-		p = append(p, fmt.Sprintf("DiskBudget %d is negative", cfg.DiskBudget))
-	}
-	p = append(p, cfg.Soft.problems("Soft")...)
-	p = append(p, cfg.Hard.problems("Hard")...)
 	if len(p) > 0 {
 		return nil, errors.New("outbox: invalid HealthConfig: " + strings.Join(p, "; "))
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultHealthInterval
 	}
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
 	m := &HealthMonitor{
 		db:      db,
 		cfg:     cfg,
-		log:     cfg.Logger,
-		metrics: cfg.Metrics,
+		log:     o.logger,
+		metrics: o.metrics,
 		timeout: min(max(cfg.Interval, time.Second), 5*time.Second),
 		now:     time.Now,
 		hist:    walforecast.History{Window: walforecast.DefaultWindow},

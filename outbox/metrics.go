@@ -38,12 +38,17 @@ func (nopMetrics) TransitionConflict(string, string)  {}
 func (nopMetrics) BackpressureRefused(string, string) {}
 func (nopMetrics) BackpressureEngaged(string, bool)   {}
 
-// WithMetrics reports the Writer's measurements (transition conflicts,
-// refused events) to m.
+// WithMetrics reports measurements to m: a Writer's transition conflicts
+// and refused events (TransitionConflict, BackpressureRefused), a
+// HealthMonitor's engaged and released levels (BackpressureEngaged). Give
+// the same m to the monitor and to its Writers; outboxprom.New gives the
+// Prometheus collectors (outbox_producer_*). The default measures nothing,
+// and a nil m changes nothing. An option of both a Writer and a
+// HealthMonitor.
 func WithMetrics(m Metrics) Option {
-	return func(w *Writer) {
+	return optionFunc(func(o *options) {
 		if m != nil {
-			w.metrics = m
+			o.metrics = m
 		}
-	}
+	})
 }

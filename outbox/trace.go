@@ -11,10 +11,11 @@ import (
 
 // WithPropagator makes Append and AppendBatch write the trace context of
 // their ctx through p instead of the global propagator
-// (otel.GetTextMapPropagator). An empty composite,
-// propagation.NewCompositeTextMapPropagator(), turns the copy off.
+// (otel.GetTextMapPropagator), the default (and what a nil p gives). An
+// empty composite, propagation.NewCompositeTextMapPropagator(), turns the
+// copy off. A Writer option.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(w *Writer) { w.prop = p }
+	return optionFunc(func(o *options) { o.propagator = p })
 }
 
 // traceHeaders returns the headers that carry ctx's trace context

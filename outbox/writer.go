@@ -29,32 +29,31 @@ const (
 	payloadText
 )
 
-// Option configures a Writer.
-type Option func(*Writer)
-
 // WithBinaryPayload declares that the payload column is bytea (see
 // migrations.ApplyOptions.PayloadType), so payloads are written as opaque
 // bytes and not checked for JSON. Use it for Protobuf, Avro and the like.
+// A Writer option.
 func WithBinaryPayload() Option {
-	return func(w *Writer) { w.payload = payloadBinary }
+	return optionFunc(func(o *options) { o.payload = payloadBinary })
 }
 
 // WithSchema adapts the Writer to a table as described by
 // migrations.Validate: the payload column type picks the payload handling
-// (overriding WithBinaryPayload), and a table without a headers column
-// makes events with headers invalid instead of failing in the database.
+// (overriding an earlier WithBinaryPayload), and a table without a headers
+// column makes events with headers invalid instead of failing in the
+// database. A Writer option.
 func WithSchema(s migrations.Schema) Option {
-	return func(w *Writer) {
+	return optionFunc(func(o *options) {
 		switch s.PayloadType {
 		case "bytea":
-			w.payload = payloadBinary
+			o.payload = payloadBinary
 		case "text":
-			w.payload = payloadText
+			o.payload = payloadText
 		default:
-			w.payload = payloadJSON
+			o.payload = payloadJSON
 		}
-		w.headers = s.HasHeaders
-	}
+		o.noHeaders = !s.HasHeaders
+	})
 }
 
 // Writer appends events to one outbox table. It holds no connection or
@@ -83,11 +82,18 @@ const (
 
 // NewWriter returns a Writer for table, which must already have the outbox
 // schema (see package migrations). By default the payload column is
-// assumed to be jsonb or json and the headers column to exist.
+// assumed to be jsonb or json and the headers column to exist. The
+// options of a Writer are WithBinaryPayload, WithSchema, WithBackpressure,
+// WithMetrics and WithPropagator; WithLogger, a HealthMonitor's, changes
+// nothing here (a Writer logs nothing: it returns its errors).
 func NewWriter(table migrations.Table, opts ...Option) *Writer {
-	w := &Writer{table: table, payload: payloadJSON, headers: true, metrics: nopMetrics{}}
-	for _, o := range opts {
-		o(w)
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	w := &Writer{table: table, payload: o.payload, headers: !o.noHeaders, prop: o.propagator, metrics: o.metrics, bp: o.backpressure}
+	if w.metrics == nil {
+		w.metrics = nopMetrics{}
 	}
 	cols := []string{
 		migrations.ColEventID, migrations.ColAggregateType, migrations.ColAggregateID,

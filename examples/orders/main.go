@@ -270,9 +270,7 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 				MaxOldestEvent: cfg.bp.maxOldestEvent,
 			},
 			DiskBudget: cfg.bp.diskBudget,
-			Logger:     slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{ReplaceAttr: dropTime})),
-			Metrics:    metrics,
-		})
+		}, outbox.WithLogger(slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{ReplaceAttr: dropTime}))), outbox.WithMetrics(metrics))
 		if err != nil {
 			return fmt.Errorf("back-pressure: %w", err)
 		}

@@ -62,6 +62,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxprom"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -77,7 +78,7 @@ type config struct {
 	consumer       string
 	group          string
 	schema         string
-	policy         inbox.Policy
+	policy         poison.Policy
 	commitInterval time.Duration
 	sessionTimeout time.Duration
 	untilIdle      time.Duration
@@ -110,7 +111,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.consumer, "consumer", "shipping", "consumer name: the key of its processed_events rows")
 	fs.StringVar(&cfg.group, "group", "", "Kafka consumer group (default: the consumer name); a fresh group replays the topic")
 	fs.StringVar(&cfg.schema, "schema", "shipping", "schema of the inbox tables, shipments and counters")
-	fs.StringVar(&policy, "policy", string(inbox.PolicyWait), "permanent failures: wait (dead-letter, the aggregate waits) or halt")
+	fs.StringVar(&policy, "policy", string(poison.Quarantine),
+		"permanent failures: quarantine (dead-letter the event, its aggregate waits) or halt; wait, the earlier name of quarantine, still works")
 	fs.DurationVar(&cfg.commitInterval, "commit-interval", time.Second, "offset commit cadence (batched)")
 	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 10*time.Second, "consumer group session and rebalance timeout")
 	fs.IntVar(&cfg.batchSize, "batch-size", 0, "most events applied in one transaction (0: the library default; 1: one transaction per event)")
@@ -140,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.group == "" {
 		cfg.group = cfg.consumer
 	}
-	p, err := inbox.ParsePolicy(policy)
+	p, err := parsePolicy(policy)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -155,6 +157,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", level))
 	}
 	return cfg, errors.Join(errs...)
+}
+
+// parsePolicy reads --policy: a poison.Policy, or "wait", the name the
+// inbox gave quarantine before it took the relay's vocabulary, kept as an
+// alias of quarantine so that existing command lines keep working.
+func parsePolicy(s string) (poison.Policy, error) {
+	if s == "wait" {
+		return poison.Quarantine, nil
+	}
+	return poison.ParsePolicy(s)
 }
 
 func splitList(s string) []string {
@@ -250,14 +262,12 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		BatchSize:      cfg.batchSize,
 		BatchLinger:    cfg.batchLinger,
 		Concurrency:    cfg.concurrency,
-		Metrics:        metrics,
-		Logger:         log,
 		TuneReader: func(rc *kafka.ReaderConfig) {
 			rc.SessionTimeout = cfg.sessionTimeout
 			rc.RebalanceTimeout = cfg.sessionTimeout
 			rc.JoinGroupBackoff = time.Second
 		},
-	})
+	}, inbox.WithMetrics(metrics), inbox.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -364,11 +374,11 @@ func (s *service) handle(ctx context.Context, tx pgx.Tx, ev *record.Event) error
 		return nil
 	}
 	if ev.SchemaVersion != 1 {
-		return inbox.Permanent(fmt.Errorf("order.confirmed schema_version %d is not supported (want 1)", ev.SchemaVersion))
+		return poison.Permanent(fmt.Errorf("order.confirmed schema_version %d is not supported (want 1)", ev.SchemaVersion))
 	}
 	var p orderConfirmed
 	if err := json.Unmarshal(ev.Payload, &p); err != nil {
-		return inbox.Permanent(fmt.Errorf("order.confirmed payload: %w", err))
+		return poison.Permanent(fmt.Errorf("order.confirmed payload: %w", err))
 	}
 	if p.OrderID == "" {
 		p.OrderID = ev.AggregateID

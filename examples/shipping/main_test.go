@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -29,6 +31,23 @@ func TestParseFlagsErrors(t *testing.T) {
 	for _, want := range []string{"--database-url", "--kafka-brokers", `policy "maybe"`, "--session-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}
+
+// TestParseFlagsPolicy: --policy takes the poison vocabulary, and "wait",
+// its earlier name, still means quarantine.
+func TestParseFlagsPolicy(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://x/y")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:1")
+	for args, want := range map[string]poison.Policy{"": poison.Quarantine, "quarantine": poison.Quarantine, "wait": poison.Quarantine, "halt": poison.Halt} {
+		var flags []string
+		if args != "" {
+			flags = []string{"--policy", args}
+		}
+		cfg, err := parseFlags(flags, io.Discard)
+		if err != nil || cfg.policy != want {
+			t.Errorf("--policy %q: %q, %v; want %q", args, cfg.policy, err, want)
 		}
 	}
 }

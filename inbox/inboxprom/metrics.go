@@ -3,7 +3,7 @@
 // Prometheus. Create one per process and share it between Consumers:
 //
 //	m := inboxprom.New(prometheus.DefaultRegisterer)
-//	c, err := inbox.New(inbox.Config{..., Metrics: m})
+//	c, err := inbox.New(inbox.Config{...}, inbox.WithMetrics(m))
 package inboxprom
 
 import (

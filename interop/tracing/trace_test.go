@@ -114,7 +114,7 @@ func start(t *testing.T, batch bool) *flow {
 	}
 	icfg := inbox.Config{
 		Name: "tr-" + w.sfx, Brokers: w.cfg.Kafka.Brokers, Topics: []string{topic}, Pool: w.db, Schema: schema,
-		TracerProvider: f.consumer, Propagator: w3c, BatchLinger: 50 * time.Millisecond,
+		BatchLinger: 50 * time.Millisecond,
 	}
 	if batch {
 		icfg.BatchHandler = func(ctx context.Context, tx pgx.Tx, evs []*record.Event) error {
@@ -128,7 +128,7 @@ func start(t *testing.T, batch bool) *flow {
 	} else {
 		icfg.Handler = apply
 	}
-	c, err := inbox.New(icfg)
+	c, err := inbox.New(icfg, inbox.WithTracerProvider(f.consumer), inbox.WithPropagator(w3c))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,8 @@
 // health monitor:
 //
 //	m := outboxprom.New(prometheus.DefaultRegisterer)
-//	w := outbox.NewWriter(table, outbox.WithMetrics(m))
+//	hm, err := outbox.NewHealthMonitor(pool, cfg, outbox.WithMetrics(m))
+//	w := outbox.NewWriter(table, outbox.WithMetrics(m), outbox.WithBackpressure(hm))
 package outboxprom
 
 import (

@@ -140,12 +140,11 @@ func consumeMain(args []string, stdout, stderr io.Writer) int {
 	cfg := inbox.Config{
 		Name: name, Brokers: strings.Split(brokers, ","), Topics: []string{topic},
 		Pool: pool, Schema: schema, Handler: h, BatchHandler: bh,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if !m.Batched {
 		cfg.BatchSize, cfg.Concurrency = 1, 1
 	}
-	c, err := inbox.New(cfg)
+	c, err := inbox.New(cfg, inbox.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return fail(err)
 	}

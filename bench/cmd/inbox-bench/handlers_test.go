@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -82,7 +83,7 @@ func TestBatchHandlersOnPostgres(t *testing.T) {
 		{"an old version", []*record.Event{ev("a", 5)}},
 	} {
 		err := apply(h6, bad.evs...)
-		if !errors.Is(err, inbox.ErrExpectation) || !inbox.IsPermanent(err) {
+		if !errors.Is(err, inbox.ErrExpectation) || !poison.IsPermanent(err) {
 			t.Fatalf("%s: error %v, want a permanent ErrExpectation", bad.name, err)
 		}
 		want(bad.name+" (rolled back)", map[string]int64{"a": 5, "bb": 3, "ccc": 1, "dddd": 1})
