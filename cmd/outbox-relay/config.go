@@ -92,7 +92,7 @@ func (c *config) bind(b *envflag.Binder, s scope) {
 	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
 		b.ConnString(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem, or key=value connection string, e.g. 'host=db dbname=app user=relay sslmode=verify-full'").
-			Required("Database.URL", "postgres://user:pass@host:5432/db")
+			To("Database.URL").Required("postgres://user:pass@host:5432/db")
 		b.String(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").To("Database.Slot")
 		b.String(&c.Publication, "publication", d.Database.Publication, "publication name").To("Database.Publication")
 		b.String(&c.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified").To("Database.Table")
@@ -126,7 +126,7 @@ func bindFailoverSlot(b *envflag.Binder, p *bool, more string) {
 // TLS and SASL of every Kafka connection.
 func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	p := d.Publish
-	b.String(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").Required("Kafka.Brokers", "host:9092[,host2:9092]")
+	b.String(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").To("Kafka.Brokers").Required("host:9092[,host2:9092]")
 	b.String(&c.TopicTemplate, "topic-template", p.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}").To("Publish.TopicTemplate")
 	b.Bool(&c.CreateTopics, "create-topics", p.CreateTopics, "create missing topics")
 	b.Int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").To("Publish.TopicPartitions")
