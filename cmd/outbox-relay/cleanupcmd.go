@@ -41,11 +41,11 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
-	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
+	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL)
 	if err != nil {
 		return err
 	}
-	c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
+	c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
 	res, err := c.Run(ctx)
 	if err != nil {
 		return err

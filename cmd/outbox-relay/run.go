@@ -41,7 +41,7 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	if err != nil {
 		return nil, configError{err}
 	}
-	r, err := relay.New(cfg.relayConfig(), append(opts, relay.WithLogger(log))...)
+	r, err := relay.New(cfg.Relay, append(opts, relay.WithLogger(log))...)
 	if err != nil {
 		cfg.Trace.shutdown(log)
 		return nil, configError{err}
