@@ -56,6 +56,10 @@ type config struct {
 	// flag.
 	failoverSlotSet bool
 
+	// flagText names configuration fields by the flags that set them, in
+	// library text (flagtext.go); set once the flags are parsed.
+	flagText func(string) string
+
 	// Derived by validate.
 	kafkaSecurity kafkaconn.Security
 	table         migrations.Table
