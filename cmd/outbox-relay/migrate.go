@@ -74,7 +74,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
 		for _, g := range grants {
-			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, g.Why)
+			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
 		}
 	}
 	if len(applied) == 0 {
