@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -81,7 +82,10 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
 	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
 	doctor.CheckRetention(ret, rep)
-	rep.Write(stdout)
+	// Findings may quote library errors, which name relay.Config fields.
+	var out strings.Builder
+	rep.Write(&out)
+	io.WriteString(stdout, cfg.text(out.String()))
 	if rep.Failed() {
 		return errors.New("some checks failed (see the fixes above)")
 	}

@@ -41,7 +41,7 @@ func TestFlagTextNamesFlags(t *testing.T) {
 		"drop Kafka.SASL or point Kafka.Brokers at a SASL listener": "drop --kafka-sasl-mechanism, --kafka-sasl-username and --kafka-sasl-password " +
 			"or point --kafka-brokers at a SASL listener",
 		"check Kafka.SASL.Username and its password (Kafka.SASL.Password)": "check --kafka-sasl-username and its password (--kafka-sasl-password)",
-		"no Database.NoFailoverSlot here; ShutdownTimeout":                 "no --failover-slot here; --shutdown-timeout",
+		"no Database.NoFailoverSlot here; ShutdownTimeout":                 "no --failover-slot=false here; --shutdown-timeout",
 		"Leader and Leaders stay":                                          "Leader and Leaders stay",
 	} {
 		if got := cfg.flagText(in); got != want {

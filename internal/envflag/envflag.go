@@ -44,6 +44,8 @@ type Binder struct {
 	// several fields to their flags.
 	fields, examples map[string]string
 	groups           map[string][]string
+	// negated are the fields of NotBool flags.
+	negated map[string]bool
 	// flagText is the translation of fields' paths to their flags,
 	// built once by FieldError (nil until then, reset by a new flag).
 	flagText func(string) string
@@ -58,7 +60,7 @@ type secret struct {
 // prefix + the flag name in upper case with dashes as underscores.
 func New(fs *flag.FlagSet, prefix string) *Binder {
 	return &Binder{fs: fs, prefix: prefix, lookup: os.LookupEnv, paths: map[any]string{},
-		fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}}
+		fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}, negated: map[string]bool{}}
 }
 
 // Listing is New for a Binder that only lists its flags' variables
@@ -267,10 +269,15 @@ func (b *Binder) Bool(p *bool, name string, def bool, help string) Binding {
 
 // NotBool registers a bool flag that sets *p to its negation: a flag that
 // turns on what a "No..." field turns off (--failover-slot and
-// NoFailoverSlot). def is the flag's default.
+// NoFailoverSlot). def is the flag's default. Text naming the field reads
+// "--failover-slot=false" (FlagNames).
 func (b *Binder) NotBool(p *bool, name string, def bool, help string) Binding {
 	*p = !def
-	return b.register(p, notBoolValue{p}, name, help)
+	x := b.register(p, notBoolValue{p}, name, help)
+	if x.field != "" {
+		b.negated[x.field] = true
+	}
+	return x
 }
 
 // FieldValue returns the value of the flag bound to field (To), as the

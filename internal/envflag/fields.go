@@ -38,11 +38,16 @@ func (b *Binder) walk(v reflect.Value, prefix string) {
 }
 
 // FlagNames returns the flag ("--max-batch") of every field a flag of b
-// sets, by the field's Go path; the groups' names (Group) are not fields.
+// sets, by the field's Go path, as text naming the field should read: the
+// field of a NotBool flag is set by its false ("--failover-slot=false").
+// The groups' names (Group) are not fields.
 func (b *Binder) FlagNames() map[string]string {
 	names := maps.Clone(b.fields)
 	for g := range b.groups {
 		delete(names, g)
+	}
+	for f := range b.negated {
+		names[f] += "=false"
 	}
 	return names
 }

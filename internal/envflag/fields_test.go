@@ -41,7 +41,7 @@ func TestFieldsDerivePaths(t *testing.T) {
 		t.Fatalf("defaults %+v", c)
 	}
 	want := map[string]string{"Name": "--name", "Publish.MaxBatch": "--max-batch", "Publish.MaxBatchBytes": "--max-batch-bytes",
-		"Publish.Level": "--level", "NoX": "--x"}
+		"Publish.Level": "--level", "NoX": "--x=false"}
 	got := b.FlagNames()
 	if len(got) != len(want) {
 		t.Fatalf("flag names %v, want %v", got, want)
@@ -54,12 +54,15 @@ func TestFieldsDerivePaths(t *testing.T) {
 	if err := b.Parse([]string{"--x=false", "--level", "debug"}); err != nil || !c.NoX || c.Publish.Level != "debug" {
 		t.Fatalf("parse: %v %+v", err, c)
 	}
+	if v, ok := b.FieldValue("NoX"); !ok || v != "false" {
+		t.Fatalf("FieldValue(NoX) = %q, %v", v, ok)
+	}
 	err := b.FieldError("Publish.MaxBatch", false, " 0: use at most Publish.MaxBatchBytes (1024)")
 	if err == nil || err.Error() != "--max-batch 0: use at most --max-batch-bytes (1024)" {
 		t.Fatalf("FieldError: %v", err)
 	}
 	text := FlagText(b.FlagNames())
-	if got := text("record exceeds Publish.MaxBatchBytes; raise Publish.MaxBatch or NoX"); got != "record exceeds --max-batch-bytes; raise --max-batch or --x" {
+	if got := text("record exceeds Publish.MaxBatchBytes; raise Publish.MaxBatch or NoX"); got != "record exceeds --max-batch-bytes; raise --max-batch or --x=false" {
 		t.Fatalf("FlagText: %q", got)
 	}
 }
