@@ -38,7 +38,8 @@ type config struct {
 	// KafkaConn is the Kafka TLS and SASL the flags describe (files,
 	// names, credentials); validate builds Relay.Kafka.TLS and SASL from
 	// it.
-	KafkaConn                        kafkaconn.Config
+	KafkaConn kafkaconn.Config
+
 	MetricsAddr, LogLevel, LogFormat string
 	PProf                            bool
 	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go

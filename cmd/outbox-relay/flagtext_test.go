@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 func parsedRun(t *testing.T) *config {
@@ -143,5 +144,20 @@ func TestKafkaSecurityFieldsHaveFlags(t *testing.T) {
 		if !strings.HasPrefix(names[field], "--kafka-") {
 			t.Errorf("%s: %q", field, names[field])
 		}
+	}
+}
+
+// TestMigrateGrantsNameFlags: the grant migrate prints for the cleanup
+// schedule names run's flag, although migrate has no such flag.
+func TestMigrateGrantsNameFlags(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	cfg, err := parse("migrate", "", nil, scopeDB|scopeMigrate, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := migrations.RuntimeGrants(cfg.table, "db", migrations.GrantOptions{Cleanup: true})
+	why := cfg.text(grants[len(grants)-1].Why)
+	if !strings.Contains(why, "(--cleanup-older-than) deletes rows Kafka has acknowledged") {
+		t.Fatalf("cleanup grant: %q", why)
 	}
 }
