@@ -62,7 +62,7 @@ var cleanupGrant = struct {
 	name       func(t Table, database string) string
 	why        string
 }{"DELETE", "TABLE", func(t Table, _ string) string { return t.Quoted() },
-	"run --cleanup-older-than deletes rows Kafka has acknowledged (deletes are not published)"}
+	"the relay's cleanup schedule (Cleanup.OlderThan) deletes rows Kafka has acknowledged (deletes are not published)"}
 
 // RuntimeGrants returns the privileges of the relay's runtime role on
 // outbox table t in database.

@@ -164,10 +164,12 @@ func lingering(err error) bool {
 
 // fix names what an operator must change for a fatal Kafka error; empty
 // when it has no Kafka code (TLS and SASL failures get their fix from
-// kafkaconn's classification in cmd/outbox-relay).
+// kafkaconn's classification in cmd/outbox-relay). Like every message of
+// the module's libraries it names the relay.Config field to change
+// (Publish.UnknownTopicTimeout); the binary shows its flags instead.
 func fix(err error) string {
 	if lingering(err) {
-		return "the partition stayed unknown past --unknown-topic-timeout, so it no longer exists (topic deleted, or recreated " +
+		return "the partition stayed unknown past Publish.UnknownTopicTimeout, so it no longer exists (topic deleted, or recreated " +
 			"with fewer partitions): recreate the topic with at least as many partitions; the relay resumes from the held position"
 	}
 	var kerr kafka.Error
@@ -180,16 +182,16 @@ func fix(err error) string {
 			"message.timestamp.before.max.ms (an old backlog) or check the clocks of PostgreSQL and Kafka " +
 			"(message.timestamp.after.max.ms), or set message.timestamp.type=LogAppendTime on the topic"
 	case kafka.ClusterAuthorizationFailed, kafka.TransactionalIDAuthorizationFailed, kafka.BrokerAuthorizationFailed:
-		return "grant the relay's principal the ACLs it needs (WRITE and DESCRIBE on its topics, CREATE with --create-topics)"
+		return "grant the relay's principal the ACLs it needs (WRITE and DESCRIBE on its topics, CREATE with Publish.CreateTopics)"
 	case kafka.InvalidRequiredAcks:
 		return "the broker refuses acks=all: check the broker version and its configuration"
 	case kafka.SecurityDisabled:
-		return "the listener has no security enabled: remove the --kafka-sasl-* settings or point --kafka-brokers at a SASL listener"
+		return "the listener has no security enabled: drop Kafka.SASL or point Kafka.Brokers at a SASL listener"
 	case kafka.UnsupportedVersion, kafka.InvalidRequest, kafka.UnsupportedCompressionType:
 		return "the broker does not understand the relay's produce request: upgrade the broker (Kafka 2.1 or later) or check what sits between relay and broker"
 	case kafka.PolicyViolation, kafka.InvalidPartitionNumber, kafka.InvalidConfiguration, kafka.InvalidReplicaAssignment:
-		return "the cluster refuses the topic the relay creates: adjust --topic-partitions / --topic-replication-factor " +
-			"to its policy, or create the topics yourself and run without --create-topics"
+		return "the cluster refuses the topic the relay creates: adjust Publish.TopicPartitions / Publish.TopicReplicationFactor " +
+			"to its policy, or create the topics yourself and run without Publish.CreateTopics"
 	}
 	if classifyCode(kerr) == Fatal {
 		return "the broker answered about a producer id or transaction the relay never uses: check the broker and anything proxying it"

@@ -221,7 +221,7 @@ func TestVanishedPartitionStops(t *testing.T) {
 			t.Errorf("fatal error %q", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a vanished partition was retried for 5s, past --unknown-topic-timeout 100ms")
+		t.Fatal("a vanished partition was retried for 5s, past Publish.UnknownTopicTimeout 100ms")
 	}
 	if r := <-res; r != closing {
 		t.Fatalf("send returned %v, want closing", r)

@@ -368,7 +368,7 @@ func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message,
 	}
 	if n := messageSize(&msg); n > p.cfg.MaxBatchBytes {
 		return kafka.Message{}, "message_too_large", &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID,
-			Reason: fmt.Sprintf("record of %d bytes exceeds --max-batch-bytes %d", n, p.cfg.MaxBatchBytes)}
+			Reason: fmt.Sprintf("record of %d bytes exceeds Publish.MaxBatchBytes %d", n, p.cfg.MaxBatchBytes)}
 	}
 	return msg, "", nil
 }

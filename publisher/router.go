@@ -114,7 +114,7 @@ func (r *router) run() {
 				if held {
 					continue
 				}
-				if !r.p.settle(rec, "unknown_topic", fmt.Errorf("topic %s does not exist (create it, or run with --create-topics)", r.topic)) {
+				if !r.p.settle(rec, "unknown_topic", fmt.Errorf("topic %s does not exist (create it, or run with Publish.CreateTopics)", r.topic)) {
 					return
 				}
 			}

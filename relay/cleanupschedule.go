@@ -25,10 +25,10 @@ func newCleanupSchedule(r *Relay) *cleanupSchedule {
 		return nil
 	}
 	if r.cfg.Checkpoints.Interval <= 0 {
-		r.log.Warn("--cleanup-older-than with --checkpoint-interval 0: no checkpoint is saved, so cleanup deletes nothing", slog.String("stage", "cleanup"))
+		r.log.Warn("Cleanup.OlderThan with checkpoints off (Checkpoints.Interval): no checkpoint is saved, so cleanup deletes nothing", slog.String("stage", "cleanup"))
 	}
 	if ret := r.cfg.Checkpoints.Retention; ret > 0 && c.OlderThan > ret {
-		r.log.Warn("rows older than the checkpoint history can only be replayed with replay --all; keep --checkpoint-retention >= --cleanup-older-than", slog.String("stage", "cleanup"), slog.Duration("cleanup_older_than", c.OlderThan), slog.Duration("checkpoint_retention", ret))
+		r.log.Warn("rows older than the checkpoint history can only be replayed with outbox-relay replay --all; keep Checkpoints.Retention >= Cleanup.OlderThan", slog.String("stage", "cleanup"), slog.Duration("cleanup_older_than", c.OlderThan), slog.Duration("checkpoint_retention", ret))
 	}
 	return &cleanupSchedule{cfg: c, m: metrics.NewCleanup(r.m.Registerer)}
 }

@@ -59,6 +59,17 @@
 // and does no I/O; its error joins one *FieldError per invalid field,
 // named by its Go path ("Publish.MaxBatch").
 //
+// Every message of the relay and of the packages under it - errors, log
+// records, Health's Reason, the metrics' help, the fixes it suggests -
+// names what to change the same way: "record of 2000000 bytes exceeds
+// Publish.MaxBatchBytes 921600", "no acknowledgement for
+// Window.StallTimeout". What is inside Kafka.TLS and Kafka.SASL is named
+// below them: Kafka.TLS.RootCAs, Kafka.TLS.Certificates,
+// Kafka.TLS.ServerName (the *tls.Config's fields), Kafka.SASL.Mechanism,
+// Username and Password (what the sasl.Mechanism is built from). The
+// binary prints its flags in their place (--max-batch-bytes); commands to
+// run are named as such ("outbox-relay migrate --grant-role ROLE").
+//
 // Kafka is the one Kafka configuration: the relay's clients and those
 // KafkaConfig builds for tools beside it (Transport, Dialer, Client,
 // Reader) share its brokers, TLS and SASL.

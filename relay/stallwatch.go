@@ -58,7 +58,7 @@ func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
 				slog.String("aggregate_id", f.AggregateID), slog.String("event_type", f.EventType), slog.Any("last_error", f.Err))
 		}
 		w.log.LogAttrs(context.Background(), slog.LevelError,
-			"delivery stalled: events in flight and no acknowledgement for --stall-timeout; the slot position is held", attrs...)
+			"delivery stalled: events in flight and no acknowledgement for Window.StallTimeout; the slot position is held", attrs...)
 		w.m.Stalled.Set(1)
 	case stallResumed:
 		cause := "acknowledgements resumed"

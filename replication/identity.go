@@ -33,7 +33,7 @@ func (e *RelationRenamedError) Error() string {
 	}
 	return fmt.Sprintf("outbox table %s (oid %d) was renamed or moved to %s%s: the relay stops with the slot position held "+
 		"rather than skip its rows; fix: rename it back (ALTER TABLE … RENAME TO / SET SCHEMA) and restart, "+
-		"or check that the publication still includes it (publications follow the table, not its name) and restart with --table %s",
+		"or check that the publication still includes it (publications follow the table, not its name) and restart with Database.Table %s",
 		e.Old, e.OID, e.New, now, e.newest())
 }
 

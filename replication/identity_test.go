@@ -49,7 +49,7 @@ func TestRenamedOutboxStops(t *testing.T) {
 			if re.OID != 16384 || re.Old != "public.outbox" || re.New != c.ns+"."+c.rel {
 				t.Fatalf("error fields %+v", re)
 			}
-			for _, want := range []string{"public.outbox", c.ns + "." + c.rel, "rename it back", "--table " + c.ns + "." + c.rel, "publication"} {
+			for _, want := range []string{"public.outbox", c.ns + "." + c.rel, "rename it back", "Database.Table " + c.ns + "." + c.rel, "publication"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("message lacks %q: %s", want, err)
 				}
@@ -100,7 +100,7 @@ func TestRenamedAndStillRenamedNamesTheCurrentName(t *testing.T) {
 	st := streamWithOID(&recSink{}, lookup)
 	err := st.decode(1, relationBytes(16384, "public", "outbox_v2", outboxCols))
 	var re *RelationRenamedError
-	if !errors.As(err, &re) || re.Current != "archive.outbox_old" || !strings.Contains(err.Error(), "--table archive.outbox_old") {
+	if !errors.As(err, &re) || re.Current != "archive.outbox_old" || !strings.Contains(err.Error(), "Database.Table archive.outbox_old") {
 		t.Fatalf("got %v", err)
 	}
 }

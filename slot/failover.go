@@ -62,21 +62,21 @@ func SetFailover(ctx context.Context, conn *pgconn.PgConn, name string, on bool)
 	if _, err := conn.Exec(ctx, sql).ReadAll(); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55006" { // object_in_use: active for a PID
-			return fmt.Errorf("set failover = %t on slot %q: %w; stop the relay streaming from it, then run outbox-relay migrate %s again",
-				on, name, err, failoverFlag(on))
+			return fmt.Errorf("set failover = %t on slot %q: %w; stop the relay streaming from it, then run %s again",
+				on, name, err, failoverCommand(on))
 		}
 		return fmt.Errorf("set failover = %t on slot %q: %w", on, name, err)
 	}
 	return nil
 }
 
-// failoverFlag is the outbox-relay flag that asks for failover = on, for
+// failoverCommand is the outbox-relay command that sets failover = on, for
 // messages that say what to run.
-func failoverFlag(on bool) string {
+func failoverCommand(on bool) string {
 	if on {
-		return "--failover-slot"
+		return "outbox-relay migrate --failover-slot"
 	}
-	return "--failover-slot=false"
+	return "outbox-relay migrate --failover-slot=false"
 }
 
 // failoverOn reports whether a slot created on a server of version v is a

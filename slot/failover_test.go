@@ -75,7 +75,7 @@ func TestCreateFailoverByVersion(t *testing.T) {
 }
 
 func TestFailoverFlagNamesTheFix(t *testing.T) {
-	if failoverFlag(true) != "--failover-slot" || failoverFlag(false) != "--failover-slot=false" {
-		t.Fatal(failoverFlag(true), failoverFlag(false))
+	if failoverCommand(true) != "outbox-relay migrate --failover-slot" || failoverCommand(false) != "outbox-relay migrate --failover-slot=false" {
+		t.Fatal(failoverCommand(true), failoverCommand(false))
 	}
 }

@@ -103,7 +103,7 @@ type PartitionRootError struct {
 func (e *PartitionRootError) Error() string {
 	return fmt.Sprintf("publication %q of the partitioned table %s lacks publish_via_partition_root: its inserts would arrive under the "+
 		"partitions' names and not be relayed; run \"outbox-relay migrate\" (sets it) or ALTER PUBLICATION %s SET (publish_via_partition_root = true), "+
-		"then check for events committed meanwhile (outbox-relay reconcile, replay --since)", e.Publication, e.Table, quoteIdent(e.Publication))
+		"then check for events committed meanwhile (outbox-relay reconcile, outbox-relay replay --since)", e.Publication, e.Table, quoteIdent(e.Publication))
 }
 
 // EnsurePartitionRoot sets publish_via_partition_root on an existing

@@ -172,7 +172,7 @@ func (m *Manager) Ensure(ctx context.Context) (Status, error) {
 // Check verifies that s is a slot this relay can stream from.
 func (m *Manager) Check(ctx context.Context, s Status) error {
 	if s.Plugin != Plugin {
-		return fmt.Errorf("slot %q uses output plugin %q, the relay needs %q: drop it (outbox-relay slot drop) or choose another name with --slot",
+		return fmt.Errorf("slot %q uses output plugin %q, the relay needs %q: drop it (outbox-relay slot drop) or choose another name with Database.Slot",
 			m.slot, s.Plugin, Plugin)
 	}
 	var db string
@@ -180,7 +180,7 @@ func (m *Manager) Check(ctx context.Context, s Status) error {
 		return fmt.Errorf("read current database: %w", err)
 	}
 	if s.Database != db {
-		return fmt.Errorf("slot %q belongs to database %q, not %q: connect to %q or choose another slot name with --slot",
+		return fmt.Errorf("slot %q belongs to database %q, not %q: connect to %q or choose another slot name with Database.Slot",
 			m.slot, s.Database, db, s.Database)
 	}
 	if s.Active {
@@ -197,5 +197,5 @@ type ActiveError struct {
 
 func (e *ActiveError) Error() string {
 	return fmt.Sprintf("slot %q is active under pid %d: another relay or client streams from it; stop it "+
-		"(SELECT pg_terminate_backend(%d)) or use another --slot", e.Slot, e.PID, e.PID)
+		"(SELECT pg_terminate_backend(%d)) or use another Database.Slot", e.Slot, e.PID, e.PID)
 }

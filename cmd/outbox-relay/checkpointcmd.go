@@ -45,7 +45,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer pool.Close()
-	store := checkpoint.NewStore(pool, cfg.table, cfg.Slot)
+	store := checkpoint.NewStore(pool, cfg.table, cfg.Relay.Database.Slot)
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted %d checkpoint rows of slot %s (%s)\n", n, cfg.Slot, cfg.table)
+		fmt.Fprintf(stdout, "deleted %d checkpoint rows of slot %s (%s)\n", n, cfg.Relay.Database.Slot, cfg.table)
 		return nil
 	}
 	cp, err := store.Latest(ctx)
@@ -62,10 +62,10 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	out := checkpointJSON(cp)
-	if err := checkpointUsable(ctx, cfg.DatabaseURL, cp, out); err != nil {
+	if err := checkpointUsable(ctx, cfg.Relay.Database.URL, cp, out); err != nil {
 		return err
 	}
-	st, err := slot.NewManager(pool, cfg.Slot, cfg.Publication).Status(ctx)
+	st, err := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication).Status(ctx)
 	switch {
 	case errors.Is(err, slot.ErrNotFound):
 		out["slot_exists"] = false

@@ -21,6 +21,7 @@ Checkpoints older than the cutoff are pruned (a replay from them would miss dele
 func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o cleanup.Options
 	cfg, rest, err := parseWith("cleanup", "", cleanupSummary, args, scopeDB, stderr, func(b *envflag.Binder) {
+		b.Fields(&o, "Options.") // Validate names Options.OlderThan: run prints --older-than
 		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 7d or 168h")
 		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
 		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches")
@@ -41,11 +42,11 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
-	id, err := outboxdb.Identify(ctx, cfg.DatabaseURL)
+	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL)
 	if err != nil {
 		return err
 	}
-	c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
+	c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
 	res, err := c.Run(ctx)
 	if err != nil {
 		return err

@@ -15,8 +15,8 @@ func TestCleanupScheduleFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CleanupSchedule.OlderThan != 72*time.Hour || cfg.CleanupSchedule.Interval != 5*time.Minute {
-		t.Fatalf("schedule %+v", cfg.CleanupSchedule)
+	if c := cfg.Relay.Cleanup; c.OlderThan != 72*time.Hour || c.Interval != 5*time.Minute {
+		t.Fatalf("schedule %+v", c)
 	}
 	_, err = parse("run", "", []string{"--cleanup-older-than", "-1h", "--cleanup-interval", "1ms"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--cleanup-older-than -1h0m0s: use 0 (off)") {

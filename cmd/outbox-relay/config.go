@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -15,64 +16,61 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // config is every subcommand's configuration, from flags with
-// OUTBOX_RELAY_* environment fallbacks, named after the flags. The relay's
-// knobs map to relay.Config (relayConfig), which validates them; the rest
-// (logging, --metrics-addr, --pprof, --max-procs, migrate's) are the
-// binary's own.
+// OUTBOX_RELAY_* environment fallbacks. The relay's flags bind straight
+// into Relay, and each one's field path (for the errors relay.Config's
+// Validate and the libraries report) is derived from the pointer it is
+// bound to (envflag.Binder.Fields); the rest (logging, --metrics-addr,
+// --pprof, --max-procs, tracing, migrate's) are the binary's own.
 type config struct {
-	DatabaseURL, Slot, Publication, Table                  string
-	KafkaBrokers, TopicTemplate, PoisonPolicy, PayloadType string
-	MetricsAddr, LogLevel, LogFormat                       string
-	HeartbeatInterval, StatusInterval, SlotCheckInterval   time.Duration
-	WALSenderTimeout, ShutdownTimeout, StallTimeout        time.Duration
-	MaxInflightEvents, MaxBatch, MaxBatchBytes             int
-	MaxInflightBytes, WALDiskBudget                        int64
-	Linger, BackoffBase, BackoffMax, MetadataTTL           time.Duration
-	UnknownTopicWait, PartitionRefresh, TopicIdleTimeout   time.Duration
-	CreateTopics, PProf                                    bool
-	TopicPartitions, TopicReplication                      int
-	CheckpointInterval, CheckpointRetention, StatsInterval time.Duration
-	LeaderPollInterval, LeaderKeepaliveInterval            time.Duration
-	LeaderTimeout                                          time.Duration
-	CleanupSchedule                                        relay.CleanupConfig
+	// Relay is the relay's configuration. bind starts it from
+	// relay.DefaultConfig, so a field without a flag in the command keeps
+	// its default. Parsed, it holds the flags' values as given; validate
+	// then passes each flag's 0 on as -1 (explicitZeros) and adds Kafka's
+	// brokers, TLS and SASL, built from KafkaBrokers and KafkaConn.
+	Relay relay.Config
+	// KafkaBrokers is --kafka-brokers, comma-separated: Relay.Kafka.Brokers.
+	KafkaBrokers string
+	// KafkaConn is the Kafka TLS and SASL the flags describe (files,
+	// names, credentials); validate builds Relay.Kafka.TLS and SASL from
+	// it.
+	KafkaConn kafkaconn.Config
+
+	MetricsAddr, LogLevel, LogFormat string
+	PProf                            bool
 	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go
 	// runtime's own choice); see procs.go.
 	MaxProcs int
 	// Trace is the optional publish span and its exporter (tracing.go).
 	Trace traceConfig
-	// Kafka TLS and SASL (kafkaconn.Config's TLS.* and SASL.* fields),
-	// and the least-privilege role migrate grants.
-	KafkaTLS, KafkaTLSInsecure, GrantCleanup                  bool
-	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile         string
-	KafkaTLSServerName, KafkaSASLMechanism, KafkaSASLUsername string
-	KafkaSASLPassword, GrantRole                              string
-	// NullablePayload: migrate creates the payload column nullable.
-	NullablePayload bool
-	// The record format (record.Config) of every publishing
-	// command, so that run, recover, replay and dlq retry write alike.
-	RecordFormat, CloudEventsSource, CloudEventsMode string
-	DebeziumExpandJSON, TombstoneOnNullPayload       bool
-	// FailoverSlot: the slot migrate, slot create, run and recover create
-	// is a failover slot on PostgreSQL 17+. failoverSlotSet records that
-	// it was given (flag or environment): only then does migrate change
-	// an existing slot's flag.
-	FailoverSlot    bool
+	// migrate's: the least-privilege role it grants, and the payload
+	// column of a table it creates (NullablePayload: without NOT NULL).
+	GrantRole, PayloadType        string
+	GrantCleanup, NullablePayload bool
+	// failoverSlotSet records that --failover-slot (the negation of
+	// Relay.Database.NoFailoverSlot) was given, on the command line or in
+	// the environment: only then does migrate change an existing slot's
+	// flag.
 	failoverSlotSet bool
+
+	// flagText names configuration fields by the flags that set them, in
+	// library text (flagtext.go); set once the flags are parsed.
+	flagText func(string) string
 
 	// Derived by validate.
 	kafkaSecurity kafkaconn.Security
 	table         migrations.Table
-	brokers       []string
 	template      publisher.TopicTemplate
 	level         zerolog.Level
 }
+
+// kafkaConnPrefix prefixes the field paths of config.KafkaConn, which
+// kafkaconn's errors name without it ("TLS.CAFile").
+const kafkaConnPrefix = "kafkaconn."
 
 // scope selects which flags a subcommand takes.
 type scope int
@@ -85,17 +83,20 @@ const (
 )
 
 // bind registers the flags of the given scopes on b, with the defaults of
-// relay.DefaultConfig, and records which relay.Config field each sets.
+// relay.DefaultConfig, bound to the fields they set.
 func (c *config) bind(b *envflag.Binder, s scope) {
-	d := relay.DefaultConfig()
+	c.Relay = relay.DefaultConfig()
+	b.Fields(&c.Relay, "")
+	b.Fields(&c.KafkaConn, kafkaConnPrefix)
+	d, r := relay.DefaultConfig(), &c.Relay
 	b.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	b.String(&c.LogFormat, "log-format", "json", "log format: json or console")
 	if s&scopeDB != 0 {
-		b.ConnString(&c.DatabaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem, or key=value connection string, e.g. 'host=db dbname=app user=relay sslmode=verify-full'").
-			Required("Database.URL", "postgres://user:pass@host:5432/db")
-		b.String(&c.Slot, "slot", d.Database.Slot, "logical replication slot name").To("Database.Slot")
-		b.String(&c.Publication, "publication", d.Database.Publication, "publication name").To("Database.Publication")
-		b.String(&c.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified").To("Database.Table")
+		b.ConnString(&r.Database.URL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem, or key=value connection string, e.g. 'host=db dbname=app user=relay sslmode=verify-full'").
+			Required("postgres://user:pass@host:5432/db")
+		b.String(&r.Database.Slot, "slot", d.Database.Slot, "logical replication slot name")
+		b.String(&r.Database.Publication, "publication", d.Database.Publication, "publication name")
+		b.String(&r.Database.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified")
 	}
 	if s&scopeKafka != 0 {
 		c.bindKafka(b, d)
@@ -105,155 +106,143 @@ func (c *config) bind(b *envflag.Binder, s scope) {
 		b.Bool(&c.GrantCleanup, "grant-cleanup", false, "with --grant-role: also grant DELETE on the outbox, for run --cleanup-older-than")
 		b.String(&c.PayloadType, "payload-type", migrations.PayloadJSONB, "payload column type of a table migrate creates: jsonb or bytea")
 		b.Bool(&c.NullablePayload, "nullable-payload", false, "create the table's payload column without NOT NULL, so a row with a NULL payload can stand for a tombstone (run --tombstone-on-null-payload)")
-		bindFailoverSlot(b, &c.FailoverSlot, "; set explicitly, migrate also sets an existing slot's flag to it (stop the relay first)")
+		bindFailoverSlot(b, &r.Database.NoFailoverSlot, "; set explicitly, migrate also sets an existing slot's flag to it (stop the relay first)")
 	}
 	if s&scopeRun != 0 {
 		c.bindRun(b, d)
 		c.Trace.bind(b)
-		bindFailoverSlot(b, &c.FailoverSlot, "; applies when the relay creates a missing slot (an existing slot keeps its flag: migrate --failover-slot changes it)")
+		bindFailoverSlot(b, &r.Database.NoFailoverSlot, "; applies when the relay creates a missing slot (an existing slot keeps its flag: migrate --failover-slot changes it)")
 	}
 }
 
 // bindFailoverSlot registers --failover-slot (migrate, slot create, run,
-// recover: every command that creates the slot) into p; more ends its help.
-func bindFailoverSlot(b *envflag.Binder, p *bool, more string) {
-	b.Bool(p, "failover-slot", !relay.DefaultConfig().Database.NoFailoverSlot,
+// recover: every command that creates the slot), the negation of
+// Database.NoFailoverSlot, into no; more ends its help.
+func bindFailoverSlot(b *envflag.Binder, no *bool, more string) {
+	b.NotBool(no, "failover-slot", !relay.DefaultConfig().Database.NoFailoverSlot,
 		"create the logical slot with failover = true on PostgreSQL 17+, so a standby with sync_replication_slots = on keeps it "+
-			"through a failover; false opts out; ignored before 17"+more).To("Database.NoFailoverSlot")
+			"through a failover; false opts out; ignored before 17"+more)
 }
 
 // bindKafka registers the Kafka flags: brokers, topics, batching, and the
 // TLS and SASL of every Kafka connection.
 func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
-	p := d.Publish
-	b.String(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").Required("Kafka.Brokers", "host:9092[,host2:9092]")
-	b.String(&c.TopicTemplate, "topic-template", p.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}").To("Publish.TopicTemplate")
-	b.Bool(&c.CreateTopics, "create-topics", p.CreateTopics, "create missing topics")
-	b.Int(&c.TopicPartitions, "topic-partitions", p.TopicPartitions, "partitions of topics the relay creates").To("Publish.TopicPartitions")
-	b.Int(&c.TopicReplication, "topic-replication-factor", p.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
-	b.Int(&c.MaxBatch, "max-batch", p.MaxBatch, "most events in one partition batch").To("Publish.MaxBatch")
-	b.IntSize(&c.MaxBatchBytes, "max-batch-bytes", p.MaxBatchBytes, "most bytes in one partition batch, e.g. 900KiB; keep under the broker's message.max.bytes").To("Publish.MaxBatchBytes")
-	b.Duration(&c.Linger, "linger", p.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)").To("Publish.Linger")
-	b.Duration(&c.BackoffBase, "backoff-base", p.BackoffBase, "first retry delay (exponential, full jitter)").To("Publish.BackoffBase")
-	b.Duration(&c.BackoffMax, "backoff-max", p.BackoffMax, "longest retry delay").To("Publish.BackoffMax")
-	b.Duration(&c.MetadataTTL, "metadata-ttl", d.Kafka.MetadataTTL, "Kafka metadata refresh; bounds the stall after a partition leader change").To("Kafka.MetadataTTL")
-	b.Duration(&c.UnknownTopicWait, "unknown-topic-timeout", p.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops").To("Publish.UnknownTopicTimeout")
-	b.Duration(&c.PartitionRefresh, "partition-refresh", p.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)").To("Publish.PartitionRefresh")
-	b.Duration(&c.TopicIdleTimeout, "topic-idle-timeout", p.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)").To("Publish.TopicIdleTimeout")
-	b.String(&c.RecordFormat, "record-format", string(p.RecordFormat), "record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)").To("Publish.RecordFormat")
-	b.String(&c.CloudEventsSource, "cloudevents-source", p.CloudEventsSource, "CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents").To("Publish.CloudEventsSource")
-	b.String(&c.CloudEventsMode, "cloudevents-mode", string(p.CloudEventsMode), "CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)").To("Publish.CloudEventsMode")
-	b.Bool(&c.DebeziumExpandJSON, "debezium-expand-json-payload", p.DebeziumExpandJSON, "with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)").To("Publish.DebeziumExpandJSON")
-	b.Bool(&c.TombstoneOnNullPayload, "tombstone-on-null-payload", p.TombstoneOnNullPayload, "an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event").To("Publish.TombstoneOnNullPayload")
-	b.Bool(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
-	b.String(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)").To("TLS.CAFile")
-	b.String(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required").To("TLS.CertFile")
-	b.String(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file").To("TLS.KeyFile")
-	b.String(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
-	b.Bool(&c.KafkaTLSInsecure, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)").To("TLS.InsecureSkipVerify")
-	b.String(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)").To("SASL.Mechanism")
-	b.String(&c.KafkaSASLUsername, "kafka-sasl-username", "", "SASL username").To("SASL.Username")
-	b.Secret(&c.KafkaSASLPassword, "kafka-sasl-password", "", "SASL password").To("SASL.Password")
+	p, dp := &c.Relay.Publish, d.Publish
+	b.String(&c.KafkaBrokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092").To("Kafka.Brokers").Required("host:9092[,host2:9092]")
+	b.String(&p.TopicTemplate, "topic-template", dp.TopicTemplate, "topic name template; placeholders {aggregate_type}, {event_type}")
+	b.Bool(&p.CreateTopics, "create-topics", dp.CreateTopics, "create missing topics")
+	b.Int(&p.TopicPartitions, "topic-partitions", dp.TopicPartitions, "partitions of topics the relay creates")
+	b.Int(&p.TopicReplicationFactor, "topic-replication-factor", dp.TopicReplicationFactor, "replication factor of topics the relay creates (-1: broker default)")
+	b.Int(&p.MaxBatch, "max-batch", dp.MaxBatch, "most events in one partition batch")
+	b.IntSize(&p.MaxBatchBytes, "max-batch-bytes", dp.MaxBatchBytes, "most bytes in one partition batch, e.g. 900KiB; keep under the broker's message.max.bytes")
+	b.Duration(&p.Linger, "linger", dp.Linger, "how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)")
+	b.Duration(&p.BackoffBase, "backoff-base", dp.BackoffBase, "first retry delay (exponential, full jitter)")
+	b.Duration(&p.BackoffMax, "backoff-max", dp.BackoffMax, "longest retry delay")
+	b.Duration(&c.Relay.Kafka.MetadataTTL, "metadata-ttl", d.Kafka.MetadataTTL, "Kafka metadata refresh; bounds the stall after a partition leader change")
+	b.Duration(&p.UnknownTopicTimeout, "unknown-topic-timeout", dp.UnknownTopicTimeout, "how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops")
+	b.Duration(&p.PartitionRefresh, "partition-refresh", dp.PartitionRefresh, "how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)")
+	b.Duration(&p.TopicIdleTimeout, "topic-idle-timeout", dp.TopicIdleTimeout, "how long an unused topic keeps its router and partition lanes (goroutines, queues)")
+	envflag.StringVar(b, &p.RecordFormat, "record-format", dp.RecordFormat, "record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)")
+	b.String(&p.CloudEventsSource, "cloudevents-source", dp.CloudEventsSource, "CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents")
+	envflag.StringVar(b, &p.CloudEventsMode, "cloudevents-mode", dp.CloudEventsMode, "CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)")
+	b.Bool(&p.DebeziumExpandJSON, "debezium-expand-json-payload", dp.DebeziumExpandJSON, "with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)")
+	b.Bool(&p.TombstoneOnNullPayload, "tombstone-on-null-payload", dp.TombstoneOnNullPayload, "an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event")
+	tls, sasl := &c.KafkaConn.TLS, &c.KafkaConn.SASL
+	b.Bool(&tls.Enabled, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
+	b.String(&tls.CAFile, "kafka-tls-ca-file", "", "PEM CA bundle that signed the brokers' certificates (default: system roots)")
+	b.String(&tls.CertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers with ssl.client.auth=required")
+	b.String(&tls.KeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file")
+	b.String(&tls.ServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
+	b.Bool(&tls.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)")
+	b.String(&sasl.Mechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+	b.String(&sasl.Username, "kafka-sasl-username", "", "SASL username")
+	b.Secret(&sasl.Password, "kafka-sasl-password", "", "SASL password")
 }
 
 // bindRun registers the flags of the streaming commands (run, recover).
 func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
+	r := &c.Relay
 	b.String(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
-	b.Duration(&c.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables").To("Database.HeartbeatInterval")
-	b.Duration(&c.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout").To("Database.StatusInterval")
-	b.Duration(&c.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged").To("ShutdownTimeout")
-	b.Int(&c.MaxInflightEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory").To("Window.MaxEvents")
-	b.Size(&c.MaxInflightBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory, e.g. 16MiB").To("Window.MaxBytes")
-	b.String(&c.PoisonPolicy, "poison-policy", string(d.Publish.PoisonPolicy), "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)").To("Publish.PoisonPolicy")
-	b.Duration(&c.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)").To("Database.SlotCheckInterval")
-	b.Duration(&c.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables").To("Window.StallTimeout")
+	b.Duration(&r.Database.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables")
+	b.Duration(&r.Database.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout")
+	b.Duration(&r.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged")
+	b.Int(&r.Window.MaxEvents, "max-inflight-events", d.Window.MaxEvents, "most unacknowledged events held in memory")
+	b.Size(&r.Window.MaxBytes, "max-inflight-bytes", d.Window.MaxBytes, "most unacknowledged bytes held in memory, e.g. 16MiB")
+	envflag.StringVar(b, &r.Publish.PoisonPolicy, "poison-policy", d.Publish.PoisonPolicy, "poison events: quarantine (dead-letter it, park its aggregate) or halt (stop, slot position held)")
+	b.Duration(&r.Database.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)")
+	b.Duration(&r.Window.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables")
 	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice, which is the default when GOMAXPROCS is set")
 	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
-	b.Duration(&c.CheckpointInterval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables").To("Checkpoints.Interval")
-	b.Duration(&c.CheckpointRetention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention; 0 keeps it all").To("Checkpoints.Retention")
-	b.Duration(&c.CleanupSchedule.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)").To("Cleanup.OlderThan")
-	b.Duration(&c.CleanupSchedule.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)").To("Cleanup.Interval")
-	b.Duration(&c.LeaderPollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
-	b.Duration(&c.LeaderKeepaliveInterval, "leader-keepalive-interval", d.Leader.KeepaliveInterval, "how often the leader checks its lock connection")
-	b.Duration(&c.LeaderTimeout, "leader-timeout", d.Leader.Timeout, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
+	b.Duration(&r.Checkpoints.Interval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
+	b.Duration(&r.Checkpoints.Retention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention; 0 keeps it all")
+	b.Duration(&r.Cleanup.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)")
+	b.Duration(&r.Cleanup.Interval, "cleanup-interval", d.Cleanup.Interval, "cadence of the leader's cleanup runs (each bounded by half of it)")
+	b.Duration(&r.Leader.PollInterval, "leader-poll-interval", d.Leader.PollInterval, "how often a standby tries to take the leader lock; bounds the takeover after a leader stops")
+	b.Duration(&r.Leader.KeepaliveInterval, "leader-keepalive-interval", d.Leader.KeepaliveInterval, "how often the leader checks its lock connection")
+	b.Duration(&r.Leader.Timeout, "leader-timeout", d.Leader.Timeout, "a leader unable to confirm its lock for half of this stops streaming; PostgreSQL frees the lock of a session silent this long")
 	b.Group("Leader", "leader-timeout", "leader-keepalive-interval", "leader-poll-interval")
-	b.Duration(&c.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting").To("Database.WALSenderTimeout")
-	b.Duration(&c.StatsInterval, "stats-interval", d.Stats.Interval,
-		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables").To("Stats.Interval")
-	b.Size(&c.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
-		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size, e.g. 50GB; 0: none").To("Stats.WALDiskBudget")
+	b.Duration(&r.Database.WALSenderTimeout, "wal-sender-timeout", d.Database.WALSenderTimeout, "wal_sender_timeout of the relay's replication session: how long the server keeps a silent relay's slot busy; 0 keeps the server's setting")
+	b.Duration(&r.Stats.Interval, "stats-interval", d.Stats.Interval,
+		"cadence of the PostgreSQL statistics metrics (slot lag, retained WAL, exhaustion forecast, outbox table size); 0 disables")
+	b.Size(&r.Stats.WALDiskBudget, "wal-disk-budget", d.Stats.WALDiskBudget,
+		"bytes of WAL the slot may retain on the server's disk, a target for the exhaustion forecast besides safe_wal_size, e.g. 50GB; 0: none")
 }
 
-// relayConfig is the relay's configuration from the flags. Every flag has
-// its default filled in already, so a 0 on the command line is the
-// user's: it goes on as -1 (explicit), since 0 in relay.Config means "the
-// default". For the flags whose 0 turns their knob off (zeroOffFlags) -1
-// is relay.Config's "off"; for the others Validate rejects it, and
-// flagError shows the 0 the user gave.
-func (c *config) relayConfig() relay.Config {
-	return relay.Config{
-		Database: relay.DatabaseConfig{
-			URL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-			StatusInterval: explicit(c.StatusInterval), HeartbeatInterval: explicit(c.HeartbeatInterval),
-			SlotCheckInterval: explicit(c.SlotCheckInterval), WALSenderTimeout: c.WALSenderTimeout,
-			NoFailoverSlot: !c.FailoverSlot,
-		},
-		Kafka: c.kafka(),
-		Publish: relay.PublishConfig{
-			TopicTemplate: c.TopicTemplate, CreateTopics: c.CreateTopics,
-			TopicPartitions: explicit(c.TopicPartitions), TopicReplicationFactor: c.TopicReplication,
-			MaxBatch: explicit(c.MaxBatch), MaxBatchBytes: explicit(c.MaxBatchBytes), Linger: explicit(c.Linger),
-			BackoffBase: explicit(c.BackoffBase), BackoffMax: explicit(c.BackoffMax), UnknownTopicTimeout: explicit(c.UnknownTopicWait),
-			PartitionRefresh: explicit(c.PartitionRefresh), TopicIdleTimeout: explicit(c.TopicIdleTimeout),
-			PoisonPolicy: poison.Policy(c.PoisonPolicy),
-			RecordFormat: record.Format(c.RecordFormat), CloudEventsSource: c.CloudEventsSource,
-			CloudEventsMode: record.CloudEventsMode(c.CloudEventsMode), DebeziumExpandJSON: c.DebeziumExpandJSON,
-			TombstoneOnNullPayload: c.TombstoneOnNullPayload,
-		},
-		Window: relay.WindowConfig{MaxEvents: explicit(c.MaxInflightEvents), MaxBytes: explicit(c.MaxInflightBytes),
-			StallTimeout: explicit(c.StallTimeout)},
-		Leader: relay.LeaderConfig{
-			PollInterval: explicit(c.LeaderPollInterval), KeepaliveInterval: explicit(c.LeaderKeepaliveInterval),
-			Timeout: explicit(c.LeaderTimeout),
-		},
-		Checkpoints:     relay.CheckpointConfig{Interval: explicit(c.CheckpointInterval), Retention: explicit(c.CheckpointRetention)},
-		Cleanup:         relay.CleanupConfig{OlderThan: c.CleanupSchedule.OlderThan, Interval: explicit(c.CleanupSchedule.Interval)},
-		Stats:           relay.StatsConfig{Interval: explicit(c.StatsInterval), WALDiskBudget: c.WALDiskBudget},
-		ShutdownTimeout: explicit(c.ShutdownTimeout),
-	}
+// explicitZeros passes a flag's 0 on to relay.Config as -1, generically:
+// every numeric field of c whose default (relay.DefaultConfig) is not 0.
+// In relay.Config a zero field means its default, while on the command
+// line every flag shows its default and a 0 is the user's: it turns the
+// knob off (zeroOffFlags; -1 is relay.Config's "off") or is refused by
+// Validate, and flagError then shows the 0 the user gave. A field without
+// a flag in the command holds its default (bind starts from
+// DefaultConfig), never 0.
+func explicitZeros(c *relay.Config) {
+	zerosToOff(reflect.ValueOf(c).Elem(), reflect.ValueOf(relay.DefaultConfig()))
 }
 
-// explicit is a flag's value for relay.Config: 0 becomes -1 (see
-// relayConfig).
-func explicit[T ~int | ~int64](v T) T {
-	if v == 0 {
-		return -1
+func zerosToOff(v, def reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				zerosToOff(v.Field(i), def.Field(i))
+			}
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if v.Int() == 0 && def.Int() != 0 {
+			v.SetInt(-1)
+		}
 	}
-	return v
 }
 
 // zeroOffFlags are the flags whose 0 turns their knob off; a negative
 // value is refused (relay.Config would read it as off too, but on the
 // command line it is a mistake).
 func (c *config) zeroOffFlags() map[string]time.Duration {
+	r := &c.Relay
 	return map[string]time.Duration{
-		"heartbeat-interval": c.HeartbeatInterval, "linger": c.Linger, "stall-timeout": c.StallTimeout,
-		"checkpoint-interval": c.CheckpointInterval, "checkpoint-retention": c.CheckpointRetention,
-		"cleanup-older-than": c.CleanupSchedule.OlderThan, "stats-interval": c.StatsInterval,
+		"heartbeat-interval": r.Database.HeartbeatInterval, "linger": r.Publish.Linger, "stall-timeout": r.Window.StallTimeout,
+		"checkpoint-interval": r.Checkpoints.Interval, "checkpoint-retention": r.Checkpoints.Retention,
+		"cleanup-older-than": r.Cleanup.OlderThan, "stats-interval": r.Stats.Interval,
 	}
 }
+
+// failoverSlot reports whether the slot a command creates is a failover
+// slot (--failover-slot).
+func (c *config) failoverSlot() bool { return !c.Relay.Database.NoFailoverSlot }
 
 // publisherConfig is the configuration of a publisher beside the relay
 // (recover's and replay's back-fills, dlq's writer): the relay's topics,
 // batching and retries over the same Kafka connection settings.
 func (c *config) publisherConfig(clientID string) publisher.Config {
+	p := c.Relay.Publish
 	return publisher.Config{
-		Brokers: c.brokers, Template: c.template, Transport: c.kafkaTransport(clientID),
-		MaxBatch: c.MaxBatch, MaxBatchBytes: c.MaxBatchBytes, Linger: c.Linger,
-		BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
-		CreateTopics: c.CreateTopics, TopicPartitions: c.TopicPartitions, TopicReplicationFactor: c.TopicReplication,
-		UnknownTopicTimeout: c.UnknownTopicWait, MetadataRefresh: c.PartitionRefresh, TopicIdleTimeout: c.TopicIdleTimeout,
-		Record: c.relayConfig().Publish.Record(),
+		Brokers: c.Relay.Kafka.Brokers, Template: c.template, Transport: c.kafkaTransport(clientID),
+		MaxBatch: p.MaxBatch, MaxBatchBytes: p.MaxBatchBytes, Linger: p.Linger,
+		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
+		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
+		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
+		Record: p.Record(),
 	}
 }
 
@@ -271,25 +260,31 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		errs = append(errs, fmt.Errorf("--log-format %q: use json or console", c.LogFormat))
 	}
-	c.brokers = nil
+	k := &c.Relay.Kafka
+	k.Brokers = nil
 	for _, br := range strings.Split(c.KafkaBrokers, ",") {
 		if br = strings.TrimSpace(br); br != "" {
-			c.brokers = append(c.brokers, br)
+			k.Brokers = append(k.Brokers, br)
 		}
 	}
 	if s&scopeKafka != 0 {
 		// Loaded now, so a missing file or a certificate without its key
 		// is a configuration error (exit 2).
-		sec, err := c.kafkaConn().Build()
+		sec, err := c.KafkaConn.Build()
 		errs = append(errs, kafkaFlagErrors(b, err)...)
 		c.kafkaSecurity = sec
+		k.TLS, k.SASL = sec.TLS, sec.SASL
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.zeroOffFlags())) {
 		if v := c.zeroOffFlags()[name]; v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s: use 0 (off) or a positive duration", name, v))
 		}
 	}
-	for _, e := range unjoin(c.relayConfig().Validate()) {
+	// Validated with the flags' 0s passed on as -1; the errors show the
+	// flags' values, as given (flagError).
+	rc := c.Relay
+	explicitZeros(&rc)
+	for _, e := range unjoin(rc.Validate()) {
 		var fe *relay.FieldError
 		if !errors.As(e, &fe) {
 			errs = append(errs, e)
@@ -297,8 +292,9 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 			errs = append(errs, fe)
 		}
 	}
-	c.table, _ = migrations.ParseTable(c.Table)
-	c.template, _ = publisher.ParseTopicTemplate(c.TopicTemplate)
+	c.Relay = rc
+	c.table, _ = migrations.ParseTable(c.Relay.Database.Table)
+	c.template, _ = publisher.ParseTopicTemplate(c.Relay.Publish.TopicTemplate)
 	if s&scopeMigrate != 0 {
 		errs = append(errs, c.validateMigrate()...)
 	}

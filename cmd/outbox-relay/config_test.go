@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/record"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -20,7 +25,7 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Slot != "from_flag" || cfg.HeartbeatInterval != 3*time.Second || len(cfg.brokers) != 2 || cfg.table.String() != "public.outbox" {
+	if cfg.Relay.Database.Slot != "from_flag" || cfg.Relay.Database.HeartbeatInterval != 3*time.Second || len(cfg.Relay.Kafka.Brokers) != 2 || cfg.table.String() != "public.outbox" {
 		t.Fatalf("config %+v", cfg)
 	}
 	if cfg.template.Render("order", "x") != "outbox.event.order" {
@@ -90,7 +95,7 @@ func TestLeaderConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc := cfg.relayConfig(); rc.Leader.Timeout != 4*time.Second || rc.Leader.KeepaliveInterval != 500*time.Millisecond || rc.Leader.PollInterval != time.Second || rc.Database.Slot != "outbox_relay" {
+	if rc := cfg.Relay; rc.Leader.Timeout != 4*time.Second || rc.Leader.KeepaliveInterval != 500*time.Millisecond || rc.Leader.PollInterval != time.Second || rc.Database.Slot != "outbox_relay" {
 		t.Fatalf("leader config %+v", rc.Leader)
 	}
 	_, err = parse("run", "", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"},
@@ -112,15 +117,15 @@ func TestStallTimeoutConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.StallTimeout != time.Minute {
-		t.Fatalf("default --stall-timeout %s, want 1m", cfg.StallTimeout)
+	if cfg.Relay.Window.StallTimeout != time.Minute {
+		t.Fatalf("default --stall-timeout %s, want 1m", cfg.Relay.Window.StallTimeout)
 	}
 	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "0")
-	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.StallTimeout != 0 {
-		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=0 (off): %v %v", cfg, err)
+	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != -1 {
+		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=0 (off, relay.Config's -1): %v %v", cfg, err)
 	}
 	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "5s")
-	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.StallTimeout != 5*time.Second {
+	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != 5*time.Second {
 		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=5s: %v", err)
 	}
 	_, err = parse("run", "", []string{"--stall-timeout", "-1s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
@@ -138,16 +143,16 @@ func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.PartitionRefresh != time.Minute || cfg.TopicIdleTimeout != 2*time.Minute {
-		t.Fatalf("defaults: refresh %s, idle %s", cfg.PartitionRefresh, cfg.TopicIdleTimeout)
+	if p := cfg.Relay.Publish; p.PartitionRefresh != time.Minute || p.TopicIdleTimeout != 2*time.Minute {
+		t.Fatalf("defaults: refresh %s, idle %s", p.PartitionRefresh, p.TopicIdleTimeout)
 	}
 	t.Setenv("OUTBOX_RELAY_TOPIC_IDLE_TIMEOUT", "30s")
 	cfg, err = parse("run", "", append(base, "--partition-refresh", "5s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.PartitionRefresh != 5*time.Second || cfg.TopicIdleTimeout != 30*time.Second {
-		t.Fatalf("set: refresh %s, idle %s", cfg.PartitionRefresh, cfg.TopicIdleTimeout)
+	if p := cfg.Relay.Publish; p.PartitionRefresh != 5*time.Second || p.TopicIdleTimeout != 30*time.Second {
+		t.Fatalf("set: refresh %s, idle %s", p.PartitionRefresh, p.TopicIdleTimeout)
 	}
 	_, err = parse("run", "", append(base, "--partition-refresh", "0s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--partition-refresh") {
@@ -169,7 +174,7 @@ func TestValuesInTheFormsPeopleType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := cfg.relayConfig()
+	rc := cfg.Relay
 	if rc.Window.MaxBytes != 16<<20 || rc.Publish.MaxBatchBytes != 900<<10 || rc.Stats.WALDiskBudget != 50e9 ||
 		rc.Checkpoints.Retention != 7*24*time.Hour || rc.Cleanup.OlderThan != 36*time.Hour {
 		t.Fatalf("config %+v", rc)
@@ -196,7 +201,7 @@ func TestRecordFormatFlags(t *testing.T) {
 	}
 	want := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders",
 		CloudEventsMode: record.CloudEventsStructured, TombstoneOnNullPayload: true}
-	if got := cfg.relayConfig().Publish.Record(); got != want {
+	if got := cfg.Relay.Publish.Record(); got != want {
 		t.Fatalf("relay record config %+v", got)
 	}
 	if got := cfg.publisherConfig("x").Record; got != want {
@@ -204,8 +209,8 @@ func TestRecordFormatFlags(t *testing.T) {
 	}
 	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
 	if cfg, err = parse("run", "", []string{"--debezium-expand-json-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil ||
-		cfg.relayConfig().Publish.Record() != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
-		t.Fatalf("%+v %v", cfg.relayConfig().Publish.Record(), err)
+		cfg.Relay.Publish.Record() != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
+		t.Fatalf("%+v %v", cfg.Relay.Publish.Record(), err)
 	}
 	for args, msg := range map[string]string{
 		"--record-format avro":                                  `--record-format "avro": use native, debezium or cloudevents`,
@@ -217,5 +222,115 @@ func TestRecordFormatFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", args, err, msg)
 		}
+	}
+}
+
+// runBinder registers the flags of run (every relay.Config knob) on a
+// Binder that reads no environment.
+func runBinder() (*config, *envflag.Binder) {
+	var c config
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := envflag.Listing(fs, envPrefix)
+	c.bind(b, scopeDB|scopeKafka|scopeRun)
+	return &c, b
+}
+
+// relayLeaves lists the Go paths of relay.Config's fields that are not
+// structs themselves, with their values in c.
+func relayLeaves(v reflect.Value, prefix string, out map[string]reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			relayLeaves(v.Field(i), prefix+f.Name+".", out)
+		} else {
+			out[prefix+f.Name] = v.Field(i)
+		}
+	}
+}
+
+// TestEveryRelayFieldHasAFlag: run has a flag for every field of
+// relay.Config but the two kafkaconn builds from several flags (Kafka.TLS,
+// Kafka.SASL), and each flag's path (derived from the pointer it is bound
+// to) names the field it sets.
+func TestEveryRelayFieldHasAFlag(t *testing.T) {
+	c, b := runBinder()
+	names := b.FlagNames()
+	leaves := map[string]reflect.Value{}
+	relayLeaves(reflect.ValueOf(&c.Relay).Elem(), "", leaves)
+	for path := range leaves {
+		if _, ok := names[path]; !ok && path != "Kafka.TLS" && path != "Kafka.SASL" {
+			t.Errorf("relay.Config's %s has no flag", path)
+		}
+	}
+	for path := range names {
+		flagName, _ := b.Flag(path) // "--failover-slot", where names has "--failover-slot=false"
+		if strings.HasPrefix(path, kafkaConnPrefix) || path == "Kafka.Brokers" {
+			continue // built from --kafka-brokers and the TLS/SASL flags
+		}
+		leaf, ok := leaves[path]
+		if !ok {
+			t.Errorf("%s sets %s, not a field of relay.Config", flagName, path)
+			continue
+		}
+		var set []string
+		for _, value := range twoValues(leaf) {
+			if err := b.Parse([]string{flagName + "=" + value}); err != nil {
+				t.Fatalf("%s: %v", flagName, err)
+			}
+			set = append(set, fmt.Sprint(leaf.Interface()))
+		}
+		if set[0] == set[1] {
+			t.Errorf("%s does not set %s", flagName, path)
+		}
+	}
+}
+
+// twoValues are two different flag values of v's type.
+func twoValues(v reflect.Value) []string {
+	switch {
+	case v.Kind() == reflect.Bool:
+		return []string{"true", "false"}
+	case v.Kind() == reflect.String:
+		return []string{"x", "y"}
+	case v.Type() == reflect.TypeFor[time.Duration]():
+		return []string{"1s", "2s"}
+	}
+	return []string{"2048", "4096"}
+}
+
+// TestZeroFlagsReachTheRelayAsOff: every flag of a relay.Config field with
+// a non-zero default passes a 0 on as -1 (its "off"), or is refused naming
+// the 0 the user gave, never as relay.Config's "the default".
+func TestZeroFlagsReachTheRelayAsOff(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	c, b := runBinder()
+	leaves := map[string]reflect.Value{}
+	relayLeaves(reflect.ValueOf(&c.Relay).Elem(), "", leaves)
+	def := map[string]reflect.Value{}
+	relayLeaves(reflect.ValueOf(relay.DefaultConfig()), "", def)
+	n := 0
+	for path := range b.FlagNames() {
+		flagName, _ := b.Flag(path)
+		d, ok := def[path]
+		if !ok || !d.CanInt() || d.Int() == 0 {
+			continue
+		}
+		n++
+		cfg, err := parse("run", "", []string{flagName, "0"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		switch {
+		case err != nil && !strings.Contains(err.Error(), flagName+" 0"):
+			t.Errorf("%s 0: refused without the 0 given: %v", flagName, err)
+		case err == nil:
+			got := map[string]reflect.Value{}
+			relayLeaves(reflect.ValueOf(cfg.Relay), "", got)
+			if got[path].Int() != -1 {
+				t.Errorf("%s 0: relay.Config's %s is %v, want -1", flagName, path, got[path])
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d flags of fields with a non-zero default", n)
 	}
 }

@@ -58,12 +58,16 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
+		for i := range entries {
+			entries[i].Reason = cfg.text(entries[i].Reason)
+		}
 		return deadletter.WriteEntries(stdout, entries, f.asJSON)
 	case "show":
 		e, err := store.Get(ctx, f.target.EventID)
 		if err != nil {
 			return err
 		}
+		e.Reason = cfg.text(e.Reason) // the relay's text: "exceeds Publish.MaxBatchBytes"
 		return deadletter.WriteEntry(stdout, e)
 	}
 	w := dlqWriter(cfg)
@@ -80,6 +84,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	} else if res, err = store.Discard(ctx, f.target.EventID, f.reason, w); err != nil {
 		return err
+	}
+	for i := range res.Outcomes {
+		res.Outcomes[i].Error = cfg.text(res.Outcomes[i].Error)
 	}
 	res.Write(stdout)
 	return res.Err()
@@ -107,6 +114,7 @@ func parseDLQ(verb string, args []string, stderr io.Writer) (*config, dlqFlags, 
 		return nil, f, fmt.Errorf("%w: unknown dlq command %q", errUsage, verb)
 	}
 	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqSummaries[verb], args, s, stderr, func(b *envflag.Binder) {
+		b.Fields(&f.target, "Target.") // deadletter's errors name Target.AggregateType
 		if verb == "list" || verb == "retry" {
 			b.String(&f.target.AggregateID, "aggregate", "", "aggregate_id")
 			b.String(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")

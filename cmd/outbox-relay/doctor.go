@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -59,7 +60,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer pool.Close()
 	target := doctor.Target{
-		Slot: cfg.Slot, Publication: cfg.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
+		Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
 		Cleanup: outboxRetention > 0,
 	}
 	doctor.CheckPostgres(ctx, pool, target, rep)
@@ -75,13 +76,16 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(names) == 0 {
 		names = doctor.OutboxTopics(ctx, pool, cfg.table, cfg.template.Render)
 	}
-	kt := doctor.KafkaTarget{Brokers: cfg.brokers, Topics: names, DedupeRetention: dedupe,
+	kt := doctor.KafkaTarget{Brokers: cfg.Relay.Kafka.Brokers, Topics: names, DedupeRetention: dedupe,
 		Client: func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
 	doctor.CheckKafka(ctx, kt, rep)
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
 	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
 	doctor.CheckRetention(ret, rep)
-	rep.Write(stdout)
+	// Findings may quote library errors, which name relay.Config fields.
+	var out strings.Builder
+	rep.Write(&out)
+	io.WriteString(stdout, cfg.text(out.String()))
 	if rep.Failed() {
 		return errors.New("some checks failed (see the fixes above)")
 	}

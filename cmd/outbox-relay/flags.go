@@ -16,9 +16,10 @@ const envPrefix = "OUTBOX_RELAY_"
 // flags; nil for a field the command has no flag for (it keeps its
 // default).
 //
-// The value shown is the flag's, as the user gave it: relayConfig passes
-// a flag's 0 on as -1 (zero means "the default" in relay.Config), so the
-// value Validate rejected is not always the one the user typed.
+// The value shown is the flag's, as the user gave it: validate passes a
+// flag's 0 on as -1 (explicitZeros; zero means "the default" in
+// relay.Config), so the value Validate rejected is not always the one the
+// user typed.
 func flagError(b *envflag.Binder, fe *relay.FieldError) error {
 	detail := strings.TrimPrefix(fe.Error(), fe.Field)
 	if v, ok := b.FieldValue(fe.Field); ok && fe.Value != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // Every Kafka client of every subcommand is built by relay.KafkaConfig from
-// the one Kafka configuration (relayConfig), so that --kafka-tls* and
+// the one Kafka configuration (config.Relay.Kafka), so that --kafka-tls* and
 // --kafka-sasl-* apply to all of them (a client built by hand talks
 // PLAINTEXT and fails against a SASL_SSL listener); kafkaclients_test.go
 // keeps hand-built clients out of this package.
@@ -32,8 +32,7 @@ func (c *config) kafkaTransport(clientID string) *kafka.Transport {
 	return c.kafka().Transport(clientID)
 }
 
-// kafka is the one Kafka configuration the flags describe; relayConfig
-// and every client above take it from here.
-func (c *config) kafka() relay.KafkaConfig {
-	return relay.KafkaConfig{Brokers: c.brokers, TLS: c.kafkaSecurity.TLS, SASL: c.kafkaSecurity.SASL, MetadataTTL: explicit(c.MetadataTTL)}
-}
+// kafka is the one Kafka configuration the flags describe (validate
+// builds its brokers, TLS and SASL); the relay and every client above take
+// it from here.
+func (c *config) kafka() relay.KafkaConfig { return c.Relay.Kafka }

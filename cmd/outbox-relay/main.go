@@ -72,8 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
-	redacted := redact.NewWriter(stderr)
-	stderr = redacted
+	out := &cliStderr{Writer: redact.NewWriter(stderr)}
+	stderr = out
 	ctx, stop := interruptible(stderr, os.Exit)
 	defer stop()
 	cmd, ok := commands()[args[0]]
@@ -98,18 +98,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	case errors.As(err, &ce), errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(err))
 		return exitUsage
 	case errors.Is(err, errMissing):
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(err))
 		return exitMissing
 	case errors.As(err, &nc):
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(nc.err))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(hint.With(nc.err)))
 		return exitNotChecked
 	default:
-		fmt.Fprintf(stderr, "outbox-relay %s: %v\n", args[0], hint.With(err))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(hint.With(err)))
 		return exitFailure
 	}
+}
+
+// cliStderr is run's stderr: it redacts secrets (redact.Writer), and the
+// errors run prints name configuration fields by the flags of the command
+// (flagText, set by parseWith: flagtext.go).
+type cliStderr struct {
+	*redact.Writer
+	flagText func(string) string
+}
+
+func (w *cliStderr) setFlagText(f func(string) string) { w.flagText = f }
+
+// text is err's text with the fields it names in flag terms.
+func (w *cliStderr) text(err error) string {
+	if w.flagText == nil {
+		return err.Error()
+	}
+	return w.flagText(err.Error())
 }
 
 // command is a subcommand: run dispatches args[0] to it. A group's verbs
@@ -215,6 +233,10 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+	cfg.flagText = envflag.FlagText(flagNames(b))
+	if sink, ok := stderr.(flagTextSink); ok {
+		sink.setFlagText(cfg.flagText)
+	}
 	// Before validate: a misspelt variable explains a missing or default
 	// value better than the error about that value would.
 	if err := checkEnv(os.Environ(), b.EnvNames()); err != nil {
@@ -239,7 +261,8 @@ func commandUsage(name, argsUsage, summary string, b *envflag.Binder) string {
 
 // newLogger builds the process logger: the libraries log through
 // *slog.Logger, the binary writes zerolog's JSON (or console) lines, never
-// payloads.
+// payloads, with the configuration fields the libraries name in flag
+// terms (flagTextHandler).
 func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	var out io.Writer = w
@@ -247,7 +270,7 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
 	zl := zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
-	return slog.New(zerolog.NewSlogHandler(zl))
+	return slog.New(flagTextHandler{zerolog.NewSlogHandler(zl), cfg.text})
 }
 
 // versionLine is what version and --version print.

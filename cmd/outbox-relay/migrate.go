@@ -40,7 +40,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, cfg.Slot, cfg.Publication, slot.WithFailover(cfg.FailoverSlot))
+	m := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication, slot.WithFailover(cfg.failoverSlot()))
 	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
 		for _, g := range grants {
-			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, g.Why)
+			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
 		}
 	}
 	if len(applied) == 0 {
@@ -82,12 +82,12 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
 	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Publication, cfg.Slot, st.ConfirmedFlushLSN, failoverNote(st))
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Relay.Database.Publication, cfg.Relay.Database.Slot, st.ConfirmedFlushLSN, failoverNote(st))
 	return nil
 }
 
 func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
-	pc, err := outboxdb.ParseConfig(cfg.DatabaseURL)
+	pc, err := outboxdb.ParseConfig(cfg.Relay.Database.URL)
 	if err != nil {
 		return nil, configError{fmt.Errorf("--database-url: %w", err)}
 	}

@@ -25,37 +25,37 @@ func migrateFailover(ctx context.Context, cfg *config, db slot.DB, st *slot.Stat
 	}
 	switch {
 	case v < slot.FailoverVersion:
-		if cfg.failoverSlotSet && cfg.FailoverSlot {
+		if cfg.failoverSlotSet && cfg.failoverSlot() {
 			fmt.Fprintf(stdout, "--failover-slot ignored: PostgreSQL %d has no failover slots (they need 17); a failover loses slot %s (outbox-relay recover back-fills)\n",
-				v/10000, cfg.Slot)
+				v/10000, cfg.Relay.Database.Slot)
 		}
 		return nil
-	case st.Failover == cfg.FailoverSlot:
+	case st.Failover == cfg.failoverSlot():
 		return nil
 	case !cfg.failoverSlotSet:
 		if !st.Failover {
 			fmt.Fprintf(stdout, "slot %s has failover = false: a failover to a standby loses it; to keep it on standbys "+
-				"(sync_replication_slots = on), stop the relay and run outbox-relay migrate --failover-slot\n", cfg.Slot)
+				"(sync_replication_slots = on), stop the relay and run outbox-relay migrate --failover-slot\n", cfg.Relay.Database.Slot)
 		}
 		return nil
 	case st.Active:
 		again := "--failover-slot"
-		if !cfg.FailoverSlot {
+		if !cfg.failoverSlot() {
 			again += "=false"
 		}
 		return fmt.Errorf("slot %q is active under pid %d: its failover flag can only change while nothing streams from it; "+
-			"stop the relay, run outbox-relay migrate %s again, then start the relay", cfg.Slot, st.ActivePID, again)
+			"stop the relay, run outbox-relay migrate %s again, then start the relay", cfg.Relay.Database.Slot, st.ActivePID, again)
 	}
-	conn, err := replication.Connect(ctx, cfg.DatabaseURL)
+	conn, err := replication.Connect(ctx, cfg.Relay.Database.URL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := slot.SetFailover(ctx, conn, cfg.Slot, cfg.FailoverSlot); err != nil {
+	if err := slot.SetFailover(ctx, conn, cfg.Relay.Database.Slot, cfg.failoverSlot()); err != nil {
 		return err
 	}
-	st.Failover = cfg.FailoverSlot
-	fmt.Fprintf(stdout, "slot %s: failover set to %t\n", cfg.Slot, cfg.FailoverSlot)
+	st.Failover = cfg.failoverSlot()
+	fmt.Fprintf(stdout, "slot %s: failover set to %t\n", cfg.Relay.Database.Slot, cfg.failoverSlot())
 	return nil
 }
 

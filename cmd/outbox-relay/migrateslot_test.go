@@ -36,8 +36,8 @@ func TestFailoverSlotFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.FailoverSlot != tc.on || cfg.failoverSlotSet != tc.set || cfg.relayConfig().Database.NoFailoverSlot == tc.on {
-				t.Errorf("%s env %q args %q: failover %v set %v, want %v %v", name, tc.env, tc.args, cfg.FailoverSlot, cfg.failoverSlotSet, tc.on, tc.set)
+			if cfg.failoverSlot() != tc.on || cfg.failoverSlotSet != tc.set || cfg.Relay.Database.NoFailoverSlot == tc.on {
+				t.Errorf("%s env %q args %q: failover %v set %v, want %v %v", name, tc.env, tc.args, cfg.failoverSlot(), cfg.failoverSlotSet, tc.on, tc.set)
 			}
 		}
 	}

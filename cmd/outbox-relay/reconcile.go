@@ -43,7 +43,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return configError{err}
 	}
 	if o.ConsumerURL == "" {
-		o.ConsumerURL = cfg.DatabaseURL
+		o.ConsumerURL = cfg.Relay.Database.URL
 	}
 	o.Table, o.Template = cfg.table, cfg.template
 	pool, err := connectPool(ctx, cfg)

@@ -10,7 +10,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/recovery"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/poison"
 )
 
 const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost) slot without losing events:
@@ -43,9 +42,9 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	rc := recovery.Config{
-		DatabaseURL: cfg.DatabaseURL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Slot, Publication: cfg.Publication, FailoverSlot: cfg.FailoverSlot},
-		Policy: poison.Policy(cfg.PoisonPolicy), Publisher: cfg.publisherConfig("outbox-relay"),
-		CheckpointRetention: cfg.CheckpointRetention, All: all,
+		DatabaseURL: cfg.Relay.Database.URL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.failoverSlot()},
+		Policy: cfg.Relay.Publish.PoisonPolicy, Publisher: cfg.publisherConfig("outbox-relay"),
+		CheckpointRetention: cfg.Relay.Checkpoints.Retention, All: all,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,
 	}
 	if since != "" {

@@ -49,15 +49,17 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := o.Range.Validate(); err != nil {
 		return configError{err}
 	}
-	o.Table, o.Slot = cfg.table, cfg.Slot
+	o.Table, o.Slot = cfg.table, cfg.Relay.Database.Slot
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	err = replay.Run(ctx, o, replay.Deps{
-		Pool:         pool,
-		Identify:     func(ctx context.Context) (checkpoint.Identity, error) { return outboxdb.Identify(ctx, cfg.DatabaseURL) },
+		Pool: pool,
+		Identify: func(ctx context.Context) (checkpoint.Identity, error) {
+			return outboxdb.Identify(ctx, cfg.Relay.Database.URL)
+		},
 		NewPublisher: func() replay.Publisher { return replayPublisher(cfg, stderr) },
 		Out:          stdout,
 		Progress:     backfill.PrintProgress(stderr, "replay"),

@@ -41,7 +41,7 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	if err != nil {
 		return nil, configError{err}
 	}
-	r, err := relay.New(cfg.relayConfig(), append(opts, relay.WithLogger(log))...)
+	r, err := relay.New(cfg.Relay, append(opts, relay.WithLogger(log))...)
 	if err != nil {
 		cfg.Trace.shutdown(log)
 		return nil, configError{err}
@@ -50,7 +50,8 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 }
 
 // runRelay serves the relay's probes and metrics on --metrics-addr (with
-// pprof when --pprof) and runs it until SIGTERM.
+// pprof when --pprof; /readyz's reason and the metrics' help name flags:
+// flagTextHTTP) and runs it until SIGTERM.
 func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
 	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
@@ -59,7 +60,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 			return fmt.Errorf("metrics: listen on %s: %w (set --metrics-addr to a free address, or empty to disable)", cfg.MetricsAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/", r.Handler())
+		mux.Handle("/", flagTextHTTP(r.Handler(), cfg.text))
 		if cfg.PProf {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

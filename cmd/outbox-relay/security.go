@@ -12,30 +12,20 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
-// kafkaFlagErrors renames kafkaconn's field errors after the flags.
+// kafkaFlagErrors renames kafkaconn's field errors (of config.KafkaConn)
+// after the flags.
 func kafkaFlagErrors(b *envflag.Binder, err error) []error {
 	var out []error
 	for _, e := range unjoin(err) {
 		var fe *kafkaconn.FieldError
 		if errors.As(e, &fe) {
-			if name, ok := b.Flag(fe.Field); ok {
+			if name, ok := b.Flag(kafkaConnPrefix + fe.Field); ok {
 				e = fmt.Errorf("%s: %w", name, fe.Err)
 			}
 		}
 		out = append(out, e)
 	}
 	return out
-}
-
-// kafkaConn is the Kafka TLS and SASL setup the flags describe.
-func (c *config) kafkaConn() kafkaconn.Config {
-	return kafkaconn.Config{
-		TLS: kafkaconn.TLSConfig{
-			Enabled: c.KafkaTLS, CAFile: c.KafkaTLSCAFile, CertFile: c.KafkaTLSCertFile, KeyFile: c.KafkaTLSKeyFile,
-			ServerName: c.KafkaTLSServerName, InsecureSkipVerify: c.KafkaTLSInsecure,
-		},
-		SASL: kafkaconn.SASLConfig{Mechanism: c.KafkaSASLMechanism, Username: c.KafkaSASLUsername, Password: c.KafkaSASLPassword},
-	}
 }
 
 // secrets lists the values that must never be printed: the Secret flags'
@@ -70,8 +60,8 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 			log.Warn("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls", slog.String("stage", "startup"))
 		}
 	}
-	mode := redact.Param(c.DatabaseURL, "sslmode")
-	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.DatabaseURL, "host")) {
+	mode := redact.Param(c.Relay.Database.URL, "sslmode")
+	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.Relay.Database.URL, "host")) {
 		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 	}
 }

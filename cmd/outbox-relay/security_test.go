@@ -33,8 +33,11 @@ func TestSecretsFromFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DatabaseURL != "postgres://relay:from-file-1@db:5432/app?sslmode=verify-full" || cfg.KafkaSASLPassword != "sasl-secret" {
-		t.Fatalf("url %q password %q", cfg.DatabaseURL, cfg.KafkaSASLPassword)
+	if cfg.Relay.Database.URL != "postgres://relay:from-file-1@db:5432/app?sslmode=verify-full" || cfg.KafkaConn.SASL.Password != "sasl-secret" {
+		t.Fatalf("url %q password %q", cfg.Relay.Database.URL, cfg.KafkaConn.SASL.Password)
+	}
+	if cfg.Relay.Kafka.SASL != cfg.kafkaSecurity.SASL {
+		t.Fatal("relay.Config's Kafka.SASL is not the one built from the flags")
 	}
 	if cfg.kafkaSecurity.SASL == nil || cfg.kafkaSecurity.SASL.Name() != "SCRAM-SHA-512" {
 		t.Fatalf("SASL %v", cfg.kafkaSecurity.SASL)

@@ -31,10 +31,10 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var failover bool
+	var noFailover bool // --failover-slot, negated
 	cfg, rest, err := parseWith("slot "+verb, "", slotSummaries[verb], args[1:], scopeDB, stderr, func(b *envflag.Binder) {
 		if verb == "create" {
-			bindFailoverSlot(b, &failover, "")
+			bindFailoverSlot(b, &noFailover, "")
 		}
 	})
 	if err != nil {
@@ -48,7 +48,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	m := slot.NewManager(pool, cfg.Slot, cfg.Publication, slot.WithFailover(failover))
+	m := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication, slot.WithFailover(verb == "create" && !noFailover))
 	switch verb {
 	case "create":
 		if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
@@ -64,7 +64,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := m.Drop(ctx); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "dropped slot %s\n", cfg.Slot)
+		fmt.Fprintf(stdout, "dropped slot %s\n", cfg.Relay.Database.Slot)
 		return nil
 	}
 	st, err := m.Status(ctx)

@@ -14,16 +14,17 @@ func TestStatsFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.StatsInterval != 15*time.Second || cfg.WALDiskBudget != 0 {
-		t.Fatalf("defaults: interval %s budget %d", cfg.StatsInterval, cfg.WALDiskBudget)
+	if st := cfg.Relay.Stats; st.Interval != 15*time.Second || st.WALDiskBudget != 0 {
+		t.Fatalf("defaults: interval %s budget %d", st.Interval, st.WALDiskBudget)
 	}
 	t.Setenv("OUTBOX_RELAY_STATS_INTERVAL", "0")
 	t.Setenv("OUTBOX_RELAY_WAL_DISK_BUDGET", "1073741824")
 	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.StatsInterval != 0 || cfg.WALDiskBudget != 1<<30 {
-		t.Fatalf("from env: interval %s budget %d", cfg.StatsInterval, cfg.WALDiskBudget)
+	// 0 turns the statistics off: relay.Config's -1.
+	if st := cfg.Relay.Stats; st.Interval != -1 || st.WALDiskBudget != 1<<30 {
+		t.Fatalf("from env: interval %s budget %d", st.Interval, st.WALDiskBudget)
 	}
 
 	_, err = parse("run", "", []string{"--stats-interval", "-1s", "--wal-disk-budget", "-5"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})

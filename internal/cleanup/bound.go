@@ -51,7 +51,7 @@ type NoCheckpointError struct {
 
 func (e *NoCheckpointError) Error() string {
 	return fmt.Sprintf("cleanup of %s refused: slot %q %s, so no row is known to be acknowledged by Kafka; "+
-		"run the relay (outbox-relay run, checkpoints on by --checkpoint-interval) until \"outbox-relay checkpoint show\" shows a fence, then retry",
+		"run the relay (outbox-relay run, checkpoints on by Checkpoints.Interval) until \"outbox-relay checkpoint show\" shows a fence, then retry",
 		e.Table, e.Slot, e.Why)
 }
 

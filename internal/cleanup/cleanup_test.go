@@ -19,7 +19,7 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := Options{OlderThan: 0, BatchSize: MaxBatchSize + 1, Pause: -time.Second, MaxDuration: -1}.Validate()
-	for _, want := range []string{"--older-than 0s", "--batch-size 10001", "--pause -1s", "--max-duration -1ns"} {
+	for _, want := range []string{"Options.OlderThan 0s", "Options.BatchSize 10001", "Options.Pause -1s", "Options.MaxDuration -1ns"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate lacks %q: %v", want, err)
 		}

@@ -43,20 +43,22 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Validate reports every invalid option, each with its fix.
+// Validate reports every invalid option, each with its fix, naming it by
+// its Go path ("Options.BatchSize"): the cleanup command shows its flag
+// instead.
 func (o Options) Validate() error {
 	var errs []error
 	if o.OlderThan <= 0 {
-		errs = append(errs, fmt.Errorf("--older-than %s: use a positive duration, e.g. 168h (rows younger than it are kept)", o.OlderThan))
+		errs = append(errs, fmt.Errorf("Options.OlderThan %s: use a positive duration, e.g. 168h (rows younger than it are kept)", o.OlderThan))
 	}
 	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
-		errs = append(errs, fmt.Errorf("--batch-size %d: use 1..%d (small batches keep locks and WAL bursts short)", o.BatchSize, MaxBatchSize))
+		errs = append(errs, fmt.Errorf("Options.BatchSize %d: use 1..%d (small batches keep locks and WAL bursts short)", o.BatchSize, MaxBatchSize))
 	}
 	if o.Pause < 0 || o.Pause > maxPause {
-		errs = append(errs, fmt.Errorf("--pause %s: use 0..%s", o.Pause, maxPause))
+		errs = append(errs, fmt.Errorf("Options.Pause %s: use 0..%s", o.Pause, maxPause))
 	}
 	if o.MaxDuration < 0 {
-		errs = append(errs, fmt.Errorf("--max-duration %s: use 0 (no bound) or a positive duration", o.MaxDuration))
+		errs = append(errs, fmt.Errorf("Options.MaxDuration %s: use 0 (no bound) or a positive duration", o.MaxDuration))
 	}
 	return errors.Join(errs...)
 }

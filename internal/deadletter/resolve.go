@@ -62,7 +62,7 @@ func (s *Store) FindAggregate(ctx context.Context, id, typ string) (Aggregate, e
 	case 1:
 		return Aggregate{Type: types[0], ID: id}, nil
 	}
-	return Aggregate{}, fmt.Errorf("aggregate %q (types %v): %w; pass --aggregate-type", id, types, ErrAmbiguous)
+	return Aggregate{}, fmt.Errorf("aggregate %q (types %v): %w; pass Target.AggregateType", id, types, ErrAmbiguous)
 }
 
 // Retry re-publishes agg's open rows in commit order through w, holding
@@ -77,7 +77,7 @@ func (s *Store) Retry(ctx context.Context, agg Aggregate, w Writer) (Result, err
 // of its aggregate as Retry does.
 func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer) (Result, error) {
 	if reason == "" {
-		return Result{}, errors.New("a discard needs a reason (--reason)")
+		return Result{}, errors.New("a discard needs a reason")
 	}
 	e, err := s.Get(ctx, eventID)
 	if err != nil {

@@ -6,13 +6,14 @@
 //
 // A Binder also records which configuration field each flag sets (a Go
 // path such as "Publish.MaxBatch"), so errors a library reports about its
-// fields can be printed in the terms of the flags the user typed.
+// fields can be printed in the terms of the flags the user typed. The path
+// is derived from the pointer a flag is bound to, within the structs
+// registered with Fields, so it cannot drift from the field.
 package envflag
 
 import (
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -35,11 +36,19 @@ type Binder struct {
 	// strings. dsnLists are the values of ConnStrings flags.
 	secrets  []secret
 	dsnLists []*[]string
+	// paths maps the address of every field of the structs registered
+	// with Fields to its Go path (fields.go).
+	paths map[any]string
 	// fields maps config fields to flag names ("--max-batch"), examples
 	// the required ones to an example value, and groups a rule over
 	// several fields to their flags.
 	fields, examples map[string]string
 	groups           map[string][]string
+	// negated are the fields of NotBool flags.
+	negated map[string]bool
+	// flagText is the translation of fields' paths to their flags,
+	// built once by FieldError (nil until then, reset by a new flag).
+	flagText func(string) string
 }
 
 type secret struct {
@@ -50,7 +59,8 @@ type secret struct {
 // New returns a Binder registering on fs; environment variables are
 // prefix + the flag name in upper case with dashes as underscores.
 func New(fs *flag.FlagSet, prefix string) *Binder {
-	return &Binder{fs: fs, prefix: prefix, lookup: os.LookupEnv, fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}}
+	return &Binder{fs: fs, prefix: prefix, lookup: os.LookupEnv, paths: map[any]string{},
+		fields: map[string]string{}, examples: map[string]string{}, groups: map[string][]string{}, negated: map[string]bool{}}
 }
 
 // Listing is New for a Binder that only lists its flags' variables
@@ -79,25 +89,39 @@ func (b *Binder) Errs() []error { return b.errs }
 type Binding struct {
 	b    *Binder
 	name string
+	// field is the Go path of the field the flag sets: derived from its
+	// pointer (Fields), or given by To; empty when neither.
+	field string
 }
 
 // To records that the flag sets field (a Go path such as
-// "Publish.MaxBatch").
+// "Kafka.Brokers"), for a flag whose value the command turns into the
+// field itself (a comma-separated list into a []string): a flag bound to
+// the field's own address gets its path from Fields.
 func (x Binding) To(field string) Binding {
-	x.b.fields[field] = "--" + x.name
+	x.b.setField(field, x.name)
+	x.field = field
 	return x
 }
 
-// Required records field as set by the flag and gives the example value a
-// missing value's error suggests.
-func (x Binding) Required(field, example string) {
-	x.To(field).b.examples[field] = example
+// Required gives the example value a missing value's error suggests. The
+// flag must set a field (Fields or To).
+func (x Binding) Required(example string) {
+	if x.field == "" {
+		panic("envflag: Required on flag --" + x.name + ", which sets no field")
+	}
+	x.b.examples[x.field] = example
+}
+
+func (b *Binder) setField(field, name string) {
+	b.fields[field] = "--" + name
+	b.flagText = nil
 }
 
 // Group names the flags of a rule over a group's fields ("Leader"); its
 // errors list them with their values.
 func (b *Binder) Group(field string, names ...string) {
-	Binding{b, names[0]}.To(field)
+	b.setField(field, names[0])
 	b.groups[field] = names
 }
 
@@ -109,10 +133,10 @@ func (b *Binder) Flag(field string) (string, bool) {
 
 func (b *Binder) env(name string) (string, bool) { return b.lookup(b.EnvName(name)) }
 
-// register registers v (holding the default) as flag name: the
+// register registers v (holding the default) as flag name, bound to p: the
 // environment's value, if any, replaces the default; a malformed one is
 // recorded with the same message the flag would give.
-func (b *Binder) register(v flag.Value, name, help string) Binding {
+func (b *Binder) register(p any, v flag.Value, name, help string) Binding {
 	if s, ok := b.env(name); ok {
 		if err := v.Set(s); err != nil {
 			b.errs = append(b.errs, &ValueError{Source: b.EnvName(name) + "=", Value: s, Err: err})
@@ -120,13 +144,30 @@ func (b *Binder) register(v flag.Value, name, help string) Binding {
 	}
 	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s)", help, b.EnvName(name)))
 	b.envNames = append(b.envNames, b.EnvName(name))
-	return Binding{b, name}
+	return b.binding(p, name)
+}
+
+// binding is flag name, bound to p: the flag sets p's field when p is a
+// field of a struct registered with Fields.
+func (b *Binder) binding(p any, name string) Binding {
+	x := Binding{b: b, name: name}
+	if field, ok := b.paths[p]; ok {
+		return x.To(field)
+	}
+	return x
 }
 
 // String registers a string flag.
 func (b *Binder) String(p *string, name, def, help string) Binding {
+	return StringVar(b, p, name, def, help)
+}
+
+// StringVar registers a flag of a string type (poison.Policy,
+// record.Format): a generic function, since methods take no type
+// parameters.
+func StringVar[T ~string](b *Binder, p *T, name string, def T, help string) Binding {
 	*p = def
-	return b.register(stringValue{p}, name, help)
+	return b.register(p, stringValue[T]{p}, name, help)
 }
 
 // Secret is String for a secret: its value may also come from the file
@@ -145,7 +186,7 @@ func (b *Binder) ConnString(p *string, name, def, help string) Binding {
 func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
 	*p = b.secretEnv(name, def)
 	b.secrets = append(b.secrets, secret{p, dsn})
-	return b.registerSecret(stringValue{p}, name, help)
+	return b.registerSecret(p, stringValue[string]{p}, name, help)
 }
 
 // secretEnv is a secret flag's value from the environment: <ENV>, or the
@@ -166,11 +207,11 @@ func (b *Binder) secretEnv(name, def string) string {
 	return def
 }
 
-func (b *Binder) registerSecret(v flag.Value, name, help string) Binding {
+func (b *Binder) registerSecret(p any, v flag.Value, name, help string) Binding {
 	env := b.EnvName(name)
 	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
 	b.envNames = append(b.envNames, env, env+"_FILE")
-	return Binding{b, name}
+	return b.binding(p, name)
 }
 
 // Secrets returns the current values of the Secret flags (plain) and of
@@ -192,38 +233,51 @@ func (b *Binder) Secrets() (plain, dsns []string) {
 // Duration registers a time.Duration flag; it also takes days ("7d").
 func (b *Binder) Duration(p *time.Duration, name string, def time.Duration, help string) Binding {
 	*p = def
-	return b.register(durationValue{p}, name, help)
+	return b.register(p, durationValue{p}, name, help)
 }
 
 // Int registers an int flag.
 func (b *Binder) Int(p *int, name string, def int, help string) Binding {
 	*p = def
-	return b.register(intValue[int]{p}, name, help)
+	return b.register(p, intValue[int]{p}, name, help)
 }
 
 // Int64 registers an int64 flag.
 func (b *Binder) Int64(p *int64, name string, def int64, help string) Binding {
 	*p = def
-	return b.register(intValue[int64]{p}, name, help)
+	return b.register(p, intValue[int64]{p}, name, help)
 }
 
 // Size registers a byte count flag: a plain integer or a value with a
 // unit (16MiB, 50GB).
 func (b *Binder) Size(p *int64, name string, def int64, help string) Binding {
 	*p = def
-	return b.register(sizeValue[int64]{p}, name, help)
+	return b.register(p, sizeValue[int64]{p}, name, help)
 }
 
 // IntSize is Size for an int.
 func (b *Binder) IntSize(p *int, name string, def int, help string) Binding {
 	*p = def
-	return b.register(sizeValue[int]{p}, name, help)
+	return b.register(p, sizeValue[int]{p}, name, help)
 }
 
 // Bool registers a bool flag.
 func (b *Binder) Bool(p *bool, name string, def bool, help string) Binding {
 	*p = def
-	return b.register(boolValue{p}, name, help)
+	return b.register(p, boolValue{p}, name, help)
+}
+
+// NotBool registers a bool flag that sets *p to its negation: a flag that
+// turns on what a "No..." field turns off (--failover-slot and
+// NoFailoverSlot). def is the flag's default. Text naming the field reads
+// "--failover-slot=false" (FlagNames).
+func (b *Binder) NotBool(p *bool, name string, def bool, help string) Binding {
+	*p = !def
+	x := b.register(p, notBoolValue{p}, name, help)
+	if x.field != "" {
+		b.negated[x.field] = true
+	}
+	return x
 }
 
 // FieldValue returns the value of the flag bound to field (To), as the
@@ -256,14 +310,9 @@ func (b *Binder) FieldError(field string, missing bool, detail string) error {
 		name = strings.Join(flags, ", ")
 	}
 	// detail may name other fields too ("use at least
-	// Publish.MaxBatchBytes"): longest first, so that
-	// Publish.MaxBatchBytes is not read as Publish.MaxBatch.
-	fields := slices.SortedFunc(maps.Keys(b.fields), func(x, y string) int { return len(y) - len(x) })
-	var pairs []string
-	for _, f := range fields {
-		if strings.Contains(f, ".") {
-			pairs = append(pairs, f, b.fields[f])
-		}
+	// Publish.MaxBatchBytes").
+	if b.flagText == nil {
+		b.flagText = FlagText(b.FlagNames())
 	}
-	return fmt.Errorf("%s", strings.NewReplacer(pairs...).Replace(name+detail))
+	return fmt.Errorf("%s", b.flagText(name+detail))
 }

@@ -14,7 +14,7 @@ import (
 func (b *Binder) ConnStrings(p *[]string, name, help string) Binding {
 	*p = splitList(b.secretEnv(name, ""))
 	b.dsnLists = append(b.dsnLists, p)
-	return b.registerSecret(&listValue{p: p}, name, help)
+	return b.registerSecret(p, &listValue{p: p}, name, help)
 }
 
 // IsSet reports whether flag name was given, on the command line or in the

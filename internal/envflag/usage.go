@@ -26,7 +26,7 @@ func (b *Binder) PrintDefaults(w io.Writer) {
 		s.WriteString("\n    \t")
 		s.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
 		if def := f.DefValue; !zero(f, def) {
-			if _, str := unbound(f.Value).(stringValue); str {
+			if _, str := unbound(f.Value).(interface{ quoted() }); str {
 				fmt.Fprintf(&s, " (default %q)", def)
 			} else {
 				fmt.Fprintf(&s, " (default %v)", def)
@@ -49,9 +49,9 @@ func zero(f *flag.Flag, def string) bool {
 	switch unbound(f.Value).(type) {
 	case *listValue:
 		return true // connection strings: never printed
-	case stringValue:
+	case interface{ quoted() }:
 		return def == ""
-	case boolValue:
+	case boolValue, notBoolValue:
 		return def == "false"
 	case durationValue:
 		return def == "0s"

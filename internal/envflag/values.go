@@ -16,16 +16,21 @@ import (
 // duration"); the flag package only does so for its own types.
 type typed interface{ Type() string }
 
-type stringValue struct{ p *string }
+// stringValue is a flag of a string type: string, or one defined on it
+// (poison.Policy), whose validation is its configuration's.
+type stringValue[T ~string] struct{ p *T }
 
-func (v stringValue) Set(s string) error { *v.p = s; return nil }
-func (v stringValue) String() string {
+func (v stringValue[T]) Set(s string) error { *v.p = T(s); return nil }
+func (v stringValue[T]) String() string {
 	if v.p == nil {
 		return ""
 	}
-	return *v.p
+	return string(*v.p)
 }
-func (v stringValue) Type() string { return "string" }
+func (v stringValue[T]) Type() string { return "string" }
+
+// quoted marks the values whose default the usage quotes.
+func (v stringValue[T]) quoted() {}
 
 type boolValue struct{ p *bool }
 
@@ -39,6 +44,20 @@ func (v boolValue) Set(s string) error {
 }
 func (v boolValue) String() string   { return strconv.FormatBool(v.p != nil && *v.p) }
 func (v boolValue) IsBoolFlag() bool { return true }
+
+// notBoolValue is a bool flag that sets the negation of its value (NotBool).
+type notBoolValue struct{ p *bool }
+
+func (v notBoolValue) Set(s string) error {
+	var b bool
+	if err := (boolValue{&b}).Set(s); err != nil {
+		return err
+	}
+	*v.p = !b
+	return nil
+}
+func (v notBoolValue) String() string   { return strconv.FormatBool(v.p != nil && !*v.p) }
+func (v notBoolValue) IsBoolFlag() bool { return true }
 
 type intValue[T int | int64] struct{ p *T }
 

@@ -2,7 +2,10 @@
 // authentication problems of PostgreSQL or Kafka, missing privileges - and
 // says how to fix them. The relay stops on them instead of reconnecting
 // forever, and the binary prints the fix beside the error. The fixes name
-// the binary's flags: they are what an operator changes.
+// what the user changes by its relay.Config path (Database.URL), and what
+// inside Kafka.TLS (a *tls.Config) or Kafka.SASL (a sasl.Mechanism) by a
+// path below it: Kafka.TLS.RootCAs, Kafka.SASL.Username. The binary shows
+// its flags instead (cmd/outbox-relay/flagtext.go).
 package hint
 
 import (
@@ -54,21 +57,21 @@ func (e *hintError) Unwrap() error { return e.err }
 func kafkaHint(f kafkaconn.Failure) string {
 	switch f {
 	case kafkaconn.FailureUnknownAuthority:
-		return "the broker's certificate is not signed by a trusted CA: set --kafka-tls-ca-file to the PEM CA bundle that signed it"
+		return "the broker's certificate is not signed by a trusted CA: set Kafka.TLS.RootCAs to the PEM CA bundle that signed it"
 	case kafkaconn.FailureHostname:
-		return "the broker's certificate does not name the address the relay dialled: set --kafka-tls-server-name to a name in the certificate, or fix the broker's certificate / advertised.listeners"
+		return "the broker's certificate does not name the address the relay dialled: set Kafka.TLS.ServerName to a name in the certificate, or fix the broker's certificate / advertised.listeners"
 	case kafkaconn.FailureCertificateInvalid:
 		return "the broker's certificate is expired, not yet valid (check clocks) or not usable for TLS: renew it"
 	case kafkaconn.FailureNotTLS:
-		return "the Kafka listener does not speak TLS: use the broker's SSL/SASL_SSL port, or drop --kafka-tls* for a PLAINTEXT listener"
+		return "the Kafka listener does not speak TLS: use the broker's SSL/SASL_SSL port, or drop Kafka.TLS for a PLAINTEXT listener"
 	case kafkaconn.FailureNeedsTLS:
-		return "the Kafka listener expects TLS: set --kafka-tls (and --kafka-tls-ca-file unless the system roots trust the broker)"
+		return "the Kafka listener expects TLS: set Kafka.TLS (and Kafka.TLS.RootCAs unless the system roots trust the broker)"
 	case kafkaconn.FailureRejected:
-		return "the broker rejected the TLS handshake, usually the client certificate: set --kafka-tls-cert-file and --kafka-tls-key-file to a certificate signed by a CA in the broker's ssl.truststore"
+		return "the broker rejected the TLS handshake, usually the client certificate: set Kafka.TLS.Certificates to a certificate signed by a CA in the broker's ssl.truststore"
 	case kafkaconn.FailureSASLAuthentication:
-		return "check --kafka-sasl-username and its password (--kafka-sasl-password or OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE), and that --kafka-sasl-mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
+		return "check Kafka.SASL.Username and its password (Kafka.SASL.Password), and that Kafka.SASL.Mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
 	case kafkaconn.FailureSASLMechanism:
-		return "the listener does not enable this SASL mechanism: set --kafka-sasl-mechanism to one in the broker's sasl.enabled.mechanisms"
+		return "the listener does not enable this SASL mechanism: set Kafka.SASL.Mechanism to one in the broker's sasl.enabled.mechanisms"
 	}
 	return ""
 }
@@ -80,11 +83,11 @@ func pgHint(err error) string {
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "3D000":
-			return "the database in --database-url does not exist: correct its name, or create it and run `outbox-relay migrate`"
+			return "the database in Database.URL does not exist: correct its name, or create it and run `outbox-relay migrate`"
 		case pe.Code == "28P01":
-			return "the password for this user is wrong: correct it in --database-url (or OUTBOX_RELAY_DATABASE_URL_FILE)"
+			return "the password for this user is wrong: correct it in Database.URL"
 		case pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
-			return "the server accepts this user only over SSL (hostssl in pg_hba.conf): add sslmode=verify-full&sslrootcert=/path/to/ca.pem to --database-url"
+			return "the server accepts this user only over SSL (hostssl in pg_hba.conf): add sslmode=verify-full&sslrootcert=/path/to/ca.pem to Database.URL"
 		case pe.Code == "28000":
 			return "pg_hba.conf has no entry for this user, host and database: add one, or connect as a user that has one"
 		case pe.Code == "42501" && strings.Contains(pe.Message, "replication"):
@@ -100,15 +103,15 @@ func pgHint(err error) string {
 	msg := err.Error()
 	switch {
 	case errors.As(err, &ua):
-		return "the PostgreSQL server's certificate is not signed by a trusted CA: set sslrootcert=/path/to/ca.pem in --database-url"
+		return "the PostgreSQL server's certificate is not signed by a trusted CA: set sslrootcert=/path/to/ca.pem in Database.URL"
 	case errors.As(err, &he):
-		return "the PostgreSQL server's certificate does not name the host in --database-url: connect by a name the certificate carries, or use sslmode=verify-ca"
+		return "the PostgreSQL server's certificate does not name the host in Database.URL: connect by a name the certificate carries, or use sslmode=verify-ca"
 	case errors.As(err, &ci):
 		return "the PostgreSQL server's certificate is expired or not yet valid: renew it (or check clocks)"
 	case strings.Contains(msg, "server refused TLS connection"):
-		return "the PostgreSQL server has SSL off: set ssl = on on the server, or lower sslmode in --database-url"
+		return "the PostgreSQL server has SSL off: set ssl = on on the server, or lower sslmode in Database.URL"
 	case strings.Contains(msg, "remote error: tls:"):
-		return "the PostgreSQL server rejected the TLS handshake (client certificate?): check sslcert and sslkey in --database-url"
+		return "the PostgreSQL server rejected the TLS handshake (client certificate?): check sslcert and sslkey in Database.URL"
 	}
 	return ""
 }

@@ -18,13 +18,13 @@ func TestWith(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("kafka a:1: %w", kafka.SASLAuthenticationFailed), "check --kafka-sasl-username"},
-		{errors.New("kafka.(*Client).Metadata: tls: failed to verify certificate: x509: certificate signed by unknown authority"), "--kafka-tls-ca-file"},
-		{errors.New("kafka.(*Client).Metadata: remote error: tls: bad certificate"), "--kafka-tls-cert-file"},
-		{errors.New("kafka.(*Client).Metadata: unexpected EOF: broker appears to be expecting TLS"), "set --kafka-tls"},
-		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01", Message: "password authentication failed for user \"x\""}), "OUTBOX_RELAY_DATABASE_URL_FILE"},
+		{fmt.Errorf("kafka a:1: %w", kafka.SASLAuthenticationFailed), "check Kafka.SASL.Username"},
+		{errors.New("kafka.(*Client).Metadata: tls: failed to verify certificate: x509: certificate signed by unknown authority"), "set Kafka.TLS.RootCAs"},
+		{errors.New("kafka.(*Client).Metadata: remote error: tls: bad certificate"), "set Kafka.TLS.Certificates"},
+		{errors.New("kafka.(*Client).Metadata: unexpected EOF: broker appears to be expecting TLS"), "set Kafka.TLS (and Kafka.TLS.RootCAs"},
+		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28P01", Message: "password authentication failed for user \"x\""}), "correct it in Database.URL"},
 		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "28000", Message: "no pg_hba.conf entry for host \"127.0.0.1\", user \"x\", database \"d\", no encryption"}), "sslmode=verify-full"},
-		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "42501", Message: "must be superuser or replication role to start walsender"}), "--grant-role"},
+		{fmt.Errorf("x: %w", &pgconn.PgError{Code: "42501", Message: "must be superuser or replication role to start walsender"}), "outbox-relay migrate --grant-role ROLE"},
 	}
 	for _, c := range cases {
 		got := With(c.err)

@@ -142,7 +142,7 @@ func newPGStats() PGStats {
 		SlotWALStatus: gauge("slot_wal_status",
 			"1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others.", "slot", "status"),
 		SlotWALExhaustion: gauge("slot_wal_exhaustion_seconds",
-			"Forecast seconds until the slot's retained WAL reaches safe_wal_size or --wal-disk-budget, from its growth over "+
+			"Forecast seconds until the slot's retained WAL reaches safe_wal_size or Stats.WALDiskBudget, from its growth over "+
 				"the last 5 minutes; +Inf while it does not grow, 0 when reached or lost, no series without a limit.", "slot"),
 		TableBytes:      gauge("outbox_table_bytes", "pg_total_relation_size of the outbox table (with indexes and TOAST).", "table"),
 		TableLiveTuples: gauge("outbox_table_live_tuples", "Estimated live rows of the outbox table (pg_stat_user_tables.n_live_tup).", "table"),
@@ -306,7 +306,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		}),
 		Stalled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "stalled",
-			Help: "1 while events are in flight and no acknowledgement advanced for --stall-timeout; 0 otherwise.",
+			Help: "1 while events are in flight and no acknowledgement advanced for Window.StallTimeout; 0 otherwise.",
 		}),
 		PG: newPGStats(),
 	}

@@ -120,7 +120,7 @@ func ExplainMissingTable(ctx context.Context, db migrations.Querier, publication
 		return err
 	}
 	return fmt.Errorf("%w; publication %q includes %s: if the outbox was renamed or moved (ALTER TABLE … RENAME / SET SCHEMA), "+
-		"rename it back, or run with --table set to its new name", err, publication, strings.Join(names, ", "))
+		"rename it back, or run with Database.Table set to its new name", err, publication, strings.Join(names, ", "))
 }
 
 // Identify runs IDENTIFY_SYSTEM on a short-lived replication connection:

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+func parsedRun(t *testing.T) *config {
+	t.Helper()
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestFlagTextNamesFlags: library text naming relay.Config fields reads in
+// flag terms, longest path first, Kafka's TLS and SASL included; a command
+// without a field's flag names run's.
+func TestFlagTextNamesFlags(t *testing.T) {
+	cfg := parsedRun(t)
+	for in, want := range map[string]string{
+		"record of 2000000 bytes exceeds Publish.MaxBatchBytes 921600": "record of 2000000 bytes exceeds --max-batch-bytes 921600",
+		"raise Publish.MaxBatch, or Window.MaxBytes":                   "raise --max-batch, or --max-inflight-bytes",
+		"longer than Leader.Timeout; restart with Database.Table x.y":  "longer than --leader-timeout; restart with --table x.y",
+		"set Kafka.TLS.RootCAs to the PEM CA bundle":                   "set --kafka-tls-ca-file to the PEM CA bundle",
+		"set Kafka.TLS (and Kafka.TLS.RootCAs unless ...)":             "set --kafka-tls (and --kafka-tls-ca-file unless ...)",
+		"set Kafka.TLS.Certificates to a certificate":                  "set --kafka-tls-cert-file and --kafka-tls-key-file to a certificate",
+		"drop Kafka.SASL or point Kafka.Brokers at a SASL listener": "drop --kafka-sasl-mechanism, --kafka-sasl-username and --kafka-sasl-password " +
+			"or point --kafka-brokers at a SASL listener",
+		"check Kafka.SASL.Username and its password (Kafka.SASL.Password)": "check --kafka-sasl-username and its password (--kafka-sasl-password)",
+		"no Database.NoFailoverSlot here; ShutdownTimeout":                 "no --failover-slot=false here; --shutdown-timeout",
+		"Leader and Leaders stay":                                          "Leader and Leaders stay",
+	} {
+		if got := cfg.flagText(in); got != want {
+			t.Errorf("%q:\n got %q\nwant %q", in, got, want)
+		}
+	}
+	// cleanup has no --checkpoint-interval: the relay's setting is run's.
+	t.Setenv("OUTBOX_RELAY_OLDER_THAN", "1h")
+	cfg, _, err := parseWith("cleanup", "", "", nil, scopeDB, &bytes.Buffer{}, func(b *envflag.Binder) {
+		o := new(struct{ OlderThan time.Duration })
+		b.Fields(o, "Options.")
+		b.Duration(&o.OlderThan, "older-than", 0, "")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.flagText("checkpoints on by Checkpoints.Interval; Options.OlderThan 0"); got != "checkpoints on by --checkpoint-interval; --older-than 0" {
+		t.Errorf("cleanup: %q", got)
+	}
+}
+
+// TestLogRecordsNameFlags: the libraries' log records name flags in the
+// message and in string, error and grouped attributes.
+func TestLogRecordsNameFlags(t *testing.T) {
+	cfg := parsedRun(t)
+	var out bytes.Buffer
+	log := newLogger(cfg, &out).With(slog.String("hint", "see Window.StallTimeout"))
+	log.WithGroup("g").Warn("no acknowledgement for Window.StallTimeout", slog.String("reason", "exceeds Publish.MaxBatchBytes 1"),
+		slog.Any("error", errors.New("fix: set Kafka.TLS.ServerName")), slog.Group("grp", slog.String("x", "Leader.Timeout")),
+		slog.Int("n", 3))
+	got := out.String()
+	for _, want := range []string{`"message":"no acknowledgement for --stall-timeout"`, `"see --stall-timeout"`,
+		`"g.reason":"exceeds --max-batch-bytes 1"`, `"g.error":"fix: set --kafka-tls-server-name"`, `"g.grp.x":"--leader-timeout"`, `"g.n":3`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %s:\n%s", want, got)
+		}
+	}
+}
+
+// TestProbesNameFlags: /readyz's reason and the metrics' help name flags;
+// other paths and binary bodies pass unchanged.
+func TestProbesNameFlags(t *testing.T) {
+	cfg := parsedRun(t)
+	lib := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.Header.Get("Accept-Encoding") != "" {
+			t.Errorf("%s asked for %q", r.URL.Path, r.Header.Get("Accept-Encoding"))
+		}
+		switch r.URL.Path {
+		case "/readyz":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"status":"not_ready","reason":"standby, lock connection silent for longer than Leader.Timeout"}`)
+		case "/metrics":
+			if r.Header.Get("Accept") == "proto" {
+				w.Header().Set("Content-Type", "application/vnd.google.protobuf")
+			} else {
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			}
+			io.WriteString(w, "# HELP outbox_relay_stalled 1 while ... for Window.StallTimeout; 0 otherwise.\n")
+		default:
+			io.WriteString(w, "Window.StallTimeout")
+		}
+	})
+	srv := httptest.NewServer(flagTextHTTP(lib, cfg.text))
+	defer srv.Close()
+	get := func(path, accept string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("Accept", accept)
+		req.Header.Set("Accept-Encoding", "gzip")
+		res, err := srv.Client().Transport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "longer than --leader-timeout") {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	if _, body := get("/metrics", ""); !strings.Contains(body, "for --stall-timeout;") {
+		t.Errorf("/metrics: %s", body)
+	}
+	if _, body := get("/metrics", "proto"); !strings.Contains(body, "Window.StallTimeout") {
+		t.Errorf("/metrics as protobuf rewritten: %s", body)
+	}
+	if _, body := get("/healthz", ""); body != "Window.StallTimeout" {
+		t.Errorf("/healthz rewritten: %s", body)
+	}
+}
+
+// TestKafkaSecurityFieldsHaveFlags: every path of kafkaSecurityFields
+// names flags, in every command (those without Kafka flags use run's).
+func TestKafkaSecurityFieldsHaveFlags(t *testing.T) {
+	b := envflag.Listing(flag.NewFlagSet("migrate", flag.ContinueOnError), envPrefix)
+	(&config{}).bind(b, scopeDB|scopeMigrate)
+	names := flagNames(b)
+	for field := range kafkaSecurityFields {
+		if !strings.HasPrefix(names[field], "--kafka-") {
+			t.Errorf("%s: %q", field, names[field])
+		}
+	}
+}
+
+// TestMigrateGrantsNameFlags: the grant migrate prints for the cleanup
+// schedule names run's flag, although migrate has no such flag.
+func TestMigrateGrantsNameFlags(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	cfg, err := parse("migrate", "", nil, scopeDB|scopeMigrate, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := migrations.RuntimeGrants(cfg.table, "db", migrations.GrantOptions{Cleanup: true})
+	why := cfg.text(grants[len(grants)-1].Why)
+	if !strings.Contains(why, "(--cleanup-older-than) deletes rows Kafka has acknowledged") {
+		t.Fatalf("cleanup grant: %q", why)
+	}
+}
