@@ -62,7 +62,7 @@ type config struct {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("embedded", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	// Start from the relay's defaults: zero values are not defaults.
+	// Start from the relay's defaults, so that each flag shows its own.
 	cfg := config{relay: relay.DefaultConfig()}
 	db := &cfg.relay.Database
 	var brokers, level string
