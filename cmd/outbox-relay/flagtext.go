@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"flag"
-	"log/slog"
 	"maps"
-	"net/http"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -86,110 +82,4 @@ func (c *config) text(s string) string {
 		return s
 	}
 	return c.flagText(s)
-}
-
-// flagTextHandler is a slog.Handler that names configuration fields by
-// their flags in a record's message and in its string and error
-// attributes (error, reason, last_error, ...), before h writes it.
-type flagTextHandler struct {
-	h    slog.Handler
-	text func(string) string
-}
-
-func (t flagTextHandler) Enabled(ctx context.Context, l slog.Level) bool { return t.h.Enabled(ctx, l) }
-
-func (t flagTextHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, t.text(r.Message), r.PC)
-	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(t.attr(a))
-		return true
-	})
-	return t.h.Handle(ctx, out)
-}
-
-func (t flagTextHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	out := make([]slog.Attr, len(as))
-	for i, a := range as {
-		out[i] = t.attr(a)
-	}
-	return flagTextHandler{t.h.WithAttrs(out), t.text}
-}
-
-func (t flagTextHandler) WithGroup(name string) slog.Handler {
-	return flagTextHandler{t.h.WithGroup(name), t.text}
-}
-
-// attr is a with its text translated: strings, errors (written as their
-// text anyway) and the attributes of groups.
-func (t flagTextHandler) attr(a slog.Attr) slog.Attr {
-	v := a.Value.Resolve()
-	switch v.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, t.text(v.String()))
-	case slog.KindGroup:
-		as := v.Group()
-		out := make([]any, len(as))
-		for i, g := range as {
-			out[i] = t.attr(g)
-		}
-		return slog.Group(a.Key, out...)
-	case slog.KindAny:
-		if err, ok := v.Any().(error); ok && err != nil {
-			return slog.String(a.Key, t.text(err.Error()))
-		}
-	}
-	return slog.Attr{Key: a.Key, Value: v}
-}
-
-// flagTextHTTP serves h with the library text of /readyz (the relay's
-// Health.Reason) and of /metrics (the help of the series) in flag terms.
-// Only text bodies are rewritten (a protobuf exposition is passed on as it
-// is); they are asked for uncompressed.
-func flagTextHTTP(h http.Handler, text func(string) string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/readyz" && req.URL.Path != "/metrics" {
-			h.ServeHTTP(w, req)
-			return
-		}
-		req = req.Clone(req.Context())
-		req.Header.Del("Accept-Encoding")
-		rec := &recordedResponse{header: http.Header{}, code: http.StatusOK}
-		h.ServeHTTP(rec, req)
-		body := rec.body.Bytes()
-		if textual(rec.header.Get("Content-Type")) && rec.header.Get("Content-Encoding") == "" {
-			body = []byte(text(string(body)))
-			rec.header.Del("Content-Length")
-		}
-		maps.Copy(w.Header(), rec.header)
-		w.WriteHeader(rec.code)
-		_, _ = w.Write(body)
-	})
-}
-
-// textual reports whether a body of content type ct is text (JSON, the
-// Prometheus and OpenMetrics text formats).
-func textual(ct string) bool {
-	return strings.HasPrefix(ct, "text/") || strings.HasPrefix(ct, "application/json") ||
-		strings.HasPrefix(ct, "application/openmetrics-text")
-}
-
-// recordedResponse is a response held for rewriting.
-type recordedResponse struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-	wrote  bool
-}
-
-func (r *recordedResponse) Header() http.Header { return r.header }
-
-func (r *recordedResponse) WriteHeader(code int) {
-	if !r.wrote {
-		r.code, r.wrote = code, true
-	}
-}
-
-func (r *recordedResponse) Write(p []byte) (int, error) {
-	r.wrote = true
-	return r.body.Write(p)
 }

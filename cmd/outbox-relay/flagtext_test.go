@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 	"io"
 	"log/slog"
 	"net/http"
@@ -106,7 +107,7 @@ func TestProbesNameFlags(t *testing.T) {
 			io.WriteString(w, "Window.StallTimeout")
 		}
 	})
-	srv := httptest.NewServer(flagTextHTTP(lib, cfg.text))
+	srv := httptest.NewServer(flagtext.HTTP(lib, cfg.text))
 	defer srv.Close()
 	get := func(path, accept string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)

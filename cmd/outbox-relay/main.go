@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 	"io"
 	"log/slog"
 	"os"
@@ -262,7 +263,7 @@ func commandUsage(name, argsUsage, summary string, b *envflag.Binder) string {
 // newLogger builds the process logger: the libraries log through
 // *slog.Logger, the binary writes zerolog's JSON (or console) lines, never
 // payloads, with the configuration fields the libraries name in flag
-// terms (flagTextHandler).
+// terms (flagtext.Handler).
 func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	var out io.Writer = w
@@ -270,7 +271,7 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
 	zl := zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
-	return slog.New(flagTextHandler{zerolog.NewSlogHandler(zl), cfg.text})
+	return slog.New(flagtext.Handler(zerolog.NewSlogHandler(zl), cfg.text))
 }
 
 // versionLine is what version and --version print.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 	"io"
 	"log/slog"
 	"net"
@@ -51,7 +52,7 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 
 // runRelay serves the relay's probes and metrics on --metrics-addr (with
 // pprof when --pprof; /readyz's reason and the metrics' help name flags:
-// flagTextHTTP) and runs it until SIGTERM.
+// flagtext.HTTP) and runs it until SIGTERM.
 func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
 	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
@@ -60,7 +61,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 			return fmt.Errorf("metrics: listen on %s: %w (set --metrics-addr to a free address, or empty to disable)", cfg.MetricsAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/", flagTextHTTP(r.Handler(), cfg.text))
+		mux.Handle("/", flagtext.HTTP(r.Handler(), cfg.text))
 		if cfg.PProf {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
