@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -196,24 +195,7 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 // Validate, and flagError then shows the 0 the user gave. A field without
 // a flag in the command holds its default (bind starts from
 // DefaultConfig), never 0.
-func explicitZeros(c *relay.Config) {
-	zerosToOff(reflect.ValueOf(c).Elem(), reflect.ValueOf(relay.DefaultConfig()))
-}
-
-func zerosToOff(v, def reflect.Value) {
-	switch v.Kind() {
-	case reflect.Struct:
-		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
-				zerosToOff(v.Field(i), def.Field(i))
-			}
-		}
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		if v.Int() == 0 && def.Int() != 0 {
-			v.SetInt(-1)
-		}
-	}
-}
+func explicitZeros(c *relay.Config) { envflag.ExplicitZeros(c, relay.DefaultConfig()) }
 
 // zeroOffFlags are the flags whose 0 turns their knob off; a negative
 // value is refused (relay.Config would read it as off too, but on the

@@ -70,58 +70,44 @@ var notFlagEnv = map[string]string{
 // environ (os.Environ's form) that is not in own (the variables of the
 // command's flags), of another command's flags or in notFlagEnv.
 func checkEnv(environ, own []string) error {
-	var names []string
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, envPrefix) && !slices.Contains(own, name) && notFlagEnv[name] == "" {
-			names = append(names, name)
-		}
+	known := map[string]bool{}
+	for _, name := range own {
+		known[name] = true
 	}
-	if len(names) == 0 {
+	maps.Copy(known, notFlagKnown())
+	if envflag.Unknown(environ, envPrefix, known) == nil {
 		return nil // the usual case: only the command's own variables
 	}
-	known, err := knownEnv()
+	all, err := knownEnv()
 	if err != nil {
 		return err
 	}
-	var candidates []string
-	for name := range known {
-		candidates = append(candidates, strings.TrimPrefix(name, envPrefix))
-	}
-	for name := range notFlagEnv {
-		candidates = append(candidates, strings.TrimPrefix(name, envPrefix))
-	}
-	var unknown unknownEnvError
-	slices.Sort(names)
-	for _, name := range slices.Compact(names) {
-		if known[name] {
-			continue
-		}
-		v := unknownEnv{name: name}
-		if base, ok := strings.CutSuffix(name, "_FILE"); ok && known[base] {
-			v.closest = base // only secrets come from files
-		} else if c := envflag.Closest(strings.ToUpper(strings.TrimPrefix(name, envPrefix)), candidates); c != "" {
-			v.closest = envPrefix + c
-		}
-		unknown = append(unknown, v)
-	}
+	maps.Copy(all, notFlagKnown())
+	unknown := unknownEnvError(envflag.Unknown(environ, envPrefix, all))
 	if len(unknown) == 0 {
 		return nil
 	}
 	return unknown
 }
 
-// unknownEnvError lists the unknown variables; run prints one line each.
-type unknownEnvError []unknownEnv
+// notFlagKnown is notFlagEnv as a set.
+func notFlagKnown() map[string]bool {
+	m := make(map[string]bool, len(notFlagEnv))
+	for name := range notFlagEnv {
+		m[name] = true
+	}
+	return m
+}
 
-type unknownEnv struct{ name, closest string }
+// unknownEnvError lists the unknown variables; run prints one line each.
+type unknownEnvError []envflag.UnknownVar
 
 func (e unknownEnvError) lines() []string {
 	var lines []string
 	for _, v := range e {
-		line := "unknown environment variable " + v.name
-		if v.closest != "" {
-			line += " (did you mean " + v.closest + "?)"
+		line := "unknown environment variable " + v.Name
+		if v.Closest != "" {
+			line += " (did you mean " + v.Closest + "?)"
 		}
 		lines = append(lines, line)
 	}
