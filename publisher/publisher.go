@@ -145,6 +145,11 @@ type Config struct {
 	// LastFailure, if set, is told of every failed write and topic
 	// lookup (the stall detector's cause); it may outlive the Publisher.
 	LastFailure *LastFailure
+	// Idempotent writes with the idempotent producer: a producer id
+	// (InitProducerId) and, per partition, consecutive sequence numbers,
+	// so the broker discards a retried batch it already stored and
+	// refuses one out of order (see producer).
+	Idempotent bool
 	// Record is the record format (native by default) and the tombstone
 	// switch; New checks it (record.Config.Validate) and an invalid one
 	// fails every Publish.

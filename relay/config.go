@@ -161,6 +161,14 @@ type PublishConfig struct {
 	// tombstone (the row's key and headers, a null value) instead of a
 	// poison event.
 	TombstoneOnNullPayload bool
+	// NoIdempotence writes without the idempotent producer. By default the
+	// relay takes a producer id (InitProducerId) and numbers each
+	// partition's batches, so the broker discards a retried batch it has
+	// already stored (a produce request that timed out after the leader
+	// wrote it) instead of storing it twice. Only for brokers or ACLs
+	// that refuse it: InitProducerId needs IDEMPOTENT_WRITE on the
+	// cluster before Kafka 3.0, WRITE on a topic since.
+	NoIdempotence bool
 }
 
 // Record is the record format configuration of p (what the publisher

@@ -213,6 +213,6 @@ func (r *Relay) publisherConfig() publisher.Config {
 		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
 		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
 		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
-		LastFailure: &r.failures, Record: p.Record(),
+		LastFailure: &r.failures, Record: p.Record(), Idempotent: !p.NoIdempotence,
 	}
 }

@@ -145,6 +145,7 @@ func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	b.String(&p.CloudEventsSource, "cloudevents-source", dp.CloudEventsSource, "CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents")
 	envflag.StringVar(b, &p.CloudEventsMode, "cloudevents-mode", dp.CloudEventsMode, "CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)")
 	b.Bool(&p.DebeziumExpandJSON, "debezium-expand-json-payload", dp.DebeziumExpandJSON, "with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)")
+	b.NotBool(&p.NoIdempotence, "idempotent", !dp.NoIdempotence, "write with the idempotent producer (a producer id, numbered batches), so the broker discards a retried batch it already stored; false only for brokers or ACLs that refuse it (docs/kafka.md)")
 	b.Bool(&p.TombstoneOnNullPayload, "tombstone-on-null-payload", dp.TombstoneOnNullPayload, "an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event")
 	tls, sasl := &c.KafkaConn.TLS, &c.KafkaConn.SASL
 	b.Bool(&tls.Enabled, "kafka-tls", false, "connect to Kafka with TLS (implied by any --kafka-tls-* file or name)")
