@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	metadataapi "github.com/segmentio/kafka-go/protocol/metadata"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -73,7 +74,7 @@ func (c *fakeCluster) RoundTrip(ctx context.Context, addr net.Addr, msg protocol
 type okBroker struct{}
 
 func (okBroker) RoundTrip(_ context.Context, _ net.Addr, msg protocol.Message) (protocol.Message, error) {
-	req := msg.(*produceapi.Request)
+	req := msg.(*rawproduce.Request)
 	res := &produceapi.Response{Topics: make([]produceapi.ResponseTopic, len(req.Topics))}
 	for i, t := range req.Topics {
 		res.Topics[i].Topic = t.Topic

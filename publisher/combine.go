@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 )
 
 // Bounds of one combined produce request. The broker limits each record
@@ -37,9 +39,11 @@ type batch struct {
 	// leader is the partition leader's broker id from the router's last
 	// metadata, -1 when unknown; batches for different leaders cannot
 	// share a request.
-	leader  int
-	bytes   int
-	records []kafka.Record
+	leader int
+	bytes  int
+	// records is the partition's record batch, size-prefixed, as
+	// appendBatch encodes it.
+	records []byte
 	err     chan error
 }
 
@@ -203,7 +207,7 @@ func (c *combiner) send(group []*batch) {
 // moved since), they are sent one request each instead.
 func (c *combiner) request(bs []*batch) {
 	errs := c.roundTrip(bs)
-	var mismatch *produceapi.Error
+	var mismatch *rawproduce.Error
 	if len(bs) > 1 && errors.As(errs[0], &mismatch) {
 		for _, b := range bs {
 			b.err <- c.roundTrip([]*batch{b})[0]
@@ -218,18 +222,18 @@ func (c *combiner) request(bs []*batch) {
 // roundTrip sends bs in one acks=all produce request and returns each
 // batch's outcome, in order.
 func (c *combiner) roundTrip(bs []*batch) []error {
-	req := &produceapi.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond)}
+	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond)}
 	topicIndex := map[string]int{}
 	for _, b := range bs {
 		i, ok := topicIndex[b.topic]
 		if !ok {
 			i = len(req.Topics)
 			topicIndex[b.topic] = i
-			req.Topics = append(req.Topics, produceapi.RequestTopic{Topic: b.topic})
+			req.Topics = append(req.Topics, rawproduce.RequestTopic{Topic: b.topic})
 		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, produceapi.RequestPartition{
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rawproduce.RequestPartition{
 			Partition: int32(b.partition),
-			RecordSet: protocol.RecordSet{Records: kafka.NewRecordReader(b.records...)},
+			RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(b.records)},
 		})
 	}
 	errs := make([]error, len(bs))

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 )
 
 // fakeBroker answers produce requests: gate (if set) holds every request
@@ -21,12 +22,12 @@ type fakeBroker struct {
 	mu       sync.Mutex
 	requests [][]string // "topic[partition]" per request
 	gate     chan struct{}
-	fail     func(req *produceapi.Request) error
+	fail     func(req *rawproduce.Request) error
 	reply    func(topic string, partition int32) *produceapi.ResponsePartition
 }
 
 func (f *fakeBroker) RoundTrip(ctx context.Context, _ net.Addr, msg protocol.Message) (protocol.Message, error) {
-	req := msg.(*produceapi.Request)
+	req := msg.(*rawproduce.Request)
 	var parts []string
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
@@ -71,7 +72,7 @@ func (f *fakeBroker) sent() [][]string {
 
 func testBatch(topic string, partition, leader int) *batch {
 	return &batch{topic: topic, partition: partition, leader: leader, bytes: 10,
-		records: []kafka.Record{{Key: kafka.NewBytes([]byte("k")), Value: kafka.NewBytes([]byte("v"))}}}
+		records: appendBatch(nil, []*kafka.Message{{Key: []byte("k"), Value: []byte("v")}}, noStamp, time.Now())}
 }
 
 // produceAll submits bs concurrently and returns their outcomes by index.
@@ -179,9 +180,9 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 		t.Fatalf("requests %s, want a[0]+a[2] and a[1] apart", got)
 	}
 
-	f2 := &fakeBroker{reply: ok, fail: func(req *produceapi.Request) error {
+	f2 := &fakeBroker{reply: ok, fail: func(req *rawproduce.Request) error {
 		if len(req.Topics[0].Partitions) > 1 {
-			return produceapi.NewError(errors.New("mismatching leaders (1!=2)"))
+			return rawproduce.NewError(errors.New("mismatching leaders (1!=2)"))
 		}
 		return nil
 	}}

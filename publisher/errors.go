@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
@@ -132,8 +134,10 @@ func classifyCode(code kafka.Error) Class {
 	// Protocol: the broker does not understand what the relay sends.
 	case kafka.UnsupportedVersion, kafka.InvalidRequest, kafka.UnsupportedCompressionType:
 		return Fatal
-	// Producer identity: the relay sends no producer id (no idempotence,
-	// no transactions), so an answer about one means a broken peer.
+	// Producer identity. With idempotence (the default) the lane takes a
+	// new producer id for the answers producerIDRefused names before it
+	// classifies (see lane.send); without it, or for transactions the
+	// relay never uses, an answer about a producer id means a broken peer.
 	case kafka.InvalidProducerEpoch, kafka.InvalidProducerIDMapping, kafka.ProducerFenced,
 		kafka.InvalidTransactionState, kafka.TransactionCoordinatorFenced, kafka.OutOfOrderSequenceNumber,
 		kafka.DuplicateSequenceNumber, kafka.UnknownProducerId, kafka.TransactionalIDNotFound:
@@ -162,6 +166,44 @@ func lingering(err error) bool {
 	return errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.UnknownTopicID)
 }
 
+// healing reports whether err is what a partition leader's move looks
+// like from the producer: the old leader refuses (NOT_LEADER_OR_FOLLOWER),
+// is unreachable or times out, no leader is elected yet, or the leader
+// waits for a dead follower to leave the in-sync replicas. Each heals
+// once the controller has fenced the dead broker and the metadata shows
+// the new leader (see Publisher.retryDelay).
+func healing(err error) bool {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.NotLeaderForPartition, kafka.LeaderNotAvailable, kafka.BrokerNotAvailable, kafka.RequestTimedOut,
+			kafka.NotEnoughReplicas, kafka.NotEnoughReplicasAfterAppend, kafka.NetworkException, kafka.FencedLeaderEpoch,
+			kafka.UnknownLeaderEpoch, kafka.KafkaStorageError:
+			return true
+		}
+		return false
+	}
+	var noRoute *rawproduce.Error // kafka-go's metadata has no leader for the partition
+	if errors.As(err, &noRoute) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// producerIDRefused reports whether the broker refused a batch because
+// of its producer id, epoch or sequence number: the producer state
+// expired (UNKNOWN_PRODUCER_ID), the epoch is not the broker's
+// (INVALID_PRODUCER_EPOCH), the batch does not follow the partition's
+// last one (OUT_OF_ORDER_SEQUENCE_NUMBER: the broker lost records, e.g.
+// through an unclean election), or the id is unknown altogether. A new
+// producer id cures each (see producer).
+func producerIDRefused(err error) bool {
+	return errors.Is(err, kafka.OutOfOrderSequenceNumber) || errors.Is(err, kafka.UnknownProducerId) ||
+		errors.Is(err, kafka.InvalidProducerEpoch) || errors.Is(err, kafka.InvalidProducerIDMapping)
+}
+
 // fix names what an operator must change for a fatal Kafka error; empty
 // when it has no Kafka code (TLS and SASL failures get their fix from
 // kafkaconn's classification in cmd/outbox-relay). Like every message of
@@ -182,7 +224,8 @@ func fix(err error) string {
 			"message.timestamp.before.max.ms (an old backlog) or check the clocks of PostgreSQL and Kafka " +
 			"(message.timestamp.after.max.ms), or set message.timestamp.type=LogAppendTime on the topic"
 	case kafka.ClusterAuthorizationFailed, kafka.TransactionalIDAuthorizationFailed, kafka.BrokerAuthorizationFailed:
-		return "grant the relay's principal the ACLs it needs (WRITE and DESCRIBE on its topics, CREATE with Publish.CreateTopics)"
+		return "grant the relay's principal the ACLs it needs (WRITE and DESCRIBE on its topics, CREATE with Publish.CreateTopics; " +
+			"the idempotent producer's InitProducerId needs IDEMPOTENT_WRITE on the cluster before Kafka 3.0, or set Publish.NoIdempotence)"
 	case kafka.InvalidRequiredAcks:
 		return "the broker refuses acks=all: check the broker version and its configuration"
 	case kafka.SecurityDisabled:

@@ -31,6 +31,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -55,9 +56,13 @@ type lane struct {
 	lastSweep uint64
 	// leader is the partition leader's broker id (-1 unknown), kept
 	// current by the router; the combiner groups batches by it.
-	leader  atomic.Int32
-	q       *queue
-	records []kafka.Record
+	leader atomic.Int32
+	q      *queue
+	// seq is the partition's sequence state with idempotence, nil
+	// without.
+	seq     *partitionSeq
+	msgs    []*kafka.Message
+	buf     []byte
 	lastErr error
 }
 
@@ -65,18 +70,21 @@ type lane struct {
 // produce request (see combiner) and waits for acks=all. The lane has
 // already formed the batch, so it goes straight to the protocol: kafka-go's
 // Writer would re-batch it, wait its BatchTimeout on a partial batch and
-// allocate a full-size batch buffer for every call.
-func (l *lane) produce(recs []*outgoing) error {
-	// Built per attempt: the record readers are consumed by a request.
-	l.records = l.records[:0]
+// allocate a full-size batch buffer for every call. st stamps the batch
+// (noStamp without idempotence).
+func (l *lane) produce(recs []*outgoing, st producerStamp) error {
+	// Encoded per attempt: a new producer id changes the stamp. The buffer
+	// is the lane's; the combiner is done with it when produce returns.
+	l.msgs = l.msgs[:0]
 	size := 0
 	for _, rec := range recs {
-		m := &rec.msg
-		l.records = append(l.records, kafka.Record{Time: m.Time, Key: kafka.NewBytes(m.Key), Value: kafka.NewBytes(m.Value), Headers: m.Headers})
+		l.msgs = append(l.msgs, &rec.msg)
 		size += rec.size
 	}
+	l.buf = appendBatch(l.buf[:0], l.msgs, st, time.Now())
+	clear(l.msgs)
 	return l.p.combiner.produce(&batch{
-		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.records,
+		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.buf,
 	})
 }
 
@@ -156,23 +164,45 @@ const (
 
 // send writes one partition batch, retrying transient failures with
 // backoff until it is acknowledged, rejected for good, or the publisher
-// closes.
+// closes. Every attempt of the batch carries the same producer stamp
+// unless the broker refused the producer id, so the broker discards an
+// attempt that repeats one it already stored.
 func (l *lane) send(recs []*outgoing) sendResult {
 	p := l.p
 	var vanished time.Time // first UNKNOWN_TOPIC_OR_PARTITION of this batch
+	var failing time.Time  // first failure of this batch
 	for attempt := 1; ; attempt++ {
-		p.m.ProduceRequest()
-		err := l.produce(recs)
+		st, err := l.stamp()
 		if err == nil {
+			p.m.ProduceRequest()
+			err = l.produce(recs, st)
+			if err != nil && l.seq != nil && errors.Is(err, kafka.DuplicateSequenceNumber) {
+				err = nil // the broker has stored this very batch before
+			}
+		}
+		if err == nil {
+			if l.seq != nil {
+				p.producer.acked(l.seq, st, len(recs))
+			}
 			if attempt > 1 {
-				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt))
+				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Duration("after", time.Since(failing)))
 			}
 			return sent
 		}
 		if p.ctx.Err() != nil {
 			return closing
 		}
+		if failing.IsZero() {
+			failing = time.Now()
+		}
 		class, reason := classify(err)
+		renew := l.seq != nil && producerIDRefused(err)
+		if renew {
+			// The broker lost or refuses the producer id's state for
+			// this partition: take a new id (see producer).
+			class = Transient
+			p.producer.reset(st)
+		}
 		if class == Transient && lingering(err) {
 			// Unknown partition: a metadata lag heals, a deleted one never.
 			if vanished.IsZero() {
@@ -186,6 +216,9 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
 			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
 		level := retryLevel(attempt)
+		if class != Transient || renew {
+			level = max(level, slog.LevelWarn)
+		}
 		if class != Transient {
 			level = slog.LevelError
 		}
@@ -203,12 +236,25 @@ func (l *lane) send(recs []*outgoing) sendResult {
 			l.lastErr = err
 			return rejected
 		}
-		d := p.backoff(attempt)
-		p.log.LogAttrs(context.Background(), level, "publish failed, retrying", append(attrs, slog.Duration("backoff", d))...)
+		d := p.retryDelay(attempt, err, failing)
+		msg := "publish failed, retrying"
+		if renew {
+			msg = "broker refused the producer id; retrying the batch under a new one"
+		}
+		p.log.LogAttrs(context.Background(), level, msg, append(attrs, slog.Duration("backoff", d))...)
 		if !p.sleep(d) {
 			return closing
 		}
 	}
+}
+
+// stamp returns the producer stamp of the lane's next attempt: noStamp
+// without idempotence.
+func (l *lane) stamp() (producerStamp, error) {
+	if l.seq == nil {
+		return noStamp, nil
+	}
+	return l.p.producer.stamp(l.p.ctx, l.seq)
 }
 
 func (l *lane) acked(recs []*outgoing) {

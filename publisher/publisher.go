@@ -228,13 +228,16 @@ type Publisher struct {
 	client    *kafka.Client
 	combiner  *combiner
 	holder    *holder
-	lanes     atomic.Int64 // lanes started, over all topics
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	fatal     chan error
-	mu        sync.Mutex
-	routers   map[string]*router
+	// producer is the idempotent producer's id and sequences; nil
+	// without Config.Idempotent.
+	producer *producer
+	lanes    atomic.Int64 // lanes started, over all topics
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	fatal    chan error
+	mu       sync.Mutex
+	routers  map[string]*router
 	// enc encodes the records (nil when cfg.Record is invalid); cfgErr
 	// is cfg.Record's validation error, returned by Publish.
 	enc    *record.Encoder
@@ -265,6 +268,9 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		routers:   make(map[string]*router),
 		closeIdle: closeIdle,
 		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
+	}
+	if cfg.Idempotent {
+		p.producer = newProducer(rt, addr)
 	}
 	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	p.combiner.run(&p.wg)
@@ -449,6 +455,34 @@ func (p *Publisher) fail(err error) {
 func (p *Publisher) backoff(attempt int) time.Duration {
 	return backoff.Jitter(attempt, p.cfg.BackoffBase, p.cfg.BackoffMax)
 }
+
+// retryDelay is the wait before retrying a batch that failed with err
+// for the attempt-th time, failing since since. While a partition leader
+// moves (its broker died, shut down or lost its followers), the new
+// leader is in the metadata within Kafka.MetadataTTL of the election, so
+// waiting longer than that only adds to the outage: for such failures the
+// delay is capped at the metadata TTL, during healWindow. A cluster still
+// unreachable after that gets the usual exponential backoff, so a long
+// outage costs the brokers no more than a few requests per partition per
+// BackoffMax.
+func (p *Publisher) retryDelay(attempt int, err error, since time.Time) time.Duration {
+	if healing(err) && time.Since(since) < healWindow {
+		var ttl time.Duration
+		if p.cfg.Transport != nil {
+			ttl = p.cfg.Transport.MetadataTTL
+		}
+		if ttl <= 0 {
+			ttl = 6 * time.Second // kafka-go's default
+		}
+		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, ttl), p.cfg.BackoffBase))
+	}
+	return p.backoff(attempt)
+}
+
+// healWindow is how long after a batch's first failure a leader change
+// gets fast retries (retryDelay): longer than a broker's session timeout
+// (9 s by default, 18 s on older clusters) plus an election.
+const healWindow = 30 * time.Second
 
 // sleep waits d unless the publisher closes first.
 func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d) }

@@ -1,0 +1,141 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/initproducerid"
+)
+
+// This file holds the idempotent producer's state: the producer id the
+// broker assigned (InitProducerId) and, per partition, the next sequence
+// number.
+//
+// With a producer id, the broker checks each partition's batches: a batch
+// whose sequence numbers it has already stored (a retry of a request that
+// timed out after the leader wrote it, or that a new leader received
+// from the old one) is acknowledged without being stored again, and a
+// batch that does not follow the last one is refused
+// (OUT_OF_ORDER_SEQUENCE_NUMBER). A lane keeps one batch in flight and
+// retries that batch until it is acknowledged, so its sequence numbers
+// simply follow each other: a retry carries the same numbers, the next
+// batch starts where the acknowledged one ended.
+//
+// When the broker no longer knows the id (UNKNOWN_PRODUCER_ID, the
+// producer state expired), or refuses its epoch or sequence, the
+// publisher takes a new id and every partition starts again at 0. The
+// batch being retried then carries the new id, so the broker cannot
+// recognise it if the old id's attempt was stored: at most that one batch
+// per partition may be duplicated, and nothing is lost or reordered,
+// because no later batch of the partition was sent.
+
+// producer hands out the publisher's producer id and, per partition, the
+// sequence numbers of the next batch. Its methods are safe for
+// concurrent use by the lanes.
+type producer struct {
+	rt   kafka.RoundTripper
+	addr net.Addr
+
+	mu  sync.Mutex
+	id  int64 // -1 until InitProducerId answered
+	ep  int16
+	gen uint64 // incremented with every new id
+	// seqs is the next sequence number per partition under gen. It keeps
+	// an entry for every partition ever written (a lane evicted while
+	// idle must not restart at 0 under the same id): a few words per
+	// partition.
+	seqs map[topicPartition]*partitionSeq
+}
+
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// partitionSeq is one partition's sequence state; only the partition's
+// lane touches it (the router starts a new lane only after the old one
+// stopped).
+type partitionSeq struct {
+	gen  uint64
+	next int32
+}
+
+func newProducer(rt kafka.RoundTripper, addr net.Addr) *producer {
+	return &producer{rt: rt, addr: addr, id: -1, seqs: map[topicPartition]*partitionSeq{}}
+}
+
+// sequence returns the sequence state of a partition.
+func (p *producer) sequence(topic string, partition int) *partitionSeq {
+	k := topicPartition{topic, partition}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.seqs[k]
+	if s == nil {
+		s = &partitionSeq{}
+		p.seqs[k] = s
+	}
+	return s
+}
+
+// stamp returns the producer stamp for s's next batch, taking a producer
+// id first if there is none: the id, its epoch and s's next sequence
+// number (0 after a new id).
+func (p *producer) stamp(ctx context.Context, s *partitionSeq) (producerStamp, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.id < 0 {
+		if err := p.initLocked(ctx); err != nil {
+			return producerStamp{}, err
+		}
+	}
+	if s.gen != p.gen {
+		s.gen, s.next = p.gen, 0
+	}
+	return producerStamp{id: p.id, epoch: p.ep, baseSeq: s.next}, nil
+}
+
+// acked advances s past a batch of n records stamped with st.
+func (p *producer) acked(s *partitionSeq, st producerStamp, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.gen == p.gen && s.next == st.baseSeq {
+		s.next = nextSeq(st.baseSeq, n)
+	}
+}
+
+// reset drops the producer id st was stamped with, so the next stamp
+// takes a new one; a later id (another lane reset first) is kept.
+func (p *producer) reset(st producerStamp) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.id == st.id && p.ep == st.epoch {
+		p.id, p.ep = -1, -1 // the next stamp takes a new id, under a new gen
+	}
+}
+
+// initLocked sends InitProducerId without a transactional id (an
+// idempotent, non-transactional producer). kafka-go's transport sends it
+// to the coordinator of the empty transactional id, which any broker
+// finds. Callers hold mu: lanes wait for the one answer.
+func (p *producer) initLocked(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := p.rt.RoundTrip(ctx, p.addr, &initproducerid.Request{TransactionTimeoutMs: -1, ProducerID: -1, ProducerEpoch: -1})
+	if err != nil {
+		return fmt.Errorf("init producer id: %w", err)
+	}
+	res, ok := msg.(*initproducerid.Response)
+	if !ok {
+		return fmt.Errorf("init producer id: unexpected response %T", msg)
+	}
+	if res.ErrorCode != 0 {
+		return fmt.Errorf("init producer id: %w", kafka.Error(res.ErrorCode))
+	}
+	p.id, p.ep = res.ProducerID, res.ProducerEpoch
+	p.gen++
+	return nil
+}
