@@ -250,12 +250,14 @@ func NewEnv(t testing.TB, opts EnvOptions) *Env {
 	return e
 }
 
-// CreateTopic creates a topic with the given partition count (replication
-// factor 1) and waits until every partition has a leader.
+// CreateTopic creates a topic with the given partition count and the
+// brokers' default replication factor and min.insync.replicas (1 and 1
+// on the stack's broker, 3 and 2 on scripts/kafkacluster.sh's cluster),
+// and waits until every partition has a leader.
 func (e *Env) CreateTopic(ctx context.Context, topic string, partitions int) {
 	e.t.Helper()
 	res, err := kafkaClient().CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: -1}},
 	})
 	if err != nil {
 		e.t.Fatalf("create topic %s: %v", topic, err)

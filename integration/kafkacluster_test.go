@@ -1,0 +1,130 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// This file drives the three-node Kafka cluster of scripts/kafkacluster.sh
+// for the TestCluster* tests. `make cluster-test` runs this package with
+// `-run '^TestCluster'` inside `scripts/kafkacluster.sh run`, which points
+// OUTBOX_RELAY_KAFKA_BROKERS (and so the whole harness: Env, topics,
+// consumers) at the cluster and exports KAFKA_VERSION and KAFKA_NODES, so
+// the script called here acts on the same cluster. Against the
+// single-broker stack the cluster tests skip.
+
+// KafkaCluster controls the nodes of the cluster the harness runs against.
+type KafkaCluster struct {
+	t     testing.TB
+	Nodes int
+}
+
+// RequireCluster returns the cluster, or skips t when the brokers are not
+// a cluster of at least three nodes.
+func RequireCluster(t testing.TB) *KafkaCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := kafkaClient().Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		t.Fatalf("cluster metadata: %v", err)
+	}
+	if len(md.Brokers) < 3 {
+		t.Skipf("needs a three-node Kafka cluster (make cluster-test); %v has %d broker(s)", kafkaBrokers, len(md.Brokers))
+	}
+	return &KafkaCluster{t: t, Nodes: len(md.Brokers)}
+}
+
+// ctl runs `scripts/kafkacluster.sh verb args...` and returns its stdout.
+func (c *KafkaCluster) ctl(verb string, args ...string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(repoRoot, "scripts", "kafkacluster.sh"), verb}, args...)...)
+	cmd.Dir = repoRoot
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("scripts/kafkacluster.sh %s %s: %v\n%s%s", verb, strings.Join(args, " "), err, out, stderr.String())
+	}
+	c.t.Logf("scripts/kafkacluster.sh %s %s: ok in %s", verb, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return strings.TrimSpace(string(out))
+}
+
+// Kill sends SIGKILL to node n.
+func (c *KafkaCluster) Kill(n int) { c.ctl("kill", strconv.Itoa(n)) }
+
+// Stop shuts node n down with SIGTERM (a controlled shutdown: leadership
+// moves away first).
+func (c *KafkaCluster) Stop(n int) { c.ctl("stop", strconv.Itoa(n)) }
+
+// Start starts node n and waits until it has registered.
+func (c *KafkaCluster) Start(n int) { c.ctl("start", strconv.Itoa(n)) }
+
+// Pause freezes node n (SIGSTOP); Resume thaws it.
+func (c *KafkaCluster) Pause(n int)  { c.ctl("pause", strconv.Itoa(n)) }
+func (c *KafkaCluster) Resume(n int) { c.ctl("resume", strconv.Itoa(n)) }
+
+// Controller returns the node id of the active KRaft controller.
+func (c *KafkaCluster) Controller() int {
+	c.t.Helper()
+	out := c.ctl("controller")
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		c.t.Fatalf("scripts/kafkacluster.sh controller printed %q", out)
+	}
+	return n
+}
+
+// Leaders returns the leader's node id of each partition of topic (-1
+// without one).
+func (c *KafkaCluster) Leaders(topic string) []int {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := kafkaClient().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		c.t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name != topic {
+			continue
+		}
+		out := make([]int, len(tp.Partitions))
+		for _, p := range tp.Partitions {
+			out[p.ID] = -1
+			if p.Leader.Host != "" {
+				out[p.ID] = p.Leader.ID
+			}
+		}
+		return out
+	}
+	c.t.Fatalf("topic %s not in the metadata", topic)
+	return nil
+}
+
+// BusiestLeader returns the node leading most of topic's partitions.
+func (c *KafkaCluster) BusiestLeader(topic string) int {
+	count := map[int]int{}
+	best, most := -1, 0
+	for _, l := range c.Leaders(topic) {
+		if l < 0 {
+			continue
+		}
+		if count[l]++; count[l] > most {
+			best, most = l, count[l]
+		}
+	}
+	return best
+}
