@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -94,16 +95,16 @@ func evalTopic(f topicFacts, dedupe time.Duration, r *Report) {
 	name := "topic " + f.name
 	switch {
 	case errors.Is(f.missing, kafka.TopicAuthorizationFailed):
-		r.add(name, Fail, "the relay's principal may not describe it: "+f.missing.Error(),
-			"grant DESCRIBE and WRITE on the topic (kafka-acls.sh --add --allow-principal User:<relay> --operation Describe --operation Write --topic "+f.name+")")
+		r.add(name, Fail, "the relay's principal may not describe it: "+f.missing.Error(), acl(f.name, "Describe", "Write"))
 		return
 	case f.missing != nil:
 		r.add(name, Warn, "missing: "+f.missing.Error(),
-			"create it (kafka-topics.sh --create --topic "+f.name+" --replication-factor 3 --config min.insync.replicas=2), or run the relay with --create-topics")
+			"create it (kafka-topics.sh --create --topic "+f.name+" --replication-factor 3 --config min.insync.replicas=2), or run the relay with --create-topics; "+
+				"if it exists, the relay's principal may not describe it: "+acl(f.name, "Describe", "Write"))
 		return
 	case f.configErr != nil:
 		r.add(name, Warn, fmt.Sprintf("%d partitions, replication factor %d; configs unreadable: %v", f.partitions, f.replicas, f.configErr),
-			"grant DescribeConfigs on the topic")
+			acl(f.name, "DescribeConfigs"))
 		return
 	}
 	rf := f.replicas
@@ -123,9 +124,9 @@ func evalTopic(f topicFacts, dedupe time.Duration, r *Report) {
 		warn(Fail, detail+": every acks=all write fails (NOT_ENOUGH_REPLICAS)",
 			fmt.Sprintf("lower min.insync.replicas to at most the replication factor (%smin.insync.replicas=%d), or %s", alter, max(1, min(2, rf)), addReplicas))
 	case rf == 1:
-		warn(Warn, detail+": replication factor 1, no redundancy: a broker loss loses acknowledged events and stops writes", addReplicas)
+		warn(Warn, detail+": no redundancy: a broker loss loses acknowledged events and stops writes", addReplicas)
 	case rf == 2:
-		warn(Warn, detail+": replication factor 2, fewer than 3 replicas: either one broker down stops every write (min.insync.replicas 2) "+
+		warn(Warn, detail+": fewer than 3 replicas: either one broker down stops every write (min.insync.replicas 2) "+
 			"or a broker loss can lose acknowledged events (min.insync.replicas 1)", addReplicas)
 	}
 	if rf > 1 && minISR < 2 {
@@ -150,6 +151,15 @@ func evalTopic(f topicFacts, dedupe time.Duration, r *Report) {
 			r.add(name+" retention", Pass, fmt.Sprintf("retention.ms %d within the dedupe retention %s", ms, dedupe), "")
 		}
 	}
+}
+
+// acl is the fix that grants the relay's principal ops on topic.
+func acl(topic string, ops ...string) string {
+	cmd := "kafka-acls.sh --add --allow-principal User:<relay's principal>"
+	for _, op := range ops {
+		cmd += " --operation " + op
+	}
+	return "grant " + strings.Join(ops, " and ") + " on the topic: " + cmd + " --topic " + topic
 }
 
 func topicConfig(ctx context.Context, c *kafka.Client, topic string) (map[string]string, error) {

@@ -45,9 +45,9 @@ func TestTopicReplication(t *testing.T) {
 		rf, minISR   int
 		want, forbid []string
 	}{
-		{"rf 1", 1, 1, []string{"WARN replication factor 1, no redundancy | " + reassign, "WARN no redundancy | " + recreate}, nil},
-		{"rf 2 isr 2", 2, 2, []string{"WARN replication factor 2, fewer than 3 replicas: either one broker down stops every write | " + recreate}, nil},
-		{"rf 2 isr 1", 2, 1, []string{"WARN replication factor 2, fewer than 3 replicas | " + reassign,
+		{"rf 1", 1, 1, []string{"WARN replication factor 1, min.insync.replicas 1: no redundancy | " + reassign, "WARN no redundancy | " + recreate}, nil},
+		{"rf 2 isr 2", 2, 2, []string{"WARN replication factor 2, min.insync.replicas 2: fewer than 3 replicas: either one broker down stops every write | " + recreate}, nil},
+		{"rf 2 isr 1", 2, 1, []string{"WARN replication factor 2, min.insync.replicas 1: fewer than 3 replicas | " + reassign,
 			"WARN acknowledged by one replica alone is lost | " + alterISR}, nil},
 		{"rf 3 isr 1", 3, 1, []string{"WARN min.insync.replicas 1: with acks=all a write acknowledged by one replica alone | " + alterISR}, []string{"fewer than 3"}},
 		{"isr above rf", 1, 2, []string{"FAIL every acks=all write fails (NOT_ENOUGH_REPLICAS) | lower min.insync.replicas to at most the replication factor (kafka-configs.sh --alter --entity-type topics --entity-name orders --add-config min.insync.replicas=1)"},
@@ -90,11 +90,12 @@ func TestTopicUncleanElection(t *testing.T) {
 
 func TestTopicUnreadable(t *testing.T) {
 	f := topicFacts{name: "orders", missing: kafka.UnknownTopicOrPartition}
-	expect(t, topicReport(f, time.Hour), []string{"WARN missing: | kafka-topics.sh --create --topic orders --replication-factor 3 --config min.insync.replicas=2), or run the relay with --create-topics"}, Fail, Pass)
+	expect(t, topicReport(f, time.Hour), []string{"WARN missing: | kafka-topics.sh --create --topic orders --replication-factor 3 --config min.insync.replicas=2), or run the relay with --create-topics; " +
+		"if it exists, the relay's principal may not describe it: grant Describe and Write on the topic: kafka-acls.sh --add --allow-principal User:<relay's principal> --operation Describe --operation Write --topic orders"}, Fail, Pass)
 	f.missing = kafka.TopicAuthorizationFailed
-	expect(t, topicReport(f, time.Hour), []string{"FAIL the relay's principal may not describe it | --operation Describe --operation Write --topic orders"}, Warn, Pass)
+	expect(t, topicReport(f, time.Hour), []string{"FAIL the relay's principal may not describe it | grant Describe and Write on the topic: kafka-acls.sh"}, Warn, Pass)
 	f = topicFacts{name: "orders", partitions: 3, replicas: 3, configErr: kafka.TopicAuthorizationFailed}
-	expect(t, topicReport(f, time.Hour), []string{"WARN 3 partitions, replication factor 3; configs unreadable | grant DescribeConfigs"}, Fail, Pass)
+	expect(t, topicReport(f, time.Hour), []string{"WARN 3 partitions, replication factor 3; configs unreadable | grant DescribeConfigs on the topic: kafka-acls.sh --add --allow-principal User:<relay's principal> --operation DescribeConfigs --topic orders"}, Fail, Pass)
 }
 
 func TestTopicRetention(t *testing.T) {
