@@ -114,26 +114,26 @@ func evalTopic(f topicFacts, dedupe time.Duration, r *Report) {
 	alter := "kafka-configs.sh --alter --entity-type topics --entity-name " + f.name + " --add-config "
 	addReplicas := "add replicas with kafka-reassign-partitions.sh (3 brokers per partition), or re-create the topic with kafka-topics.sh --create --topic " +
 		f.name + " --replication-factor 3 --config min.insync.replicas=2"
-	passed := true
-	warn := func(l Level, detail, fix string) {
+	passed := true // no finding below: one PASS line
+	find := func(l Level, detail, fix string) {
 		passed = false
 		r.add(name, l, detail, fix)
 	}
 	switch {
 	case minISR > rf:
-		warn(Fail, detail+": every acks=all write fails (NOT_ENOUGH_REPLICAS)",
+		find(Fail, detail+": every acks=all write fails (NOT_ENOUGH_REPLICAS)",
 			fmt.Sprintf("lower min.insync.replicas to at most the replication factor (%smin.insync.replicas=%d), or %s", alter, max(1, min(2, rf)), addReplicas))
 	case rf == 1:
-		warn(Warn, detail+": no redundancy: a broker loss loses acknowledged events and stops writes", addReplicas)
+		find(Warn, detail+": no redundancy: a broker loss loses acknowledged events and stops writes", addReplicas)
 	case rf == 2:
-		warn(Warn, detail+": fewer than 3 replicas: either one broker down stops every write (min.insync.replicas 2) "+
+		find(Warn, detail+": fewer than 3 replicas: either one broker down stops every write (min.insync.replicas 2) "+
 			"or a broker loss can lose acknowledged events (min.insync.replicas 1)", addReplicas)
 	}
 	if rf > 1 && minISR < 2 {
-		warn(Warn, detail+": with acks=all a write acknowledged by one replica alone is lost if that broker fails", alter+"min.insync.replicas=2")
+		find(Warn, detail+": with acks=all a write acknowledged by one replica alone is lost if that broker fails", alter+"min.insync.replicas=2")
 	}
 	if unclean {
-		warn(Warn, "unclean.leader.election.enable=true: a replica that missed acknowledged events may become leader and truncate them; "+
+		find(Warn, "unclean.leader.election.enable=true: a replica that missed acknowledged events may become leader and truncate them; "+
 			"the idempotent producer then gets OUT_OF_ORDER_SEQUENCE_NUMBER", alter+"unclean.leader.election.enable=false")
 	}
 	if passed {
