@@ -16,8 +16,10 @@ import (
 // TestDoctor runs `outbox-relay doctor` on a migrated env of the shared
 // stack (no fail, exit 0), then with a publication that also publishes
 // updates (a warning with its fix), with a topic whose min.insync.replicas
-// exceeds its replication factor and an unreachable broker (fails), and on a temp cluster with
-// wal_level=replica (a fail with its fix, exit 1).
+// exceeds its replication factor and an unreachable broker (fails), with a
+// topic allowing unclean leader elections and --idempotent=false (warnings),
+// and on a temp cluster with wal_level=replica (a fail with its fix, exit 1).
+// The idempotent producer's check passes on the stack's broker (no ACLs).
 func TestDoctor(t *testing.T) {
 	env := NewEnv(t, EnvOptions{})
 	res := env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic)
@@ -26,6 +28,7 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("doctor on a migrated env: exit %d, want 0 without FAIL\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 	for _, want := range []string{"PASS  wal_level", "PASS  publication", "PASS  slot", "slot lag", "PASS  kafka",
+		"PASS  idempotent producer", "the relay's principal may write idempotently",
 		"WARN  topic " + env.Topic, "replication factor 1"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("doctor output lacks %q", want)
@@ -40,23 +43,31 @@ func TestDoctor(t *testing.T) {
 	}
 
 	// Kafka: min.insync.replicas above the replication factor fails every
-	// acks=all write; a retention longer than the dedupe window warns; an
-	// unreachable broker fails.
-	bad := "it." + env.Sfx + ".badisr"
+	// acks=all write; unclean leader elections warn; a retention longer
+	// than the dedupe window warns; without the idempotent producer doctor
+	// warns that retries may duplicate; an unreachable broker fails.
+	bad, unclean := "it."+env.Sfx+".badisr", "it."+env.Sfx+".unclean"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := kafkaClient().CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: bad, NumPartitions: 1, ReplicationFactor: 1,
 		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}},
+	}, {
+		Topic: unclean, NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "unclean.leader.election.enable", ConfigValue: "true"}},
 	}}}); err != nil {
-		t.Fatalf("create topic %s: %v", bad, err)
+		t.Fatalf("create topics %s, %s: %v", bad, unclean, err)
 	}
-	res = env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic+","+bad, "--consumer-dedupe-retention", "1h")
-	t.Logf("doctor with a bad topic: exit %d\n%s", res.Code, res.Stdout)
+	res = env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic+","+bad+","+unclean, "--consumer-dedupe-retention", "1h",
+		"--idempotent=false")
+	t.Logf("doctor with bad topics: exit %d\n%s", res.Code, res.Stdout)
 	if res.Code != 1 {
 		t.Errorf("exit %d, want 1", res.Code)
 	}
 	for _, want := range []string{"FAIL  topic " + bad, "NOT_ENOUGH_REPLICAS", "lower min.insync.replicas",
+		"WARN  topic " + unclean, "unclean.leader.election.enable=true: a replica that missed acknowledged events may become leader",
+		"fix: kafka-configs.sh --alter --entity-type topics --entity-name " + unclean + " --add-config unclean.leader.election.enable=false",
+		"WARN  idempotent producer", "off (--idempotent=false): writes are not idempotent",
 		"exceeds the consumers' dedupe retention 1h0m0s"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("doctor output lacks %q", want)
@@ -132,5 +143,75 @@ func TestDoctor(t *testing.T) {
 	}
 	if !strings.Contains(res.Stderr, "some checks failed") {
 		t.Errorf("stderr lacks the failure summary: %s", res.Stderr)
+	}
+}
+
+// TestDoctorKafkaACL runs doctor against a broker that authorizes
+// (StandardAuthorizer, SASL_SSL), as a principal without any ACL: the
+// idempotent producer's InitProducerId is refused (a fail naming the
+// grant and --idempotent=false), and the topic looks missing (the fix
+// names the grant too). With WRITE on the topic (what Kafka 3.0+ asks of
+// an idempotent producer) the check passes, and the topic's configs are
+// unreadable (a warning naming DescribeConfigs). Doctor never asks for a transaction coordinator, so the
+// broker has no __transaction_state afterwards.
+func TestDoctorKafkaACL(t *testing.T) {
+	requireRelay(t)
+	pki := newSecurePKI(t)
+	k := startSecureKafkaWith(t, pki, secureKafkaOptions{ACLs: true})
+	env := NewEnv(t, EnvOptions{NoTopic: true})
+	env.Brokers = []string{k.Addr}
+	admin := k.client(k.adminSecurity(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := admin.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: env.Topic, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil || res.Errors[env.Topic] != nil {
+		t.Fatalf("create topic %s as the admin: %v %v", env.Topic, err, res)
+	}
+
+	res := env.RunCLI(30*time.Second, k.clientEnv(), "doctor", "--topics", env.Topic)
+	t.Logf("doctor as %s without ACLs: exit %d\n%s", k.User, res.Code, res.Stdout)
+	if res.Code != 1 {
+		t.Errorf("exit %d, want 1\n%s", res.Code, tail(res.Stderr, 10))
+	}
+	for _, want := range []string{"PASS  kafka", "FAIL  idempotent producer", "the relay's principal may not write idempotently", "Cluster Authorization Failed",
+		"fix: grant IDEMPOTENT_WRITE on the cluster (Kafka < 3.0) or WRITE on the outbox topics (3.0+), or run with --idempotent=false",
+		// kafka-go answers metadata from its cache, where a topic the
+		// principal may not describe is unknown.
+		"WARN  topic " + env.Topic, "if it exists, the relay's principal may not describe it: grant Describe and Write on the topic"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor output lacks %q", want)
+		}
+	}
+
+	acl, err := admin.CreateACLs(ctx, &kafka.CreateACLsRequest{ACLs: []kafka.ACLEntry{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: env.Topic, ResourcePatternType: kafka.PatternTypeLiteral,
+		Principal: "User:" + k.User, Host: "*", Operation: kafka.ACLOperationTypeWrite, PermissionType: kafka.ACLPermissionTypeAllow,
+	}}})
+	if err != nil || len(acl.Errors) != 1 || acl.Errors[0] != nil {
+		t.Fatalf("grant WRITE on %s: %v %v", env.Topic, err, acl)
+	}
+	// The ACL reaches the broker's authorizer through the metadata log.
+	if !within(15*time.Second, 500*time.Millisecond, func() bool {
+		res = env.RunCLI(30*time.Second, k.clientEnv(), "doctor", "--topics", env.Topic)
+		return strings.Contains(res.Stdout, "PASS  idempotent producer")
+	}) {
+		t.Errorf("doctor after WRITE on the topic: no PASS idempotent producer\n%s", res.Stdout)
+	}
+	t.Logf("doctor as %s with WRITE on %s: exit %d\n%s", k.User, env.Topic, res.Code, res.Stdout)
+	if res.Code != 0 || strings.Contains(res.Stdout, "FAIL") {
+		t.Errorf("doctor with WRITE on the topic: exit %d, want 0 without FAIL", res.Code)
+	}
+	if !strings.Contains(res.Stdout, "configs unreadable") || !strings.Contains(res.Stdout, "--operation DescribeConfigs --topic "+env.Topic) {
+		t.Errorf("doctor without DESCRIBE_CONFIGS on the topic: no warning with the grant")
+	}
+
+	md, err := admin.Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == "__transaction_state" {
+			t.Error("doctor created __transaction_state: it asked for a transaction coordinator")
+		}
 	}
 }

@@ -110,10 +110,14 @@ type secureKafka struct {
 	Addr     string
 	User     string
 	Password string
-	pki      *securePKI
-	dir      string
-	cmd      *exec.Cmd
-	done     chan struct{}
+	// Admin and AdminPassword are a super user's SCRAM credentials, set
+	// when the broker authorizes (secureKafkaOptions.ACLs); User then may
+	// do only what ACLs allow.
+	Admin, AdminPassword string
+	pki                  *securePKI
+	dir                  string
+	cmd                  *exec.Cmd
+	done                 chan struct{}
 }
 
 // kafkaLibs is the jar cache of scripts/stack.sh.
@@ -131,13 +135,31 @@ func kafkaLibs(t *testing.T) string {
 	return libs
 }
 
+// secureKafkaOptions are the variants of the secure broker.
+type secureKafkaOptions struct {
+	// ACLs turns on KRaft's StandardAuthorizer: the SCRAM user Admin and
+	// the PLAINTEXT controller and inter-broker listeners (User:ANONYMOUS)
+	// are super users, User is allowed nothing until an ACL says so.
+	ACLs bool
+}
+
 func startSecureKafka(t *testing.T, pki *securePKI) *secureKafka {
+	t.Helper()
+	return startSecureKafkaWith(t, pki, secureKafkaOptions{})
+}
+
+func startSecureKafkaWith(t *testing.T, pki *securePKI, opts secureKafkaOptions) *secureKafka {
 	t.Helper()
 	start := time.Now()
 	libs := kafkaLibs(t)
 	dir := t.TempDir()
 	port, ctrl, internal := freePort(t), freePort(t), freePort(t)
 	k := &secureKafka{Addr: fmt.Sprintf("127.0.0.1:%d", port), User: "relay", Password: "kafka-" + randSuffix(), pki: pki, dir: dir, done: make(chan struct{})}
+	var authz string
+	if opts.ACLs {
+		k.Admin, k.AdminPassword = "admin", "kafka-admin-"+randSuffix()
+		authz = "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\nsuper.users=User:ANONYMOUS;User:" + k.Admin + "\n"
+	}
 	props := filepath.Join(dir, "server.properties")
 	conf := fmt.Sprintf(`node.id=1
 process.roles=broker,controller
@@ -169,7 +191,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=2
-`, port, ctrl, internal, k.User, k.Password, pki.KafkaKeystore, pki.CA, filepath.Join(dir, "data"))
+`, port, ctrl, internal, k.User, k.Password, pki.KafkaKeystore, pki.CA, filepath.Join(dir, "data")) + authz
 	if err := os.WriteFile(props, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +208,12 @@ num.io.threads=2
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	scram := fmt.Sprintf("[name=%s,password=%s]", k.User, k.Password)
-	out, err := java(ctx, "kafka.tools.StorageTool", "format", "-t", base64.RawURLEncoding.EncodeToString(id), "-c", props,
-		"--add-scram", "SCRAM-SHA-256="+scram, "--add-scram", "SCRAM-SHA-512="+scram).CombinedOutput()
+	format := []string{"kafka.tools.StorageTool", "format", "-t", base64.RawURLEncoding.EncodeToString(id), "-c", props,
+		"--add-scram", "SCRAM-SHA-256=" + scram, "--add-scram", "SCRAM-SHA-512=" + scram}
+	if k.Admin != "" {
+		format = append(format, "--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.Admin, k.AdminPassword))
+	}
+	out, err := java(ctx, format...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kafka storage format: %v\n%s", err, out)
 	}
@@ -253,6 +279,23 @@ func (k *secureKafka) security(t *testing.T, mechanism string) kafkaconn.Securit
 	s, err := kafkaconn.Config{
 		TLS:  kafkaconn.TLSConfig{CAFile: k.pki.CA, CertFile: k.pki.KafkaClientCert, KeyFile: k.pki.KafkaClientKey},
 		SASL: kafkaconn.SASLConfig{Mechanism: mechanism, Username: k.User, Password: k.Password},
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// adminSecurity is the super user's (SCRAM-SHA-512), on a broker started
+// with secureKafkaOptions.ACLs.
+func (k *secureKafka) adminSecurity(t *testing.T) kafkaconn.Security {
+	t.Helper()
+	if k.Admin == "" {
+		t.Fatal("the secure broker has no admin: start it with secureKafkaOptions.ACLs")
+	}
+	s, err := kafkaconn.Config{
+		TLS:  kafkaconn.TLSConfig{CAFile: k.pki.CA, CertFile: k.pki.KafkaClientCert, KeyFile: k.pki.KafkaClientKey},
+		SASL: kafkaconn.SASLConfig{Mechanism: kafkaconn.MechanismSCRAMSHA512, Username: k.Admin, Password: k.AdminPassword},
 	}.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -25,10 +25,12 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg, rest, err := parseWith("doctor", "",
 		"Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n"+
 			"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n"+
-			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability\n"+
-			"and each topic's partitions, replication factor, min.insync.replicas and retention.ms, and prints\n"+
-			"each finding with its fix. Exit code 1 when any check fails, 4 when the checks could not run\n"+
-			"(PostgreSQL unreachable or refusing the connection).\n"+
+			"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability,\n"+
+			"the idempotent producer (with --idempotent, that the principal gets a producer id: InitProducerId),\n"+
+			"each topic's partitions, replication factor (3 recommended), min.insync.replicas (2),\n"+
+			"unclean.leader.election.enable (false) and retention.ms, and prints each finding with its fix.\n"+
+			"Exit code 1 when any check fails, 4 when the checks could not run (PostgreSQL unreachable or\n"+
+			"refusing the connection).\n"+
 			"On PostgreSQL 17+ it also checks the slot's failover chain: the slot's failover flag, the primary's\n"+
 			"synchronized_standby_slots (existing, active physical slots) and, on each --standby-url, recovery,\n"+
 			"system identifier, sync_replication_slots, hot_standby_feedback, primary_slot_name (named in\n"+
@@ -77,7 +79,8 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		names = doctor.OutboxTopics(ctx, pool, cfg.table, cfg.template.Render)
 	}
 	kt := doctor.KafkaTarget{Brokers: cfg.Relay.Kafka.Brokers, Topics: names, DedupeRetention: dedupe,
-		Client: func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
+		Idempotent: !cfg.Relay.Publish.NoIdempotence,
+		Client:     func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
 	doctor.CheckKafka(ctx, kt, rep)
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
 	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
