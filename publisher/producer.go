@@ -2,13 +2,12 @@ package publisher
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync"
-	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol/initproducerid"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // This file holds the idempotent producer's state: the producer id the
@@ -117,25 +116,15 @@ func (p *producer) reset(st producerStamp) {
 	}
 }
 
-// initLocked sends InitProducerId without a transactional id (an
-// idempotent, non-transactional producer). kafka-go's transport sends it
-// to the coordinator of the empty transactional id, which any broker
-// finds. Callers hold mu: lanes wait for the one answer.
+// initLocked takes a producer id (kafkaconn.InitProducerID: straight to
+// a broker, no transaction coordinator involved). Callers hold mu: lanes
+// wait for the one answer.
 func (p *producer) initLocked(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	msg, err := p.rt.RoundTrip(ctx, p.addr, &initproducerid.Request{TransactionTimeoutMs: -1, ProducerID: -1, ProducerEpoch: -1})
+	pid, err := kafkaconn.InitProducerID(ctx, p.rt, p.addr)
 	if err != nil {
-		return fmt.Errorf("init producer id: %w", err)
+		return err
 	}
-	res, ok := msg.(*initproducerid.Response)
-	if !ok {
-		return fmt.Errorf("init producer id: unexpected response %T", msg)
-	}
-	if res.ErrorCode != 0 {
-		return fmt.Errorf("init producer id: %w", kafka.Error(res.ErrorCode))
-	}
-	p.id, p.ep = res.ProducerID, res.ProducerEpoch
+	p.id, p.ep = pid.ID, pid.Epoch
 	p.gen++
 	return nil
 }

@@ -49,12 +49,12 @@ func newIdempotentBroker() *idempotentBroker {
 func (b *idempotentBroker) RoundTrip(ctx context.Context, _ net.Addr, msg protocol.Message) (protocol.Message, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch req := msg.(type) {
-	case *initproducerid.Request:
+	if msg.ApiKey() == protocol.InitProducerId { // kafkaconn's own request type
 		b.inits++
 		b.nextID++
 		return &initproducerid.Response{ProducerID: b.nextID}, nil
-	case *rawproduce.Request:
+	}
+	if req, ok := msg.(*rawproduce.Request); ok {
 		res := &produceapi.Response{}
 		timedOut := false
 		for _, t := range req.Topics {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // KafkaTarget names what the relay uses in Kafka.
@@ -49,9 +51,13 @@ func CheckKafka(ctx context.Context, t KafkaTarget, r *Report) {
 		return
 	}
 	r.add("kafka", Pass, fmt.Sprintf("%d broker(s) answer", len(md.Brokers)), "")
-	var pid producerSession
+	var pid kafkaconn.ProducerID
 	if t.Idempotent {
-		pid, err = initProducerID(ctx, c)
+		tr := c.Transport
+		if tr == nil {
+			tr = kafka.DefaultTransport
+		}
+		pid, err = kafkaconn.InitProducerID(ctx, tr, c.Addr)
 	}
 	evalIdempotence(t.Idempotent, pid, err, r)
 	if len(t.Topics) == 0 {

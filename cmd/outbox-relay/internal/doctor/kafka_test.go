@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,8 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/initproducerid"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // goodTopic is a topic as recommended: 3 replicas, min.insync.replicas=2,
@@ -111,56 +110,21 @@ func TestTopicRetention(t *testing.T) {
 }
 
 func TestIdempotence(t *testing.T) {
-	report := func(on bool, pid producerSession, err error) *Report {
+	report := func(on bool, pid kafkaconn.ProducerID, err error) *Report {
 		r := &Report{}
 		evalIdempotence(on, pid, err, r)
 		return r
 	}
-	expect(t, report(true, producerSession{id: 4001, epoch: 0}, nil), []string{"PASS producer id 4001, epoch 0: the relay's principal may write idempotently"}, Warn, Fail)
+	expect(t, report(true, kafkaconn.ProducerID{ID: 4001}, nil), []string{"PASS producer id 4001, epoch 0: the relay's principal may write idempotently"}, Warn, Fail)
 	denied := "FAIL the relay's principal may not write idempotently | grant IDEMPOTENT_WRITE on the cluster (Kafka < 3.0) or WRITE on the outbox topics (3.0+), " +
 		"or run with --idempotent=false (retried writes may then be duplicated)"
 	for _, err := range []error{kafka.ClusterAuthorizationFailed, kafka.TransactionalIDAuthorizationFailed} {
-		expect(t, report(true, producerSession{}, wrapInit(err)), []string{denied, "FAIL " + err.Error()}, Warn, Pass)
+		expect(t, report(true, kafkaconn.ProducerID{}, wrapInit(err)), []string{denied, "FAIL " + err.Error()}, Warn, Pass)
 	}
-	expect(t, report(true, producerSession{}, wrapInit(kafka.GroupCoordinatorNotAvailable)),
+	expect(t, report(true, kafkaconn.ProducerID{}, wrapInit(kafka.GroupCoordinatorNotAvailable)),
 		[]string{"WARN cannot check that the relay's principal may write idempotently: InitProducerId: [15] | --idempotent=false"}, Fail, Pass)
-	expect(t, report(true, producerSession{}, errors.New("dial tcp: connection refused")), []string{"WARN connection refused"}, Fail, Pass)
-	expect(t, report(false, producerSession{}, nil), []string{"WARN off (--idempotent=false): writes are not idempotent, a retried produce request may store its batch twice | run with --idempotent"}, Fail, Pass)
+	expect(t, report(true, kafkaconn.ProducerID{}, errors.New("dial tcp: connection refused")), []string{"WARN connection refused"}, Fail, Pass)
+	expect(t, report(false, kafkaconn.ProducerID{}, nil), []string{"WARN off (--idempotent=false): writes are not idempotent, a retried produce request may store its batch twice | run with --idempotent"}, Fail, Pass)
 }
 
 func wrapInit(err error) error { return fmt.Errorf("InitProducerId: %w", err) }
-
-// TestIdempotentInitEncodes: idempotentInit goes on the wire exactly as
-// kafka-go's initproducerid.Request with the same fields, at every version
-// kafka-go speaks (a null transactional id, producer id and epoch -1 from
-// v3), and the Transport routes it to a broker, not to a transaction
-// coordinator.
-func TestIdempotentInitEncodes(t *testing.T) {
-	for v := int16(0); v <= 4; v++ {
-		var want, got bytes.Buffer
-		if err := protocol.WriteRequest(&want, v, 7, "outbox-relay-doctor", &initproducerid.Request{ProducerID: -1, ProducerEpoch: -1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := protocol.WriteRequest(&got, v, 7, "outbox-relay-doctor", &idempotentInit{ProducerID: -1, ProducerEpoch: -1}); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got.Bytes(), want.Bytes()) {
-			t.Errorf("v%d: encodes as\n%x\nwant\n%x", v, got.Bytes(), want.Bytes())
-		}
-	}
-	var m protocol.Message = &idempotentInit{}
-	if _, ok := m.(protocol.TransactionalMessage); ok {
-		t.Error("idempotentInit is a TransactionalMessage: the Transport would look up a transaction coordinator")
-	}
-	b, ok := m.(protocol.BrokerMessage)
-	if !ok {
-		t.Fatal("idempotentInit is no BrokerMessage")
-	}
-	got, err := b.Broker(protocol.Cluster{Brokers: map[int32]protocol.Broker{3: {ID: 3}, 1: {ID: 1}, 2: {ID: 2}}})
-	if err != nil || got.ID != 1 {
-		t.Errorf("Broker = %+v, %v; want broker 1", got, err)
-	}
-	if _, err := b.Broker(protocol.Cluster{}); err == nil {
-		t.Error("Broker of an empty cluster: no error")
-	}
-}
