@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite test demo lint fuzz-short bench bench-inbox chaos interop
+.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite cluster-test kafka-versions test demo lint fuzz-short bench bench-inbox chaos interop
 
 all: build
 
@@ -136,13 +136,54 @@ chaos: up
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
 		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED))
 
+# The three-node Kafka cluster suite (integration/cluster*_test.go: leader kill, rolling
+# restart, ISR shrink, frozen leader, reassignment, the inbox across a coordinator kill):
+# scripts/kafkacluster.sh run starts a throwaway KRaft cluster of KAFKA_CLUSTER_VERSION (3 nodes,
+# replication factor 3, min.insync.replicas=2), points OUTBOX_RELAY_KAFKA_BROKERS at it for the
+# tests (PostgreSQL is the stack's), and stops and deletes it afterwards, also on failure.
+# The tests drive the nodes through the same script (kill, stop, start, pause, resume).
+# CLUSTER_ARGS go to the test binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
+KAFKACLUSTER          := scripts/kafkacluster.sh
+KAFKA_CLUSTER_VERSION ?= 4.1.1
+CLUSTER_TESTS         ?= ^TestCluster
+CLUSTER_TIMEOUT       ?= 20m
+cluster-test: up
+	eval "$$($(STACK) env)"; \
+	KAFKA_VERSION=$(KAFKA_CLUSTER_VERSION) KAFKA_NODES=3 $(KAFKACLUSTER) run \
+		$(GO) test -tags integration -count=1 -v -timeout $(CLUSTER_TIMEOUT) -run '$(value CLUSTER_TESTS)' ./integration/ $(if $(CLUSTER_ARGS),-args $(CLUSTER_ARGS))
+
+# The oldest and newest Kafka the relay supports (docs/kafka.md): on each of KAFKA_VERSIONS a
+# throwaway single broker of that version (scripts/kafkacluster.sh run, KAFKA_NODES=1) runs
+# the core subset KAFKA_VERSION_TESTS of ./integration, then the three-node cluster's
+# leader-kill test on a cluster of that version. A failing version does not stop the others.
+KAFKA_VERSIONS      ?= 3.9.2 4.4.0
+KAFKA_VERSION_TESTS ?= ^(TestEndToEnd|TestKill9MidStream|TestLargeTransaction|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestPoisonTooLargeForTopic|TestDoctor|TestRecordFormats|TestInboxKill9BetweenCommits|TestInboxBatchRebalance|TestPartitionsAddedWhileStreaming)$$
+kafka-versions: up
+	@if [ -z "$(strip $(KAFKA_VERSIONS))" ]; then echo "kafka-versions: KAFKA_VERSIONS is empty"; exit 0; fi; \
+	eval "$$($(STACK) env)"; \
+	failed=""; summary=""; \
+	for v in $(KAFKA_VERSIONS); do \
+		t0=$$SECONDS; r=ok; \
+		KAFKA_VERSION=$$v KAFKA_NODES=1 $(KAFKACLUSTER) run \
+			$(GO) test -tags integration -count=1 -v -timeout 15m -run '$(KAFKA_VERSION_TESTS)' ./integration/ || r=FAILED; \
+		KAFKA_VERSION=$$v KAFKA_NODES=3 $(KAFKACLUSTER) run \
+			$(GO) test -tags integration -count=1 -v -timeout 10m -run '^TestClusterLeaderKill$$' ./integration/ || r=FAILED; \
+		[ $$r = ok ] || failed="$$failed $$v"; \
+		summary="$$summary"$$'\n'"kafka-versions: Kafka $$v: $$r in $$((SECONDS - t0)) s"; \
+	done; \
+	echo "$$summary"; \
+	if [ -n "$$failed" ]; then echo "kafka-versions: failed on Kafka$$failed"; exit 1; fi
+
 # Sequential on purpose (also under make -j): unit first, then integration (the full suite
-# on PostgreSQL 15), then the version matrix (a core subset on PG_VERSIONS).
+# on PostgreSQL 15 and Kafka 4.1.1), the three-node cluster suite, the Kafka versions (a core
+# subset on 3.9.2 and 4.4.0), then the PostgreSQL version matrix (a core subset on PG_VERSIONS).
 test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory fuzz-short
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory cluster-test
+	$(MAKE) --no-print-directory kafka-versions
 	$(MAKE) --no-print-directory versions
 
 # A short, bounded run of every fuzz target of FUZZ_PKGS, FUZZTIME each (seed corpora in
