@@ -228,8 +228,13 @@ kafka_jars() {
 
 # kafka_java ARGS...: run a short-lived Kafka tool class of KAFKA_VERSION (client compiler
 # only and a small serial heap: quicker on a busy machine), its warnings on stderr.
-kafka_java() {
-	java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*" "$KAFKA_TOOLS_LOGGING" "$@"
+# kafka_java_within SECONDS ARGS...: the same, killed after SECONDS.
+kafka_java() { kafka_java_within 0 "$@"; }
+kafka_java_within() {
+	local t=$1
+	shift
+	timeout "$t" java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*" \
+		"$KAFKA_TOOLS_LOGGING" "$@"
 }
 
 # kafka_class_exec CLASS [ARGS...]: the kafka-class verb: fetch the jars if needed, then
