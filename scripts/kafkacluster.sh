@@ -10,14 +10,15 @@
 #
 #   up          fetch the jars, format (once), start every node that is down, wait until every
 #               node answers and the metadata lists all N brokers; a running node is left as is
-#   down        SIGTERM every node (SIGCONT first if paused), SIGKILL after 20 s
+#   down        SIGTERM every node (SIGCONT first if paused), SIGKILL after 20 s; the last node
+#               cannot finish a controlled shutdown without a quorum: SIGKILL 3 s after it is lost
 #   clean       down, then delete the cluster directory
 #   status      a line per node: node N: up|starting|paused|down pid=PID|- broker=... controller=...
 #               then a line: cluster: kafka=VERSION nodes=N broker.session.timeout.ms=6000 ...
 #   env         export OUTBOX_RELAY_KAFKA_BROKERS=... and OUTBOX_RELAY_TEST_KAFKA_BROKERS=...
 #   controller  the node id of the active controller (the KRaft quorum leader)
 #   kill N      SIGKILL node N, wait until it is gone
-#   stop N      SIGTERM (controlled shutdown), SIGKILL after 60 s
+#   stop N      SIGTERM (controlled shutdown), SIGKILL after 60 s (3 s once no quorum is left)
 #   start N     start node N, wait until its broker answers and another node's metadata lists it
 #   pause N     SIGSTOP; resume N: SIGCONT; pid N: its pid (exit 1 when down)
 #   run CMD     a fresh cluster for one command: up, CMD, then down and clean whatever CMD's
@@ -143,6 +144,13 @@ listening() {
 	fi
 }
 
+# gone_report PID N: why wait_gone still waits, for its error message.
+gone_report() {
+	echo "process state '$(proc_state "$1")' wchan '$(cat "/proc/$1/wchan" 2>/dev/null || true)'" \
+		"tasks $(find "/proc/$1/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)," \
+		"listening: $(ss -Htlnp "( sport = :$(broker_port "$2") or sport = :$(controller_port "$2") )" 2>/dev/null | tr -s ' \n' ' ')"
+}
+
 # wait_gone PID SECONDS [N]: whether PID exited within SECONDS (and node N's ports closed).
 wait_gone() {
 	local pid=$1 deadline=$((SECONDS + $2)) n=${3:-}
@@ -200,7 +208,8 @@ signal_stop() {
 			log "node ${names[$i]} still running $why: SIGKILL"
 			kill -KILL "${pids[$i]}" 2>/dev/null || true
 		fi
-		wait_gone "${pids[$i]}" 10 "${names[$i]}" || die "node ${names[$i]} (pid ${pids[$i]}) did not go away"
+		wait_gone "${pids[$i]}" 30 "${names[$i]}" ||
+			die "node ${names[$i]} (pid ${pids[$i]}) still there 30 s after SIGKILL: $(gone_report "${pids[$i]}" "${names[$i]}")"
 	done
 	for n; do rm -f "$(node_dir "$n")/pid"; done
 }
@@ -302,19 +311,23 @@ prepare() {
 	[ ${#todo[@]} -eq 0 ] || log "formatted the storage of node(s) ${todo[*]} (cluster id $id)"
 }
 
-# launch N: start node N's JVM in the background, detached (setsid: it outlives the calling
-# shell; fd 9, the lock, closed). The inner shell records its pid and execs java.
+# launch N: start node N's JVM detached: setsid, so it outlives the calling shell, fd 9
+# (the lock) closed, and forked from a subshell that exits at once, so it is never a child
+# of this script (run's shell would otherwise be its parent, and a killed node a zombie
+# until CMD ends). The inner shell records its pid and execs java.
 launch() {
 	local n=$1 d
 	d=$(node_dir "$n")
 	rm -f "$d/pid"
 	log "starting node $n: Kafka $KAFKA_VERSION on 127.0.0.1:$(broker_port "$n") (log: $d/server.log)"
-	# shellcheck disable=SC2016 # expanded by the inner shell
-	PIDFILE="$d/pid" setsid nohup bash -c 'echo $$ >"$PIDFILE"; exec "$@"' kafka \
-		java -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
-		-Djava.awt.headless=true -Dkafka.logs.dir="$d" "$KAFKA_SERVER_LOGGING" \
-		-cp "$KAFKA_LIBS/*" kafka.Kafka "$d/server.properties" \
-		>>"$d/kafka.out" 2>&1 </dev/null 9>&- &
+	(
+		# shellcheck disable=SC2016 # expanded by the inner shell
+		PIDFILE="$d/pid" setsid nohup bash -c 'echo $$ >"$PIDFILE"; exec "$@"' kafka \
+			java -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
+			-Djava.awt.headless=true -Dkafka.logs.dir="$d" "$KAFKA_SERVER_LOGGING" \
+			-cp "$KAFKA_LIBS/*" kafka.Kafka "$d/server.properties" \
+			>>"$d/kafka.out" 2>&1 </dev/null 9>&- &
+	)
 	local _
 	for _ in $(seq 50); do
 		[ -s "$d/pid" ] && return 0
@@ -443,7 +456,7 @@ cmd_kill() {
 	}
 	log "killing node $1 (pid $pid, SIGKILL)"
 	kill -KILL "$pid" 2>/dev/null || true
-	wait_gone "$pid" 10 "$1" || die "node $1 (pid $pid) survived SIGKILL"
+	wait_gone "$pid" 30 "$1" || die "node $1 (pid $pid) still there 30 s after SIGKILL: $(gone_report "$pid" "$1")"
 	rm -f "$(node_dir "$1")/pid"
 }
 
@@ -543,7 +556,7 @@ cmd_run() {
 	exit "$rc"
 }
 
-usage() { print_usage 31; }
+usage() { print_usage 32; }
 
 main() {
 	local verb=${1:-}

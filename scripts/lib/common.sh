@@ -210,9 +210,12 @@ kafka_jars() {
 		local tmp=$KAFKA_HOME/libs.tmp.$$
 		rm -rf "$tmp"
 		local t0=$SECONDS
+		# Maven's output to a file: callers' stdout is for their results (env lines...)
 		mvn -q -B -Dstyle.color=never -f "$KAFKA_HOME/pom.xml" dependency:copy-dependencies \
-			-DoutputDirectory="$tmp" -DincludeScope=runtime 8>&- ||
+			-DoutputDirectory="$tmp" -DincludeScope=runtime >"$KAFKA_HOME/mvn.log" 2>&1 8>&- || {
+			cat "$KAFKA_HOME/mvn.log" >&2
 			die "mvn dependency:copy-dependencies failed"
+		}
 		local j binding=slf4j-reload4j-1.7.36.jar
 		[ -z "$KAFKA_LOG4J2_VERSION" ] || binding=log4j-slf4j-impl-$KAFKA_LOG4J2_VERSION.jar
 		for j in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
