@@ -151,11 +151,22 @@ gone_report() {
 		"listening: $(ss -Htlnp "( sport = :$(broker_port "$2") or sport = :$(controller_port "$2") )" 2>/dev/null | tr -s ' \n' ' ')"
 }
 
-# wait_gone PID SECONDS [N]: whether PID exited within SECONDS (and node N's ports closed).
+# port_held PID PORT: a socket of PID, or of a process on its way out (no owner shown),
+# still listens on PORT. Another process's listener does not count: it is not ours to wait
+# for ('up' and 'start' refuse to start on it). Needs ss; without it, no.
+port_held() {
+	local out
+	out=$(ss -Htlnp "sport = :$2" 2>/dev/null) || return 1
+	[ -n "$out" ] || return 1
+	grep -q "pid=$1," <<<"$out" && return 0
+	! grep -q 'pid=' <<<"$out"
+}
+
+# wait_gone PID SECONDS [N]: whether PID exited within SECONDS (and closed node N's ports).
 wait_gone() {
 	local pid=$1 deadline=$((SECONDS + $2)) n=${3:-}
 	while ! proc_gone "$pid" ||
-		{ [ -n "$n" ] && { listening "$(broker_port "$n")" || listening "$(controller_port "$n")"; }; }; do
+		{ [ -n "$n" ] && { port_held "$pid" "$(broker_port "$n")" || port_held "$pid" "$(controller_port "$n")"; }; }; do
 		[ $SECONDS -lt $deadline ] || return 1
 		sleep 0.1
 	done
