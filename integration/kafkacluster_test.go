@@ -88,12 +88,16 @@ func (c *KafkaCluster) Controller() int {
 }
 
 // Leaders returns the leader's node id of each partition of topic (-1
-// without one).
+// without one), as the brokers see it now.
 func (c *KafkaCluster) Leaders(topic string) []int {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	md, err := kafkaClient().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	// A transport of its own: kafka-go's default one answers from
+	// metadata up to 6 s old.
+	tr := &kafka.Transport{MetadataTTL: time.Minute}
+	defer tr.CloseIdleConnections()
+	md, err := (&kafka.Client{Addr: kafka.TCP(kafkaBrokers...), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		c.t.Fatalf("metadata of %s: %v", topic, err)
 	}
@@ -127,4 +131,26 @@ func (c *KafkaCluster) BusiestLeader(topic string) int {
 		}
 	}
 	return best
+}
+
+// WaitNewLeaders waits until no partition of topic is led by node n, or
+// without a leader, and returns when that was seen (polled every 100 ms).
+func (c *KafkaCluster) WaitNewLeaders(topic string, n int, timeout time.Duration) time.Time {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		moved := true
+		for _, l := range c.Leaders(topic) {
+			if l == n || l < 0 {
+				moved = false
+			}
+		}
+		if moved {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("topic %s: partitions still led by node %d (or leaderless) %s after its fault: %v", topic, n, timeout, c.Leaders(topic))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -236,6 +236,9 @@ func (l *lane) send(recs []*outgoing) sendResult {
 			l.lastErr = err
 			return rejected
 		}
+		if healing(err) && time.Since(failing) < healWindow {
+			p.refreshMetadata()
+		}
 		d := p.retryDelay(attempt, err, failing)
 		msg := "publish failed, retrying"
 		if renew {

@@ -320,20 +320,19 @@ func TestDuplicateSequenceNumberIsAcknowledged(t *testing.T) {
 	acks.waitFor(t, 100, 10*time.Second)
 }
 
-// TestRetryDelayWhileLeaderMoves: a leader change is retried within the
-// metadata TTL, not after the exponential backoff has grown to
+// TestRetryDelayWhileLeaderMoves: a leader change is retried within
+// healRetry, not after the exponential backoff has grown to
 // BackoffMax; a failure that outlasts healWindow, or any other failure,
 // backs off as usual.
 func TestRetryDelayWhileLeaderMoves(t *testing.T) {
-	cfg := Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
-		Transport: &kafka.Transport{MetadataTTL: time.Second}}
+	cfg := Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second}
 	p := &Publisher{cfg: cfg}
 	now := time.Now()
 	var long, other time.Duration
 	for range 200 {
 		for _, err := range []error{kafka.NotLeaderForPartition, context.DeadlineExceeded, &net.OpError{Op: "dial", Err: fmt.Errorf("refused")}, kafka.NotEnoughReplicas} {
-			if d := p.retryDelay(12, err, now); d > time.Second {
-				t.Fatalf("%v: delay %s while the leader moves, want at most the metadata TTL", err, d)
+			if d := p.retryDelay(12, err, now); d > healRetry {
+				t.Fatalf("%v: delay %s while the leader moves, want at most %s", err, d, healRetry)
 			}
 		}
 		long = max(long, p.retryDelay(12, kafka.NotLeaderForPartition, now.Add(-healWindow)))

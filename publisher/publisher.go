@@ -232,12 +232,15 @@ type Publisher struct {
 	// without Config.Idempotent.
 	producer *producer
 	lanes    atomic.Int64 // lanes started, over all topics
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	fatal    chan error
-	mu       sync.Mutex
-	routers  map[string]*router
+	// refreshed is when refreshMetadata last closed the transport's
+	// pools (Unix nanoseconds).
+	refreshed atomic.Int64
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	fatal     chan error
+	mu        sync.Mutex
+	routers   map[string]*router
 	// enc encodes the records (nil when cfg.Record is invalid); cfgErr
 	// is cfg.Record's validation error, returned by Publish.
 	enc    *record.Encoder
@@ -458,31 +461,53 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 
 // retryDelay is the wait before retrying a batch that failed with err
 // for the attempt-th time, failing since since. While a partition leader
-// moves (its broker died, shut down or lost its followers), the new
-// leader is in the metadata within Kafka.MetadataTTL of the election, so
-// waiting longer than that only adds to the outage: for such failures the
-// delay is capped at the metadata TTL, during healWindow. A cluster still
+// moves (its broker died, shut down or lost its followers) the new leader
+// takes over the moment the controller fences the old one, and
+// refreshMetadata shows it to the transport within healRetry: waiting
+// longer than that only adds to the outage, so for such failures the
+// delay is capped at healRetry, during healWindow. A cluster still
 // unreachable after that gets the usual exponential backoff, so a long
 // outage costs the brokers no more than a few requests per partition per
 // BackoffMax.
 func (p *Publisher) retryDelay(attempt int, err error, since time.Time) time.Duration {
 	if healing(err) && time.Since(since) < healWindow {
-		var ttl time.Duration
-		if p.cfg.Transport != nil {
-			ttl = p.cfg.Transport.MetadataTTL
-		}
-		if ttl <= 0 {
-			ttl = 6 * time.Second // kafka-go's default
-		}
-		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, ttl), p.cfg.BackoffBase))
+		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
 	}
 	return p.backoff(attempt)
 }
 
-// healWindow is how long after a batch's first failure a leader change
-// gets fast retries (retryDelay): longer than a broker's session timeout
-// (9 s by default, 18 s on older clusters) plus an election.
-const healWindow = 30 * time.Second
+const (
+	// healWindow is how long after a batch's first failure a leader
+	// change gets fast retries (retryDelay): longer than a broker's
+	// session timeout (9 s by default, 18 s on older clusters) plus an
+	// election.
+	healWindow = 30 * time.Second
+	// healRetry caps the retry delay during healWindow and spaces the
+	// metadata refreshes of refreshMetadata.
+	healRetry = 250 * time.Millisecond
+)
+
+// refreshMetadata makes the transport fetch the cluster's metadata anew,
+// at most once per healRetry over all lanes. kafka-go's Transport routes
+// every request by metadata it refreshes only every Kafka.MetadataTTL
+// (at a random moment within it) and never on NOT_LEADER_OR_FOLLOWER or a
+// dead broker, so a lane retrying at once would keep reaching the old
+// leader for up to a TTL after the election. Closing the transport's
+// pools (CloseIdleConnections: requests in flight finish on their
+// connections) makes the next request start a pool whose first step is
+// a metadata request, to whichever bootstrap broker answers. The Java
+// producer refreshes its metadata on these errors the same way.
+func (p *Publisher) refreshMetadata() {
+	if p.closeIdle == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := p.refreshed.Load()
+	if now-last < int64(healRetry) || !p.refreshed.CompareAndSwap(last, now) {
+		return
+	}
+	p.closeIdle()
+}
 
 // sleep waits d unless the publisher closes first.
 func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d) }
