@@ -130,14 +130,19 @@ version-suite:
 # The long chaos run (integration/chaos_test.go): 20+ kill -9, broker stops, PostgreSQL
 # restarts, network cuts and hangs under steady load; a few minutes. The short variant runs
 # in `make integration`. CHAOS_SEED=N replays a schedule (default: the test's fixed seed).
+# CHAOS_KAFKA=cluster runs it against a three-node cluster (scripts/kafkacluster.sh run): broker
+# kill -9, controlled shutdown and freeze of random nodes replace the single broker's faults.
 CHAOS_TIMEOUT ?= 20m
+CHAOS_KAFKA   ?= stack
 chaos: up
 	eval "$$($(STACK) env)"; \
+	$(if $(filter cluster,$(CHAOS_KAFKA)),KAFKA_VERSION=$(KAFKA_CLUSTER_VERSION) KAFKA_NODES=3 $(KAFKACLUSTER) run) \
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
 		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED))
 
 # The three-node Kafka cluster suite (integration/cluster*_test.go: leader kill, rolling
-# restart, ISR shrink, frozen leader, reassignment, the inbox across a coordinator kill):
+# restart, ISR shrink, frozen leader, reassignment, the inbox across a coordinator kill; and
+# the short chaos run, whose schedule then has broker faults instead of the single broker's):
 # scripts/kafkacluster.sh run starts a throwaway KRaft cluster of KAFKA_CLUSTER_VERSION (3 nodes,
 # replication factor 3, min.insync.replicas=2), points OUTBOX_RELAY_KAFKA_BROKERS at it for the
 # tests (PostgreSQL is the stack's), and stops and deletes it afterwards, also on failure.
@@ -145,7 +150,7 @@ chaos: up
 # CLUSTER_ARGS go to the test binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
 KAFKACLUSTER          := scripts/kafkacluster.sh
 KAFKA_CLUSTER_VERSION ?= 4.1.1
-CLUSTER_TESTS         ?= ^TestCluster
+CLUSTER_TESTS         ?= ^(TestCluster.*|TestChaos)$$
 CLUSTER_TIMEOUT       ?= 20m
 cluster-test: up
 	eval "$$($(STACK) env)"; \

@@ -81,6 +81,14 @@ const (
 	// takes over and must park that aggregate's new events. Always last in
 	// the schedule.
 	faultLeaderKill faultKind = "kill-leader-quarantined"
+	// The broker faults of a replicated cluster, in place of the Kafka
+	// faults above when the chaos runs against scripts/kafkacluster.sh's
+	// three nodes (make chaos CHAOS_KAFKA=cluster, make cluster-test):
+	// kill -9 of a node, its controlled shutdown (SIGTERM), its freeze
+	// (SIGSTOP past the produce timeout), each restored after Hold.
+	faultBrokerKill  faultKind = "broker-kill-9"
+	faultBrokerStop  faultKind = "broker-stop"
+	faultBrokerPause faultKind = "broker-pause"
 )
 
 // fault is one step of the schedule: Gap of steady load, then the fault.
@@ -89,6 +97,7 @@ type fault struct {
 	Gap   time.Duration // steady load before the fault starts
 	Hold  time.Duration // outage length; for kills: extra downtime after the slot went inactive
 	Hold2 time.Duration // kill-9x2: run time of the restarted relay before the second kill
+	Node  int           // broker faults: the node (1..3)
 
 	// results
 	Start, End  time.Time
@@ -112,7 +121,25 @@ type chaosConfig struct {
 	GapMin, GapMax time.Duration
 }
 
-func chaosPlan(long bool) chaosConfig {
+// chaosPlan is the run's shape; on a cluster (the brokers are three
+// nodes of scripts/kafkacluster.sh) the broker faults replace the
+// single broker's stop, cut and blackhole, which need the stack's broker
+// and its proxied listener.
+func chaosPlan(long, cluster bool) chaosConfig {
+	c := chaosStackPlan(long)
+	if cluster {
+		for _, k := range []faultKind{faultKafkaStop, faultKafkaCut, faultKafkaBlackhole} {
+			delete(c.Counts, k)
+		}
+		c.Counts[faultBrokerKill], c.Counts[faultBrokerStop], c.Counts[faultBrokerPause] = 2, 1, 1
+		if long {
+			c.Counts[faultBrokerKill], c.Counts[faultBrokerStop], c.Counts[faultBrokerPause] = 6, 3, 3
+		}
+	}
+	return c
+}
+
+func chaosStackPlan(long bool) chaosConfig {
 	c := chaosConfig{
 		Writers: 3, Aggregates: 200, TxInterval: 25 * time.Millisecond, MaxTxEvents: 6, // ~3 x 40 tx/s x 3.5 = ~420 events/s
 		Warmup: 4 * time.Second, RecoveryBound: 30 * time.Second, DrainBound: 60 * time.Second,
@@ -142,7 +169,8 @@ func uniform(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 	rng := rand.New(rand.NewSource(seed))
 	kinds := make([]faultKind, 0, 64)
-	for _, k := range []faultKind{faultKill9, faultKill9Twice, faultKafkaStop, faultPGRestart, faultPGCut, faultKafkaCut, faultPGBlackhole, faultKafkaBlackhole} {
+	for _, k := range []faultKind{faultKill9, faultKill9Twice, faultKafkaStop, faultPGRestart, faultPGCut, faultKafkaCut, faultPGBlackhole, faultKafkaBlackhole,
+		faultBrokerKill, faultBrokerStop, faultBrokerPause} {
 		for i := 0; i < cfg.Counts[k]; i++ {
 			kinds = append(kinds, k)
 		}
@@ -165,6 +193,10 @@ func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 			f.Hold = uniform(rng, 2*time.Second, 5*time.Second)
 		case faultPGBlackhole, faultKafkaBlackhole:
 			f.Hold = uniform(rng, 3*time.Second, 6*time.Second)
+		case faultBrokerKill, faultBrokerStop:
+			f.Hold, f.Node = uniform(rng, time.Second, 5*time.Second), 1+rng.Intn(3)
+		case faultBrokerPause:
+			f.Hold, f.Node = uniform(rng, 3*time.Second, 14*time.Second), 1+rng.Intn(3)
 		}
 		out[i] = f
 	}
@@ -208,6 +240,12 @@ type chaos struct {
 
 	kafkaDown atomic.Bool
 	pgDown    atomic.Bool
+	// cluster drives the brokers' nodes when the run is against a
+	// cluster (nil against the stack's broker); nodeDown is the node a
+	// broker fault has down or frozen (0: none), for restoreAll.
+	cluster    *KafkaCluster
+	nodeDown   atomic.Int32
+	nodePaused atomic.Bool
 
 	exitsMu sync.Mutex
 	exits   []string // unexpected relay exits
@@ -725,6 +763,37 @@ func (c *chaos) restoreAll() {
 		StackCtl(c.t, "pg-start")
 		c.pgDown.Store(false)
 	}
+	if n := int(c.nodeDown.Swap(0)); n != 0 {
+		if c.nodePaused.Load() {
+			c.cluster.Resume(n)
+		} else {
+			c.cluster.Start(n)
+		}
+	}
+}
+
+// brokerFault takes node f.Node down (kill -9 or SIGTERM) or freezes it
+// for f.Hold, then brings it back; Start waits until it has registered.
+func (c *chaos) brokerFault(f *fault) {
+	n := f.Node
+	c.nodePaused.Store(f.Kind == faultBrokerPause)
+	c.nodeDown.Store(int32(n))
+	switch f.Kind {
+	case faultBrokerKill:
+		c.cluster.Kill(n)
+	case faultBrokerStop:
+		c.cluster.Stop(n)
+	case faultBrokerPause:
+		c.cluster.Pause(n)
+	}
+	time.Sleep(f.Hold)
+	if f.Kind == faultBrokerPause {
+		c.cluster.Resume(n)
+	} else {
+		c.cluster.Start(n)
+	}
+	c.nodeDown.Store(0)
+	f.Note = fmt.Sprintf("node %d", n)
 }
 
 // waitSlotInactive waits for the walsender of a killed relay to go away.
@@ -791,6 +860,8 @@ func (c *chaos) run(f *fault) {
 		p.Blackhole(f.Hold + 5*time.Second)
 		time.Sleep(f.Hold)
 		p.Restore()
+	case faultBrokerKill, faultBrokerStop, faultBrokerPause:
+		c.brokerFault(f)
 	}
 	f.End = time.Now()
 }
@@ -830,7 +901,8 @@ func (c *chaos) recover(f *fault) {
 
 func TestChaos(t *testing.T) {
 	long, seed := chaosLong(), chaosSeed()
-	cfg := chaosPlan(long)
+	cluster := clusterOrNil(t)
+	cfg := chaosPlan(long, cluster != nil)
 	schedule := chaosSchedule(seed, cfg)
 	mode := "short"
 	if long {
@@ -847,22 +919,31 @@ func TestChaos(t *testing.T) {
 		}
 		plan = append(plan, s+")")
 	}
-	header := fmt.Sprintf("TestChaos: mode=%s seed=%d (rerun: -args -chaos.seed=%d%s) faults=%d writers=%d aggregates=%d",
-		mode, seed, seed, map[bool]string{true: " -chaos.long", false: ""}[long], len(schedule), cfg.Writers, cfg.Aggregates)
+	kafkaKind := "single broker"
+	if cluster != nil {
+		kafkaKind = fmt.Sprintf("%d-node cluster", cluster.Nodes)
+	}
+	header := fmt.Sprintf("TestChaos: mode=%s kafka=%s seed=%d (rerun: -args -chaos.seed=%d%s) faults=%d writers=%d aggregates=%d",
+		mode, kafkaKind, seed, seed, map[bool]string{true: " -chaos.long", false: ""}[long], len(schedule), cfg.Writers, cfg.Aggregates)
 	fmt.Println(header)
 	t.Log(header)
 	t.Logf("schedule: %s", strings.Join(plan, " "))
 
 	dlq, dlqWhy := relaySupportsDLQ(t)
 	env := NewEnv(t, EnvOptions{})
-	c := &chaos{t: t, cfg: cfg, env: env, ledger: NewLedger(), t0: time.Now()}
+	c := &chaos{t: t, cfg: cfg, env: env, ledger: NewLedger(), t0: time.Now(), cluster: cluster}
 	c.canary = env.NewWriter(c.ledger)
 	c.canary.EventType = "Canary"
 	pgProxy, pgURL := StartPGProxy(t)
-	c.pgProxy, c.kafkaProxy = pgProxy, StartKafkaProxy(t)
+	c.pgProxy = pgProxy
+	brokers := strings.Join(kafkaBrokers, ",")
+	if cluster == nil {
+		c.kafkaProxy = StartKafkaProxy(t)
+		brokers = c.kafkaProxy.Addr
+	}
 	c.relayEnv = []string{
 		"OUTBOX_RELAY_DATABASE_URL=" + pgURL,
-		"OUTBOX_RELAY_KAFKA_BROKERS=" + c.kafkaProxy.Addr,
+		"OUTBOX_RELAY_KAFKA_BROKERS=" + brokers,
 		"OUTBOX_RELAY_LOG_LEVEL=info",
 		"OUTBOX_RELAY_SHUTDOWN_TIMEOUT=10s",
 	}

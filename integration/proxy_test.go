@@ -133,6 +133,9 @@ func (p *Proxy) Mode() ProxyMode {
 
 // Stats is a one-line summary of the proxy's counters.
 func (p *Proxy) Stats() string {
+	if p == nil {
+		return "none"
+	}
 	p.mu.Lock()
 	live := len(p.conns)
 	p.mu.Unlock()
