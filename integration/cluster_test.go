@@ -213,7 +213,7 @@ func (r *clusterRun) finish(extra string) *Report {
 	expected := ExpectedFromTable(r.t, r.env.DB, r.env.Table)
 	arrived := r.cons.WaitFor(expected, 2*time.Minute, 3*time.Second)
 	rep := r.cons.Check(expected, CheckOptions{})
-	errs := r.relay.LogLines(`"level":"WARN"`, 1000)
+	errs := r.relay.LogLines(`"level":"warn"`, 100000)
 	msg := fmt.Sprintf("%s: idempotent=%s committed=%d delivered=%d lost=%d duplicates=%d inversions=%d relay_warnings=%d %s",
 		r.t.Name(), *clusterIdempotent, rep.Committed, rep.Delivered, len(rep.Lost), rep.Duplicates, rep.Inversions, len(errs), extra)
 	r.t.Log(msg)
