@@ -102,13 +102,7 @@ func (c *KafkaCluster) Controller() int {
 // without one), as the brokers see it now.
 func (c *KafkaCluster) Leaders(topic string) []int {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	// A transport of its own: kafka-go's default one answers from
-	// metadata up to 6 s old.
-	tr := &kafka.Transport{MetadataTTL: time.Minute}
-	defer tr.CloseIdleConnections()
-	md, err := (&kafka.Client{Addr: kafka.TCP(kafkaBrokers...), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	md, err := freshMetadata(topic)
 	if err != nil {
 		c.t.Fatalf("metadata of %s: %v", topic, err)
 	}
@@ -164,4 +158,24 @@ func (c *KafkaCluster) WaitNewLeaders(topic string, n int, timeout time.Duration
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// freshMetadata asks the brokers one at a time, 3 s each, for topic's
+// metadata through a transport of its own: kafka-go's default one answers
+// from metadata up to 6 s old, and a bootstrap list may hand it a frozen
+// node, which accepts the connection and never answers.
+func freshMetadata(topic string) (*kafka.MetadataResponse, error) {
+	var err error
+	for _, b := range kafkaBrokers {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		tr := &kafka.Transport{MetadataTTL: time.Minute}
+		var md *kafka.MetadataResponse
+		md, err = (&kafka.Client{Addr: kafka.TCP(b), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		tr.CloseIdleConnections()
+		cancel()
+		if err == nil {
+			return md, nil
+		}
+	}
+	return nil, err
 }
