@@ -202,8 +202,6 @@ cmd_start() {
 	echo "OUTBOX_RELAY_DATABASE_URL=$(database_url "$port")"
 }
 
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
 # boot VERSION PORT: start the initdb'd cluster of CLUSTER_DIR on PORT with the relay's
 # settings, wait until it answers and create the database. Returns 1 if pg_ctl start fails
 # (the server log says why); dies on anything else.

@@ -28,8 +28,7 @@ PG_PORT=55432
 PG_DB=outbox
 DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"
 
-KAFKA_VERSION=4.1.1
-LOG4J_VERSION=2.24.3 # the log4j2 version kafka-server 4.1.1 depends on
+kafka_use_version 4.1.1 # sets KAFKA_LIBS and the logging options (scripts/lib/common.sh)
 KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
 # PROXIED listener: the broker listens on 19094 and advertises 127.0.0.1:19095, where
@@ -39,10 +38,6 @@ KAFKA_PROXIED_ADVERTISED_PORT=19095
 KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 KAFKA_READY_TIMEOUT=${KAFKA_READY_TIMEOUT:-90}
 KAFKA_STOP_TIMEOUT=20
-CACHE=${OUTBOX_RELAY_CACHE:-${HOME:-/root}/.cache/outbox-relay}
-KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
-KAFKA_LIBS=$KAFKA_HOME/libs
-KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
 
 # ---------------------------------------------------------------- locking
 
@@ -51,10 +46,6 @@ KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
 take_lock() { lock_fd9 "$STACK/.lock"; }
 
 # ---------------------------------------------------------------- packages
-
-need_java() {
-	command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
-}
 
 need_postgres() {
 	if [ ! -x "$PG_BIN/initdb" ]; then
@@ -194,67 +185,6 @@ pg_stop() {
 
 # ---------------------------------------------------------------- Kafka
 
-kafka_pom() {
-	cat <<EOF
-<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by outbox-relay scripts/stack.sh: fetches the Kafka $KAFKA_VERSION broker and tools jars. -->
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.outbox-relay</groupId>
-  <artifactId>kafka-libs</artifactId>
-  <version>$KAFKA_VERSION</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <!-- Kafka 4.x logs through slf4j-api 1.7.36 -> log4j2; the distribution ships log4j-slf4j-impl (the SLF4J 1.x binding). -->
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J_VERSION</version></dependency>
-  </dependencies>
-</project>
-EOF
-}
-
-kafka_jars() {
-	need_java
-	local want
-	want=$(kafka_pom | sha1sum | cut -c1-40)
-	if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
-		return 0
-	fi
-	mkdir -p "$KAFKA_HOME"
-	(
-		exec 8>"$KAFKA_HOME/.lock"
-		flock -w 900 8 || die "could not lock $KAFKA_HOME/.lock"
-		if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
-			exit 0
-		fi
-		command -v mvn >/dev/null 2>&1 || apt_install maven
-		log "fetching Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS"
-		kafka_pom >"$KAFKA_HOME/pom.xml"
-		local tmp=$KAFKA_HOME/libs.tmp.$$
-		rm -rf "$tmp"
-		local t0=$SECONDS
-		mvn -q -B -Dstyle.color=never -f "$KAFKA_HOME/pom.xml" dependency:copy-dependencies \
-			-DoutputDirectory="$tmp" -DincludeScope=runtime 8>&- ||
-			die "mvn dependency:copy-dependencies failed"
-		local j
-		for j in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
-			"kafka-clients-$KAFKA_VERSION.jar" "log4j-slf4j-impl-$LOG4J_VERSION.jar"; do
-			[ -f "$tmp/$j" ] || die "Maven did not deliver $j"
-		done
-		rm -rf "$KAFKA_LIBS"
-		mv "$tmp" "$KAFKA_LIBS"
-		echo "$want" >"$KAFKA_MARKER"
-		log "fetched $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars in $((SECONDS - t0)) s"
-	)
-}
-
-kafka_java() {
-	java -cp "$KAFKA_LIBS/*" \
-		-Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" "$@"
-}
-
 kafka_pid() {
 	local pid=""
 	if [ -f "$KAFKA_PID" ]; then
@@ -272,9 +202,7 @@ kafka_pid() {
 	echo "$pid"
 }
 
-kafka_port_open() {
-	timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KAFKA_PORT" 2>/dev/null
-}
+kafka_port_open() { port_open "$KAFKA_PORT"; }
 
 # kafka_render: the broker config this checkout wants, on stdout.
 kafka_render() {
@@ -313,7 +241,7 @@ kafka_wait_ready() {
 			die "Kafka broker (pid $pid) exited during startup"
 		fi
 		if kafka_port_open &&
-			timeout 30 java -cp "$KAFKA_LIBS/*" -Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" \
+			timeout 30 java -cp "$KAFKA_LIBS/*" "$KAFKA_TOOLS_LOGGING" \
 				org.apache.kafka.tools.TopicCommand --bootstrap-server "$KAFKA_BROKERS" --list \
 				>/dev/null 2>&1; then
 			return 0
@@ -341,7 +269,7 @@ kafka_start() {
 	kafka_prepare
 	local port
 	for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_PROXIED_PORT"; do
-		if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+		if port_open "$port"; then
 			die "port 127.0.0.1:$port is already in use by a process that is not this checkout's broker"
 		fi
 	done
@@ -353,8 +281,7 @@ kafka_start() {
 	KAFKA_PID="$KAFKA_PID" setsid nohup bash -c 'echo $$ >"$KAFKA_PID"; exec "$@"' kafka \
 		java -Xms256m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError \
 		-Djava.awt.headless=true -Dkafka.logs.dir="$KAFKA_DIR" \
-		-Dlog4j2.configurationFile="$REPO/scripts/kafka/log4j2.xml" \
-		-cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_PROPS" \
+		"$KAFKA_SERVER_LOGGING" -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_PROPS" \
 		>>"$KAFKA_DIR/kafka.out" 2>&1 </dev/null 9>&- &
 	local _
 	for _ in $(seq 50); do
@@ -469,10 +396,7 @@ main() {
 	kafka-stop) take_lock && kafka_stop ;;
 	kafka-class)
 		[ $# -ge 1 ] || die "usage: scripts/stack.sh kafka-class CLASS [ARGS...]"
-		kafka_jars
-		# shellcheck disable=SC2086
-		exec java ${KAFKA_CLASS_JAVA_OPTS:--Xmx512m} -cp "$KAFKA_LIBS/*" \
-			-Dlog4j2.configurationFile="$REPO/scripts/kafka/tools-log4j2.xml" "$@"
+		kafka_class_exec "$@"
 		;;
 	-h | --help | help) usage ;;
 	*)

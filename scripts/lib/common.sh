@@ -8,6 +8,9 @@ die() {
 }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
+# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
+port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
 # tail_log FILE [LINES]: print the end of a log file to stderr, if it exists.
 tail_log() {
 	local f=$1 n=${2:-50}
@@ -110,4 +113,135 @@ pg_initdb() {
 		cat "$out" >&2
 		die "initdb failed"
 	}
+}
+
+# ---------------------------------------------------------------- Kafka from Maven jars
+# Shared by scripts/stack.sh (the single broker) and scripts/kafkacluster.sh (a cluster).
+
+need_java() {
+	command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+}
+
+# kafka_use_version VERSION: select a Kafka version. Sets KAFKA_VERSION, KAFKA_HOME,
+# KAFKA_LIBS, KAFKA_MARKER, KAFKA_LOG4J2_VERSION, the java options that point logging at
+# scripts/kafka/ (KAFKA_SERVER_LOGGING: server.log in -Dkafka.logs.dir; KAFKA_TOOLS_LOGGING:
+# warnings to stderr) and KAFKA_BROKER_VERSIONS_CLASS. Needs REPO.
+#   3.9.x logs through slf4j-api 1.7 -> slf4j-reload4j -> reload4j (log4j 1 syntax,
+#         log4j.properties); kafka-tools brings both jars, as the distribution ships them.
+#   4.x   logs through slf4j-api 1.7 -> log4j-slf4j-impl -> log4j2 (log4j2.xml); the
+#         binding is not a dependency of any Kafka artifact, so the pom adds it, at the
+#         log4j2 version that version's kafka-tools depends on.
+# kafka.Kafka (broker) and kafka.tools.StorageTool (format) are the same in all of them.
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
+kafka_use_version() {
+	KAFKA_VERSION=$1
+	local cache=${OUTBOX_RELAY_CACHE:-${HOME:-/root}/.cache/outbox-relay}
+	KAFKA_HOME=$cache/kafka-$KAFKA_VERSION
+	KAFKA_LIBS=$KAFKA_HOME/libs
+	KAFKA_MARKER=$KAFKA_LIBS/.outbox-relay-complete
+	case $KAFKA_VERSION in
+	3.9.*) KAFKA_LOG4J2_VERSION= ;;
+	4.1.1) KAFKA_LOG4J2_VERSION=2.24.3 ;;
+	4.4.0) KAFKA_LOG4J2_VERSION=2.25.5 ;;
+	*) die "Kafka $KAFKA_VERSION is not supported (3.9.x, 4.1.1, 4.4.0); for another 4.x add the log4j-core version its kafka-tools depends on (mvn dependency:tree) to kafka_use_version in scripts/lib/common.sh" ;;
+	esac
+	if [ -n "$KAFKA_LOG4J2_VERSION" ]; then
+		KAFKA_SERVER_LOGGING=-Dlog4j2.configurationFile=$REPO/scripts/kafka/log4j2.xml
+		KAFKA_TOOLS_LOGGING=-Dlog4j2.configurationFile=$REPO/scripts/kafka/tools-log4j2.xml
+		KAFKA_BROKER_VERSIONS_CLASS=org.apache.kafka.tools.BrokerApiVersionsCommand
+	else
+		KAFKA_SERVER_LOGGING=-Dlog4j.configuration=file:$REPO/scripts/kafka/log4j.properties
+		KAFKA_TOOLS_LOGGING=-Dlog4j.configuration=file:$REPO/scripts/kafka/tools-log4j.properties
+		KAFKA_BROKER_VERSIONS_CLASS=kafka.admin.BrokerApiVersionsCommand
+	fi
+}
+
+# kafka_pom: the pom whose runtime dependencies are the broker and tools of KAFKA_VERSION.
+# Its sha1 is the cache key of KAFKA_LIBS: changing this text (comments too) re-fetches the
+# jars of every version, so the 4.x text stays byte for byte as scripts/stack.sh wrote it.
+kafka_pom() {
+	cat <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by outbox-relay scripts/stack.sh: fetches the Kafka $KAFKA_VERSION broker and tools jars. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.outbox-relay</groupId>
+  <artifactId>kafka-libs</artifactId>
+  <version>$KAFKA_VERSION</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+EOF
+	if [ -n "$KAFKA_LOG4J2_VERSION" ]; then
+		cat <<EOF
+    <!-- Kafka 4.x logs through slf4j-api 1.7.36 -> log4j2; the distribution ships log4j-slf4j-impl (the SLF4J 1.x binding). -->
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$KAFKA_LOG4J2_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$KAFKA_LOG4J2_VERSION</version></dependency>
+EOF
+	else
+		echo "    <!-- Kafka 3.x logs through slf4j-api 1.7.36 -> reload4j: kafka-tools brings slf4j-reload4j and reload4j. -->"
+	fi
+	cat <<EOF
+  </dependencies>
+</project>
+EOF
+}
+
+# kafka_jars: fetch KAFKA_VERSION's jars into KAFKA_LIBS with Maven, once (scripts asking
+# at the same time wait for the first one's fetch).
+kafka_jars() {
+	need_java
+	local want
+	want=$(kafka_pom | sha1sum | cut -c1-40)
+	if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
+		return 0
+	fi
+	mkdir -p "$KAFKA_HOME"
+	(
+		exec 8>"$KAFKA_HOME/.lock"
+		flock -w 900 8 || die "could not lock $KAFKA_HOME/.lock"
+		if [ -f "$KAFKA_MARKER" ] && [ "$(cat "$KAFKA_MARKER")" = "$want" ]; then
+			exit 0
+		fi
+		command -v mvn >/dev/null 2>&1 || apt_install maven
+		log "fetching Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS"
+		kafka_pom >"$KAFKA_HOME/pom.xml"
+		local tmp=$KAFKA_HOME/libs.tmp.$$
+		rm -rf "$tmp"
+		local t0=$SECONDS
+		mvn -q -B -Dstyle.color=never -f "$KAFKA_HOME/pom.xml" dependency:copy-dependencies \
+			-DoutputDirectory="$tmp" -DincludeScope=runtime 8>&- ||
+			die "mvn dependency:copy-dependencies failed"
+		local j binding=slf4j-reload4j-1.7.36.jar
+		[ -z "$KAFKA_LOG4J2_VERSION" ] || binding=log4j-slf4j-impl-$KAFKA_LOG4J2_VERSION.jar
+		for j in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" \
+			"kafka-clients-$KAFKA_VERSION.jar" "$binding"; do
+			[ -f "$tmp/$j" ] || die "Maven did not deliver $j"
+		done
+		rm -rf "$KAFKA_LIBS"
+		mv "$tmp" "$KAFKA_LIBS"
+		echo "$want" >"$KAFKA_MARKER"
+		log "fetched $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars in $((SECONDS - t0)) s"
+	)
+}
+
+# kafka_java ARGS...: run a short-lived Kafka tool class of KAFKA_VERSION (client compiler
+# only and a small serial heap: quicker on a busy machine), its warnings on stderr.
+# kafka_java_within SECONDS ARGS...: the same, killed after SECONDS.
+kafka_java() { kafka_java_within 0 "$@"; }
+kafka_java_within() {
+	local t=$1
+	shift
+	timeout "$t" java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$KAFKA_LIBS/*" \
+		"$KAFKA_TOOLS_LOGGING" "$@"
+}
+
+# kafka_class_exec CLASS [ARGS...]: the kafka-class verb: fetch the jars if needed, then
+# replace the shell with java running CLASS. KAFKA_CLASS_JAVA_OPTS (split on blanks)
+# replaces the default -Xmx512m.
+kafka_class_exec() {
+	kafka_jars
+	# shellcheck disable=SC2086
+	exec java ${KAFKA_CLASS_JAVA_OPTS:--Xmx512m} -cp "$KAFKA_LIBS/*" "$KAFKA_TOOLS_LOGGING" "$@"
 }
