@@ -147,10 +147,10 @@ chaos: up
 # replication factor 3, min.insync.replicas=2), points OUTBOX_RELAY_KAFKA_BROKERS at it for the
 # tests (PostgreSQL is the stack's), and stops and deletes it afterwards, also on failure.
 # The tests drive the nodes through the same script (kill, stop, start, pause, resume).
-# CLUSTER_ARGS go to the test binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
+# CLUSTER_TESTS is a go test -run regex, read raw ($(value)): write $ as is. CLUSTER_ARGS go to the test binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
 KAFKACLUSTER          := scripts/kafkacluster.sh
 KAFKA_CLUSTER_VERSION ?= 4.1.1
-CLUSTER_TESTS         ?= ^(TestCluster.*|TestChaos)$$
+CLUSTER_TESTS         ?= ^(TestCluster.*|TestChaos)$
 CLUSTER_TIMEOUT       ?= 20m
 cluster-test: up
 	eval "$$($(STACK) env)"; \
