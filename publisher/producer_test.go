@@ -119,14 +119,6 @@ func (b *idempotentBroker) produce(partition int32, raw []byte) (kafka.Error, bo
 	return 0, timeout
 }
 
-// forget drops every producer id's state, as the broker does when it
-// expires (producer.id.expiration.ms).
-func (b *idempotentBroker) forget() {
-	b.mu.Lock()
-	clear(b.state)
-	b.mu.Unlock()
-}
-
 func (b *idempotentBroker) stored() (all []string, perPartition map[int32][]string, inits int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

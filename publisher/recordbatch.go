@@ -58,7 +58,6 @@ var noStamp = producerStamp{id: -1, epoch: -1, baseSeq: -1}
 func appendBatch(buf []byte, msgs []*kafka.Message, stamp producerStamp, now time.Time) []byte {
 	start := len(buf)
 	buf = append(buf, make([]byte, 4+batchHeaderSize)...)
-	h := buf[start+4:]
 	var first, maxTS int64
 	nowMS := now.UnixMilli()
 	for i, m := range msgs {
@@ -72,8 +71,8 @@ func appendBatch(buf []byte, msgs []*kafka.Message, stamp producerStamp, now tim
 		maxTS = max(maxTS, ts)
 		buf = appendRecord(buf, m, ts-first, int64(i))
 	}
-	h = buf[start+4 : start+4+batchHeaderSize] // buf may have moved
-	binary.BigEndian.PutUint64(h[0:], 0)       // baseOffset: the broker assigns it
+	h := buf[start+4 : start+4+batchHeaderSize] // after the records: buf may have moved
+	binary.BigEndian.PutUint64(h[0:], 0)        // baseOffset: the broker assigns it
 	binary.BigEndian.PutUint32(h[offBatchLength:], uint32(len(buf)-start-4-12))
 	binary.BigEndian.PutUint32(h[12:], math.MaxUint32) // partitionLeaderEpoch -1
 	h[16] = 2                                          // magic
