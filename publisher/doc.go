@@ -36,6 +36,6 @@
 // takes a producer id and numbers each partition's batches (producer.go),
 // so the broker discards a retried batch it already stored. A retry
 // whose leader moved refreshes the transport's metadata first and waits
-// at most 250 ms (Publisher.retryDelay), so recovery follows the
+// at most 250 ms (Publisher.beforeRetry), so recovery follows the
 // cluster's election instead of the exponential backoff.
 package publisher

@@ -171,7 +171,7 @@ func lingering(err error) bool {
 // is unreachable or times out, no leader is elected yet, or the leader
 // waits for a dead follower to leave the in-sync replicas. Each heals
 // once the controller has fenced the dead broker and the metadata shows
-// the new leader (see Publisher.retryDelay).
+// the new leader (see Publisher.beforeRetry).
 func healing(err error) bool {
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {

@@ -236,10 +236,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 			l.lastErr = err
 			return rejected
 		}
-		if healing(err) && time.Since(failing) < healWindow {
-			p.refreshMetadata()
-		}
-		d := p.retryDelay(attempt, err, failing)
+		d := p.beforeRetry(attempt, err, failing)
 		msg := "publish failed, retrying"
 		if renew {
 			msg = "broker refused the producer id; retrying the batch under a new one"

@@ -323,12 +323,12 @@ func TestRetryDelayWhileLeaderMoves(t *testing.T) {
 	var long, other time.Duration
 	for range 200 {
 		for _, err := range []error{kafka.NotLeaderForPartition, context.DeadlineExceeded, &net.OpError{Op: "dial", Err: fmt.Errorf("refused")}, kafka.NotEnoughReplicas} {
-			if d := p.retryDelay(12, err, now); d > healRetry {
+			if d := p.beforeRetry(12, err, now); d > healRetry {
 				t.Fatalf("%v: delay %s while the leader moves, want at most %s", err, d, healRetry)
 			}
 		}
-		long = max(long, p.retryDelay(12, kafka.NotLeaderForPartition, now.Add(-healWindow)))
-		other = max(other, p.retryDelay(12, kafka.PolicyViolation, now))
+		long = max(long, p.beforeRetry(12, kafka.NotLeaderForPartition, now.Add(-healWindow)))
+		other = max(other, p.beforeRetry(12, kafka.PolicyViolation, now))
 	}
 	if long <= time.Second || other <= time.Second {
 		t.Fatalf("longest delays %s (past healWindow) and %s (other failure), want the exponential backoff", long, other)

@@ -459,8 +459,9 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 	return backoff.Jitter(attempt, p.cfg.BackoffBase, p.cfg.BackoffMax)
 }
 
-// retryDelay is the wait before retrying a batch that failed with err
-// for the attempt-th time, failing since since. While a partition leader
+// beforeRetry returns the wait before retrying a batch that failed with
+// err for the attempt-th time, failing since since, and starts a metadata
+// refresh when the failure is a leader's move. While a partition leader
 // moves (its broker died, shut down or lost its followers) the new leader
 // takes over the moment the controller fences the old one, and
 // refreshMetadata shows it to the transport within healRetry: waiting
@@ -469,8 +470,9 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 // unreachable after that gets the usual exponential backoff, so a long
 // outage costs the brokers no more than a few requests per partition per
 // BackoffMax.
-func (p *Publisher) retryDelay(attempt int, err error, since time.Time) time.Duration {
+func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Duration {
 	if healing(err) && time.Since(since) < healWindow {
+		p.refreshMetadata()
 		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
 	}
 	return p.backoff(attempt)
@@ -478,7 +480,7 @@ func (p *Publisher) retryDelay(attempt int, err error, since time.Time) time.Dur
 
 const (
 	// healWindow is how long after a batch's first failure a leader
-	// change gets fast retries (retryDelay): longer than a broker's
+	// change gets fast retries (beforeRetry): longer than a broker's
 	// session timeout (9 s by default, 18 s on older clusters) plus an
 	// election.
 	healWindow = 30 * time.Second
