@@ -417,8 +417,20 @@ func cikRequireReplicated(t *testing.T, ctx context.Context, topic string, parti
 			t.Fatalf("%s partition %d has %d replicas, want %d (the cluster's default replication factor)", topic, p.ID, len(p.Replicas), nodes)
 		}
 	}
-	dc, err := kafkaClient().DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"min.insync.replicas"}}}})
+	// DescribeConfigs goes to any broker, and a broker that has not yet
+	// applied the topic's creation from the metadata log answers
+	// UNKNOWN_TOPIC_OR_PARTITION: ask again for a while before judging.
+	var dc *kafka.DescribeConfigsResponse
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		dc, err = kafkaClient().DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"min.insync.replicas"}}}})
+		unknown := err == nil && len(dc.Resources) == 1 && errors.Is(dc.Resources[0].Error, kafka.UnknownTopicOrPartition)
+		if !unknown || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil || len(dc.Resources) != 1 || len(dc.Resources[0].ConfigEntries) != 1 || dc.Resources[0].ConfigEntries[0].ConfigValue != "2" {
 		t.Fatalf("%s: min.insync.replicas not 2: %v %+v", topic, err, dc)
 	}

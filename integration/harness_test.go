@@ -269,7 +269,13 @@ func (e *Env) CreateTopic(ctx context.Context, topic string, partitions int) {
 	for {
 		n, err := topicPartitions(ctx, topic)
 		if err == nil && n == partitions {
-			return
+			// On a cluster each broker applies the creation from the
+			// metadata log on its own; requests that land on a lagging
+			// one (DescribeConfigs, a consumer's first fetch) would
+			// answer UNKNOWN_TOPIC_OR_PARTITION.
+			if err = topicOnEveryBroker(topic, partitions); err == nil {
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("topic %s: want %d partitions with leaders, got %d (err %v)", topic, partitions, n, err)

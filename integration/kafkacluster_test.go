@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,4 +199,36 @@ func freshMetadata(topic string) (*kafka.MetadataResponse, error) {
 		}
 	}
 	return nil, err
+}
+
+// topicOnEveryBroker returns nil once every bootstrap broker that answers
+// knows topic's partitions partitions, each with a leader. A broker that
+// does not answer (down, frozen by a test's fault) is not waited for. It
+// is immediate on a single broker.
+func topicOnEveryBroker(topic string, partitions int) error {
+	if len(kafkaBrokers) < 2 {
+		return nil
+	}
+	for _, b := range kafkaBrokers {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		tr := &kafka.Transport{MetadataTTL: time.Minute}
+		md, err := (&kafka.Client{Addr: kafka.TCP(b), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		tr.CloseIdleConnections()
+		cancel()
+		if err != nil {
+			continue
+		}
+		ok := 0
+		for _, tp := range md.Topics {
+			for _, p := range tp.Partitions {
+				if tp.Name == topic && tp.Error == nil && p.Error == nil && p.Leader.Host != "" {
+					ok++
+				}
+			}
+		}
+		if ok != partitions {
+			return fmt.Errorf("broker %s knows %d of %d partitions of %s", b, ok, partitions, topic)
+		}
+	}
+	return nil
 }
