@@ -169,7 +169,43 @@ type PublishConfig struct {
 	// that refuse it: InitProducerId needs IDEMPOTENT_WRITE on the
 	// cluster before Kafka 3.0, WRITE on a topic since.
 	NoIdempotence bool
+	// Delivery is the delivery guarantee into Kafka: AtLeastOnce (the
+	// default) or ExactlyOnce, which writes in Kafka transactions
+	// together with the source position, so consumers reading
+	// read_committed see each event once (docs/exactly-once.md).
+	Delivery Delivery
+	// TransactionInterval is how long an exactly-once Kafka transaction
+	// collects events before it commits: a record becomes visible to
+	// read_committed consumers at most about this long after it reached
+	// Kafka. Shorter costs more commits (each a few round trips to the
+	// transaction coordinator and a marker per partition).
+	TransactionInterval time.Duration
+	// TransactionTimeout is the transaction.timeout.ms the relay asks
+	// for: the coordinator aborts a transaction left open this long (a
+	// relay that died mid-transaction), which unblocks read_committed
+	// consumers if no standby takes over first. It must not exceed the
+	// brokers' transaction.max.timeout.ms (15 min by default).
+	TransactionTimeout time.Duration
+	// TransactionalID names the relay's transactional producer; every
+	// replica of the same slot must use the same one, so a new leader's
+	// InitProducerId fences the old. Empty: "outbox-relay-" + the slot.
+	TransactionalID string
+	// PositionsTopic is the compacted topic where each exactly-once
+	// transaction records the source position it covers, keyed by slot.
+	PositionsTopic string
 }
+
+// Delivery is a delivery guarantee into Kafka (PublishConfig.Delivery).
+type Delivery string
+
+const (
+	// AtLeastOnce re-sends, after a crash or a failover, what Kafka may
+	// already hold: consumers deduplicate (inbox does, on event_id).
+	AtLeastOnce Delivery = "at-least-once"
+	// ExactlyOnce writes in Kafka transactions, each with the position it
+	// covers; consumers reading read_committed see every event once.
+	ExactlyOnce Delivery = "exactly-once"
+)
 
 // Record is the record format configuration of p (what the publisher
 // encodes with).
@@ -258,6 +294,8 @@ func DefaultConfig() Config {
 			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
 			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
 			PoisonPolicy: poison.Quarantine, RecordFormat: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
+			Delivery: AtLeastOnce, TransactionInterval: 100 * time.Millisecond, TransactionTimeout: time.Minute,
+			PositionsTopic: "__outbox_relay_positions",
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
 		Leader:          LeaderConfig{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},
@@ -293,6 +331,10 @@ func (c Config) withDefaults() Config {
 	def(&p.PoisonPolicy, dp.PoisonPolicy)
 	def(&p.RecordFormat, dp.RecordFormat)
 	def(&p.CloudEventsMode, dp.CloudEventsMode)
+	def(&p.Delivery, dp.Delivery)
+	def(&p.TransactionInterval, dp.TransactionInterval)
+	def(&p.TransactionTimeout, dp.TransactionTimeout)
+	def(&p.PositionsTopic, dp.PositionsTopic)
 	def(&c.Window.MaxEvents, d.Window.MaxEvents)
 	def(&c.Window.MaxBytes, d.Window.MaxBytes)
 	def(&c.Window.StallTimeout, d.Window.StallTimeout)

@@ -185,6 +185,7 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	if p.TopicPartitions < 1 {
 		cs.fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
 	}
+	p.validateDelivery(cs)
 	if pol, err := poison.ParsePolicy(string(p.PoisonPolicy)); err != nil {
 		cs.wrap("Publish.PoisonPolicy", err)
 	} else {
@@ -256,4 +257,32 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// validateDelivery checks the delivery guarantee and, for exactly-once,
+// its transaction settings.
+func (p PublishConfig) validateDelivery(cs *checks) {
+	switch p.Delivery {
+	case AtLeastOnce:
+		return
+	case ExactlyOnce:
+	default:
+		cs.fail("Publish.Delivery", string(p.Delivery), "use %s or %s", AtLeastOnce, ExactlyOnce)
+		return
+	}
+	if p.NoIdempotence {
+		cs.fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: drop --idempotent=false")
+	}
+	if p.TransactionInterval < time.Millisecond || p.TransactionInterval > time.Minute {
+		cs.fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (100ms is the default)")
+	}
+	if p.TransactionTimeout < time.Second || p.TransactionTimeout < 10*p.TransactionInterval {
+		cs.fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at least 1s and 10 times Publish.TransactionInterval (%s)", p.TransactionInterval)
+	}
+	if p.TransactionTimeout > 15*time.Minute {
+		cs.fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at most 15m, the brokers' default transaction.max.timeout.ms")
+	}
+	if p.PositionsTopic == "" {
+		cs.wrap("Publish.PositionsTopic", ErrRequired)
+	}
 }
