@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
 )
 
 // Record is one Kafka record read back from the topic.
@@ -76,11 +78,41 @@ func StartConsumer(t testing.TB, topic string, partitions int) *Consumer {
 	return c
 }
 
-func (c *Consumer) read(ctx context.Context, p int, r *kafka.Reader) {
+// StartTxnConsumer is StartConsumer through internal/kafkafetch, which
+// implements the client side of Kafka transactions (kafka-go's Reader
+// does not): control batches hidden and, with readCommitted, the records
+// of aborted transactions dropped. readCommitted=false sees what a
+// read_uncommitted consumer sees: every record an aborted transaction
+// wrote, too.
+func StartTxnConsumer(t testing.TB, topic string, partitions int, readCommitted bool) *Consumer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Consumer{t: t, Topic: topic, Partitions: partitions, cancel: cancel, seen: map[string]int{}, errs: map[int]error{}}
+	for p := 0; p < partitions; p++ {
+		r, err := kafkafetch.New(kafkafetch.Config{Brokers: kafkaBrokers, Topic: topic, Partition: p, Offset: kafka.FirstOffset,
+			MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, ReadUncommitted: !readCommitted,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("consumer: %v", err)
+		}
+		c.wg.Add(1)
+		go c.read(ctx, p, r)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// messageReader is what Consumer reads a partition with.
+type messageReader interface {
+	FetchMessage(ctx context.Context) (kafka.Message, error)
+	Close() error
+}
+
+func (c *Consumer) read(ctx context.Context, p int, r messageReader) {
 	defer c.wg.Done()
 	defer r.Close()
 	for {
-		m, err := r.ReadMessage(ctx)
+		m, err := r.FetchMessage(ctx) // without a group: ReadMessage
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -71,6 +71,11 @@ type combiner struct {
 	lanes  func() int
 	in     chan *batch
 	groups chan []*batch
+	// transactionalID and beforeSend are set in exactly-once mode: every
+	// produce request names the transactional id, and beforeSend adds
+	// the request's partitions to the open transaction first.
+	transactionalID string
+	beforeSend      func(ctx context.Context, bs []*batch) error
 }
 
 func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *combiner {
@@ -222,7 +227,18 @@ func (c *combiner) request(bs []*batch) {
 // roundTrip sends bs in one acks=all produce request and returns each
 // batch's outcome, in order.
 func (c *combiner) roundTrip(bs []*batch) []error {
-	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond)}
+	errs := make([]error, len(bs))
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	if c.beforeSend != nil {
+		if err := c.beforeSend(ctx, bs); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+	}
+	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond), TransactionalID: c.transactionalID}
 	topicIndex := map[string]int{}
 	for _, b := range bs {
 		i, ok := topicIndex[b.topic]
@@ -236,9 +252,6 @@ func (c *combiner) roundTrip(bs []*batch) []error {
 			RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(b.records)},
 		})
 	}
-	errs := make([]error, len(bs))
-	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
-	defer cancel()
 	msg, err := c.rt.RoundTrip(ctx, c.addr, req)
 	if err == nil {
 		res, ok := msg.(*produceapi.Response)

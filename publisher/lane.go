@@ -195,6 +195,21 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		if failing.IsZero() {
 			failing = time.Now()
 		}
+		if p.txn != nil {
+			if te := transactionFailure("Produce", err); te != nil {
+				// The open transaction is lost: nothing of it was
+				// acknowledged, the caller restarts from its position.
+				if te.Fenced {
+					p.m.ProducerFenced()
+				}
+				first := recs[0].ev
+				p.log.Warn("kafka transaction failed; stopping the stream to restart from the last committed position", slog.String("stage", "transaction"),
+					slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Bool("fenced", te.Fenced),
+					slog.String("event_id", first.EventID), slog.String("aggregate_id", first.AggregateID), slog.String("event_type", first.EventType), slog.Any("error", err))
+				p.fail(te)
+				return closing
+			}
+		}
 		class, reason := classify(err)
 		renew := l.seq != nil && producerIDRefused(err)
 		if renew {

@@ -38,6 +38,11 @@ import (
 type producer struct {
 	rt   kafka.RoundTripper
 	addr net.Addr
+	// transactional is set for exactly-once: the id comes from the
+	// transactional id's InitProducerId (transactions.begin) and is
+	// never renewed by a lane, because a new epoch aborts the open
+	// transaction; every batch is stamped transactional.
+	transactional bool
 
 	mu  sync.Mutex
 	id  int64 // -1 until InitProducerId answered
@@ -87,6 +92,9 @@ func (p *producer) stamp(ctx context.Context, s *partitionSeq) (producerStamp, e
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.id < 0 {
+		if p.transactional {
+			return producerStamp{}, errNoTransactionalID
+		}
 		if err := p.initLocked(ctx); err != nil {
 			return producerStamp{}, err
 		}
@@ -94,7 +102,7 @@ func (p *producer) stamp(ctx context.Context, s *partitionSeq) (producerStamp, e
 	if s.gen != p.gen {
 		s.gen, s.next = p.gen, 0
 	}
-	return producerStamp{id: p.id, epoch: p.ep, baseSeq: s.next}, nil
+	return producerStamp{id: p.id, epoch: p.ep, baseSeq: s.next, transactional: p.transactional}, nil
 }
 
 // acked advances s past a batch of n records stamped with st.
@@ -127,4 +135,20 @@ func (p *producer) initLocked(ctx context.Context) error {
 	p.id, p.ep = pid.ID, pid.Epoch
 	p.gen++
 	return nil
+}
+
+// adopt makes id the producer's (a transactional id's InitProducerId):
+// every partition starts again at sequence 0.
+func (p *producer) adopt(id kafkaconn.ProducerID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.id, p.ep = id.ID, id.Epoch
+	p.gen++
+}
+
+// current is the producer id and epoch (-1 before one was taken).
+func (p *producer) current() (int64, int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.id, p.ep
 }

@@ -86,15 +86,28 @@ type Metrics interface {
 	CommitToAck(d time.Duration)
 	// PartitionChange counts a switch of topic to a new partition count.
 	PartitionChange(topic string)
+	// TransactionCommitted observes an exactly-once transaction's commit:
+	// open is from its first event to the commit's end, commit the
+	// commit alone (waiting for its last records, the position record,
+	// EndTxn), events how many it covered.
+	TransactionCommitted(open, commit time.Duration, events int)
+	// TransactionAborted counts a transaction abandoned with events in it.
+	TransactionAborted()
+	// ProducerFenced counts a refusal because a newer producer with the
+	// same transactional id took over.
+	ProducerFenced()
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) ProduceRequest()             {}
-func (nopMetrics) PublishError(string, string) {}
-func (nopMetrics) BatchPublished(string, int)  {}
-func (nopMetrics) CommitToAck(time.Duration)   {}
-func (nopMetrics) PartitionChange(string)      {}
+func (nopMetrics) ProduceRequest()                                        {}
+func (nopMetrics) PublishError(string, string)                            {}
+func (nopMetrics) BatchPublished(string, int)                             {}
+func (nopMetrics) CommitToAck(time.Duration)                              {}
+func (nopMetrics) PartitionChange(string)                                 {}
+func (nopMetrics) TransactionCommitted(time.Duration, time.Duration, int) {}
+func (nopMetrics) TransactionAborted()                                    {}
+func (nopMetrics) ProducerFenced()                                        {}
 
 // Config configures a Publisher.
 type Config struct {
@@ -150,6 +163,10 @@ type Config struct {
 	// so the broker discards a retried batch it already stored and
 	// refuses one out of order (see producer).
 	Idempotent bool
+	// Transactions, when set, writes exactly-once: in Kafka transactions
+	// with a position record each (see TransactionConfig). It implies
+	// Idempotent. Begin must succeed before the first Publish.
+	Transactions *TransactionConfig
 	// Record is the record format (native by default) and the tombstone
 	// switch; New checks it (record.Config.Validate) and an invalid one
 	// fails every Publish.
@@ -202,6 +219,9 @@ type outgoing struct {
 	// out is the outstanding count of the lane the record was routed to
 	// (nil before routing); see done.
 	out *atomic.Int64
+	// rng is the exactly-once range the record belongs to (nil
+	// otherwise).
+	rng *txnRange
 }
 
 // done reports rec as taken care of (acknowledged by Kafka, parked or
@@ -231,7 +251,9 @@ type Publisher struct {
 	// producer is the idempotent producer's id and sequences; nil
 	// without Config.Idempotent.
 	producer *producer
-	lanes    atomic.Int64 // lanes started, over all topics
+	// txn is the exactly-once state; nil without Config.Transactions.
+	txn   *transactions
+	lanes atomic.Int64 // lanes started, over all topics
 	// refreshed is when refreshMetadata last closed the transport's
 	// pools (Unix nanoseconds).
 	refreshed atomic.Int64
@@ -272,10 +294,15 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		closeIdle: closeIdle,
 		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
-	if cfg.Idempotent {
+	if cfg.Idempotent || cfg.Transactions != nil {
 		p.producer = newProducer(rt, addr)
 	}
 	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
+	if cfg.Transactions != nil {
+		p.producer.transactional = true
+		p.txn = newTransactions(p, *cfg.Transactions)
+		p.combiner.transactionalID, p.combiner.beforeSend = cfg.Transactions.ID, p.txn.addPartitions
+	}
 	p.combiner.run(&p.wg)
 	p.holder = newHolder(p)
 	if cfg.DeadLetters != nil {
@@ -310,12 +337,15 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 	}
 	rec := &outgoing{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
+	if p.txn != nil {
+		rec.rng = p.txn.enter(rec, ev.Size())
+	}
 	if p.cfg.DeadLetters != nil && p.holder.route(rec) {
 		return nil
 	}
 	msg, reason, err := p.message(rec.msg.Topic, ev)
 	if err != nil {
-		return p.poison(ctx, ev, rec.msg.Topic, reason, err, ack)
+		return p.poison(ctx, ev, rec.msg.Topic, reason, err, rec.ack)
 	}
 	rec.msg, rec.size = msg, messageSize(&msg)
 	p.enqueue(rec)
@@ -336,8 +366,18 @@ func (p *Publisher) forward(rec *outgoing) bool {
 	return true
 }
 
-// enqueue hands rec to its topic's router, starting the router if needed.
+// enqueue hands rec to its topic's router, unless it belongs to an
+// exactly-once range that is not open yet (see transactions.hold).
 func (p *Publisher) enqueue(rec *outgoing) {
+	if p.txn != nil && p.txn.hold(rec, rec.rng) {
+		return
+	}
+	p.enqueueNow(rec)
+}
+
+// enqueueNow hands rec to its topic's router, starting the router if
+// needed.
+func (p *Publisher) enqueueNow(rec *outgoing) {
 	topic := rec.msg.Topic
 	for {
 		p.mu.Lock()
@@ -441,6 +481,9 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 func (p *Publisher) Close() error {
 	p.cancel()
 	p.wg.Wait()
+	if p.txn != nil {
+		p.txn.abandon()
+	}
 	if p.closeIdle != nil {
 		p.closeIdle()
 	}

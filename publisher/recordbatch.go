@@ -48,7 +48,14 @@ type producerStamp struct {
 	id      int64
 	epoch   int16
 	baseSeq int32
+	// transactional marks the batch as part of the producer's open
+	// transaction (attribute bit 4): read_committed consumers see it
+	// only once the transaction commits.
+	transactional bool
 }
+
+// attrTransactional is a record batch's transactional attribute bit.
+const attrTransactional = 1 << 4
 
 var noStamp = producerStamp{id: -1, epoch: -1, baseSeq: -1}
 
@@ -76,7 +83,11 @@ func appendBatch(buf []byte, msgs []*kafka.Message, stamp producerStamp, now tim
 	binary.BigEndian.PutUint32(h[offBatchLength:], uint32(len(buf)-start-4-12))
 	binary.BigEndian.PutUint32(h[12:], math.MaxUint32) // partitionLeaderEpoch -1
 	h[16] = 2                                          // magic
-	binary.BigEndian.PutUint16(h[offAttributes:], 0)   // no compression, CreateTime, not transactional
+	var attrs uint16                                   // no compression, CreateTime
+	if stamp.transactional {
+		attrs |= attrTransactional
+	}
+	binary.BigEndian.PutUint16(h[offAttributes:], attrs)
 	binary.BigEndian.PutUint32(h[offLastDelta:], uint32(len(msgs)-1))
 	binary.BigEndian.PutUint64(h[offBaseTime:], uint64(first))
 	binary.BigEndian.PutUint64(h[offMaxTime:], uint64(maxTS))

@@ -57,8 +57,14 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	r.tracker.Store(tracker)
 	pc := r.publisherConfig()
 	pc.DeadLetters = r.quar
+	pc.Transactions = r.transactionConfig(resume.id)
 	pub := publisher.New(pc, r.log, r.m.Publisher())
 	defer pub.Close()
+	if pc.Transactions != nil {
+		if resume, err = r.beginTransactions(sctx, pub, resume); err != nil {
+			return err
+		}
+	}
 
 	// A permanent publish failure, an invalidated slot or lost leadership
 	// cancels the stream; the end of ctx (SIGTERM) drains it.
@@ -91,6 +97,14 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	fatal, err := r.drive(ctx, streamCtx, cancel, s, pub, tracker, start)
 	saver.Stop()
 	if fatal != nil {
+		var te *publisher.TransactionError
+		if errors.As(fatal, &te) {
+			// The open Kafka transaction is lost, nothing of it was
+			// acknowledged: reconnect (after confirming the lock, which
+			// a fenced relay no longer holds) and resume from the
+			// committed position.
+			return fatal
+		}
 		return poison.Permanent(fatal)
 	}
 	err = r.classifyStreamErr(err)

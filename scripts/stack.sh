@@ -3,7 +3,7 @@
 # Ports, paths and verbs are fixed by docs/design.md ("The local stack").
 #
 #   scripts/stack.sh up | down | status | env | clean
-#   scripts/stack.sh pg-start | pg-stop [fast|immediate|smart] | pg-restart
+#   scripts/stack.sh pg-start | pg-stop [fast|immediate|smart] | pg-restart | pg-crash (immediate stop, then start)
 #   scripts/stack.sh kafka-start | kafka-stop
 #   scripts/stack.sh kafka-class CLASS [ARGS...]   # run a class from the Kafka jars
 #
@@ -392,6 +392,7 @@ main() {
 	pg-start) take_lock && pg_start ;;
 	pg-stop) take_lock && pg_stop "${1:-fast}" ;;
 	pg-restart) take_lock && pg_stop fast && pg_start ;;
+	pg-crash) take_lock && pg_stop immediate && pg_start ;;
 	kafka-start) take_lock && kafka_start ;;
 	kafka-stop) take_lock && kafka_stop ;;
 	kafka-class)

@@ -62,6 +62,16 @@ type Relay struct {
 	// relay switched to, by topic (each switch waited until the topic's
 	// earlier events were acknowledged, so keys moved without reordering).
 	TopicPartitionChanges *prometheus.CounterVec // by topic
+	// Transactions counts exactly-once Kafka transactions by outcome
+	// (committed, aborted); TransactionDuration observes a committed
+	// one from its first event to its commit, TransactionCommit the
+	// commit alone, TransactionEvents its size; ProducerFenced counts
+	// refusals because a newer producer took the transactional id over.
+	Transactions        *prometheus.CounterVec // by outcome
+	TransactionDuration prometheus.Histogram
+	TransactionCommit   prometheus.Histogram
+	TransactionEvents   prometheus.Histogram
+	ProducerFenced      prometheus.Counter
 
 	// Leader is 1 while this process holds the slot's leader lock (and
 	// streams or is about to), 0 as a standby.
@@ -296,6 +306,31 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 			Help: "Partition-count increases of a topic the relay switched to, after every earlier event of the topic " +
 				"was acknowledged: keys may have moved to other partitions. A shrink stops the relay instead.",
 		}, []string{"topic"}),
+		Transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "transactions_total",
+			Help: "Exactly-once Kafka transactions by outcome: committed, or aborted (abandoned with events in it at a stop or failure; " +
+				"its events are published again from the last committed position).",
+		}, []string{"outcome"}),
+		TransactionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "transaction_duration_seconds",
+			Help:    "Exactly-once transactions, from the first event to the end of the commit: what read_committed consumers wait on top of the publish.",
+			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2.5, 5, 10, 30},
+		}),
+		TransactionCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "transaction_commit_seconds",
+			Help:    "Exactly-once commits alone: the wait for the range's last records, the position record and EndTxn.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 10},
+		}),
+		TransactionEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "transaction_events",
+			Help:    "Events per committed exactly-once transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		ProducerFenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "producer_fenced_total",
+			Help: "Kafka refused this relay's transactional producer because a newer one with the same transactional id took over " +
+				"(another relay became leader): the relay stepped down from the stream.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this process holds the slot's leader lock and streams, 0 as a standby.",
@@ -317,6 +352,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
 		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.CheckpointSaveFailures, r.CheckpointHeld, r.EventsRedelivered, r.TopicPartitionChanges,
+		r.Transactions, r.TransactionDuration, r.TransactionCommit, r.TransactionEvents, r.ProducerFenced,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	}, r.PG.collectors()...)
 	for i, c := range cs {

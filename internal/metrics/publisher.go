@@ -31,3 +31,18 @@ func (p Publisher) CommitToAck(d time.Duration) { p.r.CommitToAck.Observe(d.Seco
 func (p Publisher) PartitionChange(topic string) {
 	p.r.TopicPartitionChanges.WithLabelValues(topic).Inc()
 }
+
+// TransactionCommitted counts outbox_relay_transactions_total{outcome="committed"}
+// and observes the transaction's duration, commit and size.
+func (p Publisher) TransactionCommitted(open, commit time.Duration, events int) {
+	p.r.Transactions.WithLabelValues("committed").Inc()
+	p.r.TransactionDuration.Observe(open.Seconds())
+	p.r.TransactionCommit.Observe(commit.Seconds())
+	p.r.TransactionEvents.Observe(float64(events))
+}
+
+// TransactionAborted counts outbox_relay_transactions_total{outcome="aborted"}.
+func (p Publisher) TransactionAborted() { p.r.Transactions.WithLabelValues("aborted").Inc() }
+
+// ProducerFenced counts outbox_relay_producer_fenced_total.
+func (p Publisher) ProducerFenced() { p.r.ProducerFenced.Inc() }

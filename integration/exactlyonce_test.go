@@ -1,0 +1,272 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The exactly-once tests run the relay with --delivery exactly-once under
+// steady load through a fault, then check what two consumers saw: one
+// reading read_committed (what Kafka Streams, Flink or the inbox see),
+// which must show every committed event exactly once, in per-aggregate
+// order, and one reading read_uncommitted, whose duplicates are the
+// records of the transactions the fault aborted (what a consumer without
+// read_committed would still see). Without the transactions, or with a
+// restart that resumed before the committed position, the read_committed
+// consumer would count duplicates, as the at-least-once tests do.
+
+// eosArgs are the relay's exactly-once settings of these tests
+// (environment variables, as StartRelay takes them).
+var eosArgs = []string{"OUTBOX_RELAY_DELIVERY=exactly-once", "OUTBOX_RELAY_TRANSACTION_INTERVAL=100ms"}
+
+// eosRun is a relay environment under steady load, with a read_committed
+// and a read_uncommitted consumer.
+type eosRun struct {
+	t        *testing.T
+	env      *Env
+	ledger   *Ledger
+	rc, ru   *Consumer
+	stop     atomic.Bool
+	werr     chan error
+	stopOnce atomic.Bool
+}
+
+func startEOSRun(t *testing.T, seed int64) *eosRun {
+	env := NewEnv(t, EnvOptions{})
+	r := &eosRun{t: t, env: env, ledger: NewLedger(), werr: make(chan error, 1)}
+	r.rc = StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	r.ru = StartTxnConsumer(t, env.Topic, env.Partitions, false)
+	wr := env.NewWriter(r.ledger)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		rng := rand.New(rand.NewSource(seed))
+		for !r.stop.Load() {
+			ids := make([]string, 5)
+			for i := range ids {
+				ids[i] = aggName(rng.Intn(200))
+			}
+			if _, err := wr.Write(ctx, ids, true); err != nil {
+				r.werr <- err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		r.werr <- nil
+	}()
+	t.Cleanup(r.stopWriter)
+	return r
+}
+
+// stopWriter stops the load after the transaction it is in.
+func (r *eosRun) stopWriter() {
+	if !r.stop.Swap(true) {
+		if err := <-r.werr; err != nil {
+			r.t.Fatalf("writer: %v", err)
+		}
+	}
+}
+
+// flowing waits until the read_committed consumer got n more records.
+func (r *eosRun) flowing(what string, n int) {
+	r.t.Helper()
+	have := r.rc.Count()
+	if !r.rc.WaitCount(have+n, 90*time.Second) {
+		r.t.Fatalf("%s: fewer than %d more committed records within 90s (%d read, %d committed)", what, n, r.rc.Count(), r.ledger.CommittedCount())
+	}
+}
+
+// startRelay starts an exactly-once relay with extra settings (KEY=VALUE).
+func (r *eosRun) startRelay(extra ...string) *Relay {
+	return r.env.StartRelay(append(append([]string{}, eosArgs...), extra...)...)
+}
+
+// waitSlotFree waits for the walsender of a killed relay to let go.
+func (r *eosRun) waitSlotFree() {
+	r.t.Helper()
+	if !r.env.WaitSlotActive(false, 30*time.Second) {
+		r.t.Fatalf("slot still active 30s after the kill: %+v", r.env.SlotInfo())
+	}
+}
+
+// finish stops the load, waits for every committed event and checks:
+// read_committed: none lost, no duplicate, no inversion; read_uncommitted
+// is reported (its duplicates are the aborted transactions' records).
+func (r *eosRun) finish(name, fault string) {
+	r.t.Helper()
+	r.stopWriter()
+	committed := r.ledger.Committed()
+	ok := r.rc.WaitFor(committed, 2*time.Minute, 2*time.Second)
+	rep := r.rc.Check(committed, CheckOptions{TimestampSkew: 5 * time.Second})
+	r.ru.WaitFor(committed, 30*time.Second, time.Second)
+	_, ruDups := r.ru.Seen()
+	msg := fmt.Sprintf("%s: delivery=exactly-once fault=%q committed=%d read_committed: delivered=%d duplicates=%d records=%d inversions=%d; read_uncommitted: records=%d duplicates=%d",
+		name, fault, rep.Committed, rep.Delivered, rep.Duplicates, rep.Records, rep.Inversions, r.ru.Count(), ruDups)
+	r.t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		r.t.Errorf("not every committed event reached the read_committed consumer")
+	}
+	if rep.Duplicates != 0 {
+		r.t.Errorf("read_committed consumer saw %d duplicates, want 0", rep.Duplicates)
+	}
+	RequireOK(r.t, rep)
+}
+
+// TestExactlyOnceKill9 kills the relay with SIGKILL three times under
+// load, restarting it each time: whatever the dead relay's open
+// transaction held is aborted by the successor's InitProducerId, and the
+// successor resumes after the committed position.
+func TestExactlyOnceKill9(t *testing.T) {
+	r := startEOSRun(t, 7)
+	relay := r.startRelay()
+	r.flowing("start", 1500)
+	for round := 1; round <= 3; round++ {
+		relay.Kill9()
+		t.Logf("round %d: killed the relay with %d committed records read, %d events committed", round, r.rc.Count(), r.ledger.CommittedCount())
+		r.waitSlotFree()
+		relay = r.startRelay()
+		r.flowing(fmt.Sprintf("after kill %d", round), 1000)
+	}
+	r.finish("TestExactlyOnceKill9", "kill -9 x3")
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+}
+
+// TestExactlyOncePostgresCrash crashes PostgreSQL (immediate shutdown, so
+// the slot's confirmed position may move back to its last checkpoint)
+// under load: the relay reconnects and skips what Kafka committed.
+func TestExactlyOncePostgresCrash(t *testing.T) {
+	r := startEOSRun(t, 8)
+	relay := r.startRelay()
+	r.flowing("start", 1500)
+	StackCtl(t, "pg-crash")
+	t.Logf("crashed PostgreSQL with %d committed records read", r.rc.Count())
+	r.flowing("after the crash", 1500)
+	r.finish("TestExactlyOncePostgresCrash", "postgres crash")
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+}
+
+// TestExactlyOnceFailover runs two relays on the slot and kills the
+// leader: the standby takes over, fences the dead leader's producer and
+// resumes after the committed position.
+func TestExactlyOnceFailover(t *testing.T) {
+	r := startEOSRun(t, 9)
+	lead := r.startRelay("OUTBOX_RELAY_LEADER_POLL_INTERVAL=200ms")
+	r.flowing("start", 1000)
+	standby := r.startRelay("OUTBOX_RELAY_LEADER_POLL_INTERVAL=200ms")
+	if !within(20*time.Second, 100*time.Millisecond, func() bool { return standby.LogContains("standby") }) {
+		t.Fatalf("second relay is not a standby:\n%s", standby.LogTail(20))
+	}
+	r.flowing("with a standby", 1000)
+	lead.Kill9()
+	t.Logf("killed the leader with %d committed records read", r.rc.Count())
+	r.flowing("after the failover", 1500)
+	if !standby.LogContains("transactional producer ready") {
+		t.Errorf("the standby did not take the transactional producer over:\n%s", standby.LogTail(20))
+	}
+	r.finish("TestExactlyOnceFailover", "leader kill -9, standby takes over")
+	if code, exited := standby.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+}
+
+// TestExactlyOnceFencing freezes the leader (SIGSTOP) until the standby
+// has taken over, then thaws it: the zombie's next transactional request
+// is refused (its producer was fenced by the new leader's
+// InitProducerId), it steps down, and nothing it wrote becomes visible.
+func TestExactlyOnceFencing(t *testing.T) {
+	r := startEOSRun(t, 10)
+	args := []string{"OUTBOX_RELAY_LEADER_POLL_INTERVAL=200ms", "OUTBOX_RELAY_LEADER_TIMEOUT=4s", "OUTBOX_RELAY_LEADER_KEEPALIVE_INTERVAL=500ms",
+		"OUTBOX_RELAY_WAL_SENDER_TIMEOUT=5s"}
+	zombie := r.startRelay(args...)
+	r.flowing("start", 1000)
+	standby := r.startRelay(args...)
+	if !within(20*time.Second, 100*time.Millisecond, func() bool { return standby.LogContains("standby") }) {
+		t.Fatalf("second relay is not a standby:\n%s", standby.LogTail(20))
+	}
+	if err := syscall.Kill(zombie.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := r.rc.Count()
+	t.Logf("froze the leader (pid %d) with %d committed records read", zombie.Pid(), frozen)
+	if !within(60*time.Second, 100*time.Millisecond, func() bool { return standby.LogContains("transactional producer ready") }) {
+		syscall.Kill(zombie.Pid(), syscall.SIGCONT)
+		t.Fatalf("the standby did not take over within 60s:\n%s", standby.LogTail(30))
+	}
+	r.flowing("after the takeover", 1000)
+	if err := syscall.Kill(zombie.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("thawed the old leader")
+	if !within(30*time.Second, 100*time.Millisecond, func() bool {
+		return zombie.LogContains("standby again") || zombie.LogContains("fenced") || !zombie.Running()
+	}) {
+		t.Errorf("the thawed leader did not step down within 30s:\n%s", zombie.LogTail(30))
+	}
+	r.flowing("after the thaw", 1000)
+	for _, l := range zombie.LogLines("fenced", 3) {
+		t.Logf("old leader: %s", l)
+	}
+	r.finish("TestExactlyOnceFencing", "leader frozen (SIGSTOP), standby takes over, old leader thawed")
+	for _, rl := range []*Relay{standby, zombie} {
+		if rl.Running() {
+			rl.Term(20 * time.Second)
+		}
+	}
+}
+
+// TestExactlyOnceLargeTransaction kills the relay twice in quick
+// succession in the middle of a 100k-row PostgreSQL transaction, which
+// spans many Kafka transactions: the restarts resume inside it, after the
+// committed position's ordinal.
+func TestExactlyOnceLargeTransaction(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	rc := StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	ru := StartTxnConsumer(t, env.Topic, env.Partitions, false)
+	const rows = 100_000
+	committedAt := time.Now()
+	env.bulkInsert(rows, 500)
+	expected := env.bulkExpected(rows, committedAt)
+	relay := env.StartRelay(eosArgs...)
+	for kill := 1; kill <= 2; kill++ {
+		have := rc.Count()
+		if !rc.WaitCount(have+15_000, 120*time.Second) {
+			t.Fatalf("kill %d: fewer than 15000 more committed records within 120s (%d)", kill, rc.Count())
+		}
+		relay.Kill9()
+		t.Logf("kill %d: %d of %d committed records read", kill, rc.Count(), rows)
+		if !env.WaitSlotActive(false, 30*time.Second) {
+			t.Fatalf("slot still active 30s after the kill: %+v", env.SlotInfo())
+		}
+		relay = env.StartRelay(eosArgs...)
+	}
+	ok := rc.WaitFor(expected, 3*time.Minute, 2*time.Second)
+	rep := rc.Check(expected, CheckOptions{})
+	ru.WaitFor(expected, 30*time.Second, time.Second)
+	_, ruDups := ru.Seen()
+	msg := fmt.Sprintf("TestExactlyOnceLargeTransaction: delivery=exactly-once fault=%q committed=%d read_committed: delivered=%d duplicates=%d records=%d inversions=%d; read_uncommitted: records=%d duplicates=%d",
+		"kill -9 x2 inside one 100k-row transaction", rep.Committed, rep.Delivered, rep.Duplicates, rep.Records, rep.Inversions, ru.Count(), ruDups)
+	t.Log(msg)
+	fmt.Println(msg)
+	if !ok {
+		t.Errorf("not every event reached the read_committed consumer")
+	}
+	if rep.Duplicates != 0 {
+		t.Errorf("read_committed consumer saw %d duplicates, want 0", rep.Duplicates)
+	}
+	RequireOK(t, rep)
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+}
