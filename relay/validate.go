@@ -271,7 +271,7 @@ func (p PublishConfig) validateDelivery(cs *checks) {
 		return
 	}
 	if p.NoIdempotence {
-		cs.fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: drop --idempotent=false")
+		cs.fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: leave Publish.NoIdempotence false")
 	}
 	if p.TransactionInterval < time.Millisecond || p.TransactionInterval > time.Minute {
 		cs.fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (100ms is the default)")
