@@ -141,6 +141,10 @@ type secureKafkaOptions struct {
 	// the PLAINTEXT controller and inter-broker listeners (User:ANONYMOUS)
 	// are super users, User is allowed nothing until an ACL says so.
 	ACLs bool
+	// Props are extra server.properties lines, e.g.
+	// "transaction.max.timeout.ms=30000" (static broker settings no
+	// client can change on the running broker).
+	Props []string
 }
 
 func startSecureKafka(t *testing.T, pki *securePKI) *secureKafka {
@@ -192,6 +196,9 @@ group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=2
 `, port, ctrl, internal, k.User, k.Password, pki.KafkaKeystore, pki.CA, filepath.Join(dir, "data")) + authz
+	for _, p := range opts.Props {
+		conf += p + "\n"
+	}
 	if err := os.WriteFile(props, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

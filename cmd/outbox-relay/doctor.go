@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/doctor"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // cmdDoctor checks PostgreSQL's settings, the publication, the slot and the
@@ -29,6 +30,12 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			"the idempotent producer (with --idempotent, that the principal gets a producer id: InitProducerId),\n"+
 			"each topic's partitions, replication factor (3 recommended), min.insync.replicas (2),\n"+
 			"unclean.leader.election.enable (false) and retention.ms, and prints each finding with its fix.\n"+
+			"With --delivery exactly-once it also checks the transactional id (DESCRIBE: FindCoordinator; WRITE: an\n"+
+			"AddPartitionsToTxn under producer id -1, which the coordinator refuses unchanged; never InitProducerId,\n"+
+			"which would fence a running relay), WRITE on the positions and outbox topics in a transaction, the brokers'\n"+
+			"transaction.state.log.replication.factor (3) and transaction.state.log.min.isr (2), transaction.max.timeout.ms\n"+
+			"against --transaction-timeout, and the positions topic (cleanup.policy=compact, READ, replication; when\n"+
+			"missing, whether the relay may create it).\n"+
 			"Exit code 1 when any check fails, 4 when the checks could not run (PostgreSQL unreachable or\n"+
 			"refusing the connection).\n"+
 			"On PostgreSQL 17+ it also checks the slot's failover chain: the slot's failover flag, the primary's\n"+
@@ -82,6 +89,11 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Idempotent: !cfg.Relay.Publish.NoIdempotence,
 		Client:     func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
 	doctor.CheckKafka(ctx, kt, rep)
+	if p := cfg.Relay.Publish; p.Delivery == relay.ExactlyOnce {
+		doctor.CheckTransactions(ctx, kt, doctor.TransactionTarget{
+			TransactionalID: transactionalID(p, cfg.Relay.Database.Slot), PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout,
+		}, rep)
+	}
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
 	ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
 	doctor.CheckRetention(ret, rep)
@@ -93,6 +105,17 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("some checks failed (see the fixes above)")
 	}
 	return nil
+}
+
+// transactionalID is the transactional id the relay uses in exactly-once
+// mode: --transactional-id, or "outbox-relay-" + the slot (as
+// relay.PublishConfig.TransactionalID documents), so doctor checks the
+// ACLs of the id the relay will really use.
+func transactionalID(p relay.PublishConfig, slot string) string {
+	if p.TransactionalID != "" {
+		return p.TransactionalID
+	}
+	return "outbox-relay-" + slot
 }
 
 // notCheckedError is a failure before any check ran (exit 4): a monitor

@@ -32,7 +32,7 @@ type KafkaTarget struct {
 
 // topicConfigNames are the topic configs the checks read, in one
 // DescribeConfigs request per topic.
-var topicConfigNames = []string{"min.insync.replicas", "unclean.leader.election.enable", "retention.ms"}
+var topicConfigNames = []string{"min.insync.replicas", "unclean.leader.election.enable", "retention.ms", "cleanup.policy"}
 
 // CheckKafka checks that a broker answers, that the relay's principal may
 // write idempotently (or says that it does not), and per topic its
@@ -88,6 +88,10 @@ type topicFacts struct {
 	// unless reading them failed (configErr).
 	configs   map[string]string
 	configErr error
+	// createFlags are the kafka-topics.sh flags, besides the replication,
+	// that re-create the topic as it must be (the positions topic's);
+	// empty for an outbox topic.
+	createFlags string
 }
 
 // evalTopic adds the findings of one topic. A topic should have 3
@@ -119,7 +123,7 @@ func evalTopic(f topicFacts, dedupe time.Duration, r *Report) {
 	detail := fmt.Sprintf("%d partitions, replication factor %d, min.insync.replicas %d", f.partitions, rf, minISR)
 	alter := "kafka-configs.sh --alter --entity-type topics --entity-name " + f.name + " --add-config "
 	addReplicas := "add replicas with kafka-reassign-partitions.sh (3 brokers per partition), or re-create the topic with kafka-topics.sh --create --topic " +
-		f.name + " --replication-factor 3 --config min.insync.replicas=2"
+		f.name + f.createFlags + " --replication-factor 3 --config min.insync.replicas=2"
 	passed := true // no finding below: one PASS line
 	find := func(l Level, detail, fix string) {
 		passed = false
