@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +89,11 @@ func startClusterRun(t *testing.T, extraEnv ...string) *clusterRun {
 	if !within(60*time.Second, 100*time.Millisecond, func() bool { return r.node.streamingLeader() || !r.relay.Running() }) || !r.relay.Running() {
 		t.Fatalf("relay not streaming within 60s; tail:\n%s", r.relay.LogTail(30))
 	}
-	r.cons = StartConsumer(t, r.env.Topic, r.env.Partitions)
+	if slices.Contains(extraEnv, eosArgs[0]) {
+		r.cons = StartTxnConsumer(t, r.env.Topic, r.env.Partitions, true) // what exactly-once promises
+	} else {
+		r.cons = StartConsumer(t, r.env.Topic, r.env.Partitions)
+	}
 	w := r.env.NewWriter(r.ledger)
 	waitCaughtUp(t, r.env, r.cons, w, 60*time.Second)
 
@@ -495,4 +500,61 @@ func deadLetterCount(t *testing.T, env *Env) int {
 		t.Fatalf("count dead letters: %v", err)
 	}
 	return n
+}
+
+// TestClusterExactlyOnce: the exactly-once relay through kill -9 of the
+// busiest leader, then of the broker coordinating the relay's
+// transactional id (the transaction coordinator: the open transaction's
+// AddPartitionsToTxn and EndTxn fail until another broker takes the
+// __transaction_state partition over). A read_committed consumer must
+// count no duplicate, a read_uncommitted one shows what the faults
+// aborted.
+func TestClusterExactlyOnce(t *testing.T) {
+	r := startClusterRun(t, eosArgs...)
+	ru := StartTxnConsumer(t, r.env.Topic, r.env.Partitions, false)
+	var recoveries []string
+	for round := 1; round <= 2; round++ {
+		time.Sleep(2 * time.Second)
+		victim, what := r.c.BusiestLeader(r.env.Topic), "busiest leader"
+		if round == 2 {
+			victim, what = transactionCoordinator(t, "outbox-relay-"+r.env.Slot), "transaction coordinator"
+		}
+		var down atomic.Bool
+		r.restartAtEnd(victim, &down)
+		m := r.fault(func() { down.Store(true); r.c.Kill(victim) })
+		rec := r.recovered(m, 2*time.Minute)
+		t.Logf("round %d: killed node %d (%s): every event committed by 0.5s after the kill visible read_committed after %s", round, victim, what, rec.Round(time.Millisecond))
+		recoveries = append(recoveries, fmt.Sprintf("%s(node_%d_%s)", rec.Round(100*time.Millisecond), victim, strings.ReplaceAll(what, " ", "_")))
+		r.c.Start(victim)
+		down.Store(false)
+		r.settle(2 * time.Minute)
+	}
+	rep := r.finish("delivery=exactly-once recovery=" + strings.Join(recoveries, ","))
+	_, ruDups := ru.Seen()
+	msg := fmt.Sprintf("TestClusterExactlyOnce: read_committed duplicates=%d; read_uncommitted records=%d duplicates=%d", rep.Duplicates, ru.Count(), ruDups)
+	t.Log(msg)
+	fmt.Println(msg)
+	if rep.Duplicates != 0 {
+		t.Errorf("read_committed consumer saw %d duplicates, want 0", rep.Duplicates)
+	}
+}
+
+// transactionCoordinator returns the node id of the broker coordinating
+// transactional id id.
+func transactionCoordinator(t *testing.T, id string) int {
+	t.Helper()
+	var node int
+	if !within(30*time.Second, 200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		res, err := kafkaClient().FindCoordinator(ctx, &kafka.FindCoordinatorRequest{Key: id, KeyType: kafka.CoordinatorKeyTypeTransaction})
+		if err != nil || res.Error != nil || res.Coordinator == nil {
+			return false
+		}
+		node = res.Coordinator.NodeID
+		return true
+	}) {
+		t.Fatalf("no transaction coordinator for %q within 30s", id)
+	}
+	return node
 }

@@ -703,6 +703,9 @@ func (t *transactions) abandon() {
 		err = res.Error
 	}
 	t.p.m.TransactionAborted()
+	if te := transactionFailure("EndTxn(abort)", err); te != nil && te.Fenced {
+		t.p.m.ProducerFenced()
+	}
 	if err != nil {
 		t.p.log.Info("open transaction not aborted on close; the coordinator aborts it after the transaction timeout, or the next leader at once",
 			slog.String("stage", "transaction"), slog.Any("error", err))
