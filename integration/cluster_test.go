@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -226,6 +228,7 @@ func (r *clusterRun) finish(extra string) *Report {
 		r.t.Name(), *clusterIdempotent, rep.Committed, rep.Delivered, len(rep.Lost), rep.Duplicates, rep.Inversions, len(errs), extra)
 	r.t.Log(msg)
 	fmt.Println(msg)
+	r.t.Logf("relay warnings by message: %s", warningsByMessage(errs))
 	if !arrived {
 		r.t.Errorf("not every committed event arrived")
 	}
@@ -557,4 +560,24 @@ func transactionCoordinator(t *testing.T, id string) int {
 		t.Fatalf("no transaction coordinator for %q within 30s", id)
 	}
 	return node
+}
+
+// warningsByMessage counts JSON log lines by their message, most first.
+func warningsByMessage(lines []string) string {
+	n := map[string]int{}
+	for _, l := range lines {
+		var e struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal([]byte(l), &e) == nil {
+			n[e.Message]++
+		}
+	}
+	msgs := slices.Collect(maps.Keys(n))
+	slices.SortFunc(msgs, func(a, b string) int { return n[b] - n[a] })
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "%d× %q; ", n[m], m)
+	}
+	return b.String()
 }

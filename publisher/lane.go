@@ -231,6 +231,10 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
 			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
 		level := retryLevel(attempt)
+		if errors.Is(err, kafka.ConcurrentTransactions) && attempt%10 != 0 {
+			// Expected right after a commit, gone within milliseconds.
+			level = slog.LevelDebug
+		}
 		if class != Transient || renew {
 			level = max(level, slog.LevelWarn)
 		}

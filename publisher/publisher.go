@@ -514,6 +514,12 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 // outage costs the brokers no more than a few requests per partition per
 // BackoffMax.
 func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Duration {
+	if errors.Is(err, kafka.ConcurrentTransactions) {
+		// The previous transaction's markers are still being written
+		// (exactly-once): done within milliseconds, as the Java producer
+		// assumes when it retries AddPartitionsToTxn after 20 ms.
+		return concurrentTxnRetry + backoff.Jitter(1, concurrentTxnRetry, concurrentTxnRetry)
+	}
 	if healing(err) && time.Since(since) < healWindow {
 		p.refreshMetadata()
 		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
@@ -522,6 +528,10 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 }
 
 const (
+	// concurrentTxnRetry is the shortest wait before a request the
+	// transaction coordinator answered CONCURRENT_TRANSACTIONS is sent
+	// again (at most twice that).
+	concurrentTxnRetry = 10 * time.Millisecond
 	// healWindow is how long after a batch's first failure a leader
 	// change gets fast retries (beforeRetry): longer than a broker's
 	// session timeout (9 s by default, 18 s on older clusters) plus an

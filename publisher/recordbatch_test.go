@@ -55,7 +55,7 @@ func decodeBatch(t testing.TB, b []byte) decodedBatch {
 	if !ok {
 		t.Fatalf("records are a %T, want one *protocol.RecordBatch", rs.Records)
 	}
-	out := decodedBatch{stamp: producerStamp{id: rb.ProducerID, epoch: rb.ProducerEpoch, baseSeq: rb.BaseSequence}}
+	out := decodedBatch{stamp: producerStamp{id: rb.ProducerID, epoch: rb.ProducerEpoch, baseSeq: rb.BaseSequence, transactional: rb.Attributes&attrTransactional != 0}}
 	for {
 		r, err := rb.ReadRecord()
 		if err == io.EOF {

@@ -1,0 +1,336 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+		"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/addpartitionstotxn"
+	"github.com/segmentio/kafka-go/protocol/endtxn"
+	"github.com/segmentio/kafka-go/protocol/initproducerid"
+	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
+
+	"github.com/outbox-relay/outbox-relay/replication"
+)
+
+// txnBroker is a transaction coordinator and partition leader in one:
+// it keeps the records of the open transaction apart and makes them
+// visible at a committing EndTxn, checks that every transactional batch's
+// partition was added to the transaction first, and refuses an old epoch
+// (fencing). Produce requests go on to an idempotentBroker, which checks
+// the sequence numbers.
+type txnBroker struct {
+	*idempotentBroker
+	mu      sync.Mutex
+	epoch   int16
+	added   map[topicPartition]bool
+	pending []string // records of the open transaction, "topic/key/event_id"
+	visible []string // committed records, in commit order
+	ops     []string // the requests, in order: "init", "add", "produce", "commit"
+	// blockEnd, if set, is received from before an EndTxn is answered.
+	blockEnd chan struct{}
+	// fence makes the next EndTxn fail as from a newer producer.
+	fence bool
+	// other keeps the sequence state of topics other than "orders".
+	other map[string]*idempotentBroker
+}
+
+func newTxnBroker() *txnBroker {
+	return &txnBroker{idempotentBroker: newIdempotentBroker(), added: map[topicPartition]bool{}, other: map[string]*idempotentBroker{}}
+}
+
+func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.Message) (protocol.Message, error) {
+	switch req := msg.(type) {
+	case *initproducerid.Request:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.epoch++
+		b.ops = append(b.ops, "init")
+		return &initproducerid.Response{ProducerID: 7, ProducerEpoch: b.epoch}, nil
+	case *addpartitionstotxn.Request:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		res := &addpartitionstotxn.Response{}
+		for _, t := range req.Topics {
+			rr := addpartitionstotxn.ResponseResult{Name: t.Name}
+			for _, p := range t.Partitions {
+				b.added[topicPartition{t.Name, int(p)}] = true
+				rr.Results = append(rr.Results, addpartitionstotxn.ResponsePartition{PartitionIndex: p})
+			}
+			res.Results = append(res.Results, rr)
+		}
+		b.ops = append(b.ops, "add")
+		return res, nil
+	case *endtxn.Request:
+		if b.blockEnd != nil {
+			select {
+			case <-b.blockEnd:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.fence || req.ProducerEpoch != b.epoch {
+			return &endtxn.Response{ErrorCode: int16(producerFenced)}, nil
+		}
+		if req.Committed {
+			b.visible = append(b.visible, b.pending...)
+			b.ops = append(b.ops, "commit")
+		}
+		b.pending = nil
+		clear(b.added)
+		return &endtxn.Response{}, nil
+	case *rawproduce.Request:
+		var raws [][]byte
+		b.mu.Lock()
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				if req.TransactionalID == "" || !b.added[topicPartition{t.Topic, int(p.Partition)}] {
+					b.mu.Unlock()
+					return nil, fmt.Errorf("transactional produce to %s[%d] not added to the transaction (transactional id %q)", t.Topic, p.Partition, req.TransactionalID)
+				}
+				raw, err := readAll(p.RecordSet)
+				if err != nil {
+					b.mu.Unlock()
+					return nil, err
+				}
+				d := decodeBatch(testingNoop{}, raw)
+				if !d.stamp.transactional {
+					b.mu.Unlock()
+					return nil, errors.New("a batch without the transactional attribute")
+				}
+				for _, m := range d.msgs {
+					b.pending = append(b.pending, t.Topic+"/"+string(m.Key)+"/"+headerValue(m.Headers, "event_id"))
+				}
+				raws = append(raws, raw)
+			}
+		}
+		i := 0 // the idempotent broker reads the record sets again
+		for ti := range req.Topics {
+			for pi := range req.Topics[ti].Partitions {
+				req.Topics[ti].Partitions[pi].RecordSet = protocol.RawRecordSet{Reader: bytes.NewReader(raws[i])}
+				i++
+			}
+		}
+		b.ops = append(b.ops, "produce")
+		b.mu.Unlock()
+		// Sequence numbers are per topic and partition: a broker each.
+		res := &produceapi.Response{}
+		for _, topic := range req.Topics {
+			ib := b.idempotentBroker
+			if topic.Topic != "orders" {
+				b.mu.Lock()
+				if b.other[topic.Topic] == nil {
+					b.other[topic.Topic] = newIdempotentBroker()
+				}
+				ib = b.other[topic.Topic]
+				b.mu.Unlock()
+			}
+			one := *req
+			one.Topics = []rawproduce.RequestTopic{topic}
+			m, err := ib.RoundTrip(ctx, addr, &one)
+			if err != nil {
+				return nil, err
+			}
+			res.Topics = append(res.Topics, m.(*produceapi.Response).Topics...)
+		}
+		return res, nil
+	}
+	return b.idempotentBroker.RoundTrip(ctx, addr, msg)
+}
+
+// release lets one blocked EndTxn through.
+func (b *txnBroker) release(t *testing.T, p *Publisher) {
+	t.Helper()
+	select {
+	case b.blockEnd <- struct{}{}:
+	case err := <-p.Fatal():
+		t.Fatalf("publisher failed: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EndTxn to release within 10s")
+	}
+}
+
+func (b *txnBroker) state() (visible, pending []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.visible...), append([]string(nil), b.pending...)
+}
+
+// startTxnPublisher starts an exactly-once publisher on b with topic
+// "orders" (3 partitions) and the positions topic "pos" (1 partition).
+func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publisher {
+	t.Helper()
+	c := newFakeCluster(b)
+	c.setPartitions("orders", 3)
+	c.setPartitions("pos", 1)
+	cfg := Config{Transactions: &TransactionConfig{
+		ID: "tid", Interval: interval, PositionsTopic: "pos",
+		Position: func(last *replication.Event) ([]byte, []byte) {
+			if last == nil {
+				return []byte("slot"), nil
+			}
+			return []byte("slot"), []byte(last.EventID)
+		},
+	}}
+	p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
+	if err := p.Begin(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTransactionDefersAcks: an event is acknowledged only once the
+// transaction holding it committed, and the transaction carries a position
+// record naming its last event, produced before the commit.
+func TestTransactionDefersAcks(t *testing.T) {
+	b := newTxnBroker()
+	b.blockEnd = make(chan struct{})
+	p := startTxnPublisher(t, b, 20*time.Millisecond)
+	var acks ackLog
+	for i := range 30 {
+		id := fmt.Sprintf("e-%02d", i)
+		if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The commit waits in EndTxn: every record is in the open
+	// transaction, none acknowledged, the position record last.
+	if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 31 }) {
+		_, pending := b.state()
+		b.mu.Lock()
+		ops := append([]string(nil), b.ops...)
+		b.mu.Unlock()
+		t.Fatalf("%d records in the open transaction, want 30 events and the position record; requests %v", len(pending), ops)
+	}
+	if n := acks.n.Load(); n != 0 {
+		t.Fatalf("%d events acknowledged before the commit", n)
+	}
+	_, pending := b.state()
+	if last := pending[len(pending)-1]; last != "pos/slot/" {
+		t.Fatalf("last record of the transaction %q, want the position record", last)
+	}
+	b.release(t, p)
+	close(b.blockEnd)
+	acks.waitFor(t, 30, 5*time.Second)
+	visible, _ := b.state()
+	if len(visible) != 31 {
+		t.Fatalf("%d records visible after the commit, want 31", len(visible))
+	}
+}
+
+// TestTransactionHoldsLaterEvents: events published while a transaction
+// commits are not sent before its EndTxn: sent earlier they would join
+// the closing transaction without being covered by its position.
+func TestTransactionHoldsLaterEvents(t *testing.T) {
+	b := newTxnBroker()
+	b.blockEnd = make(chan struct{})
+	p := startTxnPublisher(t, b, 20*time.Millisecond)
+	var acks ackLog
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("e-%02d", i)
+			if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 10)
+	if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 11 }) {
+		t.Fatal("the first transaction did not reach its commit")
+	}
+	publish(10, 20) // while EndTxn hangs
+	time.Sleep(100 * time.Millisecond)
+	if _, pending := b.state(); len(pending) != 11 {
+		t.Fatalf("%d records in the closing transaction, want its 10 events and its position: later events were sent into it", len(pending))
+	}
+	b.release(t, p)
+	acks.waitFor(t, 10, 5*time.Second)
+	b.release(t, p) // the second transaction's EndTxn
+	close(b.blockEnd)
+	acks.waitFor(t, 20, 5*time.Second)
+	visible, _ := b.state()
+	if len(visible) != 22 {
+		t.Fatalf("%d records visible, want 20 events and two position records", len(visible))
+	}
+	// Per aggregate, the acknowledgements keep the publish order.
+	last := map[string]string{}
+	for _, id := range acks.order() {
+		var i int
+		fmt.Sscanf(id, "e-%d", &i)
+		agg := fmt.Sprint(i % 5)
+		if prev, ok := last[agg]; ok && id < prev {
+			t.Fatalf("aggregate %s: %s acknowledged after %s", agg, id, prev)
+		}
+		last[agg] = id
+	}
+}
+
+// TestTransactionFenced: an EndTxn refused because a newer producer took
+// the transactional id over fails the publisher with a fenced
+// TransactionError, and acknowledges nothing of the transaction.
+func TestTransactionFenced(t *testing.T) {
+	b := newTxnBroker()
+	b.fence = true
+	p := startTxnPublisher(t, b, 10*time.Millisecond)
+	var acks ackLog
+	if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), acks.acker("e-1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.Fatal():
+		var te *TransactionError
+		if !errors.As(err, &te) || !te.Fenced || !errors.Is(err, producerFenced) {
+			t.Fatalf("fatal error %v, want a fenced TransactionError", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no failure after a fenced EndTxn")
+	}
+	if n := acks.n.Load(); n != 0 {
+		t.Fatalf("%d events acknowledged from a fenced transaction", n)
+	}
+}
+
+// TestTransactionFailureClasses: which refusals lose the transaction.
+func TestTransactionFailureClasses(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		lost   bool
+		fenced bool
+	}{
+		{kafka.InvalidProducerEpoch, true, true},
+		{producerFenced, true, true},
+		{fmt.Errorf("wrapped: %w", kafka.OutOfOrderSequenceNumber), true, false},
+		{kafka.InvalidTransactionState, true, false},
+		{kafka.NotLeaderForPartition, false, false},
+		{kafka.ConcurrentTransactions, false, false},
+		{context.DeadlineExceeded, false, false},
+	} {
+		te := transactionFailure("Produce", c.err)
+		if (te != nil) != c.lost || te != nil && te.Fenced != c.fenced {
+			t.Errorf("%v: got %+v, want lost=%v fenced=%v", c.err, te, c.lost, c.fenced)
+		}
+	}
+	if !coordinatorRetry(kafka.ConcurrentTransactions) || !coordinatorRetry(kafka.NotCoordinatorForGroup) || coordinatorRetry(kafka.InvalidProducerEpoch) {
+		t.Error("coordinatorRetry misclassifies")
+	}
+}
+
+func within(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
