@@ -84,15 +84,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 // (partitionReader).
 func (c *Consumer) readerConfig() kafka.ReaderConfig {
 	rc := kafka.ReaderConfig{
-		Brokers:               c.cfg.Brokers,
-		GroupID:               c.cfg.GroupID,
-		GroupTopics:           c.cfg.Topics,
-		StartOffset:           c.cfg.StartOffset,
-		MinBytes:              1,
-		MaxBytes:              8 << 20,
+		Brokers:     c.cfg.Brokers,
+		GroupID:     c.cfg.GroupID,
+		GroupTopics: c.cfg.Topics,
+		StartOffset: c.cfg.StartOffset,
+		MinBytes:    1,
+		// 1 MiB, the Java consumer's max.partition.fetch.bytes: a
+		// partition's reader holds the response being applied and one
+		// fetched ahead, so this bounds memory per assigned partition
+		// whatever the backlog (8 MiB made a backlog cost up to 16 MiB
+		// per partition).
+		MaxBytes:              1 << 20,
 		MaxWait:               500 * time.Millisecond,
 		IsolationLevel:        kafka.ReadCommitted,
-		QueueCapacity:         max(100, c.cfg.BatchSize),
 		HeartbeatInterval:     time.Second,
 		WatchPartitionChanges: true,
 		ReadBackoffMin:        100 * time.Millisecond,
