@@ -58,13 +58,13 @@
 // Config.BatchLinger (default 5ms) of its first record. Memory is bounded
 // by the batch size and, per assigned partition, the reader's fetch
 // responses (the one being applied and at most one fetched ahead, each up
-// to MaxBytes, 1 MiB by default), whatever the backlog. A rebalance ends
+// to MaxBytes, 256 KiB by default), whatever the backlog. A rebalance ends
 // the consumer-group generation: each worker finishes the batch it is
 // applying, the final offsets are committed, and only then are the
 // partitions released. When Run returns, none of its goroutines (workers,
 // committers, the pruning loop) is left: the pool may be closed at once,
-// and a Run started again in the same process never
-// overlaps with the batches, offset commits or prunes of the one before.
+// and a Run started again in the same process never overlaps with the
+// batches, offset commits or prunes of the one before.
 //
 // Handler is called once per event and fits most effects: one or two
 // statements per event. BatchHandler receives the batch's fresh events at

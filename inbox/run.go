@@ -89,12 +89,13 @@ func (c *Consumer) readerConfig() kafka.ReaderConfig {
 		GroupTopics: c.cfg.Topics,
 		StartOffset: c.cfg.StartOffset,
 		MinBytes:    1,
-		// 1 MiB, the Java consumer's max.partition.fetch.bytes: a
-		// partition's reader holds the response being applied and one
-		// fetched ahead, so this bounds memory per assigned partition
-		// whatever the backlog (8 MiB made a backlog cost up to 16 MiB
-		// per partition).
-		MaxBytes:              1 << 20,
+		// A partition's reader holds the response being applied and one
+		// fetched ahead, so MaxBytes bounds the memory of each assigned
+		// partition whatever the backlog (8 MiB made a backlog cost up
+		// to 16 MiB per partition); 256 KiB still holds more records of
+		// a few hundred bytes than a batch, and the next response is
+		// already fetched when the batch is applied.
+		MaxBytes:              256 << 10,
 		MaxWait:               500 * time.Millisecond,
 		IsolationLevel:        kafka.ReadCommitted,
 		HeartbeatInterval:     time.Second,

@@ -267,7 +267,8 @@ func (r *PartitionReader) fetch(ctx context.Context, offset int64) (decoded, err
 	return out, err
 }
 
-// errRetryNow asks retry for an immediate retry, without a log line.
+// errRetryNow asks retry for a retry after the minimum backoff, without
+// a log line.
 var errRetryNow = errors.New("retry now")
 
 // retry runs op until it succeeds, ctx ends (ctx.Err()) or its error is
@@ -286,6 +287,9 @@ func (r *PartitionReader) retry(ctx context.Context, offset int64, what string, 
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errRetryNow):
+			if !backoff.Sleep(ctx, r.cfg.BackoffMin) {
+				return ctx.Err()
+			}
 			continue
 		case !retriable(err):
 			return fmt.Errorf("kafkafetch: %s %s/%d at offset %d: %w", what, r.cfg.Topic, r.cfg.Partition, offset, err)
