@@ -28,6 +28,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
 	"github.com/outbox-relay/outbox-relay/record"
 )
@@ -57,6 +58,14 @@ func kfTopic(t *testing.T, ctx context.Context, name string) string {
 	t.Cleanup(func() {
 		_, _ = kafkaClient().DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{topic}})
 	})
+	// Wait for the partition's leader: the transactional produce below
+	// does not retry NOT_LEADER.
+	if !within(30*time.Second, 100*time.Millisecond, func() bool {
+		res, err := kafkaClient().ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
+		return err == nil && len(res.Topics[topic]) == 1 && res.Topics[topic][0].Error == nil
+	}) {
+		t.Fatalf("topic %s has no leader after 30s", topic)
+	}
 	return topic
 }
 
@@ -478,4 +487,79 @@ func kfRunInbox(t *testing.T, ctx context.Context, topic string, readUncommitted
 	}
 	slices.Sort(ids)
 	return c.Stats(), ids
+}
+
+// TestKafkaFetchOverSASLSSL: the reader's transport is built from the
+// inbox's kafka.Dialer, so it reads from a broker whose only listener is
+// SASL_SSL with client certificates (the secure stack of TestSecurity),
+// and a wrong password is an error FetchMessage returns, not a retry
+// loop that never ends.
+func TestKafkaFetchOverSASLSSL(t *testing.T) {
+	pki := newSecurePKI(t)
+	k := startSecureKafka(t, pki)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := k.security(t, "SCRAM-SHA-512")
+	topic := "it.kf.secure." + randSuffix()
+	res, err := k.client(s).CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(k.Addr), Topic: topic, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+		Transport: s.Transport("outbox-relay-it", 5*time.Second, time.Second)}
+	msgs := make([]kafka.Message, 50)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(fmt.Sprintf("v%d", i))}
+	}
+	for {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || ctx.Err() != nil {
+			t.Fatalf("produce over SASL_SSL: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.Close()
+
+	r, err := kafkafetch.New(kafkafetch.Config{Brokers: []string{k.Addr}, Topic: topic, Offset: kafka.FirstOffset,
+		Dialer: s.Dialer("outbox-relay-it", 5*time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range msgs {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("FetchMessage %d over SASL_SSL: %v", i, err)
+		}
+		if m.Offset != int64(i) || string(m.Key) != string(msgs[i].Key) || string(m.Value) != string(msgs[i].Value) {
+			t.Fatalf("message %d: offset %d key %q value %q", i, m.Offset, m.Key, m.Value)
+		}
+	}
+	t.Logf("read %d records over SASL_SSL (SCRAM-SHA-512, client certificate)", len(msgs))
+
+	bad, err := kafkaconn.Config{
+		TLS:  kafkaconn.TLSConfig{CAFile: pki.CA, CertFile: pki.KafkaClientCert, KeyFile: pki.KafkaClientKey},
+		SASL: kafkaconn.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: k.User, Password: "wrong"},
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := kafkafetch.New(kafkafetch.Config{Brokers: []string{k.Addr}, Topic: topic, Dialer: bad.Dialer("outbox-relay-it", 5*time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer bcancel()
+	_, err = rb.FetchMessage(bctx)
+	if kafkaconn.Classify(err) != kafkaconn.FailureSASLAuthentication {
+		t.Fatalf("FetchMessage with a wrong password: %v, want a SASL authentication failure", err)
+	}
+	t.Logf("a wrong password: %v", err)
 }

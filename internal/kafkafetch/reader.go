@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
@@ -358,7 +359,7 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		}},
 	})
 	if err != nil {
-		return decoded{}, err
+		return decoded{}, r.routingCause(ctx, err)
 	}
 	res, ok := m.(*fetch.Response)
 	if !ok {
@@ -383,6 +384,22 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		return decoded{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	return out, nil
+}
+
+// routingCause adds to err, when kafka-go's Transport could not route a
+// request (a *fetch.Error: the partition is missing from its metadata),
+// the reason its metadata is missing, if the metadata request failed: a
+// rejected TLS handshake or SASL login surfaces only there, and it is
+// permanent where "no such partition yet" is not.
+func (r *PartitionReader) routingCause(ctx context.Context, err error) error {
+	var ferr *fetch.Error
+	if !errors.As(err, &ferr) {
+		return err
+	}
+	if _, merr := r.tr.RoundTrip(ctx, r.addr, &metadata.Request{TopicNames: []string{r.cfg.Topic}}); merr != nil {
+		return fmt.Errorf("%w (metadata: %w)", err, merr)
+	}
+	return err
 }
 
 // partitionOf finds the reader's partition in res.
