@@ -133,10 +133,13 @@ type Config struct {
 	// settings (SessionTimeout, RebalanceTimeout, HeartbeatInterval,
 	// JoinGroupBackoff, GroupBalancers, Dialer, StartOffset) go to the
 	// kafka.ConsumerGroup, the fetch settings (MinBytes, MaxBytes,
-	// MaxWait, QueueCapacity, ReadBackoffMin/Max, IsolationLevel) to each
-	// partition's reader. GroupID, GroupTopics, Topic, Partition and
-	// CommitInterval are the inbox's. nil (the default) keeps the inbox's
-	// settings.
+	// MaxWait, ReadBatchTimeout, ReadBackoffMin/Max, IsolationLevel) and
+	// the Dialer to each partition's reader (see Transactions in the
+	// package documentation; QueueCapacity, MaxAttempts and the loggers
+	// do not apply to it). IsolationLevel is kafka.ReadCommitted unless
+	// set to kafka.ReadUncommitted here. GroupID, GroupTopics, Topic,
+	// Partition and CommitInterval are the inbox's. nil (the default)
+	// keeps the inbox's settings.
 	TuneReader func(*kafka.ReaderConfig)
 }
 

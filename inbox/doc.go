@@ -56,13 +56,15 @@
 // one partition, and so of one aggregate, are applied in order. A batch is
 // up to Config.BatchSize records (default 500), or what arrived within
 // Config.BatchLinger (default 5ms) of its first record. Memory is bounded
-// by the batch size and the reader queues per assigned partition, whatever
-// the backlog. A rebalance ends the consumer-group generation: each worker
-// finishes the batch it is applying, the final offsets are committed, and
-// only then are the partitions released. When Run returns, none of its
-// goroutines (workers, committers, the pruning loop) is left: the pool may
-// be closed at once, and a Run started again in the same process never
-// overlaps with the batches, offset commits or prunes of the one before.
+// by the batch size and, per assigned partition, the reader's fetch
+// responses (the one being applied and at most one fetched ahead, each up
+// to MaxBytes, 256 KiB by default), whatever the backlog. A rebalance ends
+// the consumer-group generation: each worker finishes the batch it is
+// applying, the final offsets are committed, and only then are the
+// partitions released. When Run returns, none of its goroutines (workers,
+// committers, the pruning loop) is left: the pool may be closed at once,
+// and a Run started again in the same process never overlaps with the
+// batches, offset commits or prunes of the one before.
 //
 // Handler is called once per event and fits most effects: one or two
 // statements per event. BatchHandler receives the batch's fresh events at
@@ -117,6 +119,30 @@
 // ApplyNewer upserts a row only if the event's aggregate_version is newer
 // than the stored one. For pure state snapshots that is enough and cheaper;
 // its documentation lists when it is not.
+//
+// # Transactions
+//
+// The inbox reads read_committed: a producer that writes in Kafka
+// transactions (the relay's exactly-once mode, a Kafka Streams or Java
+// transactional producer) may abort one, explicitly or because it crashed
+// mid-transaction and its successor's InitProducerId aborted it. Its
+// records stay in the log, and a read_uncommitted consumer applies them
+// although they never committed. So each partition is read up to the last
+// stable offset, and the records of aborted transactions are dropped as
+// the Java consumer drops them; records of open transactions wait until
+// they commit (a long transaction holds its partition back, never
+// another). The markers that end transactions (control batches) are
+// never delivered to a handler, in either isolation level, and committed
+// offsets move past them.
+//
+// kafka-go's Reader does not do this (it delivers aborted records, and the
+// markers as records: segmentio/kafka-go issue #1332), so the inbox keeps
+// kafka-go's consumer group for membership and offsets but reads each
+// assigned partition with a fetcher of its own (internal/kafkafetch) over
+// kafka-go's protocol layer, with Config.TuneReader's fetch settings and
+// Dialer (TLS, SASL). A producer that never uses transactions costs
+// nothing: without open transactions the last stable offset is the high
+// watermark. TuneReader may still set kafka.ReadUncommitted.
 //
 // # Kafka 4.x
 //

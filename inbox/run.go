@@ -10,6 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
@@ -82,14 +84,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 // (partitionReader).
 func (c *Consumer) readerConfig() kafka.ReaderConfig {
 	rc := kafka.ReaderConfig{
-		Brokers:               c.cfg.Brokers,
-		GroupID:               c.cfg.GroupID,
-		GroupTopics:           c.cfg.Topics,
-		StartOffset:           c.cfg.StartOffset,
-		MinBytes:              1,
-		MaxBytes:              8 << 20,
+		Brokers:     c.cfg.Brokers,
+		GroupID:     c.cfg.GroupID,
+		GroupTopics: c.cfg.Topics,
+		StartOffset: c.cfg.StartOffset,
+		MinBytes:    1,
+		// A partition's reader holds the response being applied and one
+		// fetched ahead, so MaxBytes bounds the memory of each assigned
+		// partition whatever the backlog (8 MiB made a backlog cost up
+		// to 16 MiB per partition); 256 KiB still holds more records of
+		// a few hundred bytes than a batch, and the next response is
+		// already fetched when the batch is applied.
+		MaxBytes:              256 << 10,
 		MaxWait:               500 * time.Millisecond,
-		QueueCapacity:         max(100, c.cfg.BatchSize),
+		IsolationLevel:        kafka.ReadCommitted,
 		HeartbeatInterval:     time.Second,
 		WatchPartitionChanges: true,
 		ReadBackoffMin:        100 * time.Millisecond,
@@ -126,29 +134,29 @@ func groupConfig(cfg Config, rc kafka.ReaderConfig) kafka.ConsumerGroupConfig {
 	}
 }
 
-// partitionReader reads one assigned partition from offset.
-func partitionReader(rc kafka.ReaderConfig, topic string, partition int, offset int64) (*kafka.Reader, error) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:          rc.Brokers,
-		Dialer:           rc.Dialer,
-		Topic:            topic,
-		Partition:        partition,
-		MinBytes:         rc.MinBytes,
-		MaxBytes:         rc.MaxBytes,
-		MaxWait:          rc.MaxWait,
-		ReadBatchTimeout: rc.ReadBatchTimeout,
-		QueueCapacity:    rc.QueueCapacity,
-		ReadLagInterval:  -1,
-		ReadBackoffMin:   rc.ReadBackoffMin,
-		ReadBackoffMax:   rc.ReadBackoffMax,
-		IsolationLevel:   rc.IsolationLevel,
-		MaxAttempts:      rc.MaxAttempts,
-		Logger:           rc.Logger,
-		ErrorLogger:      rc.ErrorLogger,
+// partitionReader reads one assigned partition from offset (kafka-go's
+// FirstOffset and LastOffset included) with rc's fetch settings and
+// Dialer. It is a kafkafetch.PartitionReader, not a kafka.Reader: kafka-go
+// delivers the records of aborted transactions and the transaction
+// markers as ordinary messages, and the inbox must apply neither.
+func partitionReader(rc kafka.ReaderConfig, log *slog.Logger, topic string, partition int, offset int64) (*kafkafetch.PartitionReader, error) {
+	r, err := kafkafetch.New(kafkafetch.Config{
+		Brokers:         rc.Brokers,
+		Dialer:          rc.Dialer,
+		Topic:           topic,
+		Partition:       partition,
+		Offset:          offset,
+		MinBytes:        rc.MinBytes,
+		MaxBytes:        rc.MaxBytes,
+		MaxWait:         rc.MaxWait,
+		RequestTimeout:  rc.ReadBatchTimeout,
+		ReadUncommitted: rc.IsolationLevel == kafka.ReadUncommitted,
+		BackoffMin:      rc.ReadBackoffMin,
+		BackoffMax:      rc.ReadBackoffMax,
+		Logger:          log,
 	})
-	if err := r.SetOffset(offset); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("inbox: %s/%d: set offset %d: %w", topic, partition, offset, err)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %s/%d: reader at offset %d: %w", topic, partition, offset, err)
 	}
 	return r, nil
 }
@@ -208,11 +216,15 @@ type partitionWorker struct {
 // that is cancelled only ShutdownTimeout after ctx.
 func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset int64) error {
 	c := w.c
-	r, err := partitionReader(rc, w.topic, w.partition, offset)
+	r, err := partitionReader(rc, c.log, w.topic, w.partition, offset)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() { // r is replaced after an offset out of range
+		if r != nil {
+			r.Close()
+		}
+	}()
 	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTx()
 	// The grace period is a service, not a timer left behind: it ends
@@ -243,7 +255,18 @@ func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("inbox: fetch %s/%d: %w", w.topic, w.partition, err)
+			var oor *kafkafetch.OffsetOutOfRangeError
+			if !errors.As(err, &oor) {
+				return fmt.Errorf("inbox: fetch %s/%d: %w", w.topic, w.partition, err)
+			}
+			r.Close()
+			if r, err = w.outOfRange(ctx, rc, oor); err != nil {
+				return err
+			}
+			if r == nil {
+				return nil // ctx ended
+			}
+			continue
 		}
 		if ctx.Err() != nil {
 			return nil // the generation ended while the batch filled: leave it to the next owner
@@ -267,7 +290,7 @@ func (w *partitionWorker) run(ctx context.Context, rc kafka.ReaderConfig, offset
 
 // fetch returns the next batch: the first record (waiting as long as it
 // takes), then what arrives within BatchLinger, up to BatchSize records.
-func (w *partitionWorker) fetch(ctx context.Context, r *kafka.Reader, buf []kafka.Message) ([]kafka.Message, error) {
+func (w *partitionWorker) fetch(ctx context.Context, r *kafkafetch.PartitionReader, buf []kafka.Message) ([]kafka.Message, error) {
 	m, err := r.FetchMessage(ctx)
 	if err != nil {
 		return buf, err
@@ -287,6 +310,33 @@ func (w *partitionWorker) fetch(ctx context.Context, r *kafka.Reader, buf []kafk
 		buf = append(buf, m)
 	}
 	return buf, nil
+}
+
+// outOfRange returns a new reader after the partition's log no longer
+// holds the offset to read, as kafka.Reader (the inbox's reader before)
+// did: below the log's start (retention deleted records before they were
+// applied) reading resumes at the start, with a warning that names the
+// lost range; past its end (a truncated or recreated log) the same offset
+// is tried again after ReadBackoffMax (at least a second), until the log
+// reaches it. It
+// returns a nil reader when ctx ended meanwhile.
+func (w *partitionWorker) outOfRange(ctx context.Context, rc kafka.ReaderConfig, oor *kafkafetch.OffsetOutOfRangeError) (*kafkafetch.PartitionReader, error) {
+	c := w.c
+	next := oor.Offset
+	if oor.Offset < oor.First {
+		next = oor.First
+		c.log.Warn("offset below the partition's log start: records were deleted before they were applied; skipping them",
+			slog.String("stage", "kafka"), slog.String("topic", w.topic), slog.Int("partition", w.partition),
+			slog.Int64("offset", oor.Offset), slog.Int64("log_start", oor.First), slog.Int64("skipped", oor.First-oor.Offset))
+	} else {
+		c.log.Warn("offset past the partition's log end; waiting for the log to reach it",
+			slog.String("stage", "kafka"), slog.String("topic", w.topic), slog.Int("partition", w.partition),
+			slog.Int64("offset", oor.Offset), slog.Int64("log_end", oor.Last))
+		if !backoff.Sleep(ctx, max(rc.ReadBackoffMax, time.Second)) {
+			return nil, nil
+		}
+	}
+	return partitionReader(rc, c.log, w.topic, w.partition, next)
 }
 
 // loopExit calls the consumer's loop-exit hook, when a test set one: a

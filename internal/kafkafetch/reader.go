@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
@@ -267,7 +268,8 @@ func (r *PartitionReader) fetch(ctx context.Context, offset int64) (decoded, err
 	return out, err
 }
 
-// errRetryNow asks retry for an immediate retry, without a log line.
+// errRetryNow asks retry for a retry after the minimum backoff, without
+// a log line.
 var errRetryNow = errors.New("retry now")
 
 // retry runs op until it succeeds, ctx ends (ctx.Err()) or its error is
@@ -286,6 +288,9 @@ func (r *PartitionReader) retry(ctx context.Context, offset int64, what string, 
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errRetryNow):
+			if !backoff.Sleep(ctx, r.cfg.BackoffMin) {
+				return ctx.Err()
+			}
 			continue
 		case !retriable(err):
 			return fmt.Errorf("kafkafetch: %s %s/%d at offset %d: %w", what, r.cfg.Topic, r.cfg.Partition, offset, err)
@@ -354,7 +359,7 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		}},
 	})
 	if err != nil {
-		return decoded{}, err
+		return decoded{}, r.routingCause(ctx, err)
 	}
 	res, ok := m.(*fetch.Response)
 	if !ok {
@@ -379,6 +384,22 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		return decoded{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	return out, nil
+}
+
+// routingCause adds to err, when kafka-go's Transport could not route a
+// request (a *fetch.Error: the partition is missing from its metadata),
+// the reason its metadata is missing, if the metadata request failed: a
+// rejected TLS handshake or SASL login surfaces only there, and it is
+// permanent where "no such partition yet" is not.
+func (r *PartitionReader) routingCause(ctx context.Context, err error) error {
+	var ferr *fetch.Error
+	if !errors.As(err, &ferr) {
+		return err
+	}
+	if _, merr := r.tr.RoundTrip(ctx, r.addr, &metadata.Request{TopicNames: []string{r.cfg.Topic}}); merr != nil {
+		return fmt.Errorf("%w (metadata: %w)", err, merr)
+	}
+	return err
 }
 
 // partitionOf finds the reader's partition in res.
