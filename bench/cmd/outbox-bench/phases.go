@@ -117,6 +117,9 @@ func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 	if err := b.relayStats(ctx, r, &d.relayStats); err != nil {
 		return d, err
 	}
+	if m, err := r.scrape(ctx); err == nil {
+		d.txStats = txDiff(m, metrics{})
+	}
 	if err := r.stop(); err != nil {
 		d.Notes = append(d.Notes, "relay stop: "+err.Error())
 	}
@@ -415,6 +418,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
 	l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
 	l.setConsumer(lat)
+	l.txStats = txDiff(m1, m0)
 	l.setHistogram(diffBuckets(m1.histogram(mCommitToAck), m0.histogram(mCommitToAck)))
 	l.setDecode(diffBuckets(m1.histogram(mCommitToDec), m0.histogram(mCommitToDec)))
 	l.RelayCPUPer100k = (cpu1 - cpu0) / float64(max(w.committed, 1)) * 1e5

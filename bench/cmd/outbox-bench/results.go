@@ -61,6 +61,9 @@ type drainResult struct {
 	RelaySec            float64 `json:"relay_s"`
 	RelayStartupSec     float64 `json:"relay_startup_s"`
 	RelayWalsenderCPU   float64 `json:"relay_walsender_cpu_s"`
+	Delivery            string  `json:"delivery,omitempty"`
+	Round               int     `json:"round,omitempty"`
+	txStats
 	relayStats
 }
 
@@ -116,6 +119,9 @@ type latencyResult struct {
 	RelayCPUPer100k     float64  `json:"relay_cpu_s_per_100k"`
 	BrokerCPUPer100k    float64  `json:"broker_cpu_s_per_100k"`
 	WalsenderCPUPer100k float64  `json:"walsender_cpu_s_per_100k"`
+	Delivery            string   `json:"delivery,omitempty"`
+	Round               int      `json:"round,omitempty"`
+	txStats
 	Notes               []string `json:"notes,omitempty"`
 }
 
@@ -149,8 +155,19 @@ func percentile(sorted []float64, q float64) float64 {
 }
 
 // label names the window: its offered rate and transaction size.
+func (d *drainResult) modeLabel() string {
+	if d.Delivery == "" {
+		return fmt.Sprint(d.Mode)
+	}
+	return fmt.Sprintf("%d (%s, round %d)", d.Mode, d.Delivery, d.Round)
+}
+
 func (l *latencyResult) label() string {
-	return fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
+	s := fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
+	if l.Delivery != "" {
+		s += fmt.Sprintf(", %s (round %d)", l.Delivery, l.Round)
+	}
+	return s
 }
 
 func (l *latencyResult) setConsumer(lat []float64) {
@@ -282,6 +299,7 @@ func (r *results) checks() []check {
 		}
 		out = append(out, c)
 	}
+	out = append(out, r.deliveryChecks()...)
 	if r.BigTx != nil {
 		c := check{Name: fmt.Sprintf("peak RSS through a %d-row transaction ≤ %d MiB", r.BigTx.Rows, targetBigTxRSS>>20)}
 		c.Pass = r.BigTx.PeakRSS > 0 && r.BigTx.PeakRSS <= targetBigTxRSS && r.BigTx.Published >= float64(r.BigTx.Rows)
