@@ -50,6 +50,19 @@ func txDiff(after, before metrics) txStats {
 	return s
 }
 
+// concurrentTxn is the publish errors with reason concurrent_transactions:
+// an exactly-once relay's produce that reached the partition while the
+// coordinator was still completing the previous transaction, retried.
+func (m metrics) concurrentTxn() float64 {
+	t := 0.0
+	for k, v := range m {
+		if seriesName(k) == mPubErrors && strings.Contains(k, `reason="concurrent_transactions"`) {
+			t += v
+		}
+	}
+	return t
+}
+
 func (r *results) deliveries() []string {
 	var out []string
 	for _, d := range r.Drains {

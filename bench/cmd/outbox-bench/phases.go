@@ -146,7 +146,8 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	s.Published = m.sum(mPublished)
 	s.Decoded = m.sum(mDecoded)
 	s.Reconnects = m.value(mStarts) - 1
-	s.PublishErrors = m.sum(mPubErrors)
+	s.ConcurrentTxnRetries = m.concurrentTxn()
+	s.PublishErrors = m.sum(mPubErrors) - s.ConcurrentTxnRetries
 	if s.PeakRSS, _, err = benchkit.ProcMem(r.pid); err != nil {
 		return err
 	}
@@ -155,6 +156,9 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	}
 	if s.Reconnects > 0 || s.PublishErrors > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("relay reconnected %.0f times, %.0f publish errors: disturbed run, rerun", s.Reconnects, s.PublishErrors))
+	}
+	if s.ConcurrentTxnRetries > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%.0f produce retries on CONCURRENT_TRANSACTIONS (the coordinator was still completing the previous transaction)", s.ConcurrentTxnRetries))
 	}
 	return nil
 }
@@ -425,8 +429,12 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	if n := m1.value(mStarts) - m0.value(mStarts); n > 0 {
 		l.Notes = append(l.Notes, fmt.Sprintf("relay reconnected %.0f times: disturbed window, rerun", n))
 	}
-	if e := m1.sum(mPubErrors) - m0.sum(mPubErrors); e > 0 {
+	cc := m1.concurrentTxn() - m0.concurrentTxn()
+	if e := m1.sum(mPubErrors) - m0.sum(mPubErrors) - cc; e > 0 {
 		l.Notes = append(l.Notes, fmt.Sprintf("%.0f publish errors: disturbed window, rerun", e))
+	}
+	if cc > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("%.0f produce retries on CONCURRENT_TRANSACTIONS (the coordinator was still completing the previous transaction)", cc))
 	}
 	if !b.pgStartTime(ctx).Equal(pgStart) {
 		l.Notes = append(l.Notes, "PostgreSQL restarted during this window: rerun")

@@ -127,7 +127,7 @@ func renderMarkdown(r *results, cfg *config) string {
 				benchkit.F1(l.HistP50), benchkit.F1(l.HistP99), benchkit.F1(l.HistP999), pctf(l.HistUnder25), benchkit.F1(l.DecodeP50), benchkit.F1(l.DecodeP99), benchkit.F2(l.RelayCPUPer100k), benchkit.F2(l.BrokerCPUPer100k), benchkit.F2(l.WalsenderCPUPer100k))
 		}
 		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT of *events/tx* rows (synchronous_commit on, so it includes the WAL flush). " +
-			"*receipt*: commit time to receipt by a plain kafka-go consumer (one reader per partition), exact percentiles over every record " +
+			"*receipt*: commit time to receipt by a read_committed consumer (`internal/kafkafetch`, one reader per partition; an exactly-once relay's records become visible at their transaction's commit), exact percentiles over every record " +
 			"committed in the window. The commit time is the record timestamp, which Kafka keeps in whole milliseconds, so these values " +
 			"are over-stated by up to 1 ms. *ack ≈*: the relay's `outbox_relay_commit_to_ack_seconds` histogram, bucket counts before and after the window, " +
 			"**percentiles interpolated linearly inside a bucket**; its bounds are 1, 2.5, 5, 7.5, 10, 15, 20, 25, 30, 40, 50, 75, 100, 250 ms …, so a " +

@@ -39,13 +39,14 @@ type results struct {
 
 // relayStats is what a relay process reports at the end of a phase.
 type relayStats struct {
-	Published     float64  `json:"published"`
-	Decoded       float64  `json:"decoded"`
-	Reconnects    float64  `json:"reconnects"`
-	PublishErrors float64  `json:"publish_errors"`
-	PeakRSS       int64    `json:"peak_rss_bytes"`
-	RelayCPU      float64  `json:"relay_cpu_s"`
-	Notes         []string `json:"notes,omitempty"`
+	Published            float64  `json:"published"`
+	Decoded              float64  `json:"decoded"`
+	Reconnects           float64  `json:"reconnects"`
+	PublishErrors        float64  `json:"publish_errors"`
+	ConcurrentTxnRetries float64  `json:"concurrent_transactions_retries,omitempty"`
+	PeakRSS              int64    `json:"peak_rss_bytes"`
+	RelayCPU             float64  `json:"relay_cpu_s"`
+	Notes                []string `json:"notes,omitempty"`
 }
 
 type drainResult struct {
@@ -116,13 +117,13 @@ type latencyResult struct {
 	DecodeP50 float64 `json:"decode_p50_ms"`
 	DecodeP99 float64 `json:"decode_p99_ms"`
 
-	RelayCPUPer100k     float64  `json:"relay_cpu_s_per_100k"`
-	BrokerCPUPer100k    float64  `json:"broker_cpu_s_per_100k"`
-	WalsenderCPUPer100k float64  `json:"walsender_cpu_s_per_100k"`
-	Delivery            string   `json:"delivery,omitempty"`
-	Round               int      `json:"round,omitempty"`
+	RelayCPUPer100k     float64 `json:"relay_cpu_s_per_100k"`
+	BrokerCPUPer100k    float64 `json:"broker_cpu_s_per_100k"`
+	WalsenderCPUPer100k float64 `json:"walsender_cpu_s_per_100k"`
+	Delivery            string  `json:"delivery,omitempty"`
+	Round               int     `json:"round,omitempty"`
 	txStats
-	Notes               []string `json:"notes,omitempty"`
+	Notes []string `json:"notes,omitempty"`
 }
 
 type bigTxResult struct {
