@@ -47,6 +47,9 @@ type bench struct {
 	targets []*target
 	topics  []string
 	cleaned bool
+
+	// delivery is the --delivery of the relays started now.
+	delivery string
 }
 
 func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) {
@@ -151,16 +154,22 @@ func (b *bench) run(ctx context.Context) *results {
 		}
 	}
 	if b.cfg.Phases["drain"] && ctx.Err() == nil {
-		for _, mode := range b.cfg.Modes {
-			if ctx.Err() != nil {
-				break
-			}
-			d, err := b.drain(ctx, mode)
-			if d != nil {
-				res.Drains = append(res.Drains, *d)
-			}
-			if err != nil {
-				fail(fmt.Sprintf("drain (%d-event transactions)", mode), err)
+		for round := 1; round <= b.cfg.Rounds; round++ {
+			for _, mode := range b.cfg.Modes {
+				for _, delivery := range b.cfg.Deliveries {
+					if ctx.Err() != nil {
+						break
+					}
+					b.delivery = delivery
+					d, err := b.drain(ctx, mode)
+					if d != nil {
+						d.Delivery, d.Round = delivery, round
+						res.Drains = append(res.Drains, *d)
+					}
+					if err != nil {
+						fail(fmt.Sprintf("drain (%d-event transactions, %s)", mode, delivery), err)
+					}
+				}
 			}
 		}
 	}
@@ -172,11 +181,23 @@ func (b *bench) run(ctx context.Context) *results {
 		}
 	}
 	if b.cfg.Phases["latency"] && ctx.Err() == nil {
-		l, err := b.latency(ctx)
-		res.Latency = l
-		if err != nil {
-			fail("latency", err)
+		for round := 1; round <= b.cfg.Rounds; round++ {
+			for _, delivery := range b.cfg.Deliveries {
+				if ctx.Err() != nil {
+					break
+				}
+				b.delivery = delivery
+				l, err := b.latency(ctx)
+				for i := range l {
+					l[i].Delivery, l[i].Round = delivery, round
+				}
+				res.Latency = append(res.Latency, l...)
+				if err != nil {
+					fail("latency ("+delivery+")", err)
+				}
+			}
 		}
+		b.delivery = deliveryALO
 	}
 	if b.cfg.Phases["bigtx"] && b.cfg.BigTx > 0 && ctx.Err() == nil {
 		bt, err := b.bigTx(ctx)
@@ -194,6 +215,12 @@ func (b *bench) configSummary() string {
 	c := b.cfg
 	s := fmt.Sprintf("-n %d -modes %s -rates %s -latency-tx %s -duration %s -bigtx %d -preload-conns %d",
 		c.N, benchkit.JoinInts(c.Modes), benchkit.JoinInts(c.Rates), benchkit.JoinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
+	if len(c.Deliveries) > 1 || c.Deliveries[0] != deliveryALO {
+		s += " -delivery " + strings.Join(c.Deliveries, ",")
+	}
+	if c.Rounds > 1 {
+		s += fmt.Sprintf(" -rounds %d", c.Rounds)
+	}
 	if c.Quick {
 		s += " (-quick)"
 	}

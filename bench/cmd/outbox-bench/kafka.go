@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/bench/internal/benchkit"
+	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
 )
 
 // createTopic creates topic (benchkit.CreateTopic) and cleans it up with
@@ -121,7 +122,7 @@ type sample struct {
 type consumer struct {
 	mu      sync.Mutex
 	samples []sample
-	readers []*kafka.Reader
+	readers []*kafkafetch.PartitionReader
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
 	errs    []error
@@ -150,13 +151,15 @@ func (b *bench) startConsumer(ctx context.Context, topic string) (*consumer, err
 		offsets[po.Partition] = po.LastOffset
 	}
 	for p := range benchkit.Partitions {
-		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers: b.cfg.Brokers, Topic: topic, Partition: p,
+		// read_committed: records of an exactly-once relay's transaction
+		// become visible at its commit; aborted ones and control batches
+		// are never delivered (kafka-go's Reader does neither).
+		r, err := kafkafetch.New(kafkafetch.Config{
+			Brokers: b.cfg.Brokers, Topic: topic, Partition: p, Offset: offsets[p],
 			MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond,
-			QueueCapacity: 1000, ReadBackoffMin: time.Millisecond, ReadBackoffMax: 10 * time.Millisecond,
-			MaxAttempts: 1 << 30,
+			BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond,
 		})
-		if err := r.SetOffset(offsets[p]); err != nil {
+		if err != nil {
 			cancel()
 			return nil, err
 		}
@@ -165,7 +168,7 @@ func (b *bench) startConsumer(ctx context.Context, topic string) (*consumer, err
 		go func() {
 			defer c.wg.Done()
 			for {
-				m, err := r.ReadMessage(ctx)
+				m, err := r.FetchMessage(ctx)
 				now := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {

@@ -59,6 +59,8 @@ type config struct {
 	LogDir      string
 	PProf       bool
 	Warmup      bool
+	Deliveries  []string // relay --delivery of each run of drain and latency, interleaved
+	Rounds      int      // repetitions of drain and latency, deliveries interleaved
 }
 
 var allPhases = []string{"drain", "kafka", "latency", "bigtx"}
@@ -140,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var modes, rates, latencyTx, phases string
+	var modes, rates, latencyTx, phases, delivery string
 	fs.IntVar(&cfg.N, "n", 200000, "events preloaded per drain mode")
 	fs.StringVar(&modes, "modes", "1,10", "events per transaction of the drain modes, comma-separated")
 	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s) of the latency phase")
@@ -164,6 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.CleanupOnly, "cleanup", false, "only drop leftovers of earlier runs (outbox_bench_* slots, publications, schemas, topics) and exit")
 	fs.BoolVar(&cfg.Warmup, "warmup", true, "warm the broker up with ProducerPerformance before the drains when -phases has no kafka phase (which warms it)")
 	fs.BoolVar(&cfg.PProf, "pprof", false, "save CPU profiles of the relay during each drain (cpu-drain-m<mode>.pprof) and CPU and allocation profiles for each latency window (cpu-<rate>-tx<size>.pprof, allocs-<rate>-tx<size>.pprof) in the log directory")
+	fs.StringVar(&delivery, "delivery", deliveryALO, "the relay's --delivery: at-least-once, exactly-once, or both (each drain and latency run once per delivery, interleaved, and a side-by-side table)")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the drain and latency phases this many times (deliveries interleaved in each round: A, B, A, B …)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for relay logs and raw results (default: a new one under $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -214,8 +218,18 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case cfg.N <= 0 || cfg.BigTx < 0 || cfg.Parallel <= 0:
 		return nil, errors.New("-n and -preload-conns must be positive, -bigtx not negative")
+	case cfg.Rounds < 1:
+		return nil, errors.New("-rounds must be at least 1")
 	case cfg.Duration < time.Second:
 		return nil, errors.New("-duration must be at least 1s")
+	}
+	switch delivery {
+	case deliveryALO, deliveryEOS:
+		cfg.Deliveries = []string{delivery}
+	case "both":
+		cfg.Deliveries = []string{deliveryALO, deliveryEOS}
+	default:
+		return nil, fmt.Errorf("-delivery: %q is not at-least-once, exactly-once or both", delivery)
 	}
 	if cfg.LogDir, err = benchkit.LogDir(cfg.LogDir, "outbox-bench-"); err != nil {
 		return nil, err

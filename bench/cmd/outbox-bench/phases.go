@@ -117,6 +117,9 @@ func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 	if err := b.relayStats(ctx, r, &d.relayStats); err != nil {
 		return d, err
 	}
+	if m, err := r.scrape(ctx); err == nil {
+		d.txStats = txDiff(m, metrics{})
+	}
 	if err := r.stop(); err != nil {
 		d.Notes = append(d.Notes, "relay stop: "+err.Error())
 	}
@@ -143,7 +146,8 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	s.Published = m.sum(mPublished)
 	s.Decoded = m.sum(mDecoded)
 	s.Reconnects = m.value(mStarts) - 1
-	s.PublishErrors = m.sum(mPubErrors)
+	s.ConcurrentTxnRetries = m.concurrentTxn()
+	s.PublishErrors = m.sum(mPubErrors) - s.ConcurrentTxnRetries
 	if s.PeakRSS, _, err = benchkit.ProcMem(r.pid); err != nil {
 		return err
 	}
@@ -152,6 +156,9 @@ func (b *bench) relayStats(ctx context.Context, r *relayProc, s *relayStats) err
 	}
 	if s.Reconnects > 0 || s.PublishErrors > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("relay reconnected %.0f times, %.0f publish errors: disturbed run, rerun", s.Reconnects, s.PublishErrors))
+	}
+	if s.ConcurrentTxnRetries > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%.0f produce retries on CONCURRENT_TRANSACTIONS (the coordinator was still completing the previous transaction)", s.ConcurrentTxnRetries))
 	}
 	return nil
 }
@@ -415,14 +422,19 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	l.BrokerCPUPer100k = others1.per100k(others0, "broker", w.committed)
 	l.WalsenderCPUPer100k = others1.per100k(others0, "walsender", w.committed)
 	l.setConsumer(lat)
+	l.txStats = txDiff(m1, m0)
 	l.setHistogram(diffBuckets(m1.histogram(mCommitToAck), m0.histogram(mCommitToAck)))
 	l.setDecode(diffBuckets(m1.histogram(mCommitToDec), m0.histogram(mCommitToDec)))
 	l.RelayCPUPer100k = (cpu1 - cpu0) / float64(max(w.committed, 1)) * 1e5
 	if n := m1.value(mStarts) - m0.value(mStarts); n > 0 {
 		l.Notes = append(l.Notes, fmt.Sprintf("relay reconnected %.0f times: disturbed window, rerun", n))
 	}
-	if e := m1.sum(mPubErrors) - m0.sum(mPubErrors); e > 0 {
+	cc := m1.concurrentTxn() - m0.concurrentTxn()
+	if e := m1.sum(mPubErrors) - m0.sum(mPubErrors) - cc; e > 0 {
 		l.Notes = append(l.Notes, fmt.Sprintf("%.0f publish errors: disturbed window, rerun", e))
+	}
+	if cc > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("%.0f produce retries on CONCURRENT_TRANSACTIONS (the coordinator was still completing the previous transaction)", cc))
 	}
 	if !b.pgStartTime(ctx).Equal(pgStart) {
 		l.Notes = append(l.Notes, "PostgreSQL restarted during this window: rerun")

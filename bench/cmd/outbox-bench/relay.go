@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,7 @@ func (b *bench) relayEnv(t *target, metricsAddr string) []string {
 		"OUTBOX_RELAY_METRICS_ADDR="+metricsAddr,
 		"OUTBOX_RELAY_LOG_LEVEL=info",
 		fmt.Sprintf("OUTBOX_RELAY_PPROF=%t", b.cfg.PProf),
+		"OUTBOX_RELAY_DELIVERY="+cmp.Or(b.delivery, deliveryALO),
 	)
 }
 

@@ -63,17 +63,18 @@ func renderMarkdown(r *results, cfg *config) string {
 		p("\n")
 	}
 
+	p("%s", renderDeliveries(r))
 	if len(r.Drains) > 0 {
 		p("### 1. Drain: the relay against pg_recvlogical on the same WAL\n\n")
 		p("| events / tx | events | WAL | payload | pg_recvlogical | relay | relay / ceiling | walsender busy (ceiling / relay) | relay CPU | relay cores | relay peak RSS |\n")
 		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.Drains {
 			if !d.complete() {
-				p("| %d | %s | %s MiB | | %s | – | – | | | | |\n", d.Mode, benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), secRate(d.CeilingSec, d.CeilingRate()))
+				p("| %s | %s | %s MiB | | %s | – | – | | | | |\n", d.modeLabel(), benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), secRate(d.CeilingSec, d.CeilingRate()))
 				continue
 			}
-			p("| %d | %s | %s MiB | %s B | %s | %s | **%s** | %s / %s | %s s (%s s per 100k) | %s | %s MiB |\n",
-				d.Mode, benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), benchkit.Num(d.PayloadBytes),
+			p("| %s | %s | %s MiB | %s B | %s | %s | **%s** | %s / %s | %s s (%s s per 100k) | %s | %s MiB |\n",
+				d.modeLabel(), benchkit.Num(float64(d.Events)), benchkit.F1(benchkit.MiB(d.WALBytes)), benchkit.Num(d.PayloadBytes),
 				secRate(d.CeilingSec, d.CeilingRate()), secRate(d.RelaySec, d.RelayRate()), benchkit.F2(d.Ratio()),
 				pct(d.CeilingWalsenderCPU, d.CeilingSec), pct(d.RelayWalsenderCPU, d.RelaySec),
 				benchkit.F2(d.RelayCPU), benchkit.F2(d.RelayCPU/float64(d.Events)*1e5), benchkit.F2(d.RelayCPU/d.RelaySec), benchkit.F1(benchkit.MiB(d.PeakRSS)))
@@ -85,7 +86,7 @@ func renderMarkdown(r *results, cfg *config) string {
 			"\"relay cores\" is the relay's CPU time over its wall time.\n\n", benchkit.F2(avgStartup(r.Drains)))
 		for _, d := range r.Drains {
 			for _, n := range d.Notes {
-				p("- %d-event transactions: %s\n", d.Mode, n)
+				p("- %s-event transactions: %s\n", d.modeLabel(), n)
 			}
 		}
 	}
@@ -126,7 +127,7 @@ func renderMarkdown(r *results, cfg *config) string {
 				benchkit.F1(l.HistP50), benchkit.F1(l.HistP99), benchkit.F1(l.HistP999), pctf(l.HistUnder25), benchkit.F1(l.DecodeP50), benchkit.F1(l.DecodeP99), benchkit.F2(l.RelayCPUPer100k), benchkit.F2(l.BrokerCPUPer100k), benchkit.F2(l.WalsenderCPUPer100k))
 		}
 		p("\n*insert+commit*: the writer's round trip for one autocommitted INSERT of *events/tx* rows (synchronous_commit on, so it includes the WAL flush). " +
-			"*receipt*: commit time to receipt by a plain kafka-go consumer (one reader per partition), exact percentiles over every record " +
+			"*receipt*: commit time to receipt by a read_committed consumer (`internal/kafkafetch`, one reader per partition; an exactly-once relay's records become visible at their transaction's commit), exact percentiles over every record " +
 			"committed in the window. The commit time is the record timestamp, which Kafka keeps in whole milliseconds, so these values " +
 			"are over-stated by up to 1 ms. *ack ≈*: the relay's `outbox_relay_commit_to_ack_seconds` histogram, bucket counts before and after the window, " +
 			"**percentiles interpolated linearly inside a bucket**; its bounds are 1, 2.5, 5, 7.5, 10, 15, 20, 25, 30, 40, 50, 75, 100, 250 ms …, so a " +
@@ -171,7 +172,7 @@ func renderMarkdown(r *results, cfg *config) string {
 		p("| phase | events | relay time | peak RSS (VmHWM) | relay CPU | CPU per 100k events |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.Drains {
 			if d.complete() {
-				p("| drain, %d-event transactions | %s | %s s | %s MiB | %s s | %s s |\n", d.Mode, benchkit.Num(float64(d.Events)), benchkit.F2(d.RelaySec),
+				p("| drain, %s-event transactions | %s | %s s | %s MiB | %s s | %s s |\n", d.modeLabel(), benchkit.Num(float64(d.Events)), benchkit.F2(d.RelaySec),
 					benchkit.F1(benchkit.MiB(d.PeakRSS)), benchkit.F2(d.RelayCPU), benchkit.F2(d.RelayCPU/float64(d.Events)*1e5))
 			}
 		}

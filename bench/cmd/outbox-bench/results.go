@@ -39,13 +39,14 @@ type results struct {
 
 // relayStats is what a relay process reports at the end of a phase.
 type relayStats struct {
-	Published     float64  `json:"published"`
-	Decoded       float64  `json:"decoded"`
-	Reconnects    float64  `json:"reconnects"`
-	PublishErrors float64  `json:"publish_errors"`
-	PeakRSS       int64    `json:"peak_rss_bytes"`
-	RelayCPU      float64  `json:"relay_cpu_s"`
-	Notes         []string `json:"notes,omitempty"`
+	Published            float64  `json:"published"`
+	Decoded              float64  `json:"decoded"`
+	Reconnects           float64  `json:"reconnects"`
+	PublishErrors        float64  `json:"publish_errors"`
+	ConcurrentTxnRetries float64  `json:"concurrent_transactions_retries,omitempty"`
+	PeakRSS              int64    `json:"peak_rss_bytes"`
+	RelayCPU             float64  `json:"relay_cpu_s"`
+	Notes                []string `json:"notes,omitempty"`
 }
 
 type drainResult struct {
@@ -61,6 +62,9 @@ type drainResult struct {
 	RelaySec            float64 `json:"relay_s"`
 	RelayStartupSec     float64 `json:"relay_startup_s"`
 	RelayWalsenderCPU   float64 `json:"relay_walsender_cpu_s"`
+	Delivery            string  `json:"delivery,omitempty"`
+	Round               int     `json:"round,omitempty"`
+	txStats
 	relayStats
 }
 
@@ -113,10 +117,13 @@ type latencyResult struct {
 	DecodeP50 float64 `json:"decode_p50_ms"`
 	DecodeP99 float64 `json:"decode_p99_ms"`
 
-	RelayCPUPer100k     float64  `json:"relay_cpu_s_per_100k"`
-	BrokerCPUPer100k    float64  `json:"broker_cpu_s_per_100k"`
-	WalsenderCPUPer100k float64  `json:"walsender_cpu_s_per_100k"`
-	Notes               []string `json:"notes,omitempty"`
+	RelayCPUPer100k     float64 `json:"relay_cpu_s_per_100k"`
+	BrokerCPUPer100k    float64 `json:"broker_cpu_s_per_100k"`
+	WalsenderCPUPer100k float64 `json:"walsender_cpu_s_per_100k"`
+	Delivery            string  `json:"delivery,omitempty"`
+	Round               int     `json:"round,omitempty"`
+	txStats
+	Notes []string `json:"notes,omitempty"`
 }
 
 type bigTxResult struct {
@@ -149,8 +156,19 @@ func percentile(sorted []float64, q float64) float64 {
 }
 
 // label names the window: its offered rate and transaction size.
+func (d *drainResult) modeLabel() string {
+	if d.Delivery == "" {
+		return fmt.Sprint(d.Mode)
+	}
+	return fmt.Sprintf("%d (%s, round %d)", d.Mode, d.Delivery, d.Round)
+}
+
 func (l *latencyResult) label() string {
-	return fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
+	s := fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
+	if l.Delivery != "" {
+		s += fmt.Sprintf(", %s (round %d)", l.Delivery, l.Round)
+	}
+	return s
 }
 
 func (l *latencyResult) setConsumer(lat []float64) {
@@ -282,6 +300,7 @@ func (r *results) checks() []check {
 		}
 		out = append(out, c)
 	}
+	out = append(out, r.deliveryChecks()...)
 	if r.BigTx != nil {
 		c := check{Name: fmt.Sprintf("peak RSS through a %d-row transaction ≤ %d MiB", r.BigTx.Rows, targetBigTxRSS>>20)}
 		c.Pass = r.BigTx.PeakRSS > 0 && r.BigTx.PeakRSS <= targetBigTxRSS && r.BigTx.Published >= float64(r.BigTx.Rows)
