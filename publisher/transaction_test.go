@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-		"sync"
+	"sync"
 	"testing"
 	"time"
 
