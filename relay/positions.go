@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -139,7 +140,7 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 	topic := r.cfg.Publish.PositionsTopic
 	rd, err := kafkafetch.New(kafkafetch.Config{
 		Brokers: r.cfg.Kafka.Brokers, Dialer: r.cfg.Kafka.Dialer("outbox-relay"),
-		Topic: topic, Partition: partition, Offset: start, MaxWait: 100 * time.Millisecond,
+		Topic: topic, Partition: partition, Offset: start, End: end, MaxWait: 100 * time.Millisecond,
 		Logger: r.log,
 	})
 	if err != nil {
@@ -149,18 +150,15 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 	key := []byte(r.cfg.Database.Slot)
 	var last *kafkaPosition
 	for {
-		// Past the last data record of the range come only markers (and
-		// aborted records), which the reader hides: a read that waits
-		// for more than a few empty fetches is at the range's end.
-		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		m, err := rd.FetchMessage(fctx)
-		cancel()
+		// The range ends at a last stable offset: every record before it
+		// is decided, so the reader reaches End (io.EOF) without waiting.
+		m, err := rd.FetchMessage(ctx)
+		if errors.Is(err, io.EOF) {
+			return last, nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				return last, nil
 			}
 			return nil, fmt.Errorf("positions topic %s[%d]: %w", topic, partition, err)
 		}

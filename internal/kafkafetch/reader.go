@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -31,6 +32,11 @@ type Config struct {
 	// the reader's isolation level (with read_committed LastOffset is the
 	// last stable offset). The zero value is offset 0.
 	Offset int64
+	// End, when positive, is where reading stops: FetchMessage returns
+	// io.EOF once every record before End was delivered or skipped
+	// (aborted, control). A reader of a committed range gets an answer
+	// without waiting for records that will never come.
+	End int64
 	// Dialer carries the connections' ClientID, DialFunc (or network
 	// settings), Timeout, TLS and SASLMechanism; nil is
 	// kafka.DefaultDialer. Its Resolver and Deadline are not used.
@@ -115,9 +121,11 @@ type PartitionReader struct {
 	tr    *kafka.Transport
 	conns *connSet
 
-	stop      context.CancelFunc
-	done      chan struct{}  // closed when the fetching goroutine returned
-	results   chan fetchItem // unbuffered: one response ahead, no more
+	stop    context.CancelFunc
+	done    chan struct{}  // closed when the fetching goroutine returned
+	results chan fetchItem // unbuffered: one response ahead, no more
+	// sizer is the fetching goroutine's (see fetchSizer).
+	sizer     fetchSizer
 	closeOnce sync.Once
 
 	// Owned by FetchMessage's caller.
@@ -157,6 +165,7 @@ func New(cfg Config) (*PartitionReader, error) {
 		stop:    stop,
 		done:    make(chan struct{}),
 		results: make(chan fetchItem),
+		sizer:   newFetchSizer(cfg.MaxBytes),
 	}
 	go r.run(ctx)
 	return r, nil
@@ -210,6 +219,10 @@ func (r *PartitionReader) run(ctx context.Context) {
 	defer close(r.results)
 	offset, err := r.startOffset(ctx)
 	for err == nil {
+		if r.cfg.End > 0 && offset >= r.cfg.End {
+			err = io.EOF
+			break
+		}
 		var out decoded
 		out, err = r.fetch(ctx, offset)
 		if err != nil {
@@ -343,7 +356,7 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(r.cfg.MaxWait.Milliseconds()),
 		MinBytes:       int32(r.cfg.MinBytes),
-		MaxBytes:       int32(r.cfg.MaxBytes),
+		MaxBytes:       int32(r.sizer.next),
 		IsolationLevel: iso,
 		SessionID:      0,  // no fetch session:
 		SessionEpoch:   -1, // a full, sessionless fetch every time
@@ -354,7 +367,7 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 				CurrentLeaderEpoch: -1,
 				FetchOffset:        offset,
 				LogStartOffset:     -1,
-				PartitionMaxBytes:  int32(r.cfg.MaxBytes),
+				PartitionMaxBytes:  int32(r.sizer.next),
 			}},
 		}},
 	})
@@ -379,11 +392,45 @@ func (r *PartitionReader) fetchOnce(ctx context.Context, offset int64) (decoded,
 		}
 		return decoded{}, err
 	}
+	r.sizer.observe(len(batches(p.RecordSet.Records)))
 	out, err := r.dec.decode(p, offset)
 	if err != nil {
 		return decoded{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	return out, nil
+}
+
+// fetchSizer picks each fetch's MaxBytes. kafka-go decodes every record
+// batch of a response into a page buffer of its own, at least one 64 KiB
+// page, held until the batch's records are released: a response of many
+// small batches (a transactional producer's commit markers, one-record
+// batches of a producer without linger) costs 64 KiB per batch, so a
+// 1 MiB response of 70-byte batches would take 900 MiB. The sizer keeps
+// the batches of one response near pageBudget: it starts at minFetchBytes
+// and sets the next MaxBytes from the last response's batch count,
+// growing at most twofold per response, up to the configured MaxBytes.
+type fetchSizer struct {
+	next, max int
+}
+
+const (
+	// pageBudget is the batches one response may hold: 128 pages of
+	// 64 KiB, 8 MiB.
+	pageBudget    = 128
+	minFetchBytes = 16 << 10
+)
+
+func newFetchSizer(max int) fetchSizer {
+	return fetchSizer{next: min(minFetchBytes, max), max: max}
+}
+
+// observe takes the batch count of a response fetched with s.next.
+func (s *fetchSizer) observe(batches int) {
+	want := s.max
+	if batches > 0 {
+		want = s.next * pageBudget / batches // the average batch size × the budget
+	}
+	s.next = max(min(want, 2*s.next, s.max), min(minFetchBytes, s.max))
 }
 
 // routingCause adds to err, when kafka-go's Transport could not route a

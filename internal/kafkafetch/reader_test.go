@@ -56,3 +56,37 @@ func TestCloseWhileRetrying(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before)
 }
+
+// TestFetchSizer: responses of many small batches shrink the next fetch
+// so that a response holds about pageBudget batches (kafka-go's 64 KiB
+// page each); large batches let it grow, at most twofold at a time, up to
+// the configured maximum.
+func TestFetchSizer(t *testing.T) {
+	s := newFetchSizer(1 << 20)
+	if s.next != minFetchBytes {
+		t.Fatalf("first fetch %d bytes, want %d", s.next, minFetchBytes)
+	}
+	s.observe(2) // two batches in 16 KiB: large ones
+	if s.next != 2*minFetchBytes {
+		t.Fatalf("after large batches: %d, want twofold growth %d", s.next, 2*minFetchBytes)
+	}
+	for range 10 {
+		s.observe(2)
+	}
+	if s.next != 1<<20 {
+		t.Fatalf("after many large batches: %d, want the maximum", s.next)
+	}
+	s.observe(10000) // 1 MiB of 100-byte batches
+	if s.next != minFetchBytes {
+		t.Fatalf("after tiny batches: %d, want the minimum %d", s.next, minFetchBytes)
+	}
+	s.observe(0) // an empty response: grow
+	if s.next != 2*minFetchBytes {
+		t.Fatalf("after an empty response: %d, want %d", s.next, 2*minFetchBytes)
+	}
+	small := newFetchSizer(4 << 10)
+	small.observe(1000)
+	if small.next != 4<<10 {
+		t.Fatalf("a maximum below the minimum: %d, want it", small.next)
+	}
+}
