@@ -528,6 +528,9 @@ func TestClusterExactlyOnce(t *testing.T) {
 		rec := r.recovered(m, 2*time.Minute)
 		t.Logf("round %d: killed node %d (%s): every event committed by 0.5s after the kill visible read_committed after %s", round, victim, what, rec.Round(time.Millisecond))
 		recoveries = append(recoveries, fmt.Sprintf("%s(node_%d_%s)", rec.Round(100*time.Millisecond), victim, strings.ReplaceAll(what, " ", "_")))
+		if bound := 3*r.session + quorumFetchTimeout; rec > bound {
+			t.Errorf("round %d: recovery %s after the kill -9 of the %s, want at most %s", round, rec.Round(time.Millisecond), what, bound)
+		}
 		r.c.Start(victim)
 		down.Store(false)
 		r.settle(2 * time.Minute)

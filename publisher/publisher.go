@@ -520,7 +520,7 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 		// assumes when it retries AddPartitionsToTxn after 20 ms.
 		return concurrentTxnRetry + backoff.Jitter(1, concurrentTxnRetry, concurrentTxnRetry)
 	}
-	if healing(err) && time.Since(since) < healWindow {
+	if (healing(err) || coordinatorMoving(err)) && time.Since(since) < healWindow {
 		p.refreshMetadata()
 		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
 	}

@@ -150,6 +150,15 @@ func coordinatorRetry(err error) bool {
 	return healing(err)
 }
 
+// coordinatorMoving reports a transaction coordinator that moved or is
+// loading its state (a broker died, a __transaction_state partition got
+// a new leader): like a partition leader's move, it heals within the
+// cluster's election, so it gets the same fast retries (beforeRetry).
+func coordinatorMoving(err error) bool {
+	return errors.Is(err, kafka.GroupCoordinatorNotAvailable) || errors.Is(err, kafka.NotCoordinatorForGroup) ||
+		errors.Is(err, kafka.GroupLoadInProgress)
+}
+
 // txnRange is a contiguous range of published events that one Kafka
 // transaction covers.
 type txnRange struct {
