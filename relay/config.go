@@ -195,6 +195,20 @@ type PublishConfig struct {
 	PositionsTopic string
 }
 
+// TransactionalID is the transactional id of the exactly-once producer:
+// Publish.TransactionalID, or "outbox-relay-" + the slot when it is
+// empty, so every replica of the slot shares it.
+func (c Config) TransactionalID() string {
+	if id := c.Publish.TransactionalID; id != "" {
+		return id
+	}
+	slot := c.Database.Slot
+	if slot == "" {
+		slot = DefaultConfig().Database.Slot
+	}
+	return "outbox-relay-" + slot
+}
+
 // Delivery is a delivery guarantee into Kafka (PublishConfig.Delivery).
 type Delivery string
 

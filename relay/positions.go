@@ -64,7 +64,7 @@ func (r *Relay) transactionConfig(id checkpoint.Identity) *publisher.Transaction
 	slotName := r.cfg.Database.Slot
 	key := []byte(slotName)
 	return &publisher.TransactionConfig{
-		ID: r.transactionalID(), Interval: p.TransactionInterval, Timeout: p.TransactionTimeout,
+		ID: r.cfg.TransactionalID(), Interval: p.TransactionInterval, Timeout: p.TransactionTimeout,
 		// Half the window each: the next range fills while one commits.
 		MaxEvents: max(r.cfg.Window.MaxEvents/2, 1), MaxBytes: int(max(r.cfg.Window.MaxBytes/2, 1)),
 		PositionsTopic: p.PositionsTopic,
@@ -77,15 +77,6 @@ func (r *Relay) transactionConfig(id checkpoint.Identity) *publisher.Transaction
 			return key, v
 		},
 	}
-}
-
-// transactionalID is Publish.TransactionalID, by default derived from the
-// slot: every replica of the slot shares it.
-func (r *Relay) transactionalID() string {
-	if id := r.cfg.Publish.TransactionalID; id != "" {
-		return id
-	}
-	return "outbox-relay-" + r.cfg.Database.Slot
 }
 
 // positionScanStart is how many offsets before the partition's end the

@@ -91,7 +91,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	doctor.CheckKafka(ctx, kt, rep)
 	if p := cfg.Relay.Publish; p.Delivery == relay.ExactlyOnce {
 		doctor.CheckTransactions(ctx, kt, doctor.TransactionTarget{
-			TransactionalID: transactionalID(p, cfg.Relay.Database.Slot), PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout,
+			TransactionalID: cfg.Relay.TransactionalID(), PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout,
 		}, rep)
 	}
 	ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
@@ -105,17 +105,6 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("some checks failed (see the fixes above)")
 	}
 	return nil
-}
-
-// transactionalID is the transactional id the relay uses in exactly-once
-// mode: --transactional-id, or "outbox-relay-" + the slot (as
-// relay.PublishConfig.TransactionalID documents), so doctor checks the
-// ACLs of the id the relay will really use.
-func transactionalID(p relay.PublishConfig, slot string) string {
-	if p.TransactionalID != "" {
-		return p.TransactionalID
-	}
-	return "outbox-relay-" + slot
 }
 
 // notCheckedError is a failure before any check ran (exit 4): a monitor
