@@ -64,12 +64,14 @@ type TransactionConfig struct {
 	// (half of it lets the next range fill while one commits).
 	MaxEvents int
 	MaxBytes  int
-	// PositionsTopic receives each transaction's position record.
+	// PositionsTopic receives each transaction's position record, keyed
+	// by PositionKey: the same for every range of the source, so a
+	// compacted topic keeps the newest.
 	PositionsTopic string
-	// Position makes the position record of a range whose last event is
-	// last: its key (the same for every range of the source, so a
-	// compacted topic keeps the newest) and value.
-	Position func(last *replication.Event) (key, value []byte)
+	PositionKey    []byte
+	// Position makes the value of the position record of a range whose
+	// last event is last.
+	Position func(last *replication.Event) []byte
 }
 
 // TransactionError is a failure of the publisher's Kafka transaction.
@@ -303,7 +305,7 @@ func (t *transactions) initProducerID(ctx context.Context) (kafkaconn.ProducerID
 // ensurePositionsTopic finds the position records' partition (by the
 // Java client's murmur2 of the key), creating the topic when missing.
 func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
-	key, _ := t.cfg.Position(nil)
+	key := t.cfg.PositionKey
 	topic := t.cfg.PositionsTopic
 	n, err := t.partitionCount(ctx, topic)
 	if errors.Is(err, kafka.UnknownTopicOrPartition) {
@@ -601,8 +603,7 @@ func (t *transactions) release(r *txnRange) {
 // into the open transaction, retrying like a lane.
 func (t *transactions) writePosition(last *replication.Event) error {
 	p := t.p
-	key, value := t.cfg.Position(last)
-	msg := &kafka.Message{Key: key, Value: value, Time: time.Now()}
+	msg := &kafka.Message{Key: t.cfg.PositionKey, Value: t.cfg.Position(last), Time: time.Now()}
 	var buf []byte
 	var failing time.Time
 	for attempt := 1; ; attempt++ {

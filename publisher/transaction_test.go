@@ -175,13 +175,8 @@ func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publ
 	c.setPartitions("orders", 3)
 	c.setPartitions("pos", 1)
 	cfg := Config{Transactions: &TransactionConfig{
-		ID: "tid", Interval: interval, PositionsTopic: "pos",
-		Position: func(last *replication.Event) ([]byte, []byte) {
-			if last == nil {
-				return []byte("slot"), nil
-			}
-			return []byte("slot"), []byte(last.EventID)
-		},
+		ID: "tid", Interval: interval, PositionsTopic: "pos", PositionKey: []byte("slot"),
+		Position: func(last *replication.Event) []byte { return []byte(last.EventID) },
 	}}
 	p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
 	if err := p.Begin(context.Background()); err != nil {

@@ -67,14 +67,11 @@ func (r *Relay) transactionConfig(id checkpoint.Identity) *publisher.Transaction
 		ID: r.cfg.TransactionalID(), Interval: p.TransactionInterval, Timeout: p.TransactionTimeout,
 		// Half the window each: the next range fills while one commits.
 		MaxEvents: max(r.cfg.Window.MaxEvents/2, 1), MaxBytes: int(max(r.cfg.Window.MaxBytes/2, 1)),
-		PositionsTopic: p.PositionsTopic,
-		Position: func(last *replication.Event) ([]byte, []byte) {
-			if last == nil {
-				return key, nil
-			}
+		PositionsTopic: p.PositionsTopic, PositionKey: key,
+		Position: func(last *replication.Event) []byte {
 			v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: slotName, SystemID: id.SystemID, Timeline: id.Timeline,
 				CommitLSN: last.TxLSN.String(), Events: last.Ordinal + 1, EventID: last.EventID, CommittedAt: time.Now().UTC()})
-			return key, v
+			return v
 		},
 	}
 }
@@ -168,9 +165,6 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 		}
 		pos.offset = m.Offset
 		last = &pos
-		if m.Offset == end-1 {
-			return last, nil
-		}
 	}
 }
 
