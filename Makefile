@@ -201,7 +201,7 @@ test:
 # the targets (found with `go test -list`) run one after another. A run that fails only with
 # the fuzz coordinator's "context deadline exceeded" (a loaded machine, no failing input) is
 # retried once. New interesting inputs stay in GOCACHE; copy crashers into testdata/fuzz.
-FUZZTIME  ?= 10s
+FUZZTIME  ?= 5s
 FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
