@@ -165,7 +165,7 @@ cluster-test: up
 # test to keep CI short). A failing version does not stop the others.
 KAFKA_VERSIONS      ?= 3.9.2 4.4.0
 KAFKA_VERSION_CLUSTER_TESTS ?=
-KAFKA_VERSION_TESTS ?= ^(TestEndToEnd|TestKill9MidStream|TestLargeTransaction|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestPoisonTooLargeForTopic|TestDoctor|TestRecordFormats|TestInboxKill9BetweenCommits|TestInboxBatchRebalance|TestPartitionsAddedWhileStreaming|TestExactlyOnceKill9|TestInboxReadCommitted)$$
+KAFKA_VERSION_TESTS ?= ^(TestEndToEnd|TestKill9MidStream|TestLargeTransaction|TestPoisonQuarantinesAggregate|TestPoisonTooLargeForTopic|TestDoctor|TestRecordFormats|TestInboxKill9BetweenCommits|TestInboxBatchRebalance|TestPartitionsAddedWhileStreaming|TestExactlyOnceKill9|TestInboxReadCommitted)$$
 kafka-versions: up
 	@if [ -z "$(strip $(KAFKA_VERSIONS))" ]; then echo "kafka-versions: KAFKA_VERSIONS is empty"; exit 0; fi; \
 	eval "$$($(STACK) env)"; \
