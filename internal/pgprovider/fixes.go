@@ -49,8 +49,7 @@ func (p Provider) SettingFix(name, value string) string {
 		return fmt.Sprintf("set the database flag %s = %s (console: Edit, Flags)", name, value)
 	case Azure:
 		if name == "max_slot_wal_keep_size" {
-			return "read-only (-1) on Azure: Azure itself drops an inactive logical slot when storage runs short; " +
-				"alert when the relay is down, and run outbox-relay recover after such a drop"
+			return "none: it is read-only (-1) on Azure, which instead drops an inactive logical slot itself when storage runs short"
 		}
 		if static {
 			return fmt.Sprintf("set the server parameter %s = %s (portal: Server parameters), save, then restart the server", name, value)

@@ -64,7 +64,7 @@ func TestFixes(t *testing.T) {
 		{RDS, Provider{Kind: RDS}.ReplicationFix(`"r"`), []string{`GRANT rds_replication TO "r"`}},
 		{CloudSQL, Provider{Kind: CloudSQL}.ReplicationFix(`"r"`), []string{`ALTER ROLE "r" WITH REPLICATION`, "cloudsqlsuperuser"}},
 		{Azure, Provider{Kind: Azure}.ReplicationFix(`"r"`), []string{"azure_pg_admin"}},
-		{Azure, Provider{Kind: Azure}.SettingFix("max_slot_wal_keep_size", "50GB"), []string{"read-only", "outbox-relay recover"}},
+		{Azure, Provider{Kind: Azure}.SettingFix("max_slot_wal_keep_size", "50GB"), []string{"read-only", "drops an inactive logical slot"}},
 		{CloudSQL, Provider{Kind: CloudSQL}.SettingFix("max_wal_senders", "20"), []string{"database flag max_wal_senders = 20", "restart"}},
 	}
 	for _, c := range cases {
