@@ -144,8 +144,8 @@ func TestManagedPostgreSQLGrantRole(t *testing.T) {
 		t.Fatalf("exit %d\n%s", res.Code, tail(res.Stderr, 10))
 	}
 	for _, w := range []string{"role relay_rds created (LOGIN, member of rds_replication, no password",
-		"on Amazon RDS for PostgreSQL, only its console or tooling can do the rest:",
-		"rds.logical_replication = 1", `GRANT rds_iam TO "relay_rds"`} {
+		"on Amazon RDS for PostgreSQL (what only its console or tooling can do, and what differs):",
+		"rds.logical_replication = 1 (console or aws rds modify-db-parameter-group, then a reboot)", "keep --slot clear of that prefix", `GRANT rds_iam TO "relay_rds"`} {
 		if !strings.Contains(res.Stdout, w) {
 			t.Errorf("migrate output lacks %q", w)
 		}

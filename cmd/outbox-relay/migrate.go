@@ -90,9 +90,9 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
 		}
 		if notes := prov.GrantRoleNotes(pgx.Identifier{cfg.GrantRole}.Sanitize()); len(notes) > 0 {
-			fmt.Fprintf(stdout, "on %s, only its console or tooling can do the rest:\n", prov.Name())
+			fmt.Fprintf(stdout, "on %s (what only its console or tooling can do, and what differs):\n", prov.Name())
 			for _, n := range notes {
-				fmt.Fprintf(stdout, "  - %s\n", n)
+				fmt.Fprintf(stdout, "  - %s\n", cfg.text(n))
 			}
 		}
 	}

@@ -117,20 +117,22 @@ func (p Provider) ReplicationFix(quotedRole string) string {
 	return "ALTER ROLE " + quotedRole + " REPLICATION"
 }
 
-// GrantRoleNotes lists what migrate --grant-role cannot do for role on the
-// provider and only its console (or its own tooling) can.
+// GrantRoleNotes lists, for migrate --grant-role, what differs for role
+// (a quoted identifier) on the provider and what only its console (or its
+// own tooling) can do: the password or token login, the switch for
+// logical decoding, limits to keep in mind.
 func (p Provider) GrantRoleNotes(role string) []string {
 	switch p.Kind {
 	case RDS, Aurora:
-		group := "DB parameter group"
+		group, cli := "DB parameter group", "aws rds modify-db-parameter-group"
 		if p.Kind == Aurora {
-			group = "DB cluster parameter group"
+			group, cli = "DB cluster parameter group", "aws rds modify-db-cluster-parameter-group"
 		}
 		return []string{
 			"the replication right is membership in rds_replication (granted), not the REPLICATION attribute",
-			"logical decoding is the " + group + "'s rds.logical_replication = 1 (console or aws rds modify-db-*-parameter-group, then a reboot)",
+			"logical decoding is the " + group + "'s rds.logical_replication = 1 (console or " + cli + ", then a reboot)",
 			"give " + role + " a password (ALTER ROLE " + role + " PASSWORD '...'), or GRANT rds_iam TO " + role + " for IAM tokens (which the relay cannot refresh yet)",
-			"slot names starting with rds are reserved there (unverified): keep --slot clear of that prefix",
+			"slot names starting with rds are reserved there (unverified): keep Database.Slot clear of that prefix",
 		}
 	case CloudSQL:
 		return []string{
