@@ -65,9 +65,9 @@ func (p Provider) SettingFix(name, value string) string {
 }
 
 // sqlValue quotes a setting's value for ALTER SYSTEM unless it is a plain
-// integer.
+// integer or on/off.
 func sqlValue(v string) string {
-	if _, err := strconv.Atoi(v); err == nil {
+	if _, err := strconv.Atoi(v); err == nil || v == "on" || v == "off" {
 		return v
 	}
 	return "'" + v + "'"
