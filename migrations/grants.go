@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -53,6 +54,11 @@ type GrantOptions struct {
 	// schedule (run --cleanup-older-than). Dropping old partitions of a
 	// partitioned outbox needs its owner and is not granted.
 	Cleanup bool
+	// ReplicationRole, when set, is granted to the runtime role instead of
+	// the REPLICATION attribute: on RDS and Aurora the right to stream from
+	// a slot is membership in rds_replication, and customers cannot give
+	// the attribute (pgprovider.Provider.ReplicationRole names it).
+	ReplicationRole string
 }
 
 // cleanupGrant is what GrantOptions.Cleanup adds.
@@ -86,10 +92,11 @@ func RuntimeGrants(t Table, database string, opts GrantOptions) []Grant {
 // GrantRuntimeRole creates role (LOGIN REPLICATION, no password: set one
 // with ALTER ROLE ... PASSWORD, or use certificate authentication) unless
 // it exists, makes sure it has REPLICATION, and grants it RuntimeGrants -
-// nothing else. It runs in one transaction under the migration lock and
-// reports whether it created the role. Creating a REPLICATION role takes
-// a superuser (PostgreSQL 15 and older) or a CREATEROLE role that has
-// REPLICATION itself (16 and later).
+// nothing else. With opts.ReplicationRole it grants that role instead of
+// the REPLICATION attribute. It runs in one transaction under the
+// migration lock and reports whether it created the role. Creating a
+// REPLICATION role takes a superuser (PostgreSQL 15 and older) or a
+// CREATEROLE role that has REPLICATION itself (16 and later).
 func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table, opts GrantOptions) (created bool, grants []Grant, err error) {
 	err = inLockedTx(ctx, db, func(tx pgx.Tx) error {
 		var database string
@@ -99,12 +106,21 @@ func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table, opts
 			return fmt.Errorf("look up role %q: %w", role, err)
 		}
 		r := pgx.Identifier{role}.Sanitize()
-		stmt := "ALTER ROLE " + r + " REPLICATION"
-		if !exists {
-			stmt = "CREATE ROLE " + r + " LOGIN REPLICATION"
+		var stmts []string
+		switch {
+		case opts.ReplicationRole != "" && exists:
+			stmts = []string{"GRANT " + pgx.Identifier{opts.ReplicationRole}.Sanitize() + " TO " + r}
+		case opts.ReplicationRole != "":
+			stmts = []string{"CREATE ROLE " + r + " LOGIN", "GRANT " + pgx.Identifier{opts.ReplicationRole}.Sanitize() + " TO " + r}
+		case exists:
+			stmts = []string{"ALTER ROLE " + r + " REPLICATION"}
+		default:
+			stmts = []string{"CREATE ROLE " + r + " LOGIN REPLICATION"}
 		}
-		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("%s: %w (run migrate as a superuser, or create the role yourself with LOGIN REPLICATION)", stmt, err)
+		for _, stmt := range stmts {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w (run migrate as an admin, or create the role yourself: %s)", stmt, err, strings.Join(stmts, "; "))
+			}
 		}
 		grants = RuntimeGrants(t, database, opts)
 		for _, g := range grants {

@@ -8,10 +8,14 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 )
 
 // CheckServer verifies the server settings logical replication needs and
-// warns about those that put the relay at risk.
+// warns about those that put the relay at risk. A wrong wal_level's error
+// names the fix of the managed service the server runs on, if recognised
+// (internal/pgprovider).
 func CheckServer(ctx context.Context, db DB, log *slog.Logger) error {
 	var walLevel, keep string
 	var version int
@@ -24,8 +28,13 @@ func CheckServer(ctx context.Context, db DB, log *slog.Logger) error {
 		return fmt.Errorf("PostgreSQL %d.%d is too old: the relay needs 14 or later (15 recommended)", version/10000, version%10000/100)
 	}
 	if walLevel != "logical" {
-		return fmt.Errorf("wal_level is %q, logical replication needs wal_level = logical: "+
-			"set it in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel)
+		fix := "set it in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"
+		// Managed services refuse ALTER SYSTEM: name their switch instead.
+		// Only on this error path, so a healthy start-up pays nothing.
+		if p, err := pgprovider.Detect(ctx, db); err == nil && p.Managed() {
+			fix = "on " + p.Name() + ": " + p.WALLevelFix()
+		}
+		return fmt.Errorf("wal_level is %q, logical replication needs wal_level = logical: %s", walLevel, fix)
 	}
 	if keep == "-1" {
 		log.Warn("max_slot_wal_keep_size is unlimited: while the relay is down or Kafka is unreachable the slot retains WAL without bound and can fill the disk", slog.String("stage", "startup"))

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -19,7 +21,9 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n"+
 			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n"+
 			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
-			"grants it exactly the table privileges listed in the README; run it as a superuser for that.",
+			"grants it exactly the table privileges listed in the README; run it as a superuser (on a managed service,\n"+
+			"its admin role) for that. On RDS and Aurora the role gets membership in rds_replication instead of\n"+
+			"REPLICATION; on a managed service it also prints what only the provider's console can do.",
 		args, scopeDB|scopeMigrate, stderr)
 	if err != nil {
 		return err
@@ -64,17 +68,32 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if cfg.GrantRole != "" {
-		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, migrations.GrantOptions{Cleanup: cfg.GrantCleanup})
+		prov, err := pgprovider.Detect(ctx, pool)
 		if err != nil {
 			return err
 		}
-		verb := "exists, has REPLICATION"
+		opts := migrations.GrantOptions{Cleanup: cfg.GrantCleanup, ReplicationRole: prov.ReplicationRole()}
+		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, opts)
+		if err != nil {
+			return err
+		}
+		right := "REPLICATION"
+		if opts.ReplicationRole != "" {
+			right = "member of " + opts.ReplicationRole
+		}
+		verb := "exists, has " + right
 		if created {
-			verb = "created (LOGIN REPLICATION, no password: ALTER ROLE " + cfg.GrantRole + " PASSWORD '...' or use certificates)"
+			verb = "created (LOGIN, " + right + ", no password: ALTER ROLE " + cfg.GrantRole + " PASSWORD '...' or use certificates)"
 		}
 		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
 		for _, g := range grants {
 			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
+		}
+		if notes := prov.GrantRoleNotes(pgx.Identifier{cfg.GrantRole}.Sanitize()); len(notes) > 0 {
+			fmt.Fprintf(stdout, "on %s (what only its console or tooling can do, and what differs):\n", prov.Name())
+			for _, n := range notes {
+				fmt.Fprintf(stdout, "  - %s\n", cfg.text(n))
+			}
 		}
 	}
 	if len(applied) == 0 {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 )
 
 // Level is the severity of a finding.
@@ -79,11 +81,14 @@ type Target struct {
 	Cleanup bool
 }
 
-// CheckPostgres runs the server, publication, role privilege and slot checks.
+// CheckPostgres recognises the provider (internal/pgprovider) and runs the
+// server, publication, role privilege and slot checks, whose fixes are the
+// provider's.
 func CheckPostgres(ctx context.Context, db DB, t Target, r *Report) {
-	settings(ctx, db, r)
+	p := provider(ctx, db, r)
+	settings(ctx, db, p, r)
 	publication(ctx, db, t, r)
-	privileges(ctx, db, t, r)
+	privileges(ctx, db, t, p, r)
 	replicationSlot(ctx, db, t, r)
 }
 
@@ -93,12 +98,12 @@ func setting(ctx context.Context, db DB, name string) (string, error) {
 	return v, err
 }
 
-func settings(ctx context.Context, db DB, r *Report) {
+func settings(ctx context.Context, db DB, p pgprovider.Provider, r *Report) {
 	if v, err := setting(ctx, db, "wal_level"); err != nil {
 		r.add("wal_level", Fail, "cannot read: "+err.Error(), "check the database URL and the role's access")
 	} else if v != "logical" {
 		r.add("wal_level", Fail, fmt.Sprintf("is %q; logical replication needs logical", v),
-			"ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
+			p.WALLevelFix())
 	} else {
 		r.add("wal_level", Pass, "logical", "")
 	}
@@ -120,17 +125,20 @@ func settings(ctx context.Context, db DB, r *Report) {
 				r.add(name, Pass, fmt.Sprintf("%d of %d in use", used, max), "")
 			}
 		}
-		lim("max_replication_slots", maxSlots, usedSlots, fmt.Sprintf("ALTER SYSTEM SET max_replication_slots = %d; then restart PostgreSQL", max(10, maxSlots*2)))
-		lim("max_wal_senders", maxSenders, usedSenders, fmt.Sprintf("ALTER SYSTEM SET max_wal_senders = %d; then restart PostgreSQL", max(10, maxSenders*2)))
+		lim("max_replication_slots", maxSlots, usedSlots, p.SettingFix("max_replication_slots", strconv.Itoa(max(10, maxSlots*2))))
+		lim("max_wal_senders", maxSenders, usedSenders, p.SettingFix("max_wal_senders", strconv.Itoa(max(10, maxSenders*2))))
 	}
 
 	if v, err := setting(ctx, db, "max_slot_wal_keep_size"); err == nil {
 		if v == "-1" {
 			r.add("max_slot_wal_keep_size", Warn, "unlimited: a stopped relay or a Kafka outage retains WAL until the disk fills",
-				"ALTER SYSTEM SET max_slot_wal_keep_size = '<disk budget, e.g. 50GB>'; SELECT pg_reload_conf()")
+				p.SettingFix("max_slot_wal_keep_size", "<disk budget, e.g. 50GB>"))
 		} else {
 			r.add("max_slot_wal_keep_size", Pass, v, "")
 		}
+	}
+	if risk := p.SlotRisk(); risk != "" {
+		r.add("slot removal", Warn, risk, "alert when the relay is down; after such a removal run outbox-relay recover")
 	}
 	if v, err := setting(ctx, db, "wal_sender_timeout"); err == nil {
 		d, perr := pgDuration(v)
@@ -139,7 +147,7 @@ func settings(ctx context.Context, db DB, r *Report) {
 			r.add("wal_sender_timeout", Warn, fmt.Sprintf("unreadable value %q", v), "")
 		case d == 0:
 			r.add("wal_sender_timeout", Warn, "0 (disabled): a dead relay keeps the slot busy and a standby cannot take over",
-				"ALTER SYSTEM SET wal_sender_timeout = '60s'; SELECT pg_reload_conf() (or set --wal-sender-timeout)")
+				p.SettingFix("wal_sender_timeout", "60s")+" (or set --wal-sender-timeout)")
 		case d < 10*time.Second:
 			r.add("wal_sender_timeout", Warn, fmt.Sprintf("%s: large transactions may be cut off while the server decodes them", d),
 				"raise it to 30s or more, or set --wal-sender-timeout for the relay only")

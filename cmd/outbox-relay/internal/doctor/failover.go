@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 )
 
 // The failover chain (PostgreSQL 17+) keeps the relay's slot through a
@@ -54,6 +56,9 @@ type primaryFacts struct {
 	// syncSlots is synchronized_standby_slots, parsed (17+).
 	syncSlots []string
 	physical  map[string]physicalSlot
+	// provider chooses the fixes' wording; its standbys run on the same
+	// service.
+	provider pgprovider.Provider
 }
 
 // standbySlot is the relay's slot as a standby has it.
@@ -95,6 +100,7 @@ func CheckFailover(ctx context.Context, db DB, t Target, standbys []Standby, r *
 		r.add("failover slot", level, "cannot read the failover chain: "+err.Error(), "check the role's access")
 		return
 	}
+	p.provider, _ = pgprovider.Detect(ctx, db) // unrecognised: the self-hosted fixes
 	facts := make([]standbyFacts, len(standbys))
 	for i, s := range standbys {
 		facts[i] = readStandby(ctx, s, t.Slot)
@@ -269,7 +275,7 @@ func syncStandbySlots(p primaryFacts, level Level, named bool, r *Report) {
 		r.add(check, level, "empty: the relay receives changes as soon as the primary flushes them, before any standby has their WAL, "+
 			"and publishes them; after a failover to a standby that lagged, Kafka holds events of transactions the new primary never had, "+
 			"and its copy of the slot may be missing or behind",
-			"on the primary: ALTER SYSTEM SET synchronized_standby_slots = '<each standby's primary_slot_name, comma-separated>'; SELECT pg_reload_conf()")
+			"on the primary: "+p.provider.SettingFix("synchronized_standby_slots", "<each standby's primary_slot_name, comma-separated>"))
 		return
 	}
 	ok := true

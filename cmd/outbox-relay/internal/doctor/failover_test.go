@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 )
 
 // goodPrimary is a PostgreSQL 17 primary whose chain is complete for one
@@ -215,5 +217,28 @@ func TestParsePhysical(t *testing.T) {
 	got, err := parsePhysical(`[["sb1", true, "reserved"], ["sb2", false, ""]]`)
 	if err != nil || got["sb1"] != (physicalSlot{active: true, walStatus: "reserved"}) || got["sb2"].active || len(got) != 2 {
 		t.Fatalf("%v %v", got, err)
+	}
+}
+
+// TestFailoverChainProviderFixes: on a managed service (here RDS, whose
+// standbys are read replicas with their own parameter groups) the chain's
+// settings are fixed in the provider's way, never with ALTER SYSTEM.
+func TestFailoverChainProviderFixes(t *testing.T) {
+	p := goodPrimary()
+	p.provider = pgprovider.Provider{Kind: pgprovider.RDS}
+	p.syncSlots = nil
+	s := goodStandby()
+	s.settings = map[string]string{"sync_replication_slots": "off", "hot_standby_feedback": "off", "primary_slot_name": "sb1", "wal_level": "replica"}
+	r := evalReport(p, s)
+	expect(t, r, []string{
+		"FAIL sync_replication_slots is off | on the standby: set sync_replication_slots = on in the instance's custom DB parameter group (a dynamic parameter: no reboot)",
+		"FAIL hot_standby_feedback is off | on the standby: set hot_standby_feedback = on in the instance's custom DB parameter group",
+		"FAIL wal_level is replica | on the standby: set rds.logical_replication = 1",
+		`FAIL not in the primary's synchronized_standby_slots | on the primary: set synchronized_standby_slots = sb1 in the instance's custom DB parameter group`,
+	})
+	for _, l := range lines(r) {
+		if strings.Contains(l, "ALTER SYSTEM SET sync") || strings.Contains(l, "ALTER SYSTEM SET hot") {
+			t.Errorf("RDS fix proposes ALTER SYSTEM: %s", l)
+		}
 	}
 }

@@ -7,31 +7,47 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // privileges checks the connected role against what `outbox-relay run`
-// needs: the REPLICATION attribute and migrations.RuntimeGrants, the same
-// list `migrate --grant-role` grants, so the two cannot drift apart. A
-// superuser passes every check but gets a warning: the relay holds
-// production credentials and needs far less.
-func privileges(ctx context.Context, db DB, t Target, r *Report) {
+// needs: the right to stream from a slot and migrations.RuntimeGrants, the
+// same list `migrate --grant-role` grants, so the two cannot drift apart.
+// The right to stream is the REPLICATION attribute, or on RDS and Aurora
+// membership in rds_replication (p.ReplicationRole), which leaves
+// rolreplication false. A superuser, or a member of the provider's
+// stand-in for one (p.AdminRole), passes every check but gets a warning:
+// the relay holds production credentials and needs far less.
+func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *Report) {
 	var role, database string
-	var super, repl bool
-	err := db.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolreplication
-		FROM pg_catalog.pg_roles WHERE rolname = current_user`).Scan(&role, &database, &super, &repl)
+	var super, repl, replMember, admin bool
+	err := db.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolreplication,
+		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $1), false),
+		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $2), false)
+		FROM pg_catalog.pg_roles WHERE rolname = current_user`, p.ReplicationRole(), p.AdminRole()).
+		Scan(&role, &database, &super, &repl, &replMember, &admin)
 	if err != nil {
 		r.add("role", Fail, "cannot read the role's attributes: "+err.Error(), "check the database URL")
 		return
 	}
 	quotedRole := pgx.Identifier{role}.Sanitize()
+	leastPrivilege := "run as a least-privilege role: outbox-relay migrate --grant-role outbox_relay (as an admin), then connect as outbox_relay"
 	switch {
 	case super:
-		r.add("role", Warn, fmt.Sprintf("%s is a superuser: the relay needs far less", quotedRole),
-			"run as a least-privilege role: outbox-relay migrate --grant-role outbox_relay (as an admin), then connect as outbox_relay")
+		r.add("role", Warn, fmt.Sprintf("%s is a superuser: the relay needs far less", quotedRole), leastPrivilege)
+	case !repl && !replMember:
+		lacks := "the REPLICATION attribute"
+		if p.ReplicationRole() != "" {
+			lacks = "membership in " + p.ReplicationRole()
+		}
+		r.add("role", Fail, fmt.Sprintf("%s lacks %s: it cannot stream from the slot", quotedRole, lacks),
+			p.ReplicationFix(quotedRole)+" (or outbox-relay migrate --grant-role "+role+" as an admin)")
+	case admin:
+		r.add("role", Warn, fmt.Sprintf("%s is a member of %s, %s's stand-in for a superuser: the relay needs far less", quotedRole, p.AdminRole(), p.Name()),
+			leastPrivilege)
 	case !repl:
-		r.add("role", Fail, fmt.Sprintf("%s lacks the REPLICATION attribute: it cannot stream from the slot", quotedRole),
-			"ALTER ROLE "+quotedRole+" REPLICATION (or outbox-relay migrate --grant-role "+role+" as an admin)")
+		r.add("role", Pass, quotedRole+" is a member of "+p.ReplicationRole()+" (the replication right on "+p.Name()+"), not superuser", "")
 	default:
 		r.add("role", Pass, quotedRole+" has REPLICATION, not superuser", "")
 	}

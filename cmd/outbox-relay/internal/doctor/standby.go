@@ -53,7 +53,7 @@ func checkStandbyBasics(p primaryFacts, s standbyFacts, r *Report) bool {
 	r.add(check, Pass, "in recovery, same system identifier as the primary", "")
 	if p.version < failoverVersion && s.settings["hot_standby_feedback"] != "on" {
 		r.add(check, Warn, "hot_standby_feedback is off: a synchronized slot there needs it once on PostgreSQL 17+ (failover slots)",
-			"on the standby: ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf()")
+			"on the standby: "+p.provider.SettingFix("hot_standby_feedback", "on"))
 	}
 	return true
 }
@@ -70,15 +70,15 @@ func checkStandbyChain(p primaryFacts, slotName string, s standbyFacts, level Le
 	reload := "; SELECT pg_reload_conf()"
 	if v := s.settings["sync_replication_slots"]; v != "on" {
 		r.add(check, level, fmt.Sprintf("sync_replication_slots is %s: the standby does not copy the relay's slot, so a failover to it loses the slot", orNone(v)),
-			"on the standby: ALTER SYSTEM SET sync_replication_slots = on"+reload)
+			"on the standby: "+p.provider.SettingFix("sync_replication_slots", "on"))
 	}
 	if s.settings["hot_standby_feedback"] != "on" {
 		r.add(check, level, "hot_standby_feedback is off: the primary may remove catalog rows the synchronized slot still needs, which invalidates the copy",
-			"on the standby: ALTER SYSTEM SET hot_standby_feedback = on"+reload)
+			"on the standby: "+p.provider.SettingFix("hot_standby_feedback", "on"))
 	}
 	if s.settings["wal_level"] != "logical" {
 		r.add(check, level, fmt.Sprintf("wal_level is %s: slot synchronization needs logical on the standby too", orNone(s.settings["wal_level"])),
-			"on the standby: ALTER SYSTEM SET wal_level = logical; then restart it")
+			"on the standby: "+p.provider.WALLevelFix())
 	}
 	standbySlotName(p, s, check, level, r)
 	switch {
@@ -110,7 +110,7 @@ func standbySlotName(p primaryFacts, s standbyFacts, check string, level Level, 
 			fmt.Sprintf("on the primary: SELECT pg_create_physical_replication_slot('%s')", n))
 	case !slices.Contains(p.syncSlots, n):
 		r.add(check, level, fmt.Sprintf("its slot %s is not in the primary's synchronized_standby_slots: the relay can publish events this standby does not have yet", q),
-			fmt.Sprintf("on the primary: ALTER SYSTEM SET synchronized_standby_slots = '%s'; SELECT pg_reload_conf()", joinNames(append(slices.Clone(p.syncSlots), n))))
+			"on the primary: "+p.provider.SettingFix("synchronized_standby_slots", joinNames(append(slices.Clone(p.syncSlots), n))))
 	}
 }
 
