@@ -192,18 +192,43 @@ func TestKafkaOAuthBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.Migrate()
-	relay := StartRelay(t, processEnv(env.BaseEnv(), []string{
-		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM=OAUTHBEARER",
-		"OUTBOX_RELAY_KAFKA_SASL_OAUTH_TOKEN_ENDPOINT=" + idp.URL + "/token",
-		"OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_ID=" + clientID,
-		"OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_SECRET_FILE=" + secretFile,
-		"OUTBOX_RELAY_KAFKA_SASL_OAUTH_SCOPE=kafka",
-		"OUTBOX_RELAY_KAFKA_SASL_OAUTH_EXTENSIONS=logicalCluster=lkc-it,identityPoolId=pool-it",
-		fmt.Sprintf("OUTBOX_RELAY_KAFKA_SASL_SESSION_LIFETIME=%s", oauthReauth),
-		"OUTBOX_RELAY_HEARTBEAT_INTERVAL=1s",
-		"OUTBOX_RELAY_BACKOFF_MAX=1s",
-		"OUTBOX_RELAY_METRICS_ADDR=",
-	}))
+	relayEnv := func(overrides ...string) []string {
+		return processEnv(env.BaseEnv(), []string{
+			"OUTBOX_RELAY_KAFKA_SASL_MECHANISM=OAUTHBEARER",
+			"OUTBOX_RELAY_KAFKA_SASL_OAUTH_TOKEN_ENDPOINT=" + idp.URL + "/token",
+			"OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_ID=" + clientID,
+			"OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_SECRET_FILE=" + secretFile,
+			"OUTBOX_RELAY_KAFKA_SASL_OAUTH_SCOPE=kafka",
+			"OUTBOX_RELAY_KAFKA_SASL_OAUTH_EXTENSIONS=logicalCluster=lkc-it,identityPoolId=pool-it",
+			fmt.Sprintf("OUTBOX_RELAY_KAFKA_SASL_SESSION_LIFETIME=%s", oauthReauth),
+			"OUTBOX_RELAY_HEARTBEAT_INTERVAL=1s",
+			"OUTBOX_RELAY_BACKOFF_MAX=1s",
+			"OUTBOX_RELAY_METRICS_ADDR=",
+		}, overrides)
+	}
+	t.Run("RefusesWrongClientSecret", func(t *testing.T) {
+		wrong := filepath.Join(t.TempDir(), "wrong-secret")
+		if err := os.WriteFile(wrong, []byte("not-"+clientSecret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		relay := StartRelay(t, relayEnv("OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_SECRET_FILE="+wrong))
+		code, exited := relay.Wait(30 * time.Second)
+		if !exited {
+			t.Fatalf("relay still running 30s after start (retrying a refused client?); tail:\n%s", relay.LogTail(20))
+		}
+		log := relay.Log()
+		t.Logf("exit %d: %s", code, strings.TrimSpace(tail(log, 1)))
+		for _, want := range []string{"invalid_client", "fix: the OAuth token endpoint refused the client: check --kafka-sasl-oauth-client-id"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("output lacks %q; tail:\n%s", want, tail(log, 10))
+			}
+		}
+		if code != 1 || strings.Contains(log, clientSecret) {
+			t.Errorf("exit code %d (want 1), or the secret is in the log", code)
+		}
+	})
+	badGrants.Store(0)
+	relay := StartRelay(t, relayEnv())
 	if !within(30*time.Second, 100*time.Millisecond, func() bool { return relay.LogContains(`"message":"streaming"`) || !relay.Running() }) || !relay.Running() {
 		t.Fatalf("relay not streaming within 30s; tail:\n%s", relay.LogTail(30))
 	}
