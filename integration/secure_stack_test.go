@@ -111,8 +111,8 @@ type secureKafka struct {
 	// OAuthAddr and OAuthNoReauthAddr are the OAUTHBEARER listeners of
 	// secureKafkaOptions.OAuth.
 	OAuthAddr, OAuthNoReauthAddr string
-	User     string
-	Password string
+	User                         string
+	Password                     string
 	// Admin and AdminPassword are a super user's SCRAM credentials, set
 	// when the broker authorizes (secureKafkaOptions.ACLs); User then may
 	// do only what ACLs allow.

@@ -173,6 +173,8 @@ type HTTPError struct {
 	Description string
 }
 
+// Error gives the status and the OAuth error; the endpoint's response
+// never holds the client secret.
 func (e *HTTPError) Error() string {
 	s := fmt.Sprintf("HTTP %d", e.Status)
 	if e.Code != "" {
