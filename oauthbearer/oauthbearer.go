@@ -203,8 +203,10 @@ func (s *session) Next(_ context.Context, challenge []byte) (bool, []byte, error
 // expiry and is older than noExpiry; zero means asking every time), so a
 // handshake always sends a token with most of its life ahead: the
 // broker's session ends at the token's expiry. Concurrent callers share
-// one refresh. A failed refresh is returned while the cached token is
-// still valid too, so that it is noticed; the caller retries.
+// one refresh. When a refresh fails while the cached token has not
+// expired yet, the cached token is returned (an identity provider's
+// hiccup must not fail new connections that a valid token can still
+// open) and the next call tries again; once it has expired, the error is.
 func Cached(p TokenProvider, noExpiry time.Duration) TokenProvider {
 	return &cache{p: p, noExpiry: noExpiry, now: time.Now}
 }
@@ -229,6 +231,9 @@ func (c *cache) Token(ctx context.Context) (Token, error) {
 	}
 	tok, err := c.p.Token(ctx)
 	if err != nil {
+		if c.ok && !c.tok.Expiry.IsZero() && now.Before(c.tok.Expiry) {
+			return c.tok, nil
+		}
 		return Token{}, err
 	}
 	c.tok, c.fetched, c.ok = tok, now, true

@@ -130,6 +130,31 @@ func TestCachedRefreshesAtAFifthOfTheLifetime(t *testing.T) {
 	}
 }
 
+func TestCachedServesAValidTokenWhenARefreshFails(t *testing.T) {
+	now := time.Unix(1000, 0)
+	fail := false
+	boom := errors.New("idp down")
+	p := Cached(TokenProviderFunc(func(context.Context) (Token, error) {
+		if fail {
+			return Token{}, boom
+		}
+		return Token{Value: "t", Expiry: now.Add(100 * time.Second)}, nil
+	}), 0).(*cache)
+	p.now = func() time.Time { return now }
+	if _, err := p.Token(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	p.now = func() time.Time { return now.Add(90 * time.Second) }
+	if tok, err := p.Token(context.Background()); err != nil || tok.Value != "t" {
+		t.Fatalf("refresh failed with 10s left: %+v %v, want the cached token", tok, err)
+	}
+	p.now = func() time.Time { return now.Add(101 * time.Second) }
+	if _, err := p.Token(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("expired token and a failed refresh: %v", err)
+	}
+}
+
 func TestCachedWithoutExpiry(t *testing.T) {
 	var calls int
 	p := Cached(TokenProviderFunc(func(context.Context) (Token, error) { calls++; return Token{Value: "x"}, nil }), 0)
