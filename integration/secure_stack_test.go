@@ -107,9 +107,12 @@ func (k *secureKafka) clientEnv() []string {
 // PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. The controller and inter-broker
 // listeners are PLAINTEXT on loopback, never advertised to clients.
 type secureKafka struct {
-	Addr     string
-	User     string
-	Password string
+	Addr string
+	// OAuthAddr and OAuthNoReauthAddr are the OAUTHBEARER listeners of
+	// secureKafkaOptions.OAuth.
+	OAuthAddr, OAuthNoReauthAddr string
+	User                         string
+	Password                     string
 	// Admin and AdminPassword are a super user's SCRAM credentials, set
 	// when the broker authorizes (secureKafkaOptions.ACLs); User then may
 	// do only what ACLs allow.
@@ -141,6 +144,13 @@ type secureKafkaOptions struct {
 	// the PLAINTEXT controller and inter-broker listeners (User:ANONYMOUS)
 	// are super users, User is allowed nothing until an ACL says so.
 	ACLs bool
+	// OAuth adds two SASL_PLAINTEXT listeners with only OAUTHBEARER,
+	// validated by Kafka's unsecured JWS validator (unsigned tokens with
+	// sub and exp; see unsecuredToken): secureKafka.OAuthAddr, whose
+	// sessions also end after OAuthReauth (connections.max.reauth.ms),
+	// and OAuthNoReauthAddr, without that setting.
+	OAuth       bool
+	OAuthReauth time.Duration
 	// Props are extra server.properties lines, e.g.
 	// "transaction.max.timeout.ms=30000" (static broker settings no
 	// client can change on the running broker).
@@ -164,15 +174,32 @@ func startSecureKafkaWith(t *testing.T, pki *securePKI, opts secureKafkaOptions)
 		k.Admin, k.AdminPassword = "admin", "kafka-admin-"+randSuffix()
 		authz = "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\nsuper.users=User:ANONYMOUS;User:" + k.Admin + "\n"
 	}
+	// The OAuth listeners, if any: never inter-broker, so the broker
+	// needs no token of its own.
+	var oauthListeners, oauthMap, oauthConf string
+	if opts.OAuth {
+		op, onr := freePort(t), freePort(t)
+		k.OAuthAddr, k.OAuthNoReauthAddr = fmt.Sprintf("127.0.0.1:%d", op), fmt.Sprintf("127.0.0.1:%d", onr)
+		oauthListeners = fmt.Sprintf(",OAUTH://127.0.0.1:%d,OAUTHNR://127.0.0.1:%d", op, onr)
+		oauthMap = ",OAUTH:SASL_PLAINTEXT,OAUTHNR:SASL_PLAINTEXT"
+		for _, l := range []string{"oauth", "oauthnr"} {
+			oauthConf += "listener.name." + l + ".sasl.enabled.mechanisms=OAUTHBEARER\n" +
+				"listener.name." + l + `.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredValidatorAllowableClockSkewMs="1000";` + "\n" +
+				"listener.name." + l + ".oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler\n"
+		}
+		if opts.OAuthReauth > 0 {
+			oauthConf += fmt.Sprintf("listener.name.oauth.oauthbearer.connections.max.reauth.ms=%d\n", opts.OAuthReauth.Milliseconds())
+		}
+	}
 	props := filepath.Join(dir, "server.properties")
 	conf := fmt.Sprintf(`node.id=1
 process.roles=broker,controller
 controller.quorum.voters=1@127.0.0.1:%[2]d
 controller.listener.names=CONTROLLER
-listeners=SECURE://127.0.0.1:%[1]d,CONTROLLER://127.0.0.1:%[2]d,INTERNAL://127.0.0.1:%[3]d
-advertised.listeners=SECURE://127.0.0.1:%[1]d,INTERNAL://127.0.0.1:%[3]d
+listeners=SECURE://127.0.0.1:%[1]d,CONTROLLER://127.0.0.1:%[2]d,INTERNAL://127.0.0.1:%[3]d%[9]s
+advertised.listeners=SECURE://127.0.0.1:%[1]d,INTERNAL://127.0.0.1:%[3]d%[9]s
 inter.broker.listener.name=INTERNAL
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SECURE:SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SECURE:SASL_SSL%[10]s
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.secure.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%[4]s="%[5]s";
 listener.name.secure.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
@@ -195,7 +222,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=2
-`, port, ctrl, internal, k.User, k.Password, pki.KafkaKeystore, pki.CA, filepath.Join(dir, "data")) + authz
+`, port, ctrl, internal, k.User, k.Password, pki.KafkaKeystore, pki.CA, filepath.Join(dir, "data"), oauthListeners, oauthMap) + authz + oauthConf
 	for _, p := range opts.Props {
 		conf += p + "\n"
 	}

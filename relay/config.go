@@ -92,8 +92,20 @@ type KafkaConfig struct {
 	// cloned per client (kafka-go sets ServerName per broker when empty).
 	TLS *tls.Config
 	// SASL authenticates every broker connection (kafka-go's
-	// sasl/plain and sasl/scram packages build one); nil means none.
+	// sasl/plain and sasl/scram packages build one, package oauthbearer
+	// an OAUTHBEARER one from a token provider); nil means none.
 	SASL sasl.Mechanism
+	// SessionLifetime is how long the brokers keep an authenticated
+	// session: their connections.max.reauth.ms, when set and shorter than
+	// the tokens' lifetime (or with PLAIN and SCRAM, which have none).
+	// Zero means sessions end only when a token expires. kafka-go cannot
+	// re-authenticate a connection and the broker closes it at the first
+	// request after its session ended, failing that request; so the
+	// Transports built here recycle their connections at 80 % of the
+	// shorter of SessionLifetime and the token's remaining life
+	// (oauthbearer.Expirer). Readers (Dialer) reconnect after the failure
+	// instead.
+	SessionLifetime time.Duration
 	// MetadataTTL is how stale the clients' metadata may get. kafka-go
 	// does not refresh it on NotLeaderForPartition, so this bounds the
 	// stall after a partition leader change.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -16,14 +17,24 @@ import (
 
 // security is k's TLS and SASL for package kafkaconn.
 func (k KafkaConfig) security() kafkaconn.Security {
-	return kafkaconn.Security{TLS: k.TLS, SASL: k.SASL}
+	return kafkaconn.Security{TLS: k.TLS, SASL: k.SASL, SessionLifetime: k.SessionLifetime}
 }
 
 // Transport returns a kafka.Transport (for kafka.Client, kafka.Writer and
 // publisher.Config) with k's TLS, SASL and MetadataTTL, a 5 s dial timeout
-// and clientID as the client ID brokers log and quota by.
+// and clientID as the client ID brokers log and quota by. With SASL it
+// recycles its connections before their sessions end (SessionLifetime).
 func (k KafkaConfig) Transport(clientID string) *kafka.Transport {
 	return k.security().Transport(clientID, 5*time.Second, k.MetadataTTL)
+}
+
+// transportLogged is Transport, logging each recycle of its connections
+// before a SASL session ends.
+func (k KafkaConfig) transportLogged(clientID string, log *slog.Logger) *kafka.Transport {
+	return k.security().TransportNotify(clientID, 5*time.Second, k.MetadataTTL, func(end time.Time) {
+		log.Info("closing Kafka connections before their SASL session ends; the next requests connect and authenticate anew",
+			slog.String("stage", "kafka"), slog.Time("session_end", end))
+	})
 }
 
 // Dialer returns a kafka.Dialer (for kafka.Conn and kafka.Reader) with k's

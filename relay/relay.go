@@ -208,7 +208,7 @@ func (r *Relay) campaign(ctx context.Context) error {
 func (r *Relay) publisherConfig() publisher.Config {
 	p := r.cfg.Publish
 	return publisher.Config{
-		Brokers: r.cfg.Kafka.Brokers, Template: r.c.template, Transport: r.cfg.Kafka.Transport("outbox-relay"),
+		Brokers: r.cfg.Kafka.Brokers, Template: r.c.template, Transport: r.cfg.Kafka.transportLogged("outbox-relay", r.log),
 		MaxBatch: p.MaxBatch, MaxBatchBytes: p.MaxBatchBytes, Linger: p.Linger,
 		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
 		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,

@@ -152,6 +152,9 @@ func (k KafkaConfig) validate(cs *checks) {
 	if k.MetadataTTL <= 0 {
 		cs.fail("Kafka.MetadataTTL", k.MetadataTTL, "use a positive duration")
 	}
+	if k.SessionLifetime < 0 || (k.SessionLifetime > 0 && k.SessionLifetime < 5*time.Second) {
+		cs.fail("Kafka.SessionLifetime", k.SessionLifetime, "use zero (token expiry only) or at least 5s")
+	}
 }
 
 func (p PublishConfig) validate(cs *checks, out *compiled) {

@@ -159,9 +159,17 @@ func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 	b.String(&tls.KeyFile, "kafka-tls-key-file", "", "PEM private key (unencrypted) of --kafka-tls-cert-file")
 	b.String(&tls.ServerName, "kafka-tls-server-name", "", "name the brokers' certificates must carry (default: each broker's host)")
 	b.Bool(&tls.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "accept any broker certificate (tests only: anyone can impersonate the broker)")
-	b.String(&sasl.Mechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+	b.String(&sasl.Mechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (empty: no SASL)")
 	b.String(&sasl.Username, "kafka-sasl-username", "", "SASL username")
 	b.Secret(&sasl.Password, "kafka-sasl-password", "", "SASL password")
+	o := &sasl.OAuth
+	b.String(&o.TokenFile, "kafka-sasl-oauth-token-file", "", "OAUTHBEARER: file holding the token (a JWT), re-read for every new connection (a sidecar keeps it fresh)")
+	b.String(&o.TokenEndpoint, "kafka-sasl-oauth-token-endpoint", "", "OAUTHBEARER: the identity provider's token URL, for the OAuth client-credentials grant")
+	b.String(&o.ClientID, "kafka-sasl-oauth-client-id", "", "OAUTHBEARER client-credentials: client id")
+	b.Secret(&o.ClientSecret, "kafka-sasl-oauth-client-secret", "", "OAUTHBEARER client-credentials: client secret")
+	b.String(&o.Scope, "kafka-sasl-oauth-scope", "", "OAUTHBEARER client-credentials: space-separated scope (empty: the client's default)")
+	b.String(&o.Extensions, "kafka-sasl-oauth-extensions", "", "OAUTHBEARER: SASL extensions sent with the token, key=value,... (Confluent Cloud: logicalCluster=lkc-...,identityPoolId=pool-...)")
+	b.Duration(&c.Relay.Kafka.SessionLifetime, "kafka-sasl-session-lifetime", 0, "the brokers' connections.max.reauth.ms, if set: Kafka connections are recycled before it (and before a token expires), since kafka-go cannot re-authenticate (0: token expiry only)")
 }
 
 // bindRun registers the flags of the streaming commands (run, recover).

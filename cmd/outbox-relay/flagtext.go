@@ -26,15 +26,18 @@ import (
 // sasl.Mechanism: what it is built from) to the fields of config.KafkaConn
 // (kafkaconn.Config) whose flags build them.
 var kafkaSecurityFields = map[string][]string{
-	"Kafka.TLS":                    {"TLS.Enabled"},
-	"Kafka.TLS.RootCAs":            {"TLS.CAFile"},
-	"Kafka.TLS.Certificates":       {"TLS.CertFile", "TLS.KeyFile"},
-	"Kafka.TLS.ServerName":         {"TLS.ServerName"},
-	"Kafka.TLS.InsecureSkipVerify": {"TLS.InsecureSkipVerify"},
-	"Kafka.SASL":                   {"SASL.Mechanism", "SASL.Username", "SASL.Password"},
-	"Kafka.SASL.Mechanism":         {"SASL.Mechanism"},
-	"Kafka.SASL.Username":          {"SASL.Username"},
-	"Kafka.SASL.Password":          {"SASL.Password"},
+	"Kafka.TLS":                     {"TLS.Enabled"},
+	"Kafka.TLS.RootCAs":             {"TLS.CAFile"},
+	"Kafka.TLS.Certificates":        {"TLS.CertFile", "TLS.KeyFile"},
+	"Kafka.TLS.ServerName":          {"TLS.ServerName"},
+	"Kafka.TLS.InsecureSkipVerify":  {"TLS.InsecureSkipVerify"},
+	"Kafka.SASL":                    {"SASL.Mechanism", "SASL.Username", "SASL.Password"},
+	"Kafka.SASL.Mechanism":          {"SASL.Mechanism"},
+	"Kafka.SASL.Username":           {"SASL.Username"},
+	"Kafka.SASL.Password":           {"SASL.Password"},
+	"Kafka.SASL.OAuth.ClientID":     {"SASL.OAuth.ClientID"},
+	"Kafka.SASL.OAuth.ClientSecret": {"SASL.OAuth.ClientSecret"},
+	"Kafka.SASL.OAuth.Scope":        {"SASL.OAuth.Scope"},
 }
 
 // flagNames is the table from field paths to the flags that set them, for

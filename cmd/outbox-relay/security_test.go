@@ -75,7 +75,13 @@ func TestKafkaSecurityConfigSaysHowToFix(t *testing.T) {
 		{[]string{"--kafka-tls-ca-file", ca}, []string{"--kafka-tls-ca-file: CA file " + ca + " holds no PEM certificate"}},
 		{[]string{"--kafka-tls-ca-file", "/missing.pem"}, []string{"--kafka-tls-ca-file: read CA file"}},
 		{[]string{"--kafka-tls-ca-file", ca, "--kafka-tls-insecure-skip-verify"}, []string{"--kafka-tls-insecure-skip-verify: skipping verification ignores the CA file"}},
-		{[]string{"--kafka-sasl-mechanism", "gssapi"}, []string{`--kafka-sasl-mechanism: unknown SASL mechanism "gssapi": use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`}},
+		{[]string{"--kafka-sasl-mechanism", "gssapi"}, []string{`--kafka-sasl-mechanism: unknown SASL mechanism "gssapi": use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER`}},
+		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER"}, []string{"--kafka-sasl-oauth-token-file: OAUTHBEARER needs a token file or a token endpoint"}},
+		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", "https://idp/token"}, []string{
+			"--kafka-sasl-oauth-client-id: the client-credentials grant needs a client id", "--kafka-sasl-oauth-client-secret: the client-credentials grant needs a client secret"}},
+		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-file", "/t", "--kafka-sasl-oauth-extensions", "auth=x"}, []string{"--kafka-sasl-oauth-extensions: oauthbearer: extension key \"auth\" is reserved"}},
+		{[]string{"--kafka-sasl-oauth-scope", "kafka"}, []string{"--kafka-sasl-mechanism: OAuth settings are set but the SASL mechanism is \"\": use OAUTHBEARER"}},
+		{[]string{"--kafka-sasl-session-lifetime", "1s"}, []string{"--kafka-sasl-session-lifetime"}},
 		{[]string{"--kafka-sasl-mechanism", "plain"}, []string{"--kafka-sasl-username: SASL PLAIN needs a username", "--kafka-sasl-password: SASL PLAIN needs a password"}},
 		{[]string{"--kafka-sasl-username", "u"}, []string{"--kafka-sasl-mechanism: a SASL username or password is set but no mechanism"}},
 	}

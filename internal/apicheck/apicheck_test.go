@@ -17,13 +17,15 @@ const module = "github.com/outbox-relay/outbox-relay"
 // public is the importable API: the engine, the producer and consumer
 // libraries, the schema, the vocabulary both ends share (poison), and the
 // data path's building blocks (slot -> replication -> publisher ->
-// checkpoint). Adding to it is a decision, not
+// checkpoint), and the OAUTHBEARER mechanism embedders plug their token
+// providers into (oauthbearer). Adding to it is a decision, not
 // a side effect of a new directory: put new code under internal/.
 var public = []string{
 	"checkpoint",
 	"inbox",
 	"inbox/inboxprom",
 	"migrations",
+	"oauthbearer",
 	"outbox",
 	"outbox/outboxprom",
 	"poison",

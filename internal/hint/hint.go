@@ -70,6 +70,8 @@ func kafkaHint(f kafkaconn.Failure) string {
 		return "the broker rejected the TLS handshake, usually the client certificate: set Kafka.TLS.Certificates to a certificate signed by a CA in the broker's ssl.truststore"
 	case kafkaconn.FailureSASLAuthentication:
 		return "check Kafka.SASL.Username and its password (Kafka.SASL.Password), and that Kafka.SASL.Mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
+	case kafkaconn.FailureSASLToken:
+		return "the OAuth token endpoint refused the client: check Kafka.SASL.OAuth.ClientID, its secret (Kafka.SASL.OAuth.ClientSecret) and Kafka.SASL.OAuth.Scope"
 	case kafkaconn.FailureSASLMechanism:
 		return "the listener does not enable this SASL mechanism: set Kafka.SASL.Mechanism to one in the broker's sasl.enabled.mechanisms"
 	}

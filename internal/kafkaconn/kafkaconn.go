@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-
 	"os"
 	"strings"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/outbox-relay/outbox-relay/oauthbearer"
 )
 
 // SASL mechanisms, spelled as Kafka's sasl.enabled.mechanisms spells them
@@ -23,6 +24,9 @@ const (
 	MechanismPlain       = "PLAIN"
 	MechanismSCRAMSHA256 = "SCRAM-SHA-256"
 	MechanismSCRAMSHA512 = "SCRAM-SHA-512"
+	// MechanismOAuthBearer sends a bearer token (package oauthbearer)
+	// from SASLConfig.OAuth's token file or client-credentials grant.
+	MechanismOAuthBearer = oauthbearer.Name
 )
 
 // Config describes how to secure Kafka connections. The zero value is a
@@ -58,12 +62,43 @@ func (c TLSConfig) On() bool {
 
 // SASLConfig configures SASL authentication.
 type SASLConfig struct {
-	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables
-	// SASL.
+	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER;
+	// empty disables SASL.
 	Mechanism string
-	Username  string
-	Password  string
+	// Username and Password are PLAIN's and SCRAM's credentials.
+	Username string
+	Password string
+	// OAuth is where OAUTHBEARER gets its tokens.
+	OAuth OAuthConfig
+	// SessionLifetime is how long the brokers keep an authenticated
+	// session (their connections.max.reauth.ms), if shorter than the
+	// tokens' lifetime or with PLAIN or SCRAM; zero means only a token's
+	// expiry ends a session. kafka-go cannot re-authenticate, so
+	// Transports recycle their connections before a session ends
+	// (Security.SessionLifetime).
+	SessionLifetime time.Duration
 }
+
+// OAuthConfig is OAUTHBEARER's token source: TokenFile, or the OAuth 2.0
+// client-credentials grant at TokenEndpoint.
+type OAuthConfig struct {
+	// TokenFile holds the token (a JWT), re-read for every new broker
+	// connection, so a sidecar can keep it fresh.
+	TokenFile string
+	// TokenEndpoint is the identity provider's token URL (http or https)
+	// for the client-credentials grant with ClientID and ClientSecret.
+	TokenEndpoint string
+	ClientID      string
+	ClientSecret  string
+	// Scope is the space-separated scope requested; empty: the client's
+	// default.
+	Scope string
+	// Extensions are SASL extensions, key=value pairs separated by
+	// commas (Confluent Cloud: logicalCluster=lkc-…,identityPoolId=pool-…).
+	Extensions string
+}
+
+func (c OAuthConfig) set() bool { return c != OAuthConfig{} }
 
 // Security is a built Config, ready for kafka-go.
 type Security struct {
@@ -71,6 +106,11 @@ type Security struct {
 	TLS *tls.Config
 	// SASL is nil without SASL.
 	SASL sasl.Mechanism
+	// SessionLifetime is SASLConfig.SessionLifetime: Transport closes its
+	// connections before that much time has passed since the oldest was
+	// authenticated, and before the token a connection was authenticated
+	// with expires (an oauthbearer.Expirer).
+	SessionLifetime time.Duration
 }
 
 // FieldError is a Build failure of one Config field; Field is the Go
@@ -96,11 +136,28 @@ func (c Config) Build() (Security, error) {
 		errs = append(errs, tlsErrs...)
 		s.TLS = tc
 	}
-	switch mech := strings.ToUpper(c.SASL.Mechanism); mech {
+	if c.SASL.SessionLifetime < 0 {
+		fail("SASL.SessionLifetime", "negative session lifetime %s", c.SASL.SessionLifetime)
+	} else if c.SASL.SessionLifetime > 0 && c.SASL.SessionLifetime < 5*time.Second {
+		fail("SASL.SessionLifetime", "session lifetime %s is under 5s: the connections would be replaced almost continuously", c.SASL.SessionLifetime)
+	}
+	s.SessionLifetime = c.SASL.SessionLifetime
+	mech := strings.ToUpper(c.SASL.Mechanism)
+	if mech != MechanismOAuthBearer && c.SASL.OAuth.set() {
+		fail("SASL.Mechanism", "OAuth settings are set but the SASL mechanism is %q: use OAUTHBEARER", c.SASL.Mechanism)
+	}
+	switch mech {
 	case MechanismNone:
 		if c.SASL.Username != "" || c.SASL.Password != "" {
 			fail("SASL.Mechanism", "a SASL username or password is set but no mechanism: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 		}
+	case MechanismOAuthBearer:
+		if c.SASL.Username != "" || c.SASL.Password != "" {
+			fail("SASL.Username", "OAUTHBEARER takes no username or password: the token identifies the client")
+		}
+		m, oerrs := c.SASL.OAuth.build()
+		errs = append(errs, oerrs...)
+		s.SASL = m
 	case MechanismPlain, MechanismSCRAMSHA256, MechanismSCRAMSHA512:
 		if c.SASL.Username == "" {
 			fail("SASL.Username", "SASL %s needs a username", mech)
@@ -117,7 +174,7 @@ func (c Config) Build() (Security, error) {
 		}
 		s.SASL = m
 	default:
-		fail("SASL.Mechanism", "unknown SASL mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASL.Mechanism)
+		fail("SASL.Mechanism", "unknown SASL mechanism %q: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", c.SASL.Mechanism)
 	}
 	if len(errs) > 0 {
 		return Security{}, errors.Join(errs...)
@@ -184,14 +241,30 @@ func loadCAs(path string) (*x509.CertPool, error) {
 // kafka.Writer) that secures every broker connection with s. TLS config
 // is cloned per Transport: kafka-go sets ServerName on it per broker when
 // it is empty.
+//
+// With SASL, the Transport recycles its connections before their sessions
+// end (see rotator): kafka-go cannot re-authenticate a connection, and
+// the broker closes one at its first request after the session ended,
+// failing that request.
 func (s Security) Transport(clientID string, dialTimeout, metadataTTL time.Duration) *kafka.Transport {
-	return &kafka.Transport{
+	return s.TransportNotify(clientID, dialTimeout, metadataTTL, nil)
+}
+
+// TransportNotify is Transport with a function called (from a timer's
+// goroutine) each time the Transport recycles its connections before a
+// SASL session ends, with the session end that prompted it; nil is none.
+func (s Security) TransportNotify(clientID string, dialTimeout, metadataTTL time.Duration, recycled func(sessionEnd time.Time)) *kafka.Transport {
+	tr := &kafka.Transport{
 		ClientID:    clientID,
 		DialTimeout: dialTimeout,
 		MetadataTTL: metadataTTL,
 		TLS:         s.tlsClone(),
 		SASL:        s.SASL,
 	}
+	if s.SASL != nil {
+		tr.SASL = newRotator(s.SASL, s.SessionLifetime, tr.CloseIdleConnections, recycled)
+	}
+	return tr
 }
 
 // Dialer returns a kafka-go Dialer (for kafka.Conn and kafka.Reader)
@@ -262,6 +335,9 @@ const (
 	FailureSASLAuthentication Failure = "sasl_authentication"
 	// FailureSASLMechanism: the broker does not enable the mechanism.
 	FailureSASLMechanism Failure = "sasl_mechanism"
+	// FailureSASLToken: the identity provider refused the OAuth client
+	// (wrong client id, secret or scope).
+	FailureSASLToken Failure = "sasl_token"
 )
 
 // Classify recognises security failures in a kafka-go error.
@@ -275,7 +351,12 @@ func Classify(err error) Failure {
 	var rh tls.RecordHeaderError
 	var alert tls.AlertError
 	var kerr kafka.Error
+	var herr *oauthbearer.HTTPError
 	switch {
+	case errors.As(err, &herr):
+		if herr.Permanent() {
+			return FailureSASLToken
+		}
 	case errors.As(err, &ua):
 		return FailureUnknownAuthority
 	case errors.As(err, &he):

@@ -165,7 +165,7 @@ func TestBuild(t *testing.T) {
 			t.Fatalf("Describe %q", d)
 		}
 	}
-	_, err = Config{TLS: TLSConfig{CertFile: p.clientCert}, SASL: SASLConfig{Mechanism: "oauthbearer"}}.Build()
+	_, err = Config{TLS: TLSConfig{CertFile: p.clientCert}, SASL: SASLConfig{Mechanism: "gssapi"}}.Build()
 	var fe *FieldError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "TLS.KeyFile") || !strings.Contains(err.Error(), "SASL.Mechanism") {
 		t.Fatalf("got %v", err)
