@@ -23,7 +23,9 @@ import (
 // replication connection, the leader's lock connection, the pool's - is
 // terminated. The relay must come back each time, which it can only do
 // with the password of the moment, and deliver every committed event in
-// per-aggregate order.
+// per-aggregate order. The last rotation replaces the file 2 s late, as a
+// secret reaches a pod after the database changed: the refused reconnects
+// in between must not stop the relay.
 func TestRotatingPassword(t *testing.T) {
 	requireRelay(t)
 	t0 := time.Now()
@@ -52,12 +54,15 @@ func TestRotatingPassword(t *testing.T) {
 	}
 	pwFile := filepath.Join(t.TempDir(), "password")
 	var passwords []string
-	// rotate sets a new password on the role and then replaces the file
-	// atomically (a rename, as the kubelet's symlink swap).
-	rotate := func() string {
+	// setPassword sets a new password on the role; writeFile replaces the
+	// file atomically (a rename, as the kubelet's symlink swap).
+	setPassword := func() string {
 		pw := "pw-" + randSuffix()
 		passwords = append(passwords, pw)
 		env.Exec(fmt.Sprintf(`ALTER ROLE %s PASSWORD '%s'`, role, pw))
+		return pw
+	}
+	writeFile := func(pw string) {
 		tmp := pwFile + ".tmp"
 		if err := os.WriteFile(tmp, []byte(pw+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -65,6 +70,10 @@ func TestRotatingPassword(t *testing.T) {
 		if err := os.Rename(tmp, pwFile); err != nil {
 			t.Fatal(err)
 		}
+	}
+	rotate := func() string {
+		pw := setPassword()
+		writeFile(pw)
 		return pw
 	}
 	// signIn reports whether the role can sign in with password, and
@@ -119,11 +128,21 @@ func TestRotatingPassword(t *testing.T) {
 		t.Fatalf("fewer than 200 records within 30s (got %d)\n%s", c.Count(), r.LogTail(30))
 	}
 
-	const rotations = 4
+	// The last rotation updates the file only 2 s after the role and the
+	// cut, as a secret reaches the pod after the database changed: the
+	// relay's reconnects are refused meanwhile, and it must keep trying.
+	const rotations = 5
+	lateFile := 2 * time.Second
 	var back []time.Duration
 	for i := range rotations {
+		late := i == rotations-1
 		old := passwords[len(passwords)-1]
-		pw := rotate()
+		var pw string
+		if late {
+			pw = setPassword()
+		} else {
+			pw = rotate()
+		}
 		if signIn(old) {
 			t.Fatalf("rotation %d: the old password still signs in", i+1)
 		}
@@ -136,6 +155,16 @@ func TestRotatingPassword(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := c.Count()
+		if late {
+			time.Sleep(lateFile)
+			if !r.Running() {
+				t.Fatalf("relay exited while the file still held the old password\n%s", r.LogTail(30))
+			}
+			if !r.LogContains("password authentication failed") {
+				t.Errorf("no refused reconnect logged while the file held the old password\n%s", r.LogTail(20))
+			}
+			writeFile(pw)
+		}
 		// Back means: a walsender and a lock session signed in after the
 		// cut (with the new password: the old one no longer works), and
 		// events flow again.
@@ -149,7 +178,7 @@ func TestRotatingPassword(t *testing.T) {
 		}
 		d := serverNow().Sub(cut)
 		back = append(back, d.Round(10*time.Millisecond))
-		t.Logf("rotation %d: terminated %d sessions; replication, lock and delivery back with the new password in %s", i+1, n, d.Round(time.Millisecond))
+		t.Logf("rotation %d (file late: %v): terminated %d sessions; replication, lock and delivery back with the new password in %s", i+1, late, n, d.Round(time.Millisecond))
 		time.Sleep(time.Second)
 	}
 
