@@ -48,7 +48,7 @@ func (s *cleanupSchedule) run(ctx context.Context, r *Relay) {
 
 func (s *cleanupSchedule) once(ctx context.Context, r *Relay) {
 	log := r.log.With(slog.String("stage", "cleanup"))
-	id, err := outboxdb.Identify(ctx, r.cfg.Database.URL)
+	id, err := outboxdb.Identify(ctx, r.cfg.Database.URL, r.cfg.Database.connectOptions()...)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.m.Runs.WithLabelValues("error").Inc()

@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"context"
 	"crypto/tls"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/outbox-relay/outbox-relay/poison"
@@ -80,6 +82,21 @@ type DatabaseConfig struct {
 	// exists already (outbox-relay migrate --failover-slot changes that
 	// one).
 	NoFailoverSlot bool
+	// BeforeConnect, when set, is called before every connection the
+	// relay opens - its pool, the replication connection, the leader's
+	// lock connection, each reconnect - with that connection's own copy
+	// of the configuration parsed from URL. It exists for credentials
+	// that rotate or expire (a mounted secret re-read, an RDS IAM, Cloud
+	// SQL or Entra ID token fetched anew), which a URL fixed at start
+	// cannot carry: set cfg.Password (the hosts in cfg.Fallbacks share
+	// it), or any other field. It runs on connection paths, so keep it
+	// fast or cache what it fetches; it may be called concurrently. An
+	// error fails that connect, and the relay retries it as any other
+	// connection error. Like pgx's BeforeConnect, it sees *pgconn.Config,
+	// which pgx.ConnConfig embeds: for a pool of your own (the inbox's,
+	// the outbox writer's) set pgxpool.Config.BeforeConnect to a func
+	// calling the same hook with &cc.Config.
+	BeforeConnect func(ctx context.Context, cfg *pgconn.Config) error
 }
 
 // KafkaConfig is how every Kafka client reaches the brokers: the relay's

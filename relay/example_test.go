@@ -9,9 +9,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -89,4 +93,40 @@ func ExampleKafkaConfig_Reader() {
 	defer rd.Close()
 	fmt.Println(rd.Config().Brokers)
 	// Output: [kafka:9092]
+}
+
+// Credentials that rotate or expire: the hook runs before every
+// connection the relay opens (pool, replication, leader lock, each
+// reconnect) and sets that connection's password - here from a mounted
+// secret, re-read each time; a cloud IAM token is fetched the same way.
+// The application's own pool (the outbox writer's, the inbox's) takes the
+// same hook through pgxpool.Config.BeforeConnect.
+func ExampleDatabaseConfig_beforeConnect() {
+	password := func(_ context.Context, cfg *pgconn.Config) error {
+		b, err := os.ReadFile("/var/run/secrets/db/password")
+		if err != nil {
+			return fmt.Errorf("read the database password: %w", err)
+		}
+		cfg.Password = strings.TrimSuffix(string(b), "\n")
+		return nil
+	}
+
+	cfg := relay.DefaultConfig()
+	cfg.Database.URL = "postgres://outbox_relay@db:5432/app?sslmode=verify-full" // no password here
+	cfg.Database.BeforeConnect = password
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	if _, err := relay.New(cfg); err != nil {
+		log.Fatal(err)
+	}
+
+	pc, err := pgxpool.ParseConfig("postgres://app@db:5432/app?sslmode=verify-full")
+	if err != nil {
+		log.Fatal(err)
+	}
+	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error { return password(ctx, &cc.Config) }
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/record"
+	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // ErrRequired is the Err of a FieldError for a required field left empty.
@@ -116,6 +117,8 @@ func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 	default:
 		if out.pool, err = outboxdb.ParseConfig(d.URL); err != nil {
 			cs.wrap("Database.URL", err)
+		} else {
+			outboxdb.SetBeforeConnect(out.pool, d.BeforeConnect)
 		}
 	}
 	for _, n := range []struct{ field, v string }{{"Database.Slot", d.Slot}, {"Database.Publication", d.Publication}} {
@@ -220,10 +223,19 @@ func (w WindowConfig) validate(cs *checks, p PublishConfig) {
 	}
 }
 
+// connectOptions are the replication connections' options: the
+// BeforeConnect hook, if any.
+func (d DatabaseConfig) connectOptions() []replication.ConnectOption {
+	if d.BeforeConnect == nil {
+		return nil
+	}
+	return []replication.ConnectOption{replication.WithBeforeConnect(d.BeforeConnect)}
+}
+
 // elector is the election configuration of the leader's lock.
 func (l LeaderConfig) elector(d DatabaseConfig) leader.Config {
 	return leader.Config{
-		DatabaseURL: d.URL, Slot: d.Slot,
+		DatabaseURL: d.URL, Slot: d.Slot, BeforeConnect: d.BeforeConnect,
 		PollInterval: l.PollInterval, KeepaliveInterval: l.KeepaliveInterval, Timeout: l.Timeout,
 	}
 }

@@ -175,14 +175,19 @@ func (s *Stream) OnStatus(f func(flush pglogrepl.LSN)) { s.onStatus = f }
 const ApplicationName = "outbox-relay"
 
 // Connect opens a logical replication connection to the database of dsn.
-func Connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
-	return ConnectParams(ctx, dsn, nil)
+// Options add run-time parameters or a hook that sets credentials.
+func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgconn.PgConn, error) {
+	return ConnectParams(ctx, dsn, nil, opts...)
 }
 
 // ConnectParams is Connect with extra run-time parameters for the session,
 // e.g. wal_sender_timeout, which bounds how long the server keeps the
 // walsender of a client that went silent (and so the slot busy).
-func ConnectParams(ctx context.Context, dsn string, params map[string]string) (*pgconn.PgConn, error) {
+func ConnectParams(ctx context.Context, dsn string, params map[string]string, opts ...ConnectOption) (*pgconn.PgConn, error) {
+	var o connectOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
@@ -192,11 +197,36 @@ func ConnectParams(ctx context.Context, dsn string, params map[string]string) (*
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = ApplicationName
+	if o.beforeConnect != nil {
+		// cfg is this call's own parse: the hook may change it freely.
+		if err := o.beforeConnect(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("replication connection: before connect: %w", err)
+		}
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open replication connection: %w", err)
 	}
 	return conn, nil
+}
+
+// ConnectOption changes how Connect and ConnectParams connect. Options
+// rather than more parameters keep the signatures stable as they grow.
+type ConnectOption func(*connectOptions)
+
+type connectOptions struct {
+	beforeConnect func(context.Context, *pgconn.Config) error
+}
+
+// WithBeforeConnect calls f with the parsed connection configuration just
+// before each connection is opened, so that credentials that rotate or
+// expire (a password file, a cloud IAM token) are fetched at every
+// connect instead of being fixed in the URL. f may set Password or any
+// other field (Fallbacks share Password); an error aborts the connect.
+// The configuration is the connect's own copy. This is the same hook as
+// relay.DatabaseConfig.BeforeConnect, which the relay passes here.
+func WithBeforeConnect(f func(ctx context.Context, cfg *pgconn.Config) error) ConnectOption {
+	return func(o *connectOptions) { o.beforeConnect = f }
 }
 
 // Start issues START_REPLICATION at start. start must not be later than the

@@ -62,7 +62,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	out := checkpointJSON(cp)
-	if err := checkpointUsable(ctx, cfg.Relay.Database.URL, cp, out); err != nil {
+	if err := checkpointUsable(ctx, cfg.Relay.Database.URL, cfg.replOpts(), cp, out); err != nil {
 		return err
 	}
 	st, err := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication).Status(ctx)
@@ -87,8 +87,8 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 // (checkpoint.Store.Resume): saved on the server's system and timeline, or
 // on an earlier timeline of the same system (a promoted standby) at or
 // before where that timeline ended.
-func checkpointUsable(ctx context.Context, url string, cp checkpoint.Checkpoint, out map[string]any) error {
-	conn, err := replication.Connect(ctx, url)
+func checkpointUsable(ctx context.Context, url string, opts []replication.ConnectOption, cp checkpoint.Checkpoint, out map[string]any) error {
+	conn, err := replication.Connect(ctx, url, opts...)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
-	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL)
+	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
 	if err != nil {
 		return err
 	}

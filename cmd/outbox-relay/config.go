@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/pgauth"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
@@ -38,6 +40,9 @@ type config struct {
 	// names, credentials); validate builds Relay.Kafka.TLS and SASL from
 	// it.
 	KafkaConn kafkaconn.Config
+	// PGAuth is how to authenticate to PostgreSQL beyond the URL's
+	// password; validate sets Relay.Database.BeforeConnect from it.
+	PGAuth pgauth.Options
 
 	MetricsAddr, LogLevel, LogFormat string
 	PProf                            bool
@@ -96,6 +101,9 @@ func (c *config) bind(b *envflag.Binder, s scope) {
 		b.String(&r.Database.Slot, "slot", d.Database.Slot, "logical replication slot name")
 		b.String(&r.Database.Publication, "publication", d.Database.Publication, "publication name")
 		b.String(&r.Database.Table, "table", d.Database.Table, "outbox table, optionally schema-qualified")
+		b.String(&c.PGAuth.PasswordFile, "database-password-file", "", "file holding the PostgreSQL password, re-read at every connection, so a rotated secret (a mounted Kubernetes secret) is used without a restart; one trailing newline is dropped; instead of a password in --database-url")
+		b.String(&c.PGAuth.Auth, "database-auth", pgauth.AuthPassword, "how to authenticate to PostgreSQL: password (--database-url's or --database-password-file's) or aws-rds-iam (a fresh RDS IAM token as the password at every connection; needs TLS: sslmode=verify-full)")
+		b.String(&c.PGAuth.AWSRegion, "database-aws-region", "", "AWS region of the RDS instance, for --database-auth aws-rds-iam (default: AWS_REGION or the AWS config's)")
 	}
 	if s&scopeKafka != 0 {
 		c.bindKafka(b, d)
@@ -270,6 +278,13 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 		errs = append(errs, kafkaFlagErrors(b, err)...)
 		c.kafkaSecurity = sec
 		k.TLS, k.SASL = sec.TLS, sec.SASL
+	}
+	if s&scopeDB != 0 {
+		hook, err := c.PGAuth.Build(context.Background(), c.Relay.Database.URL)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.Relay.Database.BeforeConnect = hook
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.zeroOffFlags())) {
 		if v := c.zeroOffFlags()[name]; v < 0 {

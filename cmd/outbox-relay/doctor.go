@@ -76,7 +76,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	standbys := make([]doctor.Standby, len(standbyURLs))
 	for i, u := range standbyURLs {
 		var closeStandby func()
-		standbys[i], closeStandby = doctor.OpenStandby(ctx, u)
+		standbys[i], closeStandby = doctor.OpenStandby(ctx, u, cfg.Relay.Database.BeforeConnect)
 		defer closeStandby()
 	}
 	doctor.CheckFailover(ctx, pool, target, standbys, rep)

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -110,5 +111,15 @@ func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, configError{fmt.Errorf("--database-url: %w", err)}
 	}
+	outboxdb.SetBeforeConnect(pc, cfg.Relay.Database.BeforeConnect)
 	return outboxdb.Connect(ctx, pc)
+}
+
+// replOpts are the replication connections' options: the credentials
+// hook of --database-password-file or --database-auth.
+func (c *config) replOpts() []replication.ConnectOption {
+	if c.Relay.Database.BeforeConnect == nil {
+		return nil
+	}
+	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)}
 }

@@ -46,7 +46,7 @@ func migrateFailover(ctx context.Context, cfg *config, db slot.DB, st *slot.Stat
 		return fmt.Errorf("slot %q is active under pid %d: its failover flag can only change while nothing streams from it; "+
 			"stop the relay, run outbox-relay migrate %s again, then start the relay", cfg.Relay.Database.Slot, st.ActivePID, again)
 	}
-	conn, err := replication.Connect(ctx, cfg.Relay.Database.URL)
+	conn, err := replication.Connect(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/reconcile"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
@@ -42,8 +44,9 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := o.Validate(); err != nil {
 		return configError{err}
 	}
+	var consumerHook func(context.Context, *pgconn.Config) error
 	if o.ConsumerURL == "" {
-		o.ConsumerURL = cfg.Relay.Database.URL
+		o.ConsumerURL, consumerHook = cfg.Relay.Database.URL, cfg.Relay.Database.BeforeConnect
 	}
 	o.Table, o.Template = cfg.table, cfg.template
 	pool, err := connectPool(ctx, cfg)
@@ -51,7 +54,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer pool.Close()
-	rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader})
+	rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader, ConsumerBeforeConnect: consumerHook})
 	var ce *reconcile.ConfigError
 	if errors.As(err, &ce) {
 		return configError{ce.Err}

@@ -42,7 +42,7 @@ func cmdRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	rc := recovery.Config{
-		DatabaseURL: cfg.Relay.Database.URL, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.failoverSlot()},
+		DatabaseURL: cfg.Relay.Database.URL, BeforeConnect: cfg.Relay.Database.BeforeConnect, Outbox: outboxdb.Outbox{Table: cfg.table, Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.failoverSlot()},
 		Policy: cfg.Relay.Publish.PoisonPolicy, Publisher: cfg.publisherConfig("outbox-relay"),
 		CheckpointRetention: cfg.Relay.Checkpoints.Retention, All: all,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,

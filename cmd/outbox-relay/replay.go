@@ -58,7 +58,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	err = replay.Run(ctx, o, replay.Deps{
 		Pool: pool,
 		Identify: func(ctx context.Context) (checkpoint.Identity, error) {
-			return outboxdb.Identify(ctx, cfg.Relay.Database.URL)
+			return outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
 		},
 		NewPublisher: func() replay.Publisher { return replayPublisher(cfg, stderr) },
 		Out:          stdout,

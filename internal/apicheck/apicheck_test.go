@@ -97,3 +97,19 @@ func TestAPINamesNoInternalType(t *testing.T) {
 		}
 	}
 }
+
+// TestLibrariesImportNoAWSSDK keeps the AWS SDK (the binary's
+// --database-auth aws-rds-iam, cmd/outbox-relay/internal/rdsiam) out of
+// the libraries' import graph: an embedder plugs its own token into
+// relay.DatabaseConfig.BeforeConnect and must not pay for the SDK.
+func TestLibrariesImportNoAWSSDK(t *testing.T) {
+	args := []string{"list", "-deps"}
+	for _, p := range public {
+		args = append(args, "./"+p)
+	}
+	for _, dep := range strings.Fields(goCmd(t, args...)) {
+		if strings.HasPrefix(dep, "github.com/aws/") {
+			t.Errorf("a library imports %s: only cmd/ may", dep)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 )
@@ -54,6 +55,11 @@ type Config struct {
 	// lock session idle for Timeout (idle_session_timeout), releasing the
 	// lock for a standby.
 	Timeout time.Duration
+	// BeforeConnect, when set, is called with a copy of the parsed
+	// configuration before each lock connection is opened, so rotating or
+	// expiring credentials are fetched at every (re)connect
+	// (relay.DatabaseConfig.BeforeConnect).
+	BeforeConnect func(ctx context.Context, cfg *pgconn.Config) error
 }
 
 // Validate checks the intervals against each other; each error says how to
@@ -232,7 +238,16 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 // connect opens the lock connection and derives the key from the database
 // it is connected to.
 func (e *Elector) connect(ctx context.Context) (*pgx.Conn, int64, error) {
-	conn, err := pgx.ConnectConfig(ctx, e.conn)
+	cc := e.conn
+	if e.cfg.BeforeConnect != nil {
+		// A copy per connect: the hook's password must not stick to the
+		// template, and Copy keeps the fallbacks' TLS configs apart.
+		cc = e.conn.Copy()
+		if err := e.cfg.BeforeConnect(ctx, &cc.Config); err != nil {
+			return nil, 0, fmt.Errorf("lock connection: before connect: %w", err)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open lock connection: %w", err)
 	}

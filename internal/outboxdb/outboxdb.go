@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
@@ -37,6 +38,22 @@ func ParseConfig(url string) (*pgxpool.Config, error) {
 	pc.MaxConns = 4
 	pc.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	return pc, nil
+}
+
+// SetBeforeConnect makes every connection of pc's pool call f first
+// (relay.DatabaseConfig.BeforeConnect): pgxpool passes each connect its own
+// copy of the configuration, so f may set the password of the moment.
+// A nil f leaves pc as it is.
+func SetBeforeConnect(pc *pgxpool.Config, f func(context.Context, *pgconn.Config) error) {
+	if f == nil {
+		return
+	}
+	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if err := f(ctx, &cc.Config); err != nil {
+			return fmt.Errorf("before connect: %w", err)
+		}
+		return nil
+	}
 }
 
 // Connect opens a pool of pc and checks that the server answers.
@@ -125,8 +142,8 @@ func ExplainMissingTable(ctx context.Context, db migrations.Querier, publication
 
 // Identify runs IDENTIFY_SYSTEM on a short-lived replication connection:
 // the cluster and timeline a checkpoint must belong to.
-func Identify(ctx context.Context, dsn string) (checkpoint.Identity, error) {
-	conn, err := replication.Connect(ctx, dsn)
+func Identify(ctx context.Context, dsn string, opts ...replication.ConnectOption) (checkpoint.Identity, error) {
+	conn, err := replication.Connect(ctx, dsn, opts...)
 	if err != nil {
 		return checkpoint.Identity{}, err
 	}

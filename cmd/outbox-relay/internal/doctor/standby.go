@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // OpenStandby connects to the standby at url for CheckFailover. A failed
 // connection is returned in Standby.Err, to be reported as a finding: the
-// primary's checks still run. close releases the connection.
-func OpenStandby(ctx context.Context, url string) (s Standby, close func()) {
+// primary's checks still run. close releases the connection. before, when
+// not nil, sets the credentials first, as for the primary (the same role
+// signs in on a standby).
+func OpenStandby(ctx context.Context, url string, before func(context.Context, *pgconn.Config) error) (s Standby, close func()) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return Standby{Name: "(unparsable --standby-url)", Err: err}, func() {}
@@ -23,6 +26,12 @@ func OpenStandby(ctx context.Context, url string) (s Standby, close func()) {
 	s.Name = cfg.Host + ":" + strconv.Itoa(int(cfg.Port))
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if before != nil {
+		if err := before(cctx, &cfg.Config); err != nil {
+			s.Err = err
+			return s, func() {}
+		}
+	}
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
 		s.Err = err

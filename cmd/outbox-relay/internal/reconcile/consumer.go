@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
 // consumerChunk is how many events are looked up in the consumer's inbox
@@ -71,7 +72,12 @@ func (c *consumer) states(ctx context.Context, ids []string) (map[string]string,
 // them up in the consumer's inbox in chunks, counting them per event type
 // and listing up to MaxList not consumed.
 func (r *run) checkConsumer(ctx context.Context) ([]UnconsumedEvent, error) {
-	pool, err := pgxpool.New(ctx, r.cfg.ConsumerURL)
+	pc, err := pgxpool.ParseConfig(r.cfg.ConsumerURL)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("--consumer-database-url: %w", err)}
+	}
+	outboxdb.SetBeforeConnect(pc, r.deps.ConsumerBeforeConnect)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("--consumer-database-url: %w", err)}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 )
@@ -22,6 +23,11 @@ type Deps struct {
 	// KafkaReader returns a reader of rc over that configuration (it sets
 	// rc's Brokers and Dialer).
 	KafkaReader func(clientID string, rc kafka.ReaderConfig) *kafka.Reader
+	// ConsumerBeforeConnect, when set, sets the credentials of each
+	// connection to the consumer's database
+	// (relay.DatabaseConfig.BeforeConnect): the binary passes the
+	// outbox's hook when the consumer's URL is the outbox's.
+	ConsumerBeforeConnect func(ctx context.Context, cfg *pgconn.Config) error
 }
 
 // clientID names reconcile's Kafka connections in the brokers' logs.

@@ -36,6 +36,9 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL URL (a pool and replication
 	// connections are opened from it).
 	DatabaseURL string
+	// BeforeConnect sets each connection's credentials
+	// (relay.DatabaseConfig.BeforeConnect); nil leaves the URL's.
+	BeforeConnect func(ctx context.Context, cfg *pgconn.Config) error
 	// Outbox is the table, slot and publication to recover.
 	Outbox outboxdb.Outbox
 	// Policy is the poison policy of the back-fill's publisher.
@@ -56,6 +59,14 @@ type Config struct {
 	Log      *slog.Logger
 }
 
+// replOpts are the replication connections' options.
+func (c Config) replOpts() []replication.ConnectOption {
+	if c.BeforeConnect == nil {
+		return nil
+	}
+	return []replication.ConnectOption{replication.WithBeforeConnect(c.BeforeConnect)}
+}
+
 // Run recovers the slot and returns once the back-fill is acknowledged and
 // a checkpoint at the new slot's consistent point is saved: streaming from
 // the slot then continues exactly where the back-fill ended.
@@ -64,6 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("parse database URL: %w", err)
 	}
+	outboxdb.SetBeforeConnect(pc, cfg.BeforeConnect)
 	pool, err := outboxdb.ConnectRetrying(ctx, pc, cfg.Log)
 	if err != nil {
 		return err
@@ -91,7 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	repl, err := replication.Connect(ctx, cfg.DatabaseURL)
+	repl, err := replication.Connect(ctx, cfg.DatabaseURL, cfg.replOpts()...)
 	if err != nil {
 		return err
 	}
@@ -147,7 +159,7 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 // picks the back-fill selection (selection), reading the timeline history there
 // when the checkpoint is of an earlier timeline.
 func (cfg Config) plan(ctx context.Context, checkpoints *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Selection, string, bool, error) {
-	conn, err := replication.Connect(ctx, cfg.DatabaseURL)
+	conn, err := replication.Connect(ctx, cfg.DatabaseURL, cfg.replOpts()...)
 	if err != nil {
 		return checkpoint.Identity{}, backfill.Selection{}, "", false, err
 	}

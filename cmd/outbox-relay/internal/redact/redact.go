@@ -128,6 +128,17 @@ func DSNSecrets(dsn string) []string {
 	return out
 }
 
+// Password returns the login password a PostgreSQL connection string
+// carries itself (a URL's user information or its password parameter, or
+// the key=value form's password), empty when it has none; unlike pgx's
+// parse, without PGPASSWORD or a .pgpass file's.
+func Password(dsn string) string {
+	if u, ok := parseURL(dsn); ok && u.password != "" {
+		return u.password
+	}
+	return Param(dsn, "password")
+}
+
 // Param returns the value of key (such as sslmode or host) in a
 // PostgreSQL connection string of either form. A URL's host is its host
 // names, comma-separated when it names several (postgres://a:1,b:2/db),
