@@ -87,7 +87,7 @@ func pgHint(err error) string {
 		case pe.Code == "3D000":
 			return "the database in Database.URL does not exist: correct its name, or create it and run `outbox-relay migrate`"
 		case pe.Code == "28P01":
-			return "the password for this user is wrong: correct it in Database.URL"
+			return "the password for this user is wrong: correct it in Database.URL, or in what supplies it at each connect (Database.BeforeConnect: a password file not yet updated after a rotation, an IAM token the role may not use)"
 		case pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
 			return "the server accepts this user only over SSL (hostssl in pg_hba.conf): add sslmode=verify-full&sslrootcert=/path/to/ca.pem to Database.URL"
 		case pe.Code == "28000":
