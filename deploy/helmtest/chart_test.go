@@ -252,6 +252,19 @@ func TestInvalidValues(t *testing.T) {
 		{"reserved flag in config", requiredValues + "config: {database-url: postgres://x}", "config.database-url: the chart sets --database-url"},
 		{"SASL without secret", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: PLAIN, username: u}}", "kafka.sasl.existingSecret is required"},
 		{"hook without admin secret", requiredValues + "migration: {hook: {enabled: true}}", "migration.hook.existingSecret is required"},
+		{"SCRAM without username", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: SCRAM-SHA-256, existingSecret: s}}", "kafka.sasl.username is required with kafka.sasl.mechanism SCRAM-SHA-256"},
+		{"unknown database auth", requiredValues + "database: {existingSecret: relay-db, auth: iam}", "/database/auth"},
+		{"RDS IAM with a password", requiredValues + "database: {existingSecret: relay-db, auth: aws-rds-iam, passwordSecret: relay-db}", "database.passwordSecret with database.auth aws-rds-iam"},
+		{"AWS region without RDS IAM", requiredValues + "database: {existingSecret: relay-db, awsRegion: eu-west-1}", "database.awsRegion is only used with database.auth aws-rds-iam"},
+		{"OAUTHBEARER without secret", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER}}", "kafka.sasl.oauth.existingSecret is required with OAUTHBEARER: the Secret holding the token"},
+		{"OAUTHBEARER grant without secret", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER, oauth: {tokenEndpoint: 'https://idp/token', clientId: c}}}", "the Secret holding the client secret"},
+		{"OAUTHBEARER with username", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER, username: u, oauth: {existingSecret: s}}}", "OAUTHBEARER takes no username or password"},
+		{"OAUTHBEARER grant without client id", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER, oauth: {existingSecret: s, tokenEndpoint: 'https://idp/token'}}}", "kafka.sasl.oauth.clientId is required with kafka.sasl.oauth.tokenEndpoint"},
+		{"OAUTHBEARER client id without endpoint", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER, oauth: {existingSecret: s, clientId: c}}}", "only used with kafka.sasl.oauth.tokenEndpoint"},
+		{"token endpoint not a URL", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: OAUTHBEARER, oauth: {existingSecret: s, clientId: c, tokenEndpoint: idp/token}}}", "/kafka/sasl/oauth/tokenEndpoint"},
+		{"OAuth values with SCRAM", requiredValues + "kafka: {brokers: k:9092, sasl: {mechanism: SCRAM-SHA-512, username: u, existingSecret: s, oauth: {tokenEndpoint: 'https://idp/token'}}}", `kafka.sasl.oauth is set but kafka.sasl.mechanism is "SCRAM-SHA-512": use OAUTHBEARER`},
+		{"reserved password file in config", requiredValues + "config: {database-password-file: /p}", "config.database-password-file: the chart sets"},
+		{"reserved OAuth secret in config", requiredValues + "config: {kafka-sasl-oauth-client-secret: x}", "config.kafka-sasl-oauth-client-secret: the chart sets"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.values)

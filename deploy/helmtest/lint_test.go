@@ -9,9 +9,9 @@ import (
 )
 
 // TestLint runs `helm lint`'s rules (Chart.yaml, values against
-// values.schema.json, templates) for both value sets; any warning fails.
+// values.schema.json, templates) for each value set; any warning fails.
 func TestLint(t *testing.T) {
-	for name, values := range map[string]string{"default": requiredValues, "full": readFile(t, fullValues)} {
+	for name, values := range map[string]string{"default": requiredValues, "full": readFile(t, fullValues), "managed": readFile(t, managedValues)} {
 		t.Run(name, func(t *testing.T) {
 			vals := map[string]any{}
 			if err := yaml.Unmarshal([]byte(values), &vals); err != nil {

@@ -101,7 +101,7 @@ toString would print as 1.6777216e+07.
 
 {{/* Flags the chart sets from its own values; config may not name them. */}}
 {{- define "outbox-relay.reservedFlags" -}}
-database-url kafka-brokers kafka-sasl-mechanism kafka-sasl-username kafka-sasl-password kafka-tls kafka-tls-ca-file kafka-tls-cert-file kafka-tls-key-file kafka-tls-server-name metrics-addr shutdown-timeout
+database-url database-password-file database-auth database-aws-region kafka-brokers kafka-sasl-mechanism kafka-sasl-username kafka-sasl-password kafka-sasl-oauth-token-file kafka-sasl-oauth-token-endpoint kafka-sasl-oauth-client-id kafka-sasl-oauth-client-secret kafka-sasl-oauth-scope kafka-sasl-oauth-extensions kafka-sasl-session-lifetime kafka-tls kafka-tls-ca-file kafka-tls-cert-file kafka-tls-key-file kafka-tls-server-name metrics-addr shutdown-timeout
 {{- end }}
 
 {{/* Where the Secrets are mounted. */}}
@@ -110,4 +110,36 @@ database-url kafka-brokers kafka-sasl-mechanism kafka-sasl-username kafka-sasl-p
 {{/* Whether Kafka TLS is on. */}}
 {{- define "outbox-relay.kafkaTLS" -}}
 {{- if or .Values.kafka.tls.enabled .Values.kafka.tls.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/*
+Combinations of the database and SASL values the binary refuses at start
+(exit 2), failed at render time instead, naming the values to change.
+*/}}
+{{- define "outbox-relay.validateAuth" -}}
+{{- $db := .Values.database }}
+{{- if eq $db.auth "aws-rds-iam" }}
+{{- if $db.passwordSecret }}
+{{- fail "database.passwordSecret with database.auth aws-rds-iam: the IAM token is the password; drop database.passwordSecret" }}
+{{- end }}
+{{- else if $db.awsRegion }}
+{{- fail "database.awsRegion is only used with database.auth aws-rds-iam" }}
+{{- end }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- $o := $sasl.oauth }}
+{{- $oauthSet := or $o.existingSecret $o.tokenEndpoint $o.clientId $o.scope $o.extensions }}
+{{- if eq $sasl.mechanism "OAUTHBEARER" }}
+{{- if or $sasl.username $sasl.existingSecret }}
+{{- fail "kafka.sasl.username and kafka.sasl.existingSecret are for PLAIN and SCRAM: OAUTHBEARER takes no username or password (set kafka.sasl.oauth)" }}
+{{- end }}
+{{- if $o.tokenEndpoint }}
+{{- if not $o.clientId }}
+{{- fail "kafka.sasl.oauth.clientId is required with kafka.sasl.oauth.tokenEndpoint (the client-credentials grant)" }}
+{{- end }}
+{{- else if or $o.clientId $o.scope }}
+{{- fail "kafka.sasl.oauth.clientId and .scope are only used with kafka.sasl.oauth.tokenEndpoint; without it the relay reads a token from kafka.sasl.oauth.existingSecret's tokenKey" }}
+{{- end }}
+{{- else if $oauthSet }}
+{{- fail (printf "kafka.sasl.oauth is set but kafka.sasl.mechanism is %q: use OAUTHBEARER" $sasl.mechanism) }}
+{{- end }}
 {{- end }}
