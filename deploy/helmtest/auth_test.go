@@ -116,8 +116,8 @@ func TestManagedValues(t *testing.T) {
 	flags := parseFlagTable(t)
 	o := decode(t, mustRender(t, readFile(t, managedValues)))
 	checkCounts(t, o, map[string]int{"Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1})
-	env := checkRelay(t, o, flags, 9187)
-	env = checkFlags(t, o, flags, []wantFlag{
+	checkRelay(t, o, flags, 9187)
+	env := checkFlags(t, o, flags, []wantFlag{
 		{flag: "database-auth", env: "OUTBOX_RELAY_DATABASE_AUTH", value: "aws-rds-iam"},
 		{flag: "database-aws-region", env: "OUTBOX_RELAY_DATABASE_AWS_REGION", value: "eu-west-1"},
 		{flag: "kafka-sasl-mechanism", env: "OUTBOX_RELAY_KAFKA_SASL_MECHANISM", value: "OAUTHBEARER"},
