@@ -118,8 +118,5 @@ func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 // replOpts are the replication connections' options: the credentials
 // hook of --database-password-file or --database-auth.
 func (c *config) replOpts() []replication.ConnectOption {
-	if c.Relay.Database.BeforeConnect == nil {
-		return nil
-	}
-	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)}
+	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
 }
