@@ -226,10 +226,7 @@ func (w WindowConfig) validate(cs *checks, p PublishConfig) {
 // connectOptions are the replication connections' options: the
 // BeforeConnect hook, if any.
 func (d DatabaseConfig) connectOptions() []replication.ConnectOption {
-	if d.BeforeConnect == nil {
-		return nil
-	}
-	return []replication.ConnectOption{replication.WithBeforeConnect(d.BeforeConnect)}
+	return []replication.ConnectOption{replication.WithBeforeConnect(d.BeforeConnect)} // nil: none
 }
 
 // elector is the election configuration of the leader's lock.

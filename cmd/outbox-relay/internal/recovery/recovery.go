@@ -61,10 +61,7 @@ type Config struct {
 
 // replOpts are the replication connections' options.
 func (c Config) replOpts() []replication.ConnectOption {
-	if c.BeforeConnect == nil {
-		return nil
-	}
-	return []replication.ConnectOption{replication.WithBeforeConnect(c.BeforeConnect)}
+	return []replication.ConnectOption{replication.WithBeforeConnect(c.BeforeConnect)} // nil: none
 }
 
 // Run recovers the slot and returns once the back-fill is acknowledged and
