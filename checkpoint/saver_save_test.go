@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -279,115 +280,133 @@ func TestSaverRetriesFailedSave(t *testing.T) {
 // Run saves at every tick with a fence, on a kick without one, and once
 // more when it stops; Attempted follows every attempt.
 func TestSaverRun(t *testing.T) {
-	db := &fakeDB{updated: 1}
-	db.set(0x50, 7)
-	src := &source{a: Acked{LSN: 0x100}}
-	s, _ := newTestSaver(t, db, nil, src)
-	kick := make(chan struct{})
-	attempts := make(chan struct{}, 100)
-	s.Kick, s.Attempted = kick, func(error) { attempts <- struct{}{} }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Run(ctx)
-	}()
-	kick <- struct{}{}
-	<-attempts
-	if w := lastWrite(t, db, 1); w.lsn != "0/100" || db.captured() != 0 {
-		t.Fatalf("kick: wrote %+v, captured %d fences (want none)", w, db.captured())
-	}
-	src.set(Acked{LSN: 0x200})
-	cancel()
-	<-done
-	<-attempts
-	if w := lastWrite(t, db, 2); w.lsn != "0/200" || db.captured() != 0 {
-		t.Fatalf("final save %+v, %d fences", w, db.captured())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		db := &fakeDB{updated: 1}
+		db.set(0x50, 7)
+		src := &source{a: Acked{LSN: 0x100}}
+		s, _ := newTestSaver(t, db, nil, src)
+		kick := make(chan struct{})
+		attempts := make(chan struct{}, 100)
+		s.Kick, s.Attempted = kick, func(error) { attempts <- struct{}{} }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Run(ctx)
+		}()
+		stopRun(t, cancel, done)
+		kick <- struct{}{}
+		<-attempts
+		if w := lastWrite(t, db, 1); w.lsn != "0/100" || db.captured() != 0 {
+			t.Fatalf("kick: wrote %+v, captured %d fences (want none)", w, db.captured())
+		}
+		src.set(Acked{LSN: 0x200})
+		cancel()
+		<-done
+		<-attempts
+		if w := lastWrite(t, db, 2); w.lsn != "0/200" || db.captured() != 0 {
+			t.Fatalf("final save %+v, %d fences", w, db.captured())
+		}
 
-	// With a short interval the ticks capture fences.
-	db2 := &fakeDB{updated: 1}
-	db2.set(0x50, 7)
-	s2 := NewSaver(NewStore(db2, migrations.Table{Schema: "public", Name: "outbox"}, "s"), db2, testID, nil,
-		(&source{a: Acked{LSN: 0x100}}).last, 5*time.Millisecond, 0, testLogger(t))
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	done2 := make(chan struct{})
-	go func() {
-		defer close(done2)
-		s2.Run(ctx2)
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for db2.captured() < 3 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancel2()
-	<-done2
-	if db2.captured() < 3 {
-		t.Fatalf("%d fences captured by ticks", db2.captured())
-	}
-	if w := lastWrite(t, db2, 1); w.fence() == nil || w.fence().LSN != 0x50 {
-		t.Fatalf("tick save %+v", w)
-	}
+		// With a short interval the ticks capture fences.
+		db2 := &fakeDB{updated: 1}
+		db2.set(0x50, 7)
+		s2 := NewSaver(NewStore(db2, migrations.Table{Schema: "public", Name: "outbox"}, "s"), db2, testID, nil,
+			(&source{a: Acked{LSN: 0x100}}).last, 5*time.Millisecond, 0, testLogger(t))
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		done2 := make(chan struct{})
+		go func() {
+			defer close(done2)
+			s2.Run(ctx2)
+		}()
+		stopRun(t, cancel2, done2)
+		deadline := time.Now().Add(5 * time.Second)
+		for db2.captured() < 3 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // poll in virtual time: the ticks come every 5ms of it
+		}
+		cancel2()
+		<-done2
+		if db2.captured() < 3 {
+			t.Fatalf("%d fences captured by ticks", db2.captured())
+		}
+		if w := lastWrite(t, db2, 1); w.fence() == nil || w.fence().LSN != 0x50 {
+			t.Fatalf("tick save %+v", w)
+		}
+	})
+}
+
+// stopRun stops a Saver's Run (cancel, then wait for done) when the test
+// ends, so that a failed check does not leave it blocked in the synctest
+// bubble, which would crash the test binary instead of failing the test.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan struct{}) {
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
 
 // Kicks closer than KickGap to the previous save wait for the gap; a stop
 // during that wait still makes the final save.
 func TestSaverKickGap(t *testing.T) {
-	const gap = 60 * time.Millisecond
-	db := &fakeDB{updated: 1}
-	src := &source{a: Acked{LSN: 0x100}}
-	s, _ := newTestSaver(t, db, nil, src)
-	kick := make(chan struct{})
-	attempts := make(chan time.Time, 100)
-	s.Kick, s.KickGap, s.Attempted = kick, gap, func(error) { attempts <- time.Now() }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Run(ctx)
-	}()
-	start := time.Now()
-	kick <- struct{}{}
-	<-attempts
-	src.set(Acked{LSN: 0x200})
-	kick <- struct{}{}
-	if second := <-attempts; second.Sub(start) < gap {
-		t.Fatalf("second kick saved %v after the first, want at least %v", second.Sub(start), gap)
-	}
-	lastWrite(t, db, 2)
+	synctest.Test(t, func(t *testing.T) {
+		const gap = 60 * time.Millisecond
+		db := &fakeDB{updated: 1}
+		src := &source{a: Acked{LSN: 0x100}}
+		s, _ := newTestSaver(t, db, nil, src)
+		kick := make(chan struct{})
+		attempts := make(chan time.Time, 100)
+		s.Kick, s.KickGap, s.Attempted = kick, gap, func(error) { attempts <- time.Now() }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Run(ctx)
+		}()
+		stopRun(t, cancel, done)
+		start := time.Now()
+		kick <- struct{}{}
+		<-attempts
+		src.set(Acked{LSN: 0x200})
+		kick <- struct{}{}
+		if second := <-attempts; second.Sub(start) < gap {
+			t.Fatalf("second kick saved %v after the first, want at least %v", second.Sub(start), gap)
+		}
+		lastWrite(t, db, 2)
 
-	cancel()
-	<-done
+		cancel()
+		<-done
 
-	// Stopped while a kick waits for the gap.
-	db = &fakeDB{updated: 1}
-	src = &source{a: Acked{LSN: 0x300}}
-	s, _ = newTestSaver(t, db, nil, src)
-	kick = make(chan struct{})
-	// A fresh channel: the first Run's final save signalled the old one,
-	// and reading that signal here would let the source move before this
-	// Run's first save.
-	attempts = make(chan time.Time, 100)
-	s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func(error) { attempts <- time.Now() }
-	ctx, cancel = context.WithCancel(context.Background())
-	done = make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Run(ctx)
-	}()
-	kick <- struct{}{}
-	<-attempts
-	src.set(Acked{LSN: 0x400})
-	kick <- struct{}{}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop while a kick waited")
-	}
-	if w := lastWrite(t, db, 2); w.lsn != "0/400" {
-		t.Fatalf("final save %+v", w)
-	}
+		// Stopped while a kick waits for the gap.
+		db = &fakeDB{updated: 1}
+		src = &source{a: Acked{LSN: 0x300}}
+		s, _ = newTestSaver(t, db, nil, src)
+		kick = make(chan struct{})
+		// A fresh channel: the first Run's final save signalled the old one,
+		// and reading that signal here would let the source move before this
+		// Run's first save.
+		attempts = make(chan time.Time, 100)
+		s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func(error) { attempts <- time.Now() }
+		ctx, cancel = context.WithCancel(context.Background())
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Run(ctx)
+		}()
+		stopRun(t, cancel, done)
+		kick <- struct{}{}
+		<-attempts
+		src.set(Acked{LSN: 0x400})
+		kick <- struct{}{}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second): // virtual time: a Run stuck in the hour's gap fails here
+			t.Fatal("Run did not stop while a kick waited")
+		}
+		if w := lastWrite(t, db, 2); w.lsn != "0/400" {
+			t.Fatalf("final save %+v", w)
+		}
+	})
 }
 
 // Store.Save updates the newest row when it can, inserts otherwise, and
@@ -446,42 +465,46 @@ func TestStoreSaveStatements(t *testing.T) {
 // abandoned after SaveTimeout and reported to Attempted as an error, and
 // the next attempt saves once the block is gone.
 func TestSaverTimeout(t *testing.T) {
-	db := &fakeDB{updated: 1, block: make(chan struct{})}
-	src := &source{a: Acked{LSN: 0x100}}
-	s, _ := newTestSaver(t, db, nil, src)
-	kick := make(chan struct{})
-	attempts := make(chan error, 100)
-	s.Kick, s.SaveTimeout, s.Attempted = kick, 50*time.Millisecond, func(err error) { attempts <- err }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	start := time.Now()
-	kick <- struct{}{}
-	select {
-	case err := <-attempts:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("blocked save reported %v, want a deadline error", err)
+	synctest.Test(t, func(t *testing.T) {
+		db := &fakeDB{updated: 1, block: make(chan struct{})}
+		src := &source{a: Acked{LSN: 0x100}}
+		s, _ := newTestSaver(t, db, nil, src)
+		kick := make(chan struct{})
+		attempts := make(chan error, 100)
+		s.Kick, s.SaveTimeout, s.Attempted = kick, 50*time.Millisecond, func(err error) { attempts <- err }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Run(ctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		start := time.Now()
+		kick <- struct{}{}
+		select {
+		case err := <-attempts:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("blocked save reported %v, want a deadline error", err)
+			}
+			// Virtual time: exactly the SaveTimeout unless Run waits for
+			// something else.
+			if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+				t.Fatalf("blocked save gave up after %s, want about the 50ms SaveTimeout", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a blocked save was never abandoned")
 		}
-		if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
-			t.Fatalf("blocked save gave up after %s, want about the 50ms SaveTimeout", d)
+		lastWrite(t, db, 0)
+		db.mu.Lock()
+		close(db.block)
+		db.mu.Unlock()
+		kick <- struct{}{}
+		if err := <-attempts; err != nil {
+			t.Fatalf("save after the block: %v", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a blocked save was never abandoned")
-	}
-	lastWrite(t, db, 0)
-	db.mu.Lock()
-	close(db.block)
-	db.mu.Unlock()
-	kick <- struct{}{}
-	if err := <-attempts; err != nil {
-		t.Fatalf("save after the block: %v", err)
-	}
-	lastWrite(t, db, 1)
+		lastWrite(t, db, 1)
+	})
 }

@@ -347,6 +347,7 @@ func TestBatchLocksDoNotDeadlock(t *testing.T) {
 			if waiting >= 2 {
 				break
 			}
+			// wall-clock: polls the real server's pg_locks, which signals nothing.
 			time.Sleep(time.Millisecond)
 		}
 		if err := blocker.Commit(r.s.Ctx); err != nil {

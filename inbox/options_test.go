@@ -69,9 +69,13 @@ type records struct {
 	mu    *sync.Mutex
 	attrs []slog.Attr
 	out   *[]map[string]string
+	grew  *chan struct{} // closed (and replaced) when a record is added
 }
 
-func newRecords() *records { return &records{mu: &sync.Mutex{}, out: &[]map[string]string{}} }
+func newRecords() *records {
+	grew := make(chan struct{})
+	return &records{mu: &sync.Mutex{}, out: &[]map[string]string{}, grew: &grew}
+}
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
 func (r *records) Handle(_ context.Context, rec slog.Record) error {
@@ -86,23 +90,50 @@ func (r *records) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	*r.out = append(*r.out, m)
+	close(*r.grew)
+	*r.grew = make(chan struct{})
 	return nil
 }
 func (r *records) WithAttrs(as []slog.Attr) slog.Handler {
-	return &records{mu: r.mu, attrs: append(append([]slog.Attr(nil), r.attrs...), as...), out: r.out}
+	return &records{mu: r.mu, attrs: append(append([]slog.Attr(nil), r.attrs...), as...), out: r.out, grew: r.grew}
 }
 func (r *records) WithGroup(string) slog.Handler { return r }
 
 // find returns the first record with message msg.
 func (r *records) find(msg string) map[string]string {
+	m, _ := r.findOrWait(msg)
+	return m
+}
+
+// findOrWait is find, and when there is no such record, a channel closed
+// when the next record is added.
+func (r *records) findOrWait(msg string) (map[string]string, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range *r.out {
 		if m["msg"] == msg {
-			return m
+			return m, nil
 		}
 	}
-	return nil
+	return nil, *r.grew
+}
+
+// await returns the first record with message msg once there is one, or
+// nil when timeout passes first.
+func (r *records) await(msg string, timeout time.Duration) map[string]string {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		m, grew := r.findOrWait(msg)
+		if m != nil {
+			return m
+		}
+		select {
+		case <-grew:
+		case <-deadline.C:
+			return nil
+		}
+	}
 }
 
 // TestWithLogger: the logger of WithLogger receives the consumer's lines,
@@ -117,10 +148,7 @@ func TestWithLogger(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for logs.find("inbox consumer started") == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.await("inbox consumer started", 10*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

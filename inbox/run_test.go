@@ -76,7 +76,8 @@ func newRunRig(t *testing.T, partitions, events int) *runRig {
 		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond) // the new topic's leaders are being elected
+		// wall-clock: paces the retries while the real broker elects the new topic's leaders.
+		time.Sleep(100 * time.Millisecond)
 	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
@@ -155,6 +156,7 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("stats after 45s: %+v, want %d applied and a commit", s, events)
 			}
+			// wall-clock: polls the stats of a consumer working against the real servers.
 			time.Sleep(50 * time.Millisecond)
 		}
 		if err := run.stop(); err != nil {
@@ -198,6 +200,7 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 			var exited atomic.Bool
 			f := func(l string) {
 				if l == loop {
+					// wall-clock: the goroutine must outlast goleak's retries, which run on the real clock.
 					time.Sleep(time.Second)
 					exited.Store(true)
 				}
@@ -210,6 +213,7 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("stats after 45s: %+v, want %d applied and a commit", s, events)
 				}
+				// wall-clock: polls the stats of a consumer working against the real servers.
 				time.Sleep(50 * time.Millisecond)
 			}
 			began := time.Now()

@@ -65,6 +65,7 @@ func TestIntegrationHealthMonitorReadsSlot(t *testing.T) {
 	if _, err := pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())`, slot); err != nil {
 		t.Fatal(err)
 	}
+	// wall-clock: real time between the confirmed WAL and the append, on the clocks the monitor reads (the process's, the server's).
 	time.Sleep(200 * time.Millisecond)
 	tx, err := pool.Begin(ctx)
 	if err != nil {

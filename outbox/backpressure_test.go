@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -629,29 +630,36 @@ func TestMonitorWithoutTableSkipsCheckpoint(t *testing.T) {
 	}
 }
 
+// TestMonitorRunRefreshesUntilCancelled runs in a synctest bubble: the
+// interval's ticker and the test's waits are on the fake clock.
 func TestMonitorRunRefreshesUntilCancelled(t *testing.T) {
-	db := &fakeSlot{}
-	db.set("reserved", nil, 200*mib, 2000, 1000)
-	m, err := NewHealthMonitor(db, HealthConfig{Slot: "s", Interval: time.Millisecond, Soft: Budget{MaxRetainedWAL: mib}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { m.Run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Check(PriorityLow) == nil {
-		if time.Now().After(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &fakeSlot{}
+		db.set("reserved", nil, 200*mib, 2000, 1000)
+		m, err := NewHealthMonitor(db, HealthConfig{Slot: "s", Interval: time.Millisecond, Soft: Budget{MaxRetainedWAL: mib}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		synctest.Wait() // Run refreshed at once and waits for its ticker
+		if m.Check(PriorityLow) == nil {
 			t.Fatal("Run did not refresh")
 		}
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop")
-	}
+		time.Sleep(5 * time.Millisecond) // five more ticks, in virtual time
+		synctest.Wait()
+		if m.Check(PriorityLow) == nil {
+			t.Fatal("Run did not keep refreshing")
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("Run did not stop")
+		}
+	})
 }
 
 func TestNewHealthMonitorValidates(t *testing.T) {

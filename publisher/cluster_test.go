@@ -131,13 +131,16 @@ func (a *ackLog) order() []string {
 	return append([]string(nil), a.ids...)
 }
 
-// waitFor waits until n events are acknowledged.
+// waitFor waits until n events are acknowledged, polling; in a synctest
+// bubble the poll interval and within are virtual time.
 func (a *ackLog) waitFor(t testing.TB, n int, within time.Duration) {
 	t.Helper()
 	for deadline := time.Now().Add(within); a.n.Load() < int64(n); {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d events acknowledged after %s: %v", a.n.Load(), n, within, a.order())
 		}
+		// wall-clock only outside a bubble, where it is a poll interval
+		// for tests that wait for no timer; inside one it is virtual time.
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -210,10 +213,12 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		// Stay within a window, like the relay's in-flight limit.
 		for int64(i)-acked.Load() > 10000 {
+			// wall-clock: a benchmark measures real time (no bubble); a short
+			// poll keeps the window's cost out of the publish path.
 			time.Sleep(10 * time.Microsecond)
 		}
 	}
 	for acked.Load() < int64(b.N) {
-		time.Sleep(10 * time.Microsecond)
+		time.Sleep(10 * time.Microsecond) // wall-clock: as above, the benchmark's real time
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -102,60 +103,60 @@ func startCombiner(t *testing.T, f *fakeBroker, linger time.Duration) *combiner 
 // TestCombinerMergesAndMapsErrors: batches handed over while every sender
 // is busy travel together, and each gets its own partition's outcome.
 func TestCombinerMergesAndMapsErrors(t *testing.T) {
-	f := &fakeBroker{gate: make(chan struct{}), reply: func(topic string, p int32) *produceapi.ResponsePartition {
-		switch {
-		case topic == "b" && p == 1:
-			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.NotLeaderForPartition)}
-		case topic == "b" && p == 2:
-			return &produceapi.ResponsePartition{RecordErrors: []produceapi.ResponseError{{BatchIndexErrorMessage: "bad record"}}}
-		case topic == "b" && p == 3:
-			return nil
-		}
-		return &produceapi.ResponsePartition{}
-	}}
-	c := startCombiner(t, f, 0)
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBroker{gate: make(chan struct{}), reply: func(topic string, p int32) *produceapi.ResponsePartition {
+			switch {
+			case topic == "b" && p == 1:
+				return &produceapi.ResponsePartition{ErrorCode: int16(kafka.NotLeaderForPartition)}
+			case topic == "b" && p == 2:
+				return &produceapi.ResponsePartition{RecordErrors: []produceapi.ResponseError{{BatchIndexErrorMessage: "bad record"}}}
+			case topic == "b" && p == 3:
+				return nil
+			}
+			return &produceapi.ResponsePartition{}
+		}}
+		c := startCombiner(t, f, 0)
 
-	// Occupy every sender, one request each, then queue more batches
-	// behind them.
-	busy := make([]*batch, combineSenders)
-	done := make(chan error, combineSenders)
-	for i := range busy {
-		busy[i] = testBatch("a", i, 1)
-		go func() { done <- c.produce(busy[i]) }()
-		for deadline := time.Now().Add(5 * time.Second); len(f.sent()) < i+1; {
-			if time.Now().After(deadline) {
+		// Occupy every sender, one request each, then queue more batches
+		// behind them.
+		busy := make([]*batch, combineSenders)
+		done := make(chan error, combineSenders)
+		for i := range busy {
+			busy[i] = testBatch("a", i, 1)
+			go func() { done <- c.produce(busy[i]) }()
+			synctest.Wait() // the batch went out and its request waits at the gate
+			if len(f.sent()) != i+1 {
 				t.Fatalf("senders took %d requests, want %d", len(f.sent()), i+1)
 			}
-			time.Sleep(time.Millisecond)
 		}
-	}
-	queued := []*batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
-	queuedDone := make(chan []error)
-	go func() { queuedDone <- produceAll(c, queued) }()
-	time.Sleep(50 * time.Millisecond) // let them reach the channel
-	close(f.gate)
-	for range busy {
-		if err := <-done; err != nil {
-			t.Fatalf("busy batch: %v", err)
+		queued := []*batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
+		queuedDone := make(chan []error, 1) // buffered: a failed check must not strand the sender in the bubble
+		go func() { queuedDone <- produceAll(c, queued) }()
+		synctest.Wait() // let them reach the channel: all are blocked handing over or in the collector
+		close(f.gate)
+		for range busy {
+			if err := <-done; err != nil {
+				t.Fatalf("busy batch: %v", err)
+			}
 		}
-	}
-	errs := <-queuedDone
+		errs := <-queuedDone
 
-	if n := len(f.sent()); n >= combineSenders+len(queued) {
-		t.Errorf("%d requests for %d batches: nothing was combined (%v)", n, combineSenders+len(queued), f.sent())
-	}
-	if errs[0] != nil || errs[4] != nil {
-		t.Errorf("acknowledged partitions got errors: %v, %v", errs[0], errs[4])
-	}
-	if !errors.Is(errs[1], kafka.NotLeaderForPartition) {
-		t.Errorf("b[1]: %v, want NotLeaderForPartition", errs[1])
-	}
-	if errs[2] == nil || !strings.Contains(errs[2].Error(), "bad record") {
-		t.Errorf("b[2]: %v, want the record error", errs[2])
-	}
-	if errs[3] == nil || !strings.Contains(errs[3].Error(), "no response for b[3]") {
-		t.Errorf("b[3]: %v, want a missing-response error", errs[3])
-	}
+		if n := len(f.sent()); n >= combineSenders+len(queued) {
+			t.Errorf("%d requests for %d batches: nothing was combined (%v)", n, combineSenders+len(queued), f.sent())
+		}
+		if errs[0] != nil || errs[4] != nil {
+			t.Errorf("acknowledged partitions got errors: %v, %v", errs[0], errs[4])
+		}
+		if !errors.Is(errs[1], kafka.NotLeaderForPartition) {
+			t.Errorf("b[1]: %v, want NotLeaderForPartition", errs[1])
+		}
+		if errs[2] == nil || !strings.Contains(errs[2].Error(), "bad record") {
+			t.Errorf("b[2]: %v, want the record error", errs[2])
+		}
+		if errs[3] == nil || !strings.Contains(errs[3].Error(), "no response for b[3]") {
+			t.Errorf("b[3]: %v, want a missing-response error", errs[3])
+		}
+	})
 }
 
 // TestCombinerSplitsByLeader: batches of different leaders never share a
@@ -205,50 +206,56 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 // TestCombinerLinger: a batch waits up to the linger for others to share
 // its request; without one it goes alone.
 func TestCombinerLinger(t *testing.T) {
-	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
-	for _, tc := range []struct {
-		linger time.Duration
-		want   int
-	}{{200 * time.Millisecond, 1}, {0, 2}} {
-		f := &fakeBroker{reply: ok}
-		c := startCombiner(t, f, tc.linger)
-		errs := make(chan error, 2)
-		go func() { errs <- c.produce(testBatch("a", 0, 1)) }()
-		time.Sleep(30 * time.Millisecond)
-		go func() { errs <- c.produce(testBatch("a", 1, 1)) }()
-		for range 2 {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
+		for _, tc := range []struct {
+			linger time.Duration
+			want   int
+		}{{200 * time.Millisecond, 1}, {0, 2}} {
+			f := &fakeBroker{reply: ok}
+			c := startCombiner(t, f, tc.linger)
+			errs := make(chan error, 2)
+			go func() { errs <- c.produce(testBatch("a", 0, 1)) }()
+			time.Sleep(30 * time.Millisecond) // virtual time: well within the 200ms linger
+			go func() { errs <- c.produce(testBatch("a", 1, 1)) }()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(f.sent()); n != tc.want {
+				t.Errorf("linger %s: %d requests %v, want %d", tc.linger, n, f.sent(), tc.want)
 			}
 		}
-		if n := len(f.sent()); n != tc.want {
-			t.Errorf("linger %s: %d requests %v, want %d", tc.linger, n, f.sent(), tc.want)
-		}
-	}
+	})
 }
 
 // TestCombinerLingerEndsWhenFull: with every lane's batch in, or a large
 // group, the collector does not wait out the linger.
 func TestCombinerLingerEndsWhenFull(t *testing.T) {
-	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	f := &fakeBroker{reply: ok}
-	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
-	c.run(&wg)
-	defer func() { cancel(); wg.Wait() }()
-	t0 := time.Now()
-	if errs := produceAll(c, []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
-		t.Fatal(errs)
-	}
-	big := testBatch("a", 0, 1)
-	big.bytes = combineFullBytes
-	if err := c.produce(big); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(t0); d > 10*time.Second {
-		t.Fatalf("took %s: the collector waited out the linger", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		f := &fakeBroker{reply: ok}
+		c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
+		c.run(&wg)
+		defer func() { cancel(); wg.Wait() }()
+		t0 := time.Now()
+		if errs := produceAll(c, []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		big := testBatch("a", 0, 1)
+		big.bytes = combineFullBytes
+		if err := c.produce(big); err != nil {
+			t.Fatal(err)
+		}
+		// Virtual time: a collector that waited out the linger shows as
+		// an hour here, at once.
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Fatalf("took %s: the collector waited out the linger", d)
+		}
+	})
 }
 
 // TestCombinerClosing: a batch handed over after the publisher closed is

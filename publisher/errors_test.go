@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -209,48 +210,52 @@ func testRecord() *outgoing {
 // instead of retrying forever; the lane's failures are recorded as the
 // stall detector's cause.
 func TestVanishedPartitionStops(t *testing.T) {
-	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
-		return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
-	}}
-	l, lf := laneOver(t, f, 100*time.Millisecond)
-	res := make(chan sendResult, 1)
-	go func() { res <- l.send([]*outgoing{testRecord()}) }()
-	select {
-	case err := <-l.p.fatal:
-		if !strings.Contains(err.Error(), "publish to t[0]") || !strings.Contains(err.Error(), "no longer exists") {
-			t.Errorf("fatal error %q", err)
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+		}}
+		l, lf := laneOver(t, f, 100*time.Millisecond)
+		res := make(chan sendResult, 1)
+		go func() { res <- l.send([]*outgoing{testRecord()}) }()
+		select {
+		case err := <-l.p.fatal:
+			if !strings.Contains(err.Error(), "publish to t[0]") || !strings.Contains(err.Error(), "no longer exists") {
+				t.Errorf("fatal error %q", err)
+			}
+		case <-time.After(5 * time.Second): // virtual time, like the lane's backoff and timeout
+			t.Fatal("a vanished partition was retried for 5s, past Publish.UnknownTopicTimeout 100ms")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a vanished partition was retried for 5s, past Publish.UnknownTopicTimeout 100ms")
-	}
-	if r := <-res; r != closing {
-		t.Fatalf("send returned %v, want closing", r)
-	}
-	if fl := lf.Load(); fl == nil || fl.Class != Fatal || fl.Topic != "t" || fl.EventID != "e1" || fl.AggregateID != "a1" || fl.Attempt < 2 {
-		t.Fatalf("last failure %+v", fl)
-	}
+		if r := <-res; r != closing {
+			t.Fatalf("send returned %v, want closing", r)
+		}
+		if fl := lf.Load(); fl == nil || fl.Class != Fatal || fl.Topic != "t" || fl.EventID != "e1" || fl.AggregateID != "a1" || fl.Attempt < 2 {
+			t.Fatalf("last failure %+v", fl)
+		}
+	})
 }
 
 // TestUnknownPartitionHeals: a short UNKNOWN_TOPIC_OR_PARTITION (metadata
 // lag after a topic is created) is retried, not fatal.
 func TestUnknownPartitionHeals(t *testing.T) {
-	var calls atomic.Int32
-	f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
-		if calls.Add(1) <= 3 {
-			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+			if calls.Add(1) <= 3 {
+				return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
+			}
+			return &produceapi.ResponsePartition{}
+		}}
+		l, lf := laneOver(t, f, time.Minute)
+		if r := l.send([]*outgoing{testRecord()}); r != sent {
+			t.Fatalf("send returned %v, want sent", r)
 		}
-		return &produceapi.ResponsePartition{}
-	}}
-	l, lf := laneOver(t, f, time.Minute)
-	if r := l.send([]*outgoing{testRecord()}); r != sent {
-		t.Fatalf("send returned %v, want sent", r)
-	}
-	select {
-	case err := <-l.p.fatal:
-		t.Fatalf("fatal: %v", err)
-	default:
-	}
-	if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != "unknown_topic_or_partition" {
-		t.Fatalf("last failure %+v", fl)
-	}
+		select {
+		case err := <-l.p.fatal:
+			t.Fatalf("fatal: %v", err)
+		default:
+		}
+		if fl := lf.Load(); fl == nil || fl.Class != Transient || fl.Reason != "unknown_topic_or_partition" {
+			t.Fatalf("last failure %+v", fl)
+		}
+	})
 }

@@ -109,6 +109,9 @@ func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	close(q.release)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(queued()) < 4 && time.Now().Before(deadline) {
+		// wall-clock: a poll interval. The test stays out of a synctest
+		// bubble: a Publish stuck on a mutex (not durably blocked) would
+		// stop virtual time and hang instead of failing after 2s.
 		time.Sleep(5 * time.Millisecond)
 	}
 	got := queued()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -214,21 +215,23 @@ func TestIdempotentRetryIsStoredOnce(t *testing.T) {
 	const n = 600
 	for _, idempotent := range []bool{true, false} {
 		t.Run(fmt.Sprintf("idempotent=%t", idempotent), func(t *testing.T) {
-			b := newIdempotentBroker()
-			var count int
-			b.fault = func(int32, producerStamp) (kafka.Error, bool) {
-				count++
-				return 0, count%7 == 3 // every 7th batch is stored but not answered
-			}
-			publishAll(t, Config{Idempotent: idempotent}, b, n, 17)
-			dups := checkStored(t, b, n)
-			t.Logf("duplicates: %d", dups)
-			if idempotent && dups != 0 {
-				t.Fatalf("%d duplicates stored with idempotence", dups)
-			}
-			if !idempotent && dups == 0 {
-				t.Fatal("no duplicate without idempotence: the fault did not happen")
-			}
+			synctest.Test(t, func(t *testing.T) {
+				b := newIdempotentBroker()
+				var count int
+				b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+					count++
+					return 0, count%7 == 3 // every 7th batch is stored but not answered
+				}
+				publishAll(t, Config{Idempotent: idempotent}, b, n, 17)
+				dups := checkStored(t, b, n)
+				t.Logf("duplicates: %d", dups)
+				if idempotent && dups != 0 {
+					t.Fatalf("%d duplicates stored with idempotence", dups)
+				}
+				if !idempotent && dups == 0 {
+					t.Fatal("no duplicate without idempotence: the fault did not happen")
+				}
+			})
 		})
 	}
 }
@@ -240,24 +243,26 @@ func TestIdempotentRetryIsStoredOnce(t *testing.T) {
 func TestProducerIDRefused(t *testing.T) {
 	for _, code := range []kafka.Error{kafka.UnknownProducerId, kafka.InvalidProducerEpoch, kafka.OutOfOrderSequenceNumber} {
 		t.Run(codeReason(code), func(t *testing.T) {
-			b := newIdempotentBroker()
-			var count int
-			b.fault = func(int32, producerStamp) (kafka.Error, bool) {
-				count++
-				if count == 20 || count == 40 {
-					return code, false
+			synctest.Test(t, func(t *testing.T) {
+				b := newIdempotentBroker()
+				var count int
+				b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+					count++
+					if count == 20 || count == 40 {
+						return code, false
+					}
+					return 0, false
 				}
-				return 0, false
-			}
-			publishAll(t, Config{Idempotent: true}, b, 600, 17)
-			if dups := checkStored(t, b, 600); dups != 0 {
-				t.Fatalf("%d duplicates", dups)
-			}
-			// Two refusals of the same id (lanes that sent under it
-			// at once) take one new id.
-			if _, _, inits := b.stored(); inits < 2 {
-				t.Fatalf("%d InitProducerId requests, want a new id after the refusal", inits)
-			}
+				publishAll(t, Config{Idempotent: true}, b, 600, 17)
+				if dups := checkStored(t, b, 600); dups != 0 {
+					t.Fatalf("%d duplicates", dups)
+				}
+				// Two refusals of the same id (lanes that sent under it
+				// at once) take one new id.
+				if _, _, inits := b.stored(); inits < 2 {
+					t.Fatalf("%d InitProducerId requests, want a new id after the refusal", inits)
+				}
+			})
 		})
 	}
 }
@@ -266,22 +271,24 @@ func TestProducerIDRefused(t *testing.T) {
 // so the next batch of each partition is refused as UNKNOWN_PRODUCER_ID;
 // the publisher continues under a new id with every partition at 0.
 func TestProducerStateExpired(t *testing.T) {
-	b := newIdempotentBroker()
-	var count int
-	b.fault = func(int32, producerStamp) (kafka.Error, bool) {
-		count++
-		if count == 30 {
-			clear(b.state) // under b.mu
+	synctest.Test(t, func(t *testing.T) {
+		b := newIdempotentBroker()
+		var count int
+		b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+			count++
+			if count == 30 {
+				clear(b.state) // under b.mu
+			}
+			return 0, false
 		}
-		return 0, false
-	}
-	publishAll(t, Config{Idempotent: true}, b, 600, 17)
-	if dups := checkStored(t, b, 600); dups != 0 {
-		t.Fatalf("%d duplicates", dups)
-	}
-	if _, _, inits := b.stored(); inits < 2 {
-		t.Fatalf("%d InitProducerId requests, want a second one after the state expired", inits)
-	}
+		publishAll(t, Config{Idempotent: true}, b, 600, 17)
+		if dups := checkStored(t, b, 600); dups != 0 {
+			t.Fatalf("%d duplicates", dups)
+		}
+		if _, _, inits := b.stored(); inits < 2 {
+			t.Fatalf("%d InitProducerId requests, want a second one after the state expired", inits)
+		}
+	})
 }
 
 // TestDuplicateSequenceNumberIsAcknowledged: older brokers answer a

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -189,111 +190,120 @@ func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publ
 // transaction holding it committed, and the transaction carries a position
 // record naming its last event, produced before the commit.
 func TestTransactionDefersAcks(t *testing.T) {
-	b := newTxnBroker()
-	b.blockEnd = make(chan struct{})
-	p := startTxnPublisher(t, b, 20*time.Millisecond)
-	var acks ackLog
-	for i := range 30 {
-		id := fmt.Sprintf("e-%02d", i)
-		if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newTxnBroker()
+		b.blockEnd = make(chan struct{})
+		p := startTxnPublisher(t, b, 20*time.Millisecond)
+		var acks ackLog
+		for i := range 30 {
+			id := fmt.Sprintf("e-%02d", i)
+			if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	// The commit waits in EndTxn: every record is in the open
-	// transaction, none acknowledged, the position record last.
-	if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 31 }) {
+		// The commit waits in EndTxn: every record is in the open
+		// transaction, none acknowledged, the position record last.
+		if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 31 }) {
+			_, pending := b.state()
+			b.mu.Lock()
+			ops := append([]string(nil), b.ops...)
+			b.mu.Unlock()
+			t.Fatalf("%d records in the open transaction, want 30 events and the position record; requests %v", len(pending), ops)
+		}
+		if n := acks.n.Load(); n != 0 {
+			t.Fatalf("%d events acknowledged before the commit", n)
+		}
 		_, pending := b.state()
-		b.mu.Lock()
-		ops := append([]string(nil), b.ops...)
-		b.mu.Unlock()
-		t.Fatalf("%d records in the open transaction, want 30 events and the position record; requests %v", len(pending), ops)
-	}
-	if n := acks.n.Load(); n != 0 {
-		t.Fatalf("%d events acknowledged before the commit", n)
-	}
-	_, pending := b.state()
-	if last := pending[len(pending)-1]; last != "pos/slot/" {
-		t.Fatalf("last record of the transaction %q, want the position record", last)
-	}
-	b.release(t, p)
-	close(b.blockEnd)
-	acks.waitFor(t, 30, 5*time.Second)
-	visible, _ := b.state()
-	if len(visible) != 31 {
-		t.Fatalf("%d records visible after the commit, want 31", len(visible))
-	}
+		if last := pending[len(pending)-1]; last != "pos/slot/" {
+			t.Fatalf("last record of the transaction %q, want the position record", last)
+		}
+		b.release(t, p)
+		close(b.blockEnd)
+		acks.waitFor(t, 30, 5*time.Second)
+		visible, _ := b.state()
+		if len(visible) != 31 {
+			t.Fatalf("%d records visible after the commit, want 31", len(visible))
+		}
+	})
 }
 
 // TestTransactionHoldsLaterEvents: events published while a transaction
 // commits are not sent before its EndTxn: sent earlier they would join
 // the closing transaction without being covered by its position.
 func TestTransactionHoldsLaterEvents(t *testing.T) {
-	b := newTxnBroker()
-	b.blockEnd = make(chan struct{})
-	p := startTxnPublisher(t, b, 20*time.Millisecond)
-	var acks ackLog
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			id := fmt.Sprintf("e-%02d", i)
-			if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
-				t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newTxnBroker()
+		b.blockEnd = make(chan struct{})
+		p := startTxnPublisher(t, b, 20*time.Millisecond)
+		var acks ackLog
+		publish := func(from, to int) {
+			for i := from; i < to; i++ {
+				id := fmt.Sprintf("e-%02d", i)
+				if err := p.Publish(context.Background(), testEvent("orders", fmt.Sprintf("agg-%d", i%5), id), acks.acker(id)); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-	}
-	publish(0, 10)
-	if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 11 }) {
-		t.Fatal("the first transaction did not reach its commit")
-	}
-	publish(10, 20) // while EndTxn hangs
-	time.Sleep(100 * time.Millisecond)
-	if _, pending := b.state(); len(pending) != 11 {
-		t.Fatalf("%d records in the closing transaction, want its 10 events and its position: later events were sent into it", len(pending))
-	}
-	b.release(t, p)
-	acks.waitFor(t, 10, 5*time.Second)
-	b.release(t, p) // the second transaction's EndTxn
-	close(b.blockEnd)
-	acks.waitFor(t, 20, 5*time.Second)
-	visible, _ := b.state()
-	if len(visible) != 22 {
-		t.Fatalf("%d records visible, want 20 events and two position records", len(visible))
-	}
-	// Per aggregate, the acknowledgements keep the publish order.
-	last := map[string]string{}
-	for _, id := range acks.order() {
-		var i int
-		fmt.Sscanf(id, "e-%d", &i)
-		agg := fmt.Sprint(i % 5)
-		if prev, ok := last[agg]; ok && id < prev {
-			t.Fatalf("aggregate %s: %s acknowledged after %s", agg, id, prev)
+		publish(0, 10)
+		if !within(5*time.Second, func() bool { _, pending := b.state(); return len(pending) == 11 }) {
+			t.Fatal("the first transaction did not reach its commit")
 		}
-		last[agg] = id
-	}
+		publish(10, 20) // while EndTxn hangs
+		// Virtual time: five transaction intervals, every goroutine run
+		// to a standstill before the clock moves: room for the later
+		// events to be sent into the closing transaction, if they could.
+		time.Sleep(100 * time.Millisecond)
+		if _, pending := b.state(); len(pending) != 11 {
+			t.Fatalf("%d records in the closing transaction, want its 10 events and its position: later events were sent into it", len(pending))
+		}
+		b.release(t, p)
+		acks.waitFor(t, 10, 5*time.Second)
+		b.release(t, p) // the second transaction's EndTxn
+		close(b.blockEnd)
+		acks.waitFor(t, 20, 5*time.Second)
+		visible, _ := b.state()
+		if len(visible) != 22 {
+			t.Fatalf("%d records visible, want 20 events and two position records", len(visible))
+		}
+		// Per aggregate, the acknowledgements keep the publish order.
+		last := map[string]string{}
+		for _, id := range acks.order() {
+			var i int
+			fmt.Sscanf(id, "e-%d", &i)
+			agg := fmt.Sprint(i % 5)
+			if prev, ok := last[agg]; ok && id < prev {
+				t.Fatalf("aggregate %s: %s acknowledged after %s", agg, id, prev)
+			}
+			last[agg] = id
+		}
+	})
 }
 
 // TestTransactionFenced: an EndTxn refused because a newer producer took
 // the transactional id over fails the publisher with a fenced
 // TransactionError, and acknowledges nothing of the transaction.
 func TestTransactionFenced(t *testing.T) {
-	b := newTxnBroker()
-	b.fence = true
-	p := startTxnPublisher(t, b, 10*time.Millisecond)
-	var acks ackLog
-	if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), acks.acker("e-1")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.Fatal():
-		var te *TransactionError
-		if !errors.As(err, &te) || !te.Fenced || !errors.Is(err, producerFenced) {
-			t.Fatalf("fatal error %v, want a fenced TransactionError", err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newTxnBroker()
+		b.fence = true
+		p := startTxnPublisher(t, b, 10*time.Millisecond)
+		var acks ackLog
+		if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), acks.acker("e-1")); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no failure after a fenced EndTxn")
-	}
-	if n := acks.n.Load(); n != 0 {
-		t.Fatalf("%d events acknowledged from a fenced transaction", n)
-	}
+		select {
+		case err := <-p.Fatal():
+			var te *TransactionError
+			if !errors.As(err, &te) || !te.Fenced || !errors.Is(err, producerFenced) {
+				t.Fatalf("fatal error %v, want a fenced TransactionError", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no failure after a fenced EndTxn")
+		}
+		if n := acks.n.Load(); n != 0 {
+			t.Fatalf("%d events acknowledged from a fenced transaction", n)
+		}
+	})
 }
 
 // TestTransactionFailureClasses: which refusals lose the transaction.
@@ -321,6 +331,8 @@ func TestTransactionFailureClasses(t *testing.T) {
 	}
 }
 
+// within polls cond for up to d and reports whether it held; in a synctest
+// bubble the poll interval (5ms) and d are virtual time.
 func within(d time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if cond() {

@@ -52,6 +52,7 @@ func TestRunWaitsForItsLoops(t *testing.T) {
 			r := s.newRelay(loop)
 			relay.OnLoopExit(r, func(l string) {
 				if l == loop {
+					// wall-clock: the loop must outlast goleak's retries, which run on the real clock.
 					time.Sleep(time.Second)
 					exited.Store(true)
 				}
@@ -66,7 +67,9 @@ func TestRunWaitsForItsLoops(t *testing.T) {
 			if !waitFor(20*time.Second, func() bool { return published(r) >= 10 }) {
 				t.Fatalf("published %v events within 20s: %+v", published(r), r.Health())
 			}
-			time.Sleep(200 * time.Millisecond) // a few heartbeats, cleanup runs, scrapes and saves
+			// A few heartbeats, cleanup runs, scrapes and saves before the stop.
+			// wall-clock: the loops work against the real servers and report no rounds to wait on.
+			time.Sleep(200 * time.Millisecond)
 			began := time.Now()
 			if err := stop(); err != nil {
 				t.Fatalf("Run: %v", err)

@@ -114,7 +114,8 @@ func (s *stack) cleanup() {
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // a walsender still closing
+		// wall-clock: paces the retries while the real server's walsender still closes.
+		time.Sleep(200 * time.Millisecond)
 	}
 	for _, stmt := range []string{
 		"DROP PUBLICATION IF EXISTS " + pgx.Identifier{s.cfg.Database.Publication}.Sanitize(),
@@ -186,6 +187,7 @@ func (s *stack) write(ctx context.Context, n, aggregates, perTx int, pause time.
 			return err
 		}
 		if pause > 0 {
+			// wall-clock: spreads the commits out, so a running relay streams them as they come.
 			time.Sleep(pause)
 		}
 	}
@@ -260,6 +262,7 @@ func header(m kafka.Message, key string) string {
 
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(timeout time.Duration, cond func() bool) bool {
+	// wall-clock: cond reads what a relay did against the real servers; nothing signals it.
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if cond() {
 			return true

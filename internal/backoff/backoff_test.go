@@ -3,6 +3,7 @@ package backoff
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -30,14 +31,29 @@ func TestJitter(t *testing.T) {
 	}
 }
 
+// TestSleep runs in virtual time (synctest): the hour a Sleep ignoring
+// its context would wait passes at once, and the full wait is exact.
 func TestSleep(t *testing.T) {
-	if !Sleep(context.Background(), time.Millisecond) {
-		t.Fatal("Sleep reported a cancellation")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	t0 := time.Now()
-	if Sleep(ctx, time.Hour) || time.Since(t0) > time.Second {
-		t.Fatal("Sleep ignored a cancelled context")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !Sleep(context.Background(), time.Millisecond) {
+			t.Fatal("Sleep reported a cancellation")
+		}
+		if d := time.Since(start); d != time.Millisecond {
+			t.Fatalf("Sleep(1ms) returned after %s", d)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		t0 := time.Now()
+		if Sleep(ctx, time.Hour) || time.Since(t0) > time.Second {
+			t.Fatal("Sleep ignored a cancelled context")
+		}
+		// Cancelled while sleeping: Sleep ends with the context.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+		defer cancel2()
+		t1 := time.Now()
+		if Sleep(ctx2, time.Hour) || time.Since(t1) != time.Second {
+			t.Fatalf("Sleep(1h) with a context ending after 1s returned after %s", time.Since(t1))
+		}
+	})
 }

@@ -3,8 +3,10 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -60,54 +62,68 @@ func TestEligibleCond(t *testing.T) {
 
 // TestWalker: every page range is visited once, a range that fills a
 // batch again, the pause follows only batches that deleted rows, and a
-// deadline stops the walk between batches.
+// deadline stops the walk between batches. It runs in a synctest bubble:
+// the pauses are on the fake clock, which also times each visit.
 func TestWalker(t *testing.T) {
-	left := map[int64]int64{0: 25, 10: 0, 20: 7, 30: 10} // rows per range start
-	var visits []int64
-	w := walker{blocks: 35, span: 10, batch: 10, pause: time.Millisecond}
-	err := w.run(context.Background(), func(_ context.Context, from, to int64) (int64, error) {
-		if to-from != 10 {
-			t.Fatalf("range %d-%d", from, to)
+	synctest.Test(t, func(t *testing.T) {
+		left := map[int64]int64{0: 25, 10: 0, 20: 7, 30: 10} // rows per range start
+		var visits []int64
+		var at []time.Duration // when each visit began
+		start := time.Now()
+		w := walker{blocks: 35, span: 10, batch: 10, pause: time.Millisecond}
+		err := w.run(context.Background(), func(_ context.Context, from, to int64) (int64, error) {
+			if to-from != 10 {
+				t.Fatalf("range %d-%d", from, to)
+			}
+			visits = append(visits, from)
+			at = append(at, time.Since(start))
+			n := min(left[from], 10)
+			left[from] -= n
+			return n, nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		visits = append(visits, from)
-		n := min(left[from], 10)
-		left[from] -= n
-		return n, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []int64{0, 0, 0, 10, 20, 30, 30}
-	if len(visits) != len(want) {
-		t.Fatalf("visits %v, want %v", visits, want)
-	}
-	for i := range want {
-		if visits[i] != want[i] {
+		want := []int64{0, 0, 0, 10, 20, 30, 30}
+		if len(visits) != len(want) {
 			t.Fatalf("visits %v, want %v", visits, want)
 		}
-	}
-	for from, n := range left {
-		if n != 0 {
-			t.Errorf("range %d: %d rows left", from, n)
+		for i := range want {
+			if visits[i] != want[i] {
+				t.Fatalf("visits %v, want %v", visits, want)
+			}
 		}
-	}
+		for from, n := range left {
+			if n != 0 {
+				t.Errorf("range %d: %d rows left", from, n)
+			}
+		}
+		// Deleted 10, 10, 5, 0, 7, 10, 0: a pause after each but the 0s.
+		ms := time.Millisecond
+		if wantAt := []time.Duration{0, ms, 2 * ms, 3 * ms, 3 * ms, 4 * ms, 5 * ms}; !slices.Equal(at, wantAt) {
+			t.Errorf("visits began at %v, want %v", at, wantAt)
+		}
+		if d := time.Since(start); d != 5*ms {
+			t.Errorf("walk took %v, want 5 pauses of 1ms", d)
+		}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	steps := 0
-	err = walker{blocks: 1000, span: 1, batch: 5, pause: 0}.run(ctx, func(context.Context, int64, int64) (int64, error) {
-		steps++
-		if steps == 3 {
-			cancel()
+		ctx, cancel := context.WithCancel(context.Background())
+		steps := 0
+		err = walker{blocks: 1000, span: 1, batch: 5, pause: 0}.run(ctx, func(context.Context, int64, int64) (int64, error) {
+			steps++
+			if steps == 3 {
+				cancel()
+			}
+			return 1, nil
+		})
+		if !errors.Is(err, context.Canceled) || steps != 3 {
+			t.Fatalf("canceled walk: %v after %d steps, want context.Canceled after 3", err, steps)
 		}
-		return 1, nil
+		boom := errors.New("boom")
+		if err := (walker{blocks: 5, span: 1, batch: 5}).run(context.Background(), func(context.Context, int64, int64) (int64, error) { return 0, boom }); !errors.Is(err, boom) {
+			t.Fatalf("step error: %v", err)
+		}
 	})
-	if !errors.Is(err, context.Canceled) || steps != 3 {
-		t.Fatalf("canceled walk: %v after %d steps, want context.Canceled after 3", err, steps)
-	}
-	boom := errors.New("boom")
-	if err := (walker{blocks: 5, span: 1, batch: 5}).run(context.Background(), func(context.Context, int64, int64) (int64, error) { return 0, boom }); !errors.Is(err, boom) {
-		t.Fatalf("step error: %v", err)
-	}
 }
 
 func TestNoCheckpointErrorSaysHowToFix(t *testing.T) {

@@ -138,6 +138,33 @@ func (e *dbEnv) status(t *testing.T, eventID string) string {
 	return s
 }
 
+// awaitLockWaiter returns once a session waits for agg's advisory lock
+// (lockKey: the lock resolve and Hold take), or once returned reports
+// that the call meant to wait for it returned. It fails t after 30s.
+func (e *dbEnv) awaitLockWaiter(t *testing.T, agg Aggregate, returned func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !returned() {
+		var waiting int
+		err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_locks l, (SELECT `+lockKey+` AS k) key
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1
+				AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND l.classid::bigint = (key.k >> 32) & 4294967295 AND l.objid::bigint = key.k & 4294967295`,
+			e.store.outbox, agg.Type, agg.ID).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session waited for the lock of aggregate %s within 30s", agg)
+		}
+		// wall-clock: polls the real server's pg_locks, which signals nothing.
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // quarantine returns a quarantine over the env's store.
 func (e *dbEnv) quarantine(t *testing.T, p poison.Policy) *Queue {
 	t.Helper()

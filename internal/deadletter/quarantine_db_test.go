@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -230,10 +229,12 @@ func TestDBHoldWaitsForRetry(t *testing.T) {
 				ok, err := q.Hold(e.ctx, event("late", "order", "9", 0x600, 0), "orders")
 				holds <- held{ok, err}
 			}()
+			// Hold waits for the retry's lock (or returned: caught below).
+			e.awaitLockWaiter(t, Aggregate{"order", "9"}, func() bool { return len(holds) > 0 })
 			select {
 			case h := <-holds:
 				t.Fatalf("Hold returned %v, %v while the retry held the aggregate's lock", h.ok, h.err)
-			case <-time.After(300 * time.Millisecond):
+			default:
 			}
 			close(w.release)
 			r := <-retried

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -180,7 +179,8 @@ func TestDBDiscardWaitingForRetry(t *testing.T) {
 		_, err := e.store.Discard(e.ctx, "p", "operator gave up", &recWriter{})
 		discarded <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // Discard has read the row and waits for the lock
+	// Discard has read the row and waits for the lock.
+	e.awaitLockWaiter(t, Aggregate{"order", "9"}, func() bool { return len(discarded) > 0 })
 	close(w.release)
 	if err := <-retried; err != nil {
 		t.Fatal(err)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -27,34 +31,41 @@ func TestNewChecksConfig(t *testing.T) {
 
 // TestCloseWhileRetrying: a reader whose broker refuses connections
 // retries (FetchMessage waits), and Close ends it with no goroutine
-// left; FetchMessage then says ErrClosed.
+// left; FetchMessage then says ErrClosed. It runs in virtual time
+// (synctest), so the dial refuses in memory the way a closed port does:
+// a real socket would not block durably inside the bubble.
 func TestCloseWhileRetrying(t *testing.T) {
-	before := goleak.IgnoreCurrent()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	r, err := New(Config{Brokers: []string{addr}, Topic: "t", Offset: kafka.FirstOffset,
-		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if _, err := r.FetchMessage(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("FetchMessage: %v, want the context's deadline (the reader retries)", err)
-	}
-	began := time.Now()
-	r.Close()
-	if d := time.Since(began); d > 2*time.Second {
-		t.Errorf("Close took %v", d)
-	}
-	if _, err := r.FetchMessage(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Errorf("FetchMessage after Close: %v, want ErrClosed", err)
-	}
-	goleak.VerifyNone(t, before)
+	synctest.Test(t, func(t *testing.T) {
+		before := goleak.IgnoreCurrent()
+		var dials atomic.Int32
+		refuse := func(_ context.Context, network, address string) (net.Conn, error) {
+			dials.Add(1)
+			return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		}
+		r, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Offset: kafka.FirstOffset,
+			Dialer:     &kafka.Dialer{DialFunc: refuse, Timeout: time.Second},
+			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := r.FetchMessage(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("FetchMessage: %v, want the context's deadline (the reader retries)", err)
+		}
+		if n := dials.Load(); n < 2 {
+			t.Fatalf("%d dials in 200ms, want retries", n)
+		}
+		began := time.Now()
+		r.Close()
+		if d := time.Since(began); d > 2*time.Second {
+			t.Errorf("Close took %v", d)
+		}
+		if _, err := r.FetchMessage(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Errorf("FetchMessage after Close: %v, want ErrClosed", err)
+		}
+		goleak.VerifyNone(t, before)
+	})
 }
 
 // TestFetchSizer: responses of many small batches shrink the next fetch

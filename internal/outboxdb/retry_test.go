@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,7 +46,10 @@ func TestTransient(t *testing.T) {
 }
 
 // TestConnectRetryingWaitsForAnUnreachableServer: a closed port is
-// retried, with a warning per attempt, until ctx ends.
+// retried, with a warning per attempt, until ctx ends. The port is refused
+// once for real, outside the test's synctest bubble; inside it every
+// attempt dials through a DialFunc returning that refusal (no socket), so
+// the backoff and ctx's 2 s run on the fake clock.
 func TestConnectRetryingWaitsForAnUnreachableServer(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,25 +57,38 @@ func TestConnectRetryingWaitsForAnUnreachableServer(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now: connection refused
-	pc, err := ParseConfig("postgres://u:pw@" + addr + "/db?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
+	_, refused := net.Dial("tcp", addr)
+	if !errors.Is(refused, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want connection refused", addr, refused)
 	}
-	var logs bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	start := time.Now()
-	pool, err := ConnectRetrying(ctx, pc, slog.New(slog.NewTextHandler(&logs, nil)))
-	if pool != nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, %v; want ctx's error", pool, err)
-	}
-	if time.Since(start) < 1500*time.Millisecond {
-		t.Fatalf("returned after %s, before ctx ended", time.Since(start))
-	}
-	if n := strings.Count(logs.String(), "PostgreSQL unreachable, retrying"); n < 2 ||
-		!strings.Contains(logs.String(), "stage=startup") || !strings.Contains(logs.String(), "attempt=2") {
-		t.Fatalf("%d retry warnings:\n%s", n, logs.String())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		pc, err := ParseConfig("postgres://u:pw@" + addr + "/db?sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.ConnConfig.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
+		pc.ConnConfig.DialFunc = func(_ context.Context, network, a string) (net.Conn, error) {
+			if network != "tcp" || a != addr {
+				t.Errorf("dialed %s %s, want tcp %s", network, a, addr)
+			}
+			return nil, refused
+		}
+		var logs bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		pool, err := ConnectRetrying(ctx, pc, slog.New(slog.NewTextHandler(&logs, nil)))
+		if pool != nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, %v; want ctx's error", pool, err)
+		}
+		if time.Since(start) < 1500*time.Millisecond {
+			t.Fatalf("returned after %s, before ctx ended", time.Since(start))
+		}
+		if n := strings.Count(logs.String(), "PostgreSQL unreachable, retrying"); n < 2 ||
+			!strings.Contains(logs.String(), "stage=startup") || !strings.Contains(logs.String(), "attempt=2") {
+			t.Fatalf("%d retry warnings:\n%s", n, logs.String())
+		}
+	})
 }
 
 // TestConnectRetryingWaitsForAWritableServer: with target_session_attrs =

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -196,26 +197,30 @@ func TestScrapeMissingSlotAndErrors(t *testing.T) {
 	}
 }
 
+// TestRunStopsAndZeroIntervalIsOff runs in a synctest bubble: Run's ticker
+// and the test's waits are on the fake clock.
 func TestRunStopsAndZeroIntervalIsOff(t *testing.T) {
-	db := &fakeDB{slot: fakeRow{err: pgx.ErrNoRows}, table: fakeRow{err: pgx.ErrNoRows}}
-	m := metrics.New()
-	off := New(db, Config{Slot: "s1", Interval: 0}, m.PG, slog.New(slog.DiscardHandler))
-	off.Run(context.Background()) // returns at once
-	if n := testutil.CollectAndCount(m.PG.SlotExists); n != 0 {
-		t.Fatalf("interval 0 scraped anyway")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	on := New(db, Config{Slot: "s1", Interval: time.Millisecond}, m.PG, slog.New(slog.DiscardHandler))
-	go func() { on.Run(ctx); close(done) }()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal("Run did not stop")
-	}
-	if n := testutil.CollectAndCount(m.PG.SlotExists); n != 1 {
-		t.Fatalf("Run did not scrape")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		db := &fakeDB{slot: fakeRow{err: pgx.ErrNoRows}, table: fakeRow{err: pgx.ErrNoRows}}
+		m := metrics.New()
+		off := New(db, Config{Slot: "s1", Interval: 0}, m.PG, slog.New(slog.DiscardHandler))
+		off.Run(context.Background()) // returns at once
+		if n := testutil.CollectAndCount(m.PG.SlotExists); n != 0 {
+			t.Fatalf("interval 0 scraped anyway")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		on := New(db, Config{Slot: "s1", Interval: time.Millisecond}, m.PG, slog.New(slog.DiscardHandler))
+		go func() { on.Run(ctx); close(done) }()
+		time.Sleep(20 * time.Millisecond) // virtual time: 20 ticks of Run's
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			t.Fatal("Run did not stop")
+		}
+		if n := testutil.CollectAndCount(m.PG.SlotExists); n != 1 {
+			t.Fatalf("Run did not scrape")
+		}
+	})
 }

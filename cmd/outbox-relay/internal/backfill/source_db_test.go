@@ -267,8 +267,10 @@ func TestDBCommitTimestamps(t *testing.T) {
 	}
 	// Commit order, not version order, and Since/Until by commit time.
 	v2 := e.insert(t, e.pool, "order", "A", 2, "created", nil)
+	// wall-clock: mid must fall strictly between the two commit timestamps the real server records.
 	time.Sleep(10 * time.Millisecond)
 	mid := time.Now()
+	// wall-clock: as above.
 	time.Sleep(10 * time.Millisecond)
 	v1 := e.insert(t, e.pool, "order", "A", 1, "created", nil)
 	s := e.source("")

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -84,56 +86,125 @@ func fields(b []byte, num protowire.Number) [][]byte {
 	return out
 }
 
+// pipeServer serves h over in-memory connections (net.Pipe), for tests in
+// a synctest bubble: a real socket would not block durably, so the fake
+// clock could not run the exporter's backoff and interval.
+type pipeServer struct {
+	srv   *http.Server
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+// servePipes serves h until the returned server's close; p's exporter
+// reaches it over pipes, whatever host its endpoint names.
+func servePipes(p *Provider, h http.Handler) *pipeServer {
+	s := &pipeServer{srv: &http.Server{Handler: h}, conns: make(chan net.Conn), done: make(chan struct{})}
+	go func() { _ = s.srv.Serve(s) }()
+	p.exp.client.Transport = &http.Transport{DialContext: s.dial}
+	return s
+}
+
+func (s *pipeServer) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case s.conns <- server:
+		return client, nil
+	case <-s.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Accept, Close and Addr make s the server's listener.
+func (s *pipeServer) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.conns:
+		return c, nil
+	case <-s.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (s *pipeServer) Close() error {
+	s.once.Do(func() { close(s.done) })
+	return nil
+}
+
+func (s *pipeServer) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
+
+// close stops the server, its connections and the exporter's.
+func (s *pipeServer) close(p *Provider) {
+	_ = s.srv.Close()
+	p.exp.client.CloseIdleConnections()
+}
+
 func sampledParent() context.Context {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
 	return trace.ContextWithRemoteSpanContext(context.Background(), sc)
 }
 
+// TestExportOnShutdown runs in a synctest bubble (over pipeServer): the
+// backoff before the retry of the 503 is on the fake clock.
 func TestExportOnShutdown(t *testing.T) {
-	rcv := &receiver{fail: 1}
-	srv := httptest.NewServer(rcv)
-	defer srv.Close()
-	p := New(Config{Endpoint: srv.URL + "/v1/traces", Headers: map[string]string{"Authorization": "Bearer x"}, Interval: time.Hour})
-	tr := p.Tracer("test")
-	for _, name := range []string{"a", "b"} {
-		_, s := tr.Start(sampledParent(), name)
+	synctest.Test(t, func(t *testing.T) {
+		rcv := &receiver{fail: 1}
+		p := New(Config{Endpoint: "http://otel.test/v1/traces", Headers: map[string]string{"Authorization": "Bearer x"}, Interval: time.Hour})
+		srv := servePipes(p, rcv)
+		defer srv.close(p)
+		tr := p.Tracer("test")
+		for _, name := range []string{"a", "b"} {
+			_, s := tr.Start(sampledParent(), name)
+			s.End()
+		}
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := rcv.got(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+			t.Fatalf("received spans %v, want [a b] (after one 503, retried)", got)
+		}
+		h := rcv.headers[len(rcv.headers)-1]
+		if h.Get("Content-Type") != "application/x-protobuf" || h.Get("Authorization") != "Bearer x" {
+			t.Fatalf("request headers %v", h)
+		}
+		_, s := tr.Start(sampledParent(), "late")
 		s.End()
-	}
-	if err := p.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := rcv.got(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
-		t.Fatalf("received spans %v, want [a b] (after one 503, retried)", got)
-	}
-	h := rcv.headers[len(rcv.headers)-1]
-	if h.Get("Content-Type") != "application/x-protobuf" || h.Get("Authorization") != "Bearer x" {
-		t.Fatalf("request headers %v", h)
-	}
-	_, s := tr.Start(sampledParent(), "late")
-	s.End()
-	if p.Dropped() != 1 {
-		t.Fatalf("Dropped = %d, want 1 (a span ended after Shutdown)", p.Dropped())
-	}
+		if p.Dropped() != 1 {
+			t.Fatalf("Dropped = %d, want 1 (a span ended after Shutdown)", p.Dropped())
+		}
+	})
 }
 
+// TestExportBatches runs in a synctest bubble (over pipeServer): the
+// interval is on the fake clock.
 func TestExportBatches(t *testing.T) {
-	rcv := &receiver{}
-	srv := httptest.NewServer(rcv)
-	defer srv.Close()
-	p := New(Config{Endpoint: srv.URL, BatchSize: 3, Interval: 10 * time.Millisecond})
-	defer func() { _ = p.Shutdown(context.Background()) }()
-	tr := p.Tracer("test")
-	for range 7 {
-		_, s := tr.Start(sampledParent(), "s")
-		s.End()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rcv.got()) < 7 {
-		if time.Now().After(deadline) {
-			t.Fatalf("received %d spans, want 7 without Shutdown", len(rcv.got()))
+	synctest.Test(t, func(t *testing.T) {
+		rcv := &receiver{}
+		p := New(Config{Endpoint: "http://otel.test", BatchSize: 3, Interval: 10 * time.Millisecond})
+		srv := servePipes(p, rcv)
+		defer srv.close(p)
+		defer func() { _ = p.Shutdown(context.Background()) }()
+		tr := p.Tracer("test")
+		for range 7 {
+			_, s := tr.Start(sampledParent(), "s")
+			s.End()
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		synctest.Wait() // the two full batches went at once
+		if got := len(rcv.got()); got != 6 {
+			t.Fatalf("received %d spans, want the 6 of two full batches before the interval", got)
+		}
+		time.Sleep(10 * time.Millisecond) // virtual time: one interval, which sends the rest
+		synctest.Wait()
+		if got := len(rcv.got()); got != 7 {
+			t.Fatalf("received %d spans, want 7 without Shutdown", got)
+		}
+	})
 }
 
 func TestExportFailureDrops(t *testing.T) {

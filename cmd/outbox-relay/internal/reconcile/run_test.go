@@ -63,6 +63,7 @@ func TestRunAgainstStack(t *testing.T) {
 		if err = w.WriteMessages(ctx, msgs...); err == nil || attempt == 20 {
 			break
 		}
+		// wall-clock: paces the retries while the real broker creates the topic.
 		time.Sleep(250 * time.Millisecond)
 	}
 	if err != nil {
