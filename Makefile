@@ -9,7 +9,7 @@ BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration versions versions-fetch version-suite cluster-test kafka-versions test demo lint fuzz-short bench bench-inbox chaos interop
+.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel test-fast versions versions-fetch version-suite cluster-test kafka-versions test demo lint fuzz-short bench bench-inbox chaos interop
 
 all: build
 
@@ -76,26 +76,41 @@ unit:
 # Lists the packages whose in-process tests need the stack (they import internal/testutil/testenv).
 STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testutil\/testenv/ {print $$1}'
 
+# The integration suites (integration/suites_test.go): every test of ./integration/ declares the
+# suites it belongs to (stack, cluster, kafka-versions, pg-versions) and whether it is parallel or
+# exclusive; a suite's run selects it by build tag (integration[,suite_NAME]), never by -run.
+# Exclusive tests (a shared server stopped, crashed or frozen, a shared table altered or locked)
+# run alone, first; the parallel ones then run IT_PARALLEL at a time (measured fastest on the
+# 2-core machines: docs/design.md#tests). IT_SHARING=exclusive|parallel runs only one kind;
+# IT_RUN narrows any suite with a go test -run expression (a developer's filter, not membership).
+IT_PARALLEL ?= 4
+IT_SHARING  ?= all
+IT_RUN      ?=
+IT_TEST      = $(GO) test -count=1 -v -parallel $(IT_PARALLEL) $(if $(IT_RUN),-run '$(IT_RUN)')
+
+# The stack suite (PostgreSQL 15 and Kafka 4.1.1 of scripts/stack.sh), the packages with an
+# integration build tag (migrations, outbox), the in-process tests that need the stack, and the
+# interop modules' stack tests. IT_SHARING=exclusive runs only the stack suite's exclusive tests.
 integration: up
 	@if [ ! -d integration ]; then echo "no ./integration directory: no integration tests to run"; exit 0; fi; \
 	eval "$$($(STACK) env)"; \
 	echo "OUTBOX_RELAY_DATABASE_URL=$$OUTBOX_RELAY_DATABASE_URL OUTBOX_RELAY_KAFKA_BROKERS=$$OUTBOX_RELAY_KAFKA_BROKERS"; \
-	$(GO) test -tags integration -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/... ./migrations/ ./outbox/; \
+	$(IT_TEST) -tags integration -timeout $(INTEGRATION_TIMEOUT) ./integration/ -args -it.sharing=$(IT_SHARING); \
+	if [ "$(IT_SHARING)" = exclusive ]; then exit 0; fi; \
+	$(GO) test -tags integration -count=1 -timeout 10m ./migrations/ ./outbox/; \
 	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "in-process tests against the stack: $$pkgs"; \
 	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi; \
 	for m in $(INTEROP_MODULES); do echo "interop tests against the stack: $$m"; (cd $$m && $(GO) test -count=1 -timeout 10m ./...); done
 
-# The version matrix: on each of PG_VERSIONS, the core subset PG_VERSION_TESTS of
-# ./integration, then the in-process tests that need the stack (STACK_TEST_PKGS). Each version
+# The version matrix: on each of PG_VERSIONS, the pg-versions suite of ./integration (tag
+# suite_pg_versions), then the in-process tests that need the stack (STACK_TEST_PKGS). Each version
 # gets a fresh cluster of its own (scripts/pgversions.sh run: a new initdb on a free port,
 # stopped and deleted afterwards even on failure) and the stack's Kafka;
 # OUTBOX_RELAY_TEST_PG_BIN points the tests' temp clusters (standbys, WAL safety) at the same
 # binaries. A failing version does not stop the others; each prints its time.
 # make versions PG_VERSIONS=17 runs one; PG_VERSIONS= skips the matrix (also in make test).
-# PG_VERSION_TESTS is a go test -run regex, read raw ($(value)): write '$' as is.
 PG_VERSIONS        ?= 16 17 18
-PG_VERSION_TESTS   ?= ^(TestEndToEnd|TestKill9MidStream|TestSchemaChange|TestIdleOutboxAdvances|TestPoisonQuarantinesAggregate|TestLeaderFailover|TestDoctor|TestRecoverLostSlot|TestWALSafety|TestTempStandby|TestCheckpointAcrossTimelines|TestPrimaryFailover.*|TestFailoverSlot.*)$
 PG_VERSION_TIMEOUT ?= 20m
 PGVERSIONS         := scripts/pgversions.sh
 versions:
@@ -121,8 +136,8 @@ versions-fetch:
 # that cluster's OUTBOX_RELAY_DATABASE_URL, OUTBOX_RELAY_TEST_DATABASE_URL and
 # OUTBOX_RELAY_TEST_PG_BIN; Kafka's variables come from the stack).
 version-suite:
-	@echo "version-suite: $$OUTBOX_RELAY_DATABASE_URL: go test -run '$(value PG_VERSION_TESTS)' ./integration/"
-	$(GO) test -tags integration -count=1 -v -timeout $(PG_VERSION_TIMEOUT) -run '$(value PG_VERSION_TESTS)' ./integration/
+	@echo "version-suite: $$OUTBOX_RELAY_DATABASE_URL: the pg-versions suite of ./integration/"
+	$(IT_TEST) -tags integration,suite_pg_versions -timeout $(PG_VERSION_TIMEOUT) ./integration/
 	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "version-suite: in-process tests against $$OUTBOX_RELAY_TEST_DATABASE_URL: $$pkgs"; \
 	$(GO) test -count=1 -timeout 10m $$pkgs
@@ -147,25 +162,25 @@ chaos: up
 # replication factor 3, min.insync.replicas=2), points OUTBOX_RELAY_KAFKA_BROKERS at it for the
 # tests (PostgreSQL is the stack's), and stops and deletes it afterwards, also on failure.
 # The tests drive the nodes through the same script (kill, stop, start, pause, resume).
-# CLUSTER_TESTS is a go test -run regex, read raw ($(value)): write $ as is. CLUSTER_ARGS go to the test binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
+# The suite is the cluster suite of ./integration (tag suite_cluster); its tests are exclusive
+# (they fault the cluster's nodes) and run one after another. CLUSTER_ARGS go to the test
+# binary, e.g. CLUSTER_ARGS=-cluster.idempotent=false.
 KAFKACLUSTER          := scripts/kafkacluster.sh
 KAFKA_CLUSTER_VERSION ?= 4.1.1
-CLUSTER_TESTS         ?= ^(TestCluster.*|TestChaos)$
 CLUSTER_TIMEOUT       ?= 20m
 cluster-test: up
 	eval "$$($(STACK) env)"; \
 	KAFKA_VERSION=$(KAFKA_CLUSTER_VERSION) KAFKA_NODES=3 $(KAFKACLUSTER) run \
-		$(GO) test -tags integration -count=1 -v -timeout $(CLUSTER_TIMEOUT) -run '$(value CLUSTER_TESTS)' ./integration/ $(if $(CLUSTER_ARGS),-args $(CLUSTER_ARGS))
+		$(IT_TEST) -tags integration,suite_cluster -timeout $(CLUSTER_TIMEOUT) ./integration/ $(if $(CLUSTER_ARGS),-args $(CLUSTER_ARGS))
 
 # The oldest and newest Kafka the relay supports (docs/kafka.md): on each of KAFKA_VERSIONS a
 # throwaway single broker of that version (scripts/kafkacluster.sh run, KAFKA_NODES=1) runs
-# the core subset KAFKA_VERSION_TESTS of ./integration (about 100 s each), then, when
+# the kafka-versions suite of ./integration (tag suite_kafka_versions), then, when
 # KAFKA_VERSION_CLUSTER_TESTS is set, those tests on a three-node cluster of that version
 # (e.g. KAFKA_VERSION_CLUSTER_TESTS='^TestClusterLeaderKill$$', about 95 s each; off in make
 # test to keep CI short). A failing version does not stop the others.
 KAFKA_VERSIONS      ?= 3.9.2 4.4.0
 KAFKA_VERSION_CLUSTER_TESTS ?=
-KAFKA_VERSION_TESTS ?= ^(TestEndToEnd|TestKill9MidStream|TestLargeTransaction|TestPoisonQuarantinesAggregate|TestPoisonTooLargeForTopic|TestDoctor|TestRecordFormats|TestInboxKill9BetweenCommits|TestInboxBatchRebalance|TestPartitionsAddedWhileStreaming|TestExactlyOnceKill9|TestInboxReadCommitted)$$
 kafka-versions: up
 	@if [ -z "$(strip $(KAFKA_VERSIONS))" ]; then echo "kafka-versions: KAFKA_VERSIONS is empty"; exit 0; fi; \
 	eval "$$($(STACK) env)"; \
@@ -173,10 +188,10 @@ kafka-versions: up
 	for v in $(KAFKA_VERSIONS); do \
 		t0=$$SECONDS; r=ok; \
 		KAFKA_VERSION=$$v KAFKA_NODES=1 $(KAFKACLUSTER) run \
-			$(GO) test -tags integration -count=1 -v -timeout 15m -run '$(KAFKA_VERSION_TESTS)' ./integration/ || r=FAILED; \
+			$(IT_TEST) -tags integration,suite_kafka_versions -timeout 15m ./integration/ || r=FAILED; \
 		if [ -n '$(KAFKA_VERSION_CLUSTER_TESTS)' ]; then \
 			KAFKA_VERSION=$$v KAFKA_NODES=3 $(KAFKACLUSTER) run \
-				$(GO) test -tags integration -count=1 -v -timeout 10m -run '$(KAFKA_VERSION_CLUSTER_TESTS)' ./integration/ || r=FAILED; \
+				$(GO) test -tags integration,suite_cluster -count=1 -v -timeout 10m -run '$(KAFKA_VERSION_CLUSTER_TESTS)' ./integration/ || r=FAILED; \
 		fi; \
 		[ $$r = ok ] || failed="$$failed $$v"; \
 		summary="$$summary"$$'\n'"kafka-versions: Kafka $$v: $$r in $$((SECONDS - t0)) s"; \
@@ -184,17 +199,37 @@ kafka-versions: up
 	echo "$$summary"; \
 	if [ -n "$$failed" ]; then echo "kafka-versions: failed on Kafka$$failed"; exit 1; fi
 
-# Sequential on purpose (also under make -j): unit first, then integration (the full suite
-# on PostgreSQL 15 and Kafka 4.1.1), the three-node cluster suite, the Kafka versions (a core
-# subset on 3.9.2 and 4.4.0), then the PostgreSQL version matrix (a core subset on PG_VERSIONS).
+# The full proof, in phases: the CPU-bound checks one after another (lint, unit, fuzz-short),
+# then the stack suite's exclusive tests alone (they stop, crash and freeze the stack's servers),
+# then what shares the stack without faulting it side by side (TEST_JOBS at a time, each
+# target's output printed whole when it ends): the stack suite's parallel tests, the Kafka
+# versions (their own brokers, the stack's PostgreSQL) and the PostgreSQL versions (their own
+# clusters, the stack's Kafka); last the cluster suite alone (its chaos run restarts the stack's
+# PostgreSQL). Times per phase: docs/design.md#tests.
+TEST_JOBS ?= 3
+# phase: one phase of make test, its time printed after it.
+phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== make test: $(1): $$((SECONDS - t0)) s"
 test:
+	@$(call phase,lint)
+	@$(call phase,unit)
+	@$(call phase,fuzz-short)
+	@$(call phase,integration IT_SHARING=exclusive)
+	@$(call phase,-j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions versions)
+	@$(call phase,cluster-test)
+
+# The stack suite's parallel tests and the other stack-backed packages (make test's middle phase).
+integration-parallel:
+	$(MAKE) --no-print-directory integration IT_SHARING=parallel
+
+# The edit-test loop (about 5 minutes): lint, unit tests with -race, fuzz-short, and the stack
+# suite's parallel tests against the one broker. make test stays the full proof.
+test-fast:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory fuzz-short
-	$(MAKE) --no-print-directory integration
-	$(MAKE) --no-print-directory cluster-test
-	$(MAKE) --no-print-directory kafka-versions
-	$(MAKE) --no-print-directory versions
+	@$(MAKE) --no-print-directory up
+	eval "$$($(STACK) env)"; \
+	$(IT_TEST) -tags integration -timeout $(INTEGRATION_TIMEOUT) ./integration/ -args -it.sharing=parallel
 
 # A short, bounded run of every fuzz target of FUZZ_PKGS, FUZZTIME each (seed corpora in
 # <pkg>/testdata/fuzz/<Target>/). `go test -fuzz` takes one target per package per run, so

@@ -62,6 +62,7 @@ func (l *logLines) count(prefix string) int {
 // has caught up and the reading refreshed, non-critical appends succeed
 // again. The engaged gauge, the refusal counter and the log lines follow.
 func TestBackpressureRetainedWAL(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const budget = 48 << 20 // 3 WAL segments
 	env := NewEnv(t, EnvOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

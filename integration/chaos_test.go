@@ -308,6 +308,7 @@ func (c *chaos) poisonWriter(ctx context.Context, stop *atomic.Bool, inject <-ch
 			c.logf("poison event %s committed: aggregate %s version %d, headers {\"bad\": 1}", ev.ID, ev.AggregateID, ev.Version)
 		}
 		if d := 20*time.Millisecond - time.Since(start); d > 0 {
+			// wall-clock: paces the poison writer (one event per 20 ms)
 			time.Sleep(d)
 		}
 	}
@@ -357,7 +358,7 @@ func (c *chaos) killQuarantinedLeader(f *fault) {
 		if lsn != "" && !within(c.cfg.RecoveryBound, 100*time.Millisecond, func() bool { return c.confirmedAtLeast(lsn) }) {
 			f.Note = strings.TrimPrefix(f.Note+"; slot not confirmed past the leader poison", "; ")
 		}
-		time.Sleep(500 * time.Millisecond) // a few events parked by the old leader
+		time.Sleep(500 * time.Millisecond) // wall-clock: load flows, so a few events are parked by the old leader
 	}
 	c.relay.Kill9()
 	c.relay = standby
@@ -597,6 +598,7 @@ func (c *chaos) query(bound time.Duration, f func(ctx context.Context) error) er
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
+		// wall-clock: retry interval of a query with a deadline
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -742,6 +744,7 @@ func (c *chaos) writer(ctx context.Context, stop *atomic.Bool, own []string, see
 			return
 		}
 		if d := c.cfg.TxInterval - time.Since(start); d > 0 {
+			// wall-clock: paces the load writer (a transaction per TxInterval)
 			time.Sleep(d)
 		}
 	}
@@ -786,6 +789,7 @@ func (c *chaos) brokerFault(f *fault) {
 	case faultBrokerPause:
 		c.cluster.Pause(n)
 	}
+	// wall-clock: the broker fault's hold time (outage length)
 	time.Sleep(f.Hold)
 	if f.Kind == faultBrokerPause {
 		c.cluster.Resume(n)
@@ -813,6 +817,7 @@ func (c *chaos) kill9(f *fault) {
 	} else {
 		f.Note = fmt.Sprintf("slot inactive after %s", time.Since(t).Round(time.Millisecond))
 	}
+	// wall-clock: the fault's hold time (how long the relay stays down)
 	time.Sleep(f.Hold)
 	c.startRelay()
 }
@@ -828,6 +833,7 @@ func (c *chaos) run(f *fault) {
 		c.killQuarantinedLeader(f)
 	case faultKill9Twice:
 		c.kill9(f)
+		// wall-clock: the restarted relay runs under load a while before the second kill
 		time.Sleep(f.Hold2)
 		c.checkRelay("before second kill")
 		note := f.Note
@@ -836,6 +842,7 @@ func (c *chaos) run(f *fault) {
 	case faultKafkaStop:
 		c.kafkaDown.Store(true)
 		StackCtl(c.t, "kafka-stop")
+		// wall-clock: the fault's hold time (Kafka outage length)
 		time.Sleep(f.Hold)
 		StackCtl(c.t, "kafka-start")
 		c.kafkaDown.Store(false)
@@ -849,6 +856,7 @@ func (c *chaos) run(f *fault) {
 			p = c.kafkaProxy
 		}
 		n := p.Cut()
+		// wall-clock: the fault's hold time (connections stay cut)
 		time.Sleep(f.Hold)
 		p.Restore()
 		f.Note = fmt.Sprintf("%d connections cut", n)
@@ -858,6 +866,7 @@ func (c *chaos) run(f *fault) {
 			p = c.kafkaProxy
 		}
 		p.Blackhole(f.Hold + 5*time.Second)
+		// wall-clock: the fault's hold time (blackhole length)
 		time.Sleep(f.Hold)
 		p.Restore()
 	case faultBrokerKill, faultBrokerStop, faultBrokerPause:
@@ -895,11 +904,13 @@ func (c *chaos) recover(f *fault) {
 		if f.Recovered && f.CanaryOK {
 			return
 		}
+		// wall-clock: poll interval of a wait on recovery and canary with a deadline
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 func TestChaos(t *testing.T) {
+	inSuites(t, exclusive, stack|cluster)
 	long, seed := chaosLong(), chaosSeed()
 	cluster := clusterOrNil(t)
 	cfg := chaosPlan(long, cluster != nil)
@@ -1017,6 +1028,7 @@ func TestChaos(t *testing.T) {
 	}
 	defer stopWriters()
 
+	// wall-clock: warm-up: load flows before the first fault
 	time.Sleep(cfg.Warmup)
 	c.checkRelay("warm-up")
 	c.logf("warm-up done: committed=%d delivered=%d", c.ledger.CommittedCount(), c.consumer.Count())
@@ -1025,6 +1037,7 @@ func TestChaos(t *testing.T) {
 		if i == injectAt {
 			close(inject)
 		}
+		// wall-clock: the schedule's gap of steady load, so the fault lands mid-stream
 		time.Sleep(f.Gap)
 		c.checkRelay("before " + string(f.Kind))
 		c.logf("fault %d/%d %s starts (committed=%d records=%d)", i+1, len(schedule), f.Kind, c.ledger.CommittedCount(), c.consumer.Count())
@@ -1034,6 +1047,7 @@ func TestChaos(t *testing.T) {
 			f.End.Sub(f.Start).Round(time.Millisecond), f.Recovered, f.Recovery.Round(time.Millisecond),
 			f.CanaryOK, f.CanaryAfter.Round(time.Millisecond), f.Note)
 	}
+	// wall-clock: load flows on after the last fault before the writers stop
 	time.Sleep(2 * time.Second)
 	stopWriters()
 	c.checkRelay("end of schedule")
@@ -1315,6 +1329,7 @@ func relaySupportsDLQ(t *testing.T) (bool, string) {
 // in Kafka; P's earlier events must be delivered; the relay keeps running and
 // the slot keeps advancing. TestChaos repeats this under its fault schedule.
 func TestChaosPoison(t *testing.T) {
+	inSuites(t, exclusive, stack)
 	if ok, out := relaySupportsDLQ(t); !ok {
 		t.Skipf("poison part skipped: the relay has no dead-letter support yet (`outbox-relay dlq --help`: %s)", out)
 	}
@@ -1334,6 +1349,7 @@ func TestChaosPoison(t *testing.T) {
 			if _, err := w.Write(ctx, ids, true); err != nil {
 				t.Fatalf("write: %v", err)
 			}
+			// wall-clock: paces the writer (a transaction every 3 ms)
 			time.Sleep(3 * time.Millisecond)
 		}
 	}
@@ -1364,7 +1380,7 @@ func TestChaosPoison(t *testing.T) {
 
 	ok := c.WaitFor(expected, 90*time.Second, 0)
 	problems, n := checkDeadLetter(env.DB, quarantined, 60*time.Second)
-	time.Sleep(2 * time.Second) // anything wrongly published would show up by now
+	time.Sleep(2 * time.Second) // wall-clock: a negative window: anything wrongly published would show up by now
 	confirmed := within(30*time.Second, 200*time.Millisecond, func() bool { return env.ConfirmedAtLeast(finalLSN) })
 	rep := c.Check(expected, CheckOptions{Forbidden: forbidden})
 

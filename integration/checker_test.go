@@ -120,6 +120,7 @@ func (c *Consumer) read(ctx context.Context, p int, r messageReader) {
 			c.mu.Lock()
 			c.errs[p] = err
 			c.mu.Unlock()
+			// wall-clock: retry interval after a read error (the reader runs until ctx ends)
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
@@ -198,6 +199,7 @@ func (c *Consumer) WaitFor(expected map[string]Event, timeout, grace time.Durati
 	for {
 		missing := c.Missing(expected)
 		if missing == 0 {
+			// wall-clock: grace: a window in which late extra records (duplicates) would still show up
 			time.Sleep(grace)
 			return true
 		}
@@ -212,6 +214,7 @@ func (c *Consumer) WaitFor(expected map[string]Event, timeout, grace time.Durati
 			c.t.Logf("consumer: waiting, %d of %d expected ids missing, %d records read", missing, len(expected), c.Count())
 			lastLog = time.Now()
 		}
+		// wall-clock: poll interval of a wait on a condition with a deadline
 		time.Sleep(100 * time.Millisecond)
 	}
 }

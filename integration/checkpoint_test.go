@@ -48,6 +48,7 @@ func backgroundWriter(t *testing.T, wr *Writer, seed int64, pause time.Duration)
 				werr <- err
 				return
 			}
+			// wall-clock: paces the load writer (a transaction per pause)
 			time.Sleep(pause)
 		}
 		werr <- nil
@@ -90,6 +91,7 @@ func logField(r *Relay, msg, field string) (float64, bool) {
 // OUTBOX_RELAY_TEST_STATUS_HOLD hook (status updates confirm only positions
 // acknowledged 4 s earlier; checkpoints are saved every 200 ms).
 func TestCheckpointSkipAhead(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	r1 := env.StartRelay("OUTBOX_RELAY_TEST_STATUS_HOLD=4s", "OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -100,7 +102,7 @@ func TestCheckpointSkipAhead(t *testing.T) {
 	if !c.WaitCount(1500, 60*time.Second) {
 		t.Fatalf("fewer than 1500 records within 60s (got %d)", c.Count())
 	}
-	time.Sleep(5 * time.Second) // the held status now lags the acknowledgements by ~4 s
+	time.Sleep(5 * time.Second) // wall-clock: by design the held status lags the acknowledgements by ~4 s
 	r1.Kill9()
 	deliveredAtKill := c.Count()
 	if !env.WaitSlotActive(false, 30*time.Second) {
@@ -153,6 +155,7 @@ func TestCheckpointSkipAhead(t *testing.T) {
 // TestCheckpointOtherSystemRefused: a checkpoint saved on another cluster
 // (or timeline) is refused with a clear error, never applied.
 func TestCheckpointOtherSystemRefused(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	for _, tc := range []struct{ name, set, want string }{
 		{"system", `system_identifier = '42'`, "another system identifier"},

@@ -144,6 +144,7 @@ func ageHistory(t *testing.T, env *Env, xid int64, age string) {
 // checkpoint cannot pass the stuck one), rows written while no relay ran,
 // and the rows of a quarantined aggregate are kept — exactly.
 func TestCleanupKeepsUnconfirmed(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
 	relay := env.StartRelay("OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms", "OUTBOX_RELAY_HEARTBEAT_INTERVAL=200ms",
@@ -224,7 +225,7 @@ func TestCleanupKeepsUnconfirmed(t *testing.T) {
 	}
 	stuckFence := env.fenceXmin(t)
 	ageRows(t, env, `aggregate_type = 'ghost' or aggregate_id like 'b-%'`)
-	time.Sleep(time.Second) // checkpoints keep being tried meanwhile
+	time.Sleep(time.Second) // wall-clock: a negative window: checkpoints keep being tried meanwhile
 	if f := env.fenceXmin(t); f != stuckFence {
 		t.Fatalf("checkpoint fence moved from %d to %d past the stuck event", stuckFence, f)
 	}
@@ -281,6 +282,7 @@ func TestCleanupKeepsUnconfirmed(t *testing.T) {
 // TestCleanupRefuses: without a checkpoint, or with one of another system
 // identifier, cleanup refuses and deletes nothing; invalid options exit 2.
 func TestCleanupRefuses(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -354,6 +356,7 @@ func metricValue(t *testing.T, addr, name string) float64 {
 // nothing committed after it is deleted; once the topic exists everything
 // is delivered (nothing lost) and the table drains to empty.
 func TestCleanupLeaderSchedule(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -390,7 +393,7 @@ func TestCleanupLeaderSchedule(t *testing.T) {
 	aw.versions = w.versions
 	stop = backgroundWriter(t, aw, 6, 5*time.Millisecond)
 	deletedAtStuck := metricValue(t, addr, "outbox_relay_cleanup_deleted_rows_total")
-	time.Sleep(6 * time.Second) // 12 cleanup runs with everything older than 2s
+	time.Sleep(6 * time.Second) // wall-clock: a negative window: 12 cleanup runs with everything older than 2s
 	stop()
 	ids := tableIDs(t, env)
 	for id, e := range union(afterLedger.Committed(), idsOf(ghost)) {
@@ -439,6 +442,7 @@ func TestCleanupLeaderSchedule(t *testing.T) {
 // back to row deletes where a row is dead-lettered or in the default
 // partition, and leaves the current partition alone; the relay streams on.
 func TestCleanupPartitioned(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true})
 	dlCleanup(t, env)
 	day := 24 * time.Hour

@@ -75,6 +75,7 @@ import (
 // records whose effects were committed before the snapshot. The
 // redeliveries the inbox absorbed are the instances' Stats.Duplicates.
 func TestClusterInboxCoordinatorKill(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	cluster := RequireCluster(t)
 	began := time.Now()
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 6})
@@ -135,7 +136,7 @@ func TestClusterInboxCoordinatorKill(t *testing.T) {
 		t.Fatalf("A and B did not both apply events within 45s: A %+v, B %+v", a.c.Stats(), b.c.Stats())
 	}
 	load.check(t)
-	time.Sleep(2 * time.Second) // the backlog's level before the fault
+	time.Sleep(2 * time.Second) // wall-clock: load flows to the backlog's level before the fault
 
 	// 1. Kill the group coordinator.
 	coord := cikCoordinator(t, ctx, consumer)
@@ -189,6 +190,7 @@ func TestClusterInboxCoordinatorKill(t *testing.T) {
 	}
 
 	// 2. Crash both instances at a random moment under load.
+	// wall-clock: load flows until a random moment, when the crash lands
 	time.Sleep(500*time.Millisecond + rand.N(2*time.Second))
 	eff.frozen.Store(true)
 	if !within(5*time.Second, time.Millisecond, func() bool { return eff.heldCount() > 0 }) {
@@ -429,6 +431,7 @@ func cikRequireReplicated(t *testing.T, ctx context.Context, topic string, parti
 		if !unknown || time.Now().After(deadline) {
 			break
 		}
+		// wall-clock: poll interval of a wait on the topic with a deadline
 		time.Sleep(200 * time.Millisecond)
 	}
 	if err != nil || len(dc.Resources) != 1 || len(dc.Resources[0].ConfigEntries) != 1 || dc.Resources[0].ConfigEntries[0].ConfigValue != "2" {
@@ -442,6 +445,7 @@ func cikRequireReplicated(t *testing.T, ctx context.Context, topic string, parti
 func cikCoordinator(t *testing.T, ctx context.Context, group string) int {
 	t.Helper()
 	var last error
+	// wall-clock: poll interval of a wait on the coordinator with a deadline
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		res, err := kafkaClient().FindCoordinator(fctx, &kafka.FindCoordinatorRequest{Key: group, KeyType: kafka.CoordinatorKeyTypeConsumer})
@@ -841,6 +845,7 @@ func (l *cikLoad) write(ctx context.Context, msgs []kafka.Message) error {
 		if ctx.Err() != nil || time.Since(start) > 45*time.Second {
 			return fmt.Errorf("producer: %d records still unacknowledged after %s: %w", len(msgs), time.Since(start).Round(time.Millisecond), err)
 		}
+		// wall-clock: retry interval of the producer (bounded: 45 s)
 		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -117,6 +117,7 @@ func startClusterRun(t *testing.T, extraEnv ...string) *clusterRun {
 				return
 			}
 			r.written.Add(int64(len(ids)))
+			// wall-clock: paces the load writer (a transaction every 5 ms)
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
@@ -171,6 +172,7 @@ func (r *clusterRun) fault(inject func()) mark {
 	at := time.Now()
 	inject()
 	if d := 500*time.Millisecond - time.Since(at); d > 0 {
+		// wall-clock: load commits for 500 ms into the fault, so the mark covers events it hits
 		time.Sleep(d)
 	}
 	return mark{at: at, lsn: r.env.CurrentInsertLSN()}
@@ -257,10 +259,11 @@ func (r *clusterRun) restartAtEnd(n int, down *atomic.Bool) {
 // Delivery must resume within the broker session timeout (after which the
 // controller fences the dead broker and elects new leaders) plus 2 s.
 func TestClusterLeaderKill(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	r := startClusterRun(t)
 	var recoveries []string
 	for round := 1; round <= 3; round++ {
-		time.Sleep(2 * time.Second) // load flowing on every partition
+		time.Sleep(2 * time.Second) // wall-clock: load flowing on every partition before the fault
 		victim, what := r.c.BusiestLeader(r.env.Topic), "busiest leader"
 		if round == 2 {
 			victim, what = r.c.Controller(), "active controller"
@@ -308,9 +311,11 @@ func TestClusterLeaderKill(t *testing.T) {
 // controlled shutdown moves its leaderships away first) and is started
 // again, as in a rolling upgrade.
 func TestClusterRollingRestart(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	r := startClusterRun(t)
 	var recoveries []string
 	for n := 1; n <= r.c.Nodes; n++ {
+		// wall-clock: load flows before the fault, so it lands mid-stream
 		time.Sleep(2 * time.Second)
 		var down atomic.Bool
 		r.restartAtEnd(n, &down)
@@ -332,7 +337,9 @@ func TestClusterRollingRestart(t *testing.T) {
 // leaders and must not reorder; with the idempotent producer the brokers
 // discard the retries of batches they already have.
 func TestClusterFrozenLeader(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	r := startClusterRun(t)
+	// wall-clock: load flows before the fault, so it lands mid-stream
 	time.Sleep(2 * time.Second)
 	victim := r.c.BusiestLeader(r.env.Topic)
 	var frozen atomic.Bool
@@ -345,12 +352,12 @@ func TestClusterFrozenLeader(t *testing.T) {
 	rec := r.recovered(m, 2*time.Minute)
 	t.Logf("node %d frozen: every event committed before it confirmed after %s; leaders now %v", victim, rec.Round(time.Millisecond), r.c.Leaders(r.env.Topic))
 	if d := 15*time.Second - time.Since(m.at); d > 0 {
-		time.Sleep(d) // frozen past the produce timeout
+		time.Sleep(d) // wall-clock: fault hold: frozen past the produce timeout
 	}
 	r.c.Resume(victim)
 	frozen.Store(false)
 	r.settle(2 * time.Minute)
-	time.Sleep(3 * time.Second) // leaderships move back (preferred leader election)
+	time.Sleep(3 * time.Second) // wall-clock: load flows while leaderships move back (preferred leader election)
 	r.finish(fmt.Sprintf("frozen_node=%d recovery=%s timeouts=%d", victim, rec.Round(100*time.Millisecond),
 		len(r.relay.LogLines(`"reason":"timeout"`, 10000))))
 }
@@ -369,9 +376,11 @@ func TestClusterFrozenLeader(t *testing.T) {
 // it, which is the NOT_ENOUGH_REPLICAS path of two brokers down in a
 // larger cluster.
 func TestClusterISRShrink(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	const stallTimeout = 5 * time.Second
 	r := startClusterRun(t, "OUTBOX_RELAY_STALL_TIMEOUT="+stallTimeout.String())
 	setTopicConfig(t, r.env.Topic, "min.insync.replicas", "3")
+	// wall-clock: load flows before the fault, so it lands mid-stream
 	time.Sleep(2 * time.Second)
 	victim := r.c.BusiestLeader(r.env.Topic)
 	if victim == r.c.Controller() { // keep the controller: its re-election is the leader-kill test's
@@ -405,7 +414,7 @@ func TestClusterISRShrink(t *testing.T) {
 		t.Errorf("stall reason %q does not name not_enough_replicas", stalled.Reason)
 	}
 	if d := 5*time.Second - time.Since(inStall); d > 0 {
-		time.Sleep(d) // a while longer in the stall: retries, no dead letters
+		time.Sleep(d) // wall-clock: fault hold: a while longer in the stall: retries, no dead letters
 	}
 	if n := deadLetterCount(t, r.env); n != 0 {
 		t.Fatalf("%d events dead-lettered during NOT_ENOUGH_REPLICAS", n)
@@ -433,7 +442,9 @@ func TestClusterISRShrink(t *testing.T) {
 // moves every leadership. The relay follows the leaders without loss,
 // reordering or, with the idempotent producer, duplicates.
 func TestClusterReassignment(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	r := startClusterRun(t)
+	// wall-clock: load flows before the reassignment, so it lands mid-stream
 	time.Sleep(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -482,6 +493,7 @@ func TestClusterReassignment(t *testing.T) {
 	t.Logf("leaders moved from %v to %v in %s", before, r.c.Leaders(r.env.Topic), time.Since(m.at).Round(time.Millisecond))
 	m.lsn = r.env.CurrentInsertLSN()
 	rec := r.recovered(m, 2*time.Minute)
+	// wall-clock: load flows on the new leaders a while before the finish
 	time.Sleep(3 * time.Second)
 	r.finish(fmt.Sprintf("leaders_before=%v leaders_after=%v recovery=%s", before, r.c.Leaders(r.env.Topic), rec.Round(100*time.Millisecond)))
 }
@@ -526,10 +538,12 @@ func deadLetterCount(t *testing.T, env *Env) int {
 // count no duplicate, a read_uncommitted one shows what the faults
 // aborted.
 func TestClusterExactlyOnce(t *testing.T) {
+	inSuites(t, exclusive, cluster)
 	r := startClusterRun(t, eosArgs...)
 	ru := StartTxnConsumer(t, r.env.Topic, r.env.Partitions, false)
 	var recoveries []string
 	for round := 1; round <= 2; round++ {
+		// wall-clock: load flows before the fault, so it lands mid-stream
 		time.Sleep(2 * time.Second)
 		victim, what := r.c.BusiestLeader(r.env.Topic), "busiest leader"
 		if round == 2 {

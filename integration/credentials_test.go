@@ -27,6 +27,7 @@ import (
 // secret reaches a pod after the database changed: the refused reconnects
 // in between must not stop the relay.
 func TestRotatingPassword(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	t0 := time.Now()
 	pg := StartTempCluster(t, "wal_level=logical", "password_encryption=scram-sha-256")
@@ -156,6 +157,7 @@ func TestRotatingPassword(t *testing.T) {
 		}
 		before := c.Count()
 		if late {
+			// wall-clock: the secret's delay: the file lags the role change by lateFile
 			time.Sleep(lateFile)
 			if !r.Running() {
 				t.Fatalf("relay exited while the file still held the old password\n%s", r.LogTail(30))
@@ -179,6 +181,7 @@ func TestRotatingPassword(t *testing.T) {
 		d := serverNow().Sub(cut)
 		back = append(back, d.Round(10*time.Millisecond))
 		t.Logf("rotation %d (file late: %v): terminated %d sessions; replication, lock and delivery back with the new password in %s", i+1, late, n, d.Round(time.Millisecond))
+		// wall-clock: load flows between rotations, so the next one lands mid-stream
 		time.Sleep(time.Second)
 	}
 

@@ -318,6 +318,7 @@ func (a *aggWriter) writeN(ctx context.Context, t *testing.T, n int, every time.
 	for i := 0; i < n; i++ {
 		ev, _ := a.mustWrite(ctx, t, nil, "")
 		out = append(out, ev)
+		// wall-clock: paces the writes (one per every)
 		time.Sleep(every)
 	}
 	return out
@@ -339,6 +340,7 @@ func (a *aggWriter) background(ctx context.Context, t *testing.T, every time.Dur
 				return
 			}
 			out = append(out, ev)
+			// wall-clock: paces the background writes (one per every)
 			time.Sleep(every)
 		}
 	}()
@@ -397,6 +399,7 @@ func startDLLoad(t *testing.T, env *Env, ledger *Ledger, aggregates, writers, pe
 					return
 				}
 				l.txs.Add(1)
+				// wall-clock: paces the load writer (a transaction per pause)
 				time.Sleep(pause)
 			}
 		}()
@@ -607,6 +610,7 @@ func slotHolds(t *testing.T, env *Env, id string) (holds bool, changes int) {
 // are not an object of strings) in the middle of one aggregate's stream,
 // under load; then dlq list and dlq retry while the relay runs.
 func TestPoisonQuarantinesAggregate(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions|pgVersions)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -717,6 +721,7 @@ func TestPoisonQuarantinesAggregate(t *testing.T) {
 	if rows[0].Attempts != 2 {
 		t.Errorf("poison row after a failed retry: attempts %d, want 2", rows[0].Attempts)
 	}
+	// wall-clock: a negative window: a failed retry publishes nothing (no event to wait for)
 	time.Sleep(300 * time.Millisecond)
 	if seen := seenIDs(c.Records(), forbidden); len(seen) > 0 {
 		t.Fatalf("a failed retry published %d events: %v", len(seen), seen)
@@ -726,6 +731,7 @@ func TestPoisonQuarantinesAggregate(t *testing.T) {
 	// getting events (parked until the retry, published after it).
 	env.Exec(`update `+dlTable+` set headers = '{"fixed":"yes"}' where outbox_table = $1 and aggregate_id = $2 and status = 'dead'`, env.Table, P)
 	stopP := pw.background(ctx, t, 20*time.Millisecond)
+	// wall-clock: P's load flows before the retry, so events are parked when it runs
 	time.Sleep(700 * time.Millisecond)
 	retryStart := time.Now()
 	res = env.RunCLI(60*time.Second, nil, "dlq", "retry", "--aggregate", P)
@@ -737,6 +743,7 @@ func TestPoisonQuarantinesAggregate(t *testing.T) {
 	if !strings.Contains(res.Stdout, "quarantine lifted") {
 		t.Errorf("dlq retry output does not say the quarantine was lifted:\n%s", res.Stdout)
 	}
+	// wall-clock: P's load flows on after the retry lifted the quarantine
 	time.Sleep(1500 * time.Millisecond)
 	during := stopP()
 	final := pw.writeN(ctx, t, 10, 10*time.Millisecond)
@@ -814,6 +821,7 @@ func TestPoisonQuarantinesAggregate(t *testing.T) {
 // TestPoisonTooLargeForTopic: the broker rejects one record (the topic's
 // max.message.bytes is small): an asynchronous poison found in a lane.
 func TestPoisonTooLargeForTopic(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	dlCleanup(t, env)
@@ -871,6 +879,7 @@ func TestPoisonTooLargeForTopic(t *testing.T) {
 	}
 	t.Logf("dead row: %s", rows[0])
 	quarantinedAt := time.Since(t0)
+	// wall-clock: load flows on past the quarantine before it stops
 	time.Sleep(time.Second)
 	load.Stop(t)
 
@@ -915,6 +924,7 @@ func TestPoisonTooLargeForTopic(t *testing.T) {
 // TestPoisonHaltPolicy: with --poison-policy halt a poison event stops the
 // relay, with the slot held before it and nothing dead-lettered.
 func TestPoisonHaltPolicy(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -1033,6 +1043,7 @@ func TestPoisonHaltPolicy(t *testing.T) {
 // TestDiscard: quarantine an aggregate, discard the poison with a reason;
 // the parked events are published in order and new ones flow.
 func TestDiscard(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -1105,6 +1116,7 @@ func TestDiscard(t *testing.T) {
 // topic that does not exist become poison after --unknown-topic-timeout,
 // while the other topic keeps flowing; the topic is never auto-created.
 func TestUnknownTopicBecomesPoison(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -1220,6 +1232,7 @@ func TestUnknownTopicBecomesPoison(t *testing.T) {
 	}
 	requireNoTopic(t, ghostTopic, "after dlq retry wrote to it")
 
+	// wall-clock: load flows on past the failed retry before it stops
 	time.Sleep(500 * time.Millisecond)
 	load.Stop(t)
 	mark := env.CurrentInsertLSN()
@@ -1249,6 +1262,7 @@ func TestUnknownTopicBecomesPoison(t *testing.T) {
 // the redelivered poison and parked events are neither published nor
 // duplicated in the table; new events of the aggregate are parked.
 func TestPoisonSurvivesRestart(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -1282,6 +1296,7 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 	if !c.WaitFor(idsOf(before), 30*time.Second, 0) {
 		t.Fatalf("events of %s before the poison not delivered", P)
 	}
+	// wall-clock: load flows a while before the kill, so it lands mid-stream
 	time.Sleep(500 * time.Millisecond)
 	poisonLSN, err := ParseLSN(rows1[0].TxLSN)
 	if err != nil {
@@ -1322,6 +1337,7 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 	if !bc.WaitFor(blockers.Committed(), 60*time.Second, 0) {
 		t.Fatalf("blocker event %s not delivered after its topic was created", blocker[0].ID)
 	}
+	// wall-clock: load flows on past the blocker before it stops
 	time.Sleep(500 * time.Millisecond)
 	load.Stop(t)
 	mark := env.CurrentInsertLSN()

@@ -37,6 +37,7 @@ func waitCaughtUp(t *testing.T, env *Env, c *Consumer, w *Writer, timeout time.D
 }
 
 func TestEndToEnd(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions|pgVersions)
 	const (
 		writers     = 4
 		txPerWriter = 500
@@ -110,6 +111,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func TestRolledBackNeverAppears(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	env.StartRelay()
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -201,6 +203,7 @@ func TestRolledBackNeverAppears(t *testing.T) {
 }
 
 func TestBrokerOutage(t *testing.T) {
+	inSuites(t, exclusive, stack)
 	env := NewEnv(t, EnvOptions{})
 	relay := env.StartRelay()
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -244,6 +247,7 @@ func TestBrokerOutage(t *testing.T) {
 		if !relay.Running() {
 			t.Fatalf("relay exited during the Kafka outage (code %d)", relay.exitCode)
 		}
+		// wall-clock: probe interval of a negative check held for 10 s
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("confirmed_flush_lsn held at %s (< %s) for 10s", env.SlotInfo().ConfirmedFlush, first)
@@ -274,6 +278,7 @@ func TestBrokerOutage(t *testing.T) {
 }
 
 func TestKill9MidStream(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions|pgVersions)
 	env := NewEnv(t, EnvOptions{})
 	r1 := env.StartRelay()
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -295,6 +300,7 @@ func TestKill9MidStream(t *testing.T) {
 				werr <- err
 				return
 			}
+			// wall-clock: paces the load writer (a transaction every 2 ms)
 			time.Sleep(2 * time.Millisecond)
 		}
 		werr <- nil
@@ -315,6 +321,7 @@ func TestKill9MidStream(t *testing.T) {
 	r1.Kill9()
 	committedAtKill := ledger.CommittedCount()
 	t.Logf("killed relay after %d records delivered, %d events committed", deliveredAtKill, committedAtKill)
+	// wall-clock: the relay's outage: load piles up while it is down
 	time.Sleep(3 * time.Second)
 	// The walsender of the dead relay needs a moment to notice the broken connection.
 	if !env.WaitSlotActive(false, 30*time.Second) {
@@ -324,6 +331,7 @@ func TestKill9MidStream(t *testing.T) {
 	if !c.WaitCount(deliveredAtKill+2000, 90*time.Second) {
 		t.Fatalf("second relay delivered fewer than 2000 more records within 90s (%d total)", c.Count())
 	}
+	// wall-clock: the second relay runs under load a while before the writer stops
 	time.Sleep(2 * time.Second)
 	stopWriter()
 	committed := ledger.Committed()
@@ -371,6 +379,7 @@ func (e *Env) bulkExpected(rows int, committedAt time.Time) map[string]Event {
 }
 
 func TestLargeTransaction(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	const rows = 200000
 	env := NewEnv(t, EnvOptions{})
 	relay := env.StartRelay()
@@ -409,6 +418,7 @@ func TestLargeTransaction(t *testing.T) {
 }
 
 func TestIdleOutboxAdvances(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	env := NewEnv(t, EnvOptions{})
 	relay := env.StartRelay()
 	if !env.WaitSlotActive(true, 30*time.Second) {
@@ -434,6 +444,7 @@ func TestIdleOutboxAdvances(t *testing.T) {
 		if i%10 == 0 {
 			samples = append(samples, env.ConfirmedFlush())
 		}
+		// wall-clock: paces the writes to the other table (every 100 ms for 10 s)
 		time.Sleep(100 * time.Millisecond)
 	}
 	endWrites := env.CurrentInsertLSN()

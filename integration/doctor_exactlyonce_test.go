@@ -23,6 +23,7 @@ import (
 // transactional id: an open transaction of that id commits after doctor
 // ran (an InitProducerId of doctor's would have fenced it).
 func TestDoctorExactlyOnce(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	positions := "it." + env.Sfx + ".positions"
 	txnID := "outbox-relay-" + env.Slot
@@ -138,6 +139,7 @@ func TestDoctorExactlyOnce(t *testing.T) {
 // fails against the broker's 30 s. With WRITE on the positions topic and
 // --transaction-timeout 20s no check fails.
 func TestDoctorExactlyOnceACL(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	pki := newSecurePKI(t)
 	k := startSecureKafkaWith(t, pki, secureKafkaOptions{ACLs: true, Props: []string{"transaction.max.timeout.ms=30000"}})

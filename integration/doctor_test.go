@@ -21,6 +21,7 @@ import (
 // and on a temp cluster with wal_level=replica (a fail with its fix, exit 1).
 // The idempotent producer's check passes on the stack's broker (no ACLs).
 func TestDoctor(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions|pgVersions)
 	env := NewEnv(t, EnvOptions{})
 	res := env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic)
 	t.Logf("doctor on the shared stack: exit %d\n%s", res.Code, res.Stdout)
@@ -155,6 +156,7 @@ func TestDoctor(t *testing.T) {
 // unreadable (a warning naming DescribeConfigs). Doctor never asks for a transaction coordinator, so the
 // broker has no __transaction_state afterwards.
 func TestDoctorKafkaACL(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	pki := newSecurePKI(t)
 	k := startSecureKafkaWith(t, pki, secureKafkaOptions{ACLs: true})

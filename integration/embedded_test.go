@@ -138,6 +138,7 @@ func startOrderLoad(t *testing.T, sfx string, clients int, replicas ...*replica)
 				if l.post(l.pick(w+i), "/orders", fmt.Sprintf(`{"id":%q,"customer":"cust-%d","amount":%d}`, id, w, 100+i)) {
 					l.post(l.pick(w+i+1), "/orders/"+id+"/confirm", "")
 				}
+				// wall-clock: paces the order load (an order every 2 ms per worker)
 				time.Sleep(2 * time.Millisecond)
 			}
 		}()
@@ -253,6 +254,7 @@ func checkOrderPayloads(records []Record, expected map[string]Event) (problems [
 // leader's last, unconfirmed events. SIGTERM then stops the survivor
 // cleanly.
 func TestEmbedded(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	t.Cleanup(func() { // examples/embedded's orders table lives beside the outbox table
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -287,6 +289,7 @@ func TestEmbedded(t *testing.T) {
 	if !consumer.WaitCount(200, 20*time.Second) {
 		t.Fatalf("no events relayed before the kill: %d records", consumer.Count())
 	}
+	// wall-clock: load flows before the kill, so it lands mid-stream
 	time.Sleep(3 * time.Second)
 	beforeKill := load.ackedCount()
 	killedAt := time.Now()
@@ -299,7 +302,7 @@ func TestEmbedded(t *testing.T) {
 	}
 	takeover := time.Since(killedAt)
 	ackedAtTakeover := load.ackedCount()
-	time.Sleep(4 * time.Second) // the survivor serves and relays alone
+	time.Sleep(4 * time.Second) // wall-clock: the survivor serves and relays alone under load for a while
 	load.Stop()
 	loadStopped := time.Now()
 	if load.ackedCount() <= ackedAtTakeover {

@@ -33,6 +33,7 @@ func expectFailure(t *testing.T, env *Env, want string, extra ...string) {
 }
 
 func TestClearErrors(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t.Run("WalLevelNotLogical", func(t *testing.T) {
 		pg := StartTempCluster(t, "wal_level=replica")
 		env := NewEnv(t, EnvOptions{NoMigrate: true, NoTopic: true})

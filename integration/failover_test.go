@@ -362,6 +362,7 @@ func (r *failoverRig) settle(db *DB, timeout time.Duration) failoverResult {
 func (r *failoverRig) finish(db *DB) (res failoverResult, early, confirmed LSN) {
 	r.t.Helper()
 	early = r.confirmedOnNewPrimary(db)
+	// wall-clock: the writers go on for a while on the new primary
 	time.Sleep(2 * time.Second)
 	res = r.settle(db, 30*time.Second)
 	return res, early, r.waitConfirmedPast(db, early, 20*time.Second)
@@ -396,6 +397,7 @@ func (r *failoverRig) waitConfirmedPast(db *DB, before LSN, timeout time.Duratio
 // lost or reordered, and the relay never published what the standby had
 // not received (synchronized_standby_slots).
 func TestPrimaryFailoverSlotSync(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	r := newFailoverRig(t, true)
 	relay := r.start(200)
 	// The synced slot stays temporary, and is dropped at promotion, until
@@ -409,7 +411,7 @@ func TestPrimaryFailoverSlotSync(t *testing.T) {
 		t.Fatalf("slot %s not synchronized (and persistent) on the standby within 30s: %s", r.env.Slot,
 			r.standby.Query(t, "postgres", standbySlotSynced, r.env.Slot))
 	}
-	time.Sleep(time.Second) // more in flight at the crash
+	time.Sleep(time.Second) // wall-clock: load flows, so more is in flight at the crash
 	r.crash()
 	took := r.waitFirstFromNewPrimary(45 * time.Second)
 	if !relay.Running() {
@@ -431,6 +433,7 @@ func TestPrimaryFailoverSlotSync(t *testing.T) {
 // on the new primary back-fills, and nothing that reached the new primary
 // is lost or reordered.
 func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	r := newFailoverRig(t, false)
 	relay := r.start(300)
 	r.waitFencedCheckpoint(20 * time.Second)
@@ -465,12 +468,14 @@ func TestPrimaryFailoverWithoutSlotSync(t *testing.T) {
 // the slot does not confirm past it; the relay stays up, and once the
 // standby is back it catches up with nothing lost.
 func TestFailoverSlotStandbyDown(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	r := newFailoverRig(t, true)
 	relay := r.start(200)
 	db := r.env.DB
 	r.standby.Stop(t, "fast")
 	down := time.Now()
 	held := r.confirmedOnNewPrimary(db) // the primary: nothing was promoted
+	// wall-clock: the standby's outage; nothing committed in it may reach Kafka (negative check)
 	time.Sleep(3 * time.Second)
 	// Allow what the standby received just before it stopped.
 	margin := down.Add(500 * time.Millisecond)

@@ -85,6 +85,7 @@ func waitSlotSynced(t *testing.T, p, s *TempCluster, slot string) {
 		if i == 150 {
 			t.Fatalf("slot %s not synchronized to the standby on port %d", slot, s.Port)
 		}
+		// wall-clock: poll interval of a wait on the slot sync (bounded: 150 tries)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -102,6 +103,7 @@ func failLines(report string) []string {
 // and a slot created with --failover-slot=false; migrate --failover-slot
 // then turns the flag on (refused while a client streams from the slot).
 func TestFailoverSlotDoctor(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	bin := testPGBin(t)
 	if major := testPGMajor(t, bin); major < 17 {
 		t.Skipf("failover slots need PostgreSQL 17+, and %s holds %d: run with OUTBOX_RELAY_TEST_PG_BIN=.stack/pg-bin/17/bin (or 18)", bin, major)
@@ -272,6 +274,7 @@ func holdSlot(t *testing.T, url, slot, pub string) (release func()) {
 // --standby-url checks only what those standbys have (recovery, system
 // identifier, hot_standby_feedback) and says failover slots need 17.
 func TestFailoverSlotDoctorBefore17(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	bin := testPGBin(t)
 	major := testPGMajor(t, bin)
 	if major >= 17 {

@@ -222,6 +222,7 @@ func recordsByID(t *testing.T, recs []rawRecord) map[string]rawRecord {
 // NULL payload becomes a tombstone (same key, null value); and the inbox
 // consumer reads every format back into the same events.
 func TestRecordFormats(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	for _, c := range []struct {
 		name  string
 		env   []string
@@ -411,6 +412,7 @@ func checkInboxReads(t *testing.T, env *Env, force record.Format, rows []formatR
 // quarantined, the others flowing); `dlq retry` with the flag then
 // publishes it as a tombstone and releases the parked event after it.
 func TestTombstoneOffIsPoison(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 3})
 	dlCleanup(t, env)
 	if res := env.RunCLI(60*time.Second, []string{"OUTBOX_RELAY_NULLABLE_PAYLOAD=true"}, "migrate"); res.Code != 0 {
@@ -475,6 +477,7 @@ func confluentFramed(schemaID uint32, id int64, sku string) []byte {
 // byte for byte in every record format (data_base64 in structured
 // CloudEvents, checked by interop/cloudevents).
 func TestSchemaRegistryPayload(t *testing.T) {
+	inSuites(t, parallel, stack)
 	for _, c := range []struct {
 		name string
 		env  []string

@@ -14,6 +14,7 @@ import (
 // TestHarnessMurmur2 checks the test's own murmur2 port against the Java
 // client's published test vectors and against kafka-go's Murmur2Balancer.
 func TestHarnessMurmur2(t *testing.T) {
+	inSuites(t, parallel, stack)
 	// From Kafka's UtilsTest.testMurmur2.
 	vectors := map[string]int32{
 		"21":                         -973932308,
@@ -51,6 +52,7 @@ func TestHarnessMurmur2(t *testing.T) {
 // partitioning, headers) with kafka-go and runs them through the checker,
 // including injected duplicates, an inversion, a loss and a stray record.
 func TestHarnessChecker(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true})
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(kafkaBrokers...),
@@ -136,6 +138,7 @@ func TestHarnessChecker(t *testing.T) {
 
 // TestHarnessTempCluster checks the throwaway-cluster helper.
 func TestHarnessTempCluster(t *testing.T) {
+	inSuites(t, parallel, stack)
 	c := StartTempCluster(t, "wal_level=replica")
 	c.Exec(t, "create table x (id int)")
 }

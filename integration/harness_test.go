@@ -280,6 +280,7 @@ func (e *Env) CreateTopic(ctx context.Context, topic string, partitions int) {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("topic %s: want %d partitions with leaders, got %d (err %v)", topic, partitions, n, err)
 		}
+		// wall-clock: poll interval of a wait on the topic with a deadline
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -443,11 +444,13 @@ func (e *Env) cleanup() {
 				t.Logf("cleanup: slot %s still active (pid %d), terminating backend", e.Slot, *pid)
 				_, _ = e.DB.Exec(ctx, `select pg_terminate_backend($1)`, *pid)
 			}
+			// wall-clock: poll interval of a wait for the slot to go inactive (deadline)
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
 		if _, err := e.DB.Exec(ctx, `select pg_drop_replication_slot($1)`, e.Slot); err != nil {
 			t.Logf("cleanup: drop slot %s: %v", e.Slot, err)
+			// wall-clock: retry interval of the slot drop (deadline)
 			time.Sleep(200 * time.Millisecond)
 			if time.Now().After(deadline.Add(10 * time.Second)) {
 				break
@@ -540,6 +543,7 @@ func within(d, interval time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
+		// wall-clock: poll interval of a wait on a condition with a deadline
 		time.Sleep(interval)
 	}
 }

@@ -271,6 +271,7 @@ func lastProgress(out string) (applied, duplicates int) {
 // the whole topic under a fresh consumer group (same consumer name) must
 // apply nothing and count every record as a duplicate.
 func TestInboxBatchKill9Restarts(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	schema := inboxSchema(t, env)
 	env.StartRelay()
@@ -319,6 +320,7 @@ func TestInboxBatchKill9Restarts(t *testing.T) {
 				writerDone <- err
 				return
 			}
+			// wall-clock: paces the load writer (a transaction every 20 ms)
 			time.Sleep(20 * time.Millisecond)
 		}
 		writerDone <- nil
@@ -359,6 +361,7 @@ func TestInboxBatchKill9Restarts(t *testing.T) {
 			t.Fatalf("shipping-%d: processed %d events of its own within 45s (kill point %d); processed_events %d, records in the topic %d (fewer processed than records: events lost)\n%s",
 				i+1, processed()-before, k.after, processed(), ibTopicRecords(t, env.Topic, env.Partitions), tail(p.Output(), 30))
 		}
+		// wall-clock: the kill's delay under load, so it lands at a varied point of the stream
 		time.Sleep(k.delay)
 		// What the run did up to now, and whether a batch transaction is
 		// open at this moment: read just before the kill.
@@ -463,6 +466,7 @@ func TestInboxBatchKill9Restarts(t *testing.T) {
 // Every event must be applied exactly once across the instances and every
 // aggregate must reach its last version.
 func TestInboxBatchRebalance(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 6})
 	schema := inboxSchema(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -504,6 +508,7 @@ func TestInboxBatchRebalance(t *testing.T) {
 			}
 			produced.Add(aggs)
 			waves.Store(v)
+			// wall-clock: paces the producer (a wave every 20 ms)
 			time.Sleep(20 * time.Millisecond)
 		}
 		producerDone <- nil
@@ -579,6 +584,7 @@ func TestInboxBatchRebalance(t *testing.T) {
 // every other event is applied once and in order. For the single-event
 // Handler and for a BatchHandler that fails the whole call.
 func TestInboxBatchFailureInBatch(t *testing.T) {
+	inSuites(t, parallel, stack)
 	for _, batch := range []bool{false, true} {
 		name := "Handler"
 		if batch {
@@ -669,7 +675,7 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 	if !within(30*time.Second, 20*time.Millisecond, func() bool { return ibHandled(c.Stats()) >= int64(len(msgs)) }) {
 		t.Fatalf("not all %d records handled within 30s: %+v", len(msgs), c.Stats())
 	}
-	time.Sleep(300 * time.Millisecond) // nothing more may happen
+	time.Sleep(300 * time.Millisecond) // wall-clock: a negative window: nothing more may happen
 	st := c.Stats()
 	t.Logf("stats %+v; handler calls %d for %d events; x v3 first failed after %d events of its transaction", st, calls.Load(), callEvents.Load(), xBefore)
 	if xBefore < 1 || (batch && xAfter < 1) {
@@ -736,6 +742,7 @@ func ibFailureInBatch(t *testing.T, batch bool) {
 // redeliveries are counted in Stats.Duplicates and in the
 // outbox_relay_inbox_duplicates_absorbed_total metric.
 func TestInboxBatchDuplicateInBatch(t *testing.T) {
+	inSuites(t, parallel, stack)
 	for _, batch := range []bool{false, true} {
 		name := "Handler"
 		if batch {
@@ -805,7 +812,7 @@ func ibDuplicateInBatch(t *testing.T, batch bool) {
 	if !within(30*time.Second, 20*time.Millisecond, func() bool { return ibHandled(c.Stats()) >= 5 }) {
 		t.Fatalf("second run did not handle the 5 records: %+v", c.Stats())
 	}
-	time.Sleep(300 * time.Millisecond) // nothing more may happen
+	time.Sleep(300 * time.Millisecond) // wall-clock: a negative window: nothing more may happen
 	st := c.Stats()
 	mu.Lock()
 	calls := slices.Clone(batches)

@@ -197,6 +197,7 @@ func countRows(t testing.TB, db *DB, sql string, args ...any) int {
 // none twice. A second kill mid-stream, with frequent offset commits,
 // loses nothing either.
 func TestInboxKill9BetweenCommits(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	env := NewEnv(t, EnvOptions{})
 	schema := inboxSchema(t, env)
 	env.StartRelay()
@@ -280,6 +281,7 @@ func TestInboxKill9BetweenCommits(t *testing.T) {
 		defer wg.Done()
 		for i := 0; i < 40 && !stop.Load(); i++ {
 			write(10)
+			// wall-clock: paces the writes (10 events every 50 ms)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
@@ -362,6 +364,7 @@ func newUUID(t testing.TB) string {
 // applied and parked events are absorbed, and Retry applies the parked
 // events in order once the handler is fixed.
 func TestInboxDeadLetterWaitRetry(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 3})
 	schema := inboxSchema(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -525,6 +528,7 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, consumer string)
 // TestInboxHalt: under poison.Halt a permanent failure stops Run with a
 // HaltError, and the group's offset is not committed past the event.
 func TestInboxHalt(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true, Partitions: 1})
 	schema := inboxSchema(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -173,6 +173,7 @@ func (c *KafkaCluster) WaitNewLeaders(topic string, n int, timeout time.Duration
 		if time.Now().After(deadline) {
 			c.t.Fatalf("topic %s: partitions still led by node %d (or leaderless) %s after its fault: %v", topic, n, timeout, c.Leaders(topic))
 		}
+		// wall-clock: poll interval of a wait on the leaders with a deadline
 		time.Sleep(100 * time.Millisecond)
 	}
 }

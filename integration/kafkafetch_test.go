@@ -161,6 +161,7 @@ func kfKafkaGoReader(topic string) (n int, markers int) {
 // the same order - each input record exactly once, no aborted one, no
 // marker; read_uncommitted, every record including the aborted copies.
 func TestKafkaFetchReadCommitted(t *testing.T) {
+	inSuites(t, parallel, stack)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const n = 1000
@@ -178,6 +179,7 @@ func TestKafkaFetchReadCommitted(t *testing.T) {
 		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || ctx.Err() != nil {
 			t.Fatalf("produce: %v", err)
 		}
+		// wall-clock: retry interval until the topic is ready (ctx bounds it)
 		time.Sleep(200 * time.Millisecond)
 	}
 	w.Close()
@@ -266,6 +268,7 @@ func newKfProducer(t *testing.T, ctx context.Context, tid, topic string) *kfProd
 			!errors.Is(err, kafka.GroupCoordinatorNotAvailable) && !errors.Is(err, kafka.NotCoordinatorForGroup) || ctx.Err() != nil {
 			t.Fatalf("InitProducerId %s: %v", tid, err)
 		}
+		// wall-clock: retry interval while the coordinator loads or fences (ctx bounds it)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -291,6 +294,7 @@ func (p *kfProducer) send(t *testing.T, ctx context.Context, msgs []kafka.Messag
 		if !errors.Is(err, kafka.ConcurrentTransactions) || ctx.Err() != nil {
 			t.Fatalf("AddPartitionsToTxn: %v", err)
 		}
+		// wall-clock: retry interval while the previous transaction ends (ctx bounds it)
 		time.Sleep(20 * time.Millisecond)
 	}
 	res, err := p.client.RawProduce(ctx, &kafka.RawProduceRequest{Topic: p.topic, Partition: 0, RequiredAcks: kafka.RequireAll, TransactionalID: p.tid,
@@ -376,6 +380,7 @@ func kfEvents(prefix string, n int) (msgs []kafka.Message, ids []string) {
 // plain events, each once: no duplicate absorbed (it never saw the aborted
 // copies), nothing dead-lettered (it never saw a marker).
 func TestInboxReadCommitted(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	topic := kfTopic(t, ctx, "inbox")
@@ -474,7 +479,7 @@ func kfRunInbox(t *testing.T, ctx context.Context, topic string, readUncommitted
 	if !within(60*time.Second, 50*time.Millisecond, func() bool { return ibHandled(c.Stats()) >= int64(n) }) {
 		t.Fatalf("%s handled %+v within 60s, want %d events", name, c.Stats(), n)
 	}
-	time.Sleep(2 * time.Second) // anything more would arrive now
+	time.Sleep(2 * time.Second) // wall-clock: a negative window: anything more would arrive now
 	run.stop(t)
 	mu.Lock()
 	defer mu.Unlock()
@@ -495,6 +500,7 @@ func kfRunInbox(t *testing.T, ctx context.Context, topic string, readUncommitted
 // and a wrong password is an error FetchMessage returns, not a retry
 // loop that never ends.
 func TestKafkaFetchOverSASLSSL(t *testing.T) {
+	inSuites(t, parallel, stack)
 	pki := newSecurePKI(t)
 	k := startSecureKafka(t, pki)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -522,6 +528,7 @@ func TestKafkaFetchOverSASLSSL(t *testing.T) {
 		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || ctx.Err() != nil {
 			t.Fatalf("produce over SASL_SSL: %v", err)
 		}
+		// wall-clock: retry interval until the topic is ready (ctx bounds it)
 		time.Sleep(200 * time.Millisecond)
 	}
 	w.Close()

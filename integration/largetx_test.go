@@ -20,6 +20,7 @@ import (
 // without a partial clears the row's (a stale partial must never be
 // applied after its transaction was confirmed).
 func TestCheckpointPartialRoundTrip(t *testing.T) {
+	inSuites(t, exclusive, stack)
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	tbl, err := migrations.ParseTable(env.Table)
 	if err != nil {
@@ -71,6 +72,7 @@ func TestCheckpointPartialRoundTrip(t *testing.T) {
 // partition, instead of most of the transaction (75,242 were measured
 // before the fix).
 func TestLargeTransactionKillResend(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const (
 		rows     = 100000
 		inflight = 5000
@@ -103,7 +105,7 @@ func TestLargeTransactionKillResend(t *testing.T) {
 	if !env.WaitSlotActive(false, 30*time.Second) {
 		t.Fatalf("slot still active after kill -9: %+v", env.SlotInfo())
 	}
-	time.Sleep(time.Second) // records written before the kill reach the consumer
+	time.Sleep(time.Second) // wall-clock: records written before the kill reach the consumer
 	atRestart := c.Count() - base
 	t.Logf("killed with %d of %d records delivered (%d by the restart); slot %s, transaction commits before %s",
 		atKill, rows, atRestart, env.SlotInfo().ConfirmedFlush, commitLSN)
@@ -138,6 +140,7 @@ func TestLargeTransactionKillResend(t *testing.T) {
 // window per crash. Before the fix a second restart re-sent everything the
 // first restart had delivered (about 85,000 events were measured).
 func TestLargeTransactionRepeatedKills(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const (
 		rows   = 100000
 		kills  = 3
@@ -172,7 +175,7 @@ func TestLargeTransactionRepeatedKills(t *testing.T) {
 		if !env.WaitSlotActive(false, 30*time.Second) {
 			t.Fatalf("slot still active after kill -9: %+v", env.SlotInfo())
 		}
-		time.Sleep(time.Second) // records written before the kill reach the consumer
+		time.Sleep(time.Second) // wall-clock: records written before the kill reach the consumer
 		d, dups := c.Seen()
 		if d-distinct0 >= rows {
 			t.Fatalf("kill %d: the whole transaction was delivered before it: nothing measured", k+1)
@@ -223,6 +226,7 @@ func TestLargeTransactionRepeatedKills(t *testing.T) {
 // second (20,000 rows: about 400 s), unreported. The kick now comes at
 // half the window at the latest.
 func TestLargeTransactionSmallWindow(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const (
 		rows   = 20000
 		window = 50
@@ -259,6 +263,7 @@ func TestLargeTransactionSmallWindow(t *testing.T) {
 // out (5 s): the hold is released with a warning and a metric and the
 // stream keeps moving; nothing is lost.
 func TestCheckpointTableLocked(t *testing.T) {
+	inSuites(t, exclusive, stack)
 	const (
 		rows    = 100000
 		window  = 10000 // the default --max-inflight-events
@@ -287,6 +292,7 @@ func TestCheckpointTableLocked(t *testing.T) {
 		t.Fatalf("lock: %v", err)
 	}
 	atLock, _ := c.Seen()
+	// wall-clock: the lock's hold time (past the 5 s save timeout)
 	time.Sleep(lockFor)
 	atUnlock, _ := c.Seen()
 	if err := tx.Rollback(ctx); err != nil {

@@ -175,6 +175,7 @@ func waitLeader(t *testing.T, nodes []*relayNode, not *relayNode, since time.Tim
 				return n, time.Since(since)
 			}
 		}
+		// wall-clock: poll interval of a wait for a streaming leader with a deadline
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, n := range nodes {
@@ -202,6 +203,7 @@ func leaders(nodes []*relayNode) (names []string) {
 // timeouts imply. Nothing may be lost or reordered per aggregate, and no two
 // relays may ever claim leadership at once.
 func TestLeaderFailover(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	env := NewEnv(t, EnvOptions{})
 	c := StartConsumer(t, env.Topic, env.Partitions)
 	ledger := NewLedger()
@@ -251,6 +253,7 @@ func TestLeaderFailover(t *testing.T) {
 				werr <- err
 				return
 			}
+			// wall-clock: paces the load writer (a transaction every 3 ms)
 			time.Sleep(3 * time.Millisecond)
 		}
 		werr <- nil
@@ -341,6 +344,7 @@ func TestLeaderFailover(t *testing.T) {
 		t.Errorf("%s is not a ready standby 30s after the network healed: %+v %v", cur.name, h, err)
 	}
 
+	// wall-clock: load flows on after the network healed before the writer stops
 	time.Sleep(time.Second)
 	stopWriter()
 	committed := ledger.Committed()

@@ -96,6 +96,7 @@ var managedCases = []managedCase{{
 // parameter, GRANT rds_replication) instead of ALTER SYSTEM; the plain
 // server claims no provider and keeps the self-hosted fixes.
 func TestManagedPostgreSQLDoctor(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	for _, c := range managedCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -131,6 +132,7 @@ func TestManagedPostgreSQLDoctor(t *testing.T) {
 // stream (rolreplication stays false). On an emulated Cloud SQL with
 // wal_level = replica, migrate's start-up check names the Cloud SQL flag.
 func TestManagedPostgreSQLGrantRole(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	pg := StartTempCluster(t, "wal_level=logical", "rds.logical_replication=1")
 	pg.Exec(t, `CREATE ROLE rds_superuser NOLOGIN; CREATE ROLE rds_replication NOLOGIN`)

@@ -93,6 +93,7 @@ func (c *countingProvider) distinct() int { c.mu.Lock(); defer c.mu.Unlock(); re
 // token's expiry without it), so a client that kept its connections would
 // fail.
 func TestKafkaOAuthBearer(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	t0 := time.Now()
 	pki := newSecurePKI(t)
@@ -128,6 +129,7 @@ func TestKafkaOAuthBearer(t *testing.T) {
 			}
 			return func() error {
 				defer conn.Close()
+				// wall-clock: idle past the session's end (reauth or token expiry): the broker acts on time
 				time.Sleep(idle)
 				conn.SetDeadline(time.Now().Add(5 * time.Second))
 				_, err := conn.ReadPartitions(env.Topic)
@@ -296,6 +298,7 @@ func TestKafkaOAuthBearer(t *testing.T) {
 			writeToken()
 			nextToken = time.Now().Add(3 * time.Second)
 		}
+		// wall-clock: paces the load (a transaction every 50 ms for 40 s)
 		time.Sleep(50 * time.Millisecond)
 	}
 	expected := w.Ledger.Committed()

@@ -66,6 +66,7 @@ func (m metricsScrape) get(name, labels string) (float64, bool) {
 // age rising, a finite exhaustion forecast and the outbox table's stats.
 // Once the topic exists everything is delivered and the lag falls back.
 func TestObservabilitySlotStats(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const (
 		txs         = 20
 		eventsPerTx = 10
@@ -139,6 +140,7 @@ func TestObservabilitySlotStats(t *testing.T) {
 		lag, _ := m.get("outbox_relay_slot_lag_bytes", slotL)
 		return n == txs*eventsPerTx && lag > 0
 	})
+	// wall-clock: the oldest unacknowledged age must rise in real time (>= 2 s)
 	time.Sleep(2 * time.Second)
 	write()
 	// Past two stats intervals after the second batch is in flight.
@@ -146,6 +148,7 @@ func TestObservabilitySlotStats(t *testing.T) {
 		n, _ := m.get("outbox_relay_inflight_events", "")
 		return n == 2*txs*eventsPerTx
 	})
+	// wall-clock: past two stats intervals (300 ms), so the gauges show the second batch
 	time.Sleep(time.Second)
 	s2 := scrape(leaderAddr)
 
@@ -255,6 +258,7 @@ func pick(m metricsScrape, name, labels string) string {
 // not the events written after it started. That they never reached Kafka
 // shows the metric's meaning: possibly delivered, not surely duplicated.
 func TestObservabilityRedelivered(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const (
 		before      = 10 // transactions for relay #1
 		after       = 3  // transactions after relay #2 started

@@ -20,6 +20,7 @@ import (
 // partition (murmur2 over 2) until the relay switched, then only on its
 // new one (murmur2 over 6), never back.
 func TestPartitionsAddedWhileStreaming(t *testing.T) {
+	inSuites(t, parallel, stack|kafkaVersions)
 	const before, after, aggregates = 2, 6, 40
 	env := NewEnv(t, EnvOptions{Partitions: before})
 	relay := env.StartRelay("OUTBOX_RELAY_PARTITION_REFRESH=300ms")
@@ -49,10 +50,12 @@ func TestPartitionsAddedWhileStreaming(t *testing.T) {
 					errs <- fmt.Errorf("writer %d: %w", w, err)
 					return
 				}
+				// wall-clock: paces each writer (a transaction every 2 ms)
 				time.Sleep(2 * time.Millisecond)
 			}
 		}()
 	}
+	// wall-clock: load flows before the partitions are added, so the change lands mid-stream
 	time.Sleep(1500 * time.Millisecond)
 	res, err := kafkaClient().CreatePartitions(ctx, &kafka.CreatePartitionsRequest{
 		Topics: []kafka.TopicPartitionsConfig{{Name: env.Topic, Count: after}},
@@ -67,6 +70,7 @@ func TestPartitionsAddedWhileStreaming(t *testing.T) {
 	if !within(20*time.Second, 50*time.Millisecond, func() bool { return relay.LogContains("routing under the new count") }) {
 		t.Fatalf("the relay did not switch to %d partitions within 20s", after)
 	}
+	// wall-clock: load flows on under the new partition count before it stops
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
 	wg.Wait()

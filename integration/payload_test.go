@@ -12,6 +12,7 @@ import (
 // TestByteaPayload: a bytea payload column (binary formats) is relayed as
 // the raw bytes, including NUL and non-UTF-8 bytes.
 func TestByteaPayload(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoMigrate: true})
 	res := env.RunCLI(60*time.Second, []string{"OUTBOX_RELAY_PAYLOAD_TYPE=bytea"}, "migrate")
 	if res.Code != 0 {

@@ -297,6 +297,7 @@ func (c *TempCluster) WaitFor(t testing.TB, timeout time.Duration, db, sql, want
 		if time.Now().After(deadline) {
 			t.Fatalf("temp cluster (port %d): %q = %q (err %v) after %s, want %q", c.Port, sql, got, err, timeout, want)
 		}
+		// wall-clock: poll interval of a wait on a query with a deadline
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -17,6 +17,7 @@ const standbySlotSynced = `SELECT coalesce((SELECT (synced AND NOT temporary)::t
 // logical slot is synchronized to the standby (synced = true), the
 // mechanism the failover tests rely on.
 func TestTempStandby(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	bin := testPGBin(t)
 	major := testPGMajor(t, bin)
 	p := StartTempClusterBin(t, bin, "wal_level=logical")
@@ -47,6 +48,7 @@ func TestTempStandby(t *testing.T) {
 			if i == 100 {
 				t.Fatalf("slot pair_logical not synchronized to the standby")
 			}
+			// wall-clock: poll interval of a wait on the slot sync (bounded: 100 tries)
 			time.Sleep(200 * time.Millisecond)
 		}
 	}

@@ -106,6 +106,7 @@ func StartProxy(t testing.TB, name, listen, target string) *Proxy {
 		if ln, err = net.Listen("tcp", listen); err == nil {
 			break
 		}
+		// wall-clock: retry interval while the port is still closing (50 tries)
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
@@ -237,6 +238,7 @@ func (p *Proxy) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			// wall-clock: backoff after an accept error before the next Accept
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
@@ -364,6 +366,7 @@ func StartKafkaProxy(t testing.TB) *Proxy {
 // 19095 is told about 127.0.0.1:19095 (the PROXIED listener) and produces
 // through the proxy.
 func TestHarnessProxy(t *testing.T) {
+	inSuites(t, parallel, stack)
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ func bigPayload(n int) string {
 // know the quarantine from the table, so v4 is parked too, and after `dlq
 // discard v2`, v3 and v4 arrive in order after v1.
 func TestQuarantineSurvivesFailover(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)
@@ -69,7 +70,7 @@ func TestQuarantineSurvivesFailover(t *testing.T) {
 	v4 := xw.writeN(ctx, t, 1, 0)
 	rows = waitDL(t, env, X, 30*time.Second, "v4 parked by the new leader", func(r []dlRow) bool { return len(r) >= 3 })
 	checkQuarantine(t, rows, poison, append(append([]Event(nil), v3...), v4...), "too_large", "too large")
-	time.Sleep(time.Second) // give a wrongly published v4 time to show up
+	time.Sleep(time.Second) // wall-clock: a negative window: give a wrongly published v4 time to show up
 	if seen := seenIDs(c.Records(), idsOf(v3, v4)); len(seen) > 0 {
 		t.Fatalf("events of the quarantined aggregate published by the new leader before the discard: %v", seen)
 	}
@@ -101,6 +102,7 @@ func TestQuarantineSurvivesFailover(t *testing.T) {
 // and the replication connection must not be dropped. After the lock is
 // released the new event is parked.
 func TestQuarantineLockDoesNotBlockStream(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const walSenderTimeout = 5 * time.Second
 	const hold = 2*walSenderTimeout + 2*time.Second
 	t0 := time.Now()
@@ -148,6 +150,7 @@ func TestQuarantineLockDoesNotBlockStream(t *testing.T) {
 		if _, err := dw.Write(ctx, []string{"free-1", "free-2", "free-3"}, true); err != nil {
 			t.Fatal(err)
 		}
+		// wall-clock: paces the other aggregates' writes while the lock is held
 		time.Sleep(50 * time.Millisecond)
 	}
 	// Everything of the other aggregates arrives while the lock is held.
@@ -213,6 +216,7 @@ func (m metricsScrape) must(t *testing.T, name string) float64 {
 // comparable with this system's, so every new event of the aggregate is
 // parked behind it; `dlq discard` then publishes them in order.
 func TestQuarantineRowOfAnotherSystem(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t0 := time.Now()
 	env := NewEnv(t, EnvOptions{})
 	dlCleanup(t, env)

@@ -22,6 +22,7 @@ import (
 // id) with exit code 3; rows deleted from a consumer's processed_events are
 // reported as not consumed; once the relay has caught up it exits 0.
 func TestReconcile(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{Partitions: 3})
 	schema := inboxSchema(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -14,6 +14,7 @@ import (
 // "Go scheduler" line) and the leader's cleanup schedule running
 // (--cleanup-older-than), not a bare relay.
 func TestRecoverStreamsLikeRun(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{Partitions: 3})
 	c := StartConsumer(t, env.Topic, env.Partitions)
 	ledger := NewLedger()

@@ -14,6 +14,7 @@ import (
 // (back-fill from the table, new slot) and checks that every committed
 // event arrived, counting duplicates.
 func TestRecoverLostSlot(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	env := NewEnv(t, EnvOptions{})
 	r1 := env.StartRelay("OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -27,10 +28,11 @@ func TestRecoverLostSlot(t *testing.T) {
 	if !env.WaitSlotActive(false, 30*time.Second) {
 		t.Fatalf("slot still active after kill -9")
 	}
-	time.Sleep(time.Second) // events pile up, pending in the slot
+	time.Sleep(time.Second) // wall-clock: the relay stays down: events pile up, pending in the slot
 	env.Exec(`select pg_drop_replication_slot($1)`, env.Slot)
 	pendingAtDrop := ledger.CommittedCount() - c.Count()
 	t.Logf("slot dropped with about %d events pending; writer continues", pendingAtDrop)
+	// wall-clock: the relay stays down: the writer continues past the drop, into the gap
 	time.Sleep(time.Second)
 
 	// run must not silently create a fresh slot past the gap.
@@ -45,6 +47,7 @@ func TestRecoverLostSlot(t *testing.T) {
 		t.Fatalf("recover: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 30))
 	}
 	r3 := env.StartRelay()
+	// wall-clock: the recovered relay runs under load a while before the writer stops
 	time.Sleep(2 * time.Second)
 	stopWriter()
 	committed := ledger.Committed()

@@ -20,6 +20,7 @@ import (
 // renamed is refused with a hint naming the new name; after the rename is
 // undone a restarted relay delivers every event (lost 0).
 func TestRenamedOutboxStops(t *testing.T) {
+	inSuites(t, parallel, stack)
 	for _, tc := range []struct {
 		name string
 		// away and back move the table (%s: quoted name); moved is the

@@ -14,6 +14,7 @@ import (
 // running relay re-publishes (marked) at least every event committed after
 // the checkpoint, per aggregate in order; --aggregate filters.
 func TestReplay(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	r := env.StartRelay("OUTBOX_RELAY_CHECKPOINT_INTERVAL=200ms")
 	c := StartConsumer(t, env.Topic, env.Partitions)
@@ -31,7 +32,7 @@ func TestReplay(t *testing.T) {
 	if !c.WaitFor(ledger.Committed(), 30*time.Second, 0) {
 		t.Fatal("first events not delivered")
 	}
-	time.Sleep(time.Second) // a checkpoint with a fence past them
+	time.Sleep(time.Second) // wall-clock: a periodic checkpoint saves a fence past them
 	before := ledger.Committed()
 	startLSN := env.SlotInfo().ConfirmedFlush // past the first 100 transactions
 	write(100)
@@ -50,6 +51,7 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("dry run: exit %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
 	}
 	n0 := c.Count()
+	// wall-clock: a negative window: a dry run publishes nothing
 	time.Sleep(time.Second)
 	if c.Count() != n0 {
 		t.Fatalf("dry run published %d records", c.Count()-n0)
@@ -62,12 +64,14 @@ func TestReplay(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "replayed") {
 		t.Fatalf("replay: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
 	}
+	// wall-clock: the replayed records reach the consumer before the count
 	time.Sleep(2 * time.Second)
 	firstReplayEnd := c.Count()
 	res = env.RunCLI(60*time.Second, nil, "replay", "--all", "--aggregate", aggName(3))
 	if res.Code != 0 {
 		t.Fatalf("replay --aggregate: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
 	}
+	// wall-clock: the replayed records reach the consumer before the check
 	time.Sleep(2 * time.Second)
 	var marked, second []Record
 	for i, rec := range c.Records() {

@@ -280,6 +280,7 @@ num.io.threads=2
 		if time.Now().After(deadline) {
 			t.Fatalf("secure kafka not ready on %s after 90s (last error %v):\n%s", k.Addr, err, k.logTail())
 		}
+		// wall-clock: poll interval of a wait for Kafka with a deadline
 		time.Sleep(300 * time.Millisecond)
 	}
 	t.Logf("secure kafka (SASL_SSL, client auth required) up on %s in %s, pid %d", k.Addr, time.Since(start).Round(time.Millisecond), k.cmd.Process.Pid)

@@ -16,6 +16,7 @@ import (
 // --kafka-tls* and --kafka-sasl-* like `run` does: a client built without
 // them talks PLAINTEXT to the TLS port and never gets an answer.
 func TestSecureReconcileReplay(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	pki := newSecurePKI(t)
 	k := startSecureKafka(t, pki)

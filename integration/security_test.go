@@ -25,6 +25,7 @@ import (
 // One broker and one cluster serve all subtests (the broker's start-up is
 // most of the cost).
 func TestSecurity(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	t0 := time.Now()
 	pki := newSecurePKI(t)

@@ -21,6 +21,7 @@ import (
 )
 
 func TestStallDetection(t *testing.T) {
+	inSuites(t, parallel, stack)
 	requireRelay(t)
 	const (
 		stallTimeout = 5 * time.Second
@@ -76,6 +77,7 @@ func TestStallDetection(t *testing.T) {
 				writeErr.Store(err)
 				return
 			}
+			// wall-clock: paces the load writer (a transaction every 10 ms)
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
@@ -87,7 +89,7 @@ func TestStallDetection(t *testing.T) {
 		}
 	}
 
-	// A moving drain is no stall: probe /readyz for three stall timeouts.
+	// wall-clock: a moving drain is no stall: probe /readyz for three stall timeouts (negative check).
 	for end := time.Now().Add(3 * stallTimeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		h, err := node.ready()
 		if err != nil || h.code != 200 || strings.HasPrefix(h.Reason, "stalled") {
@@ -135,7 +137,7 @@ func TestStallDetection(t *testing.T) {
 	if v := metricValue(t, addr, "outbox_relay_stalled"); v != 1 {
 		t.Errorf("outbox_relay_stalled = %v while stalled, want 1", v)
 	}
-	// Stay frozen past kafka-go's write timeout (10 s), so a cause is seen.
+	// wall-clock: stay frozen past kafka-go's write timeout (10 s), so a cause is seen.
 	time.Sleep(12 * time.Second)
 	if h, err := node.ready(); err == nil {
 		t.Logf("after %s frozen: /readyz %d %q", time.Since(t0).Round(time.Second), h.code, h.Reason)
@@ -163,7 +165,7 @@ func TestStallDetection(t *testing.T) {
 		t.Errorf("no clear logged; tail:\n%s", relay.LogTail(20))
 	}
 
-	// A little more load after the thaw, then everything must be in Kafka.
+	// wall-clock: a little more load after the thaw, then everything must be in Kafka.
 	time.Sleep(2 * time.Second)
 	stopLoad()
 	expected := w.Ledger.Committed()

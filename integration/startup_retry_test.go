@@ -15,6 +15,7 @@ import (
 // supervisor. A failure no retry can cure still exits 1 at once with its
 // fix (TestSecurity covers a wrong password and TLS errors).
 func TestPostgresUnreachableAtStart(t *testing.T) {
+	inSuites(t, parallel, stack)
 	t.Run("RetriesUntilReachable", func(t *testing.T) {
 		env := NewEnv(t, EnvOptions{})
 		proxy, proxied := StartPGProxy(t)

@@ -26,6 +26,7 @@ import (
 // one past the switch point neither stops the relay nor applies; one of a
 // timeline 2 does not descend from is refused.
 func TestCheckpointAcrossTimelines(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	pg := StartTempCluster(t, "wal_level=logical")
 	env := NewEnv(t, EnvOptions{NoMigrate: true, NoTopic: true})
 	env.DatabaseURL = pg.URL

@@ -132,6 +132,7 @@ func labelsAre(m *dto.Metric, want map[string]string) bool {
 // the row lock and take PostgreSQL's re-check path rather than simply
 // reading the committed state.
 func TestTransitionRace(t *testing.T) {
+	inSuites(t, parallel, stack)
 	const racers = 50
 	env := NewEnv(t, EnvOptions{Partitions: 3})
 	orders := ordersTable(t, env)
@@ -200,7 +201,7 @@ func TestTransitionRace(t *testing.T) {
 					})
 					r.elapsed = time.Since(began)
 					if r.err == nil {
-						time.Sleep(200 * time.Millisecond) // keep the row locked: the others queue behind it
+						time.Sleep(200 * time.Millisecond) // wall-clock: hold the row lock: the others queue behind it
 					}
 					// Losers commit too: their transactions must hold nothing.
 					r.commit = commit()
@@ -298,6 +299,7 @@ func TestTransitionRace(t *testing.T) {
 // RETURNING inside a WITH works with pgx and is refused clearly by
 // database/sql when the outer statement returns no column.
 func TestTransitionUnexpectedRows(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	orders := ordersTable(t, env)
 	table, err := migrations.ParseTable(env.Table)
@@ -454,6 +456,7 @@ func TestTransitionUnexpectedRows(t *testing.T) {
 // ErrInvalidTransition; its retry, in a new transaction, sees the
 // committed state and gets ErrInvalidTransition. (docs: Writer.Transition)
 func TestTransitionRepeatableRead(t *testing.T) {
+	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	orders := ordersTable(t, env)
 	table, err := migrations.ParseTable(env.Table)
@@ -500,6 +503,7 @@ func TestTransitionRepeatableRead(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- confirm(second) }() // waits on first's row lock
+	// wall-clock: lets second reach first's row lock before first commits
 	time.Sleep(100 * time.Millisecond)
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -118,6 +118,7 @@ func (w *walEnv) burnWAL(t *testing.T, mb, rounds int) (status, restart string) 
 }
 
 func TestWALSafety(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
 	t.Run("UnlimitedKeepSizeWarns", func(t *testing.T) {
 		w := newWALEnv(t) // max_slot_wal_keep_size defaults to -1
 		w.migrate(t)

@@ -136,7 +136,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		FailoverSlot: !r.cfg.Database.NoFailoverSlot}
 	checked, err := out.Check(ctx, pool, r.log)
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, err)
 	}
 	if r.cfg.Stats.Interval > 0 {
 		// Stopped (and waited for) before the pool closes.
@@ -145,17 +145,17 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	}
 	r.slots, r.checkpoints = checked.Slots, checked.Checkpoints
 	if err := r.refuseLostSlot(ctx); err != nil {
-		return err
+		return stoppedStarting(ctx, err)
 	}
 	st, err := r.slots.Ensure(ctx)
 	var active *slot.ActiveError
 	if err != nil && !errors.As(err, &active) {
-		return err
+		return stoppedStarting(ctx, err)
 	}
 	// An active slot is usually the leader's: the stream checks it again,
 	// as leader, and fails then if another kind of client holds it.
 	if r.quar, err = deadletter.NewQueue(ctx, checked.DeadLetters, r.c.policy, r.log); err != nil {
-		return err
+		return stoppedStarting(ctx, err)
 	}
 	r.quar.OnPark = r.m.Parked.Inc
 	r.quar.OnDead = r.m.DeadLettered.Inc
@@ -170,6 +170,18 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	r.loops.observer.Start(ctx)
 	defer r.loops.observer.Stop()
 	return r.campaign(ctx)
+}
+
+// stoppedStarting is err, or nil when err is ctx's end: a stop asked for
+// during start-up (SIGTERM before the stream began) is as clean as one
+// asked for later, with nothing in flight yet to acknowledge, so it must not
+// look like a failure (exit 1) to the process supervisor. Any other error,
+// even one that came together with the stop, is returned.
+func stoppedStarting(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil
+	}
+	return err
 }
 
 // campaign is a standby until the lock is ours, leads until ctx ends or
