@@ -34,6 +34,14 @@ CREATE TABLE IF NOT EXISTS {{.DeadLetter}} (
 );
 
 -- The quarantine lookups: open rows of one aggregate, in commit order.
-CREATE INDEX IF NOT EXISTS outbox_dead_letter_open
-    ON {{.DeadLetter}} (outbox_table, aggregate_type, aggregate_id, tx_lsn, tx_ordinal)
-    WHERE status IN ('dead', 'parked');
+-- Created only when missing: the table is shared by every outbox table of the
+-- schema, and CREATE INDEX takes a SHARE lock on it (blocking every relay's
+-- dead-letter writes) before IF NOT EXISTS finds the index there.
+DO $$
+BEGIN
+    IF to_regclass({{.SchemaLit}} || '.outbox_dead_letter_open') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS outbox_dead_letter_open
+            ON {{.DeadLetter}} (outbox_table, aggregate_type, aggregate_id, tx_lsn, tx_ordinal)
+            WHERE status IN ('dead', 'parked');
+    END IF;
+END $$;

@@ -38,5 +38,12 @@ CREATE TABLE IF NOT EXISTS {{.Checkpoint}} (
     saved_at          timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE INDEX IF NOT EXISTS outbox_relay_checkpoint_slot
-    ON {{.Checkpoint}} (outbox_table, slot, id);
+-- Created only when missing, as in migration 2: every relay of the schema
+-- writes checkpoints here, and CREATE INDEX would block them all.
+DO $$
+BEGIN
+    IF to_regclass({{.SchemaLit}} || '.outbox_relay_checkpoint_slot') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS outbox_relay_checkpoint_slot
+            ON {{.Checkpoint}} (outbox_table, slot, id);
+    END IF;
+END $$;

@@ -10,4 +10,15 @@
 --
 -- One nullable column: older relays keep working against the table and
 -- simply leave it NULL.
-ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS decoded_lsn pg_lsn;
+--
+-- The ALTER runs only when the column is missing: ALTER TABLE takes an ACCESS
+-- EXCLUSIVE lock on the shared checkpoint table even when IF NOT EXISTS makes
+-- it a no-op, and every relay of the schema (and every statement queued
+-- behind the lock request) would wait on it for each new outbox table.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = {{.CheckpointLit}}::regclass
+            AND attname = 'decoded_lsn' AND NOT attisdropped) THEN
+        ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS decoded_lsn pg_lsn;
+    END IF;
+END $$;

@@ -19,7 +19,19 @@
 -- system.
 --
 -- Nullable columns only: older relays keep working against the tables.
-ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_commit_lsn pg_lsn;
-ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_events int;
-ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_acked bytea;
-ALTER TABLE {{.DeadLetter}} ADD COLUMN IF NOT EXISTS system_identifier text;
+--
+-- Each ALTER runs only when its column is missing (the tables are shared by
+-- the schema's outbox tables; see migration 4).
+DO $$
+BEGIN
+    IF (SELECT count(*) FROM pg_attribute WHERE attrelid = {{.CheckpointLit}}::regclass
+            AND attname IN ('partial_commit_lsn', 'partial_events', 'partial_acked') AND NOT attisdropped) < 3 THEN
+        ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_commit_lsn pg_lsn;
+        ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_events int;
+        ALTER TABLE {{.Checkpoint}} ADD COLUMN IF NOT EXISTS partial_acked bytea;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = {{.DeadLetterLit}}::regclass
+            AND attname = 'system_identifier' AND NOT attisdropped) THEN
+        ALTER TABLE {{.DeadLetter}} ADD COLUMN IF NOT EXISTS system_identifier text;
+    END IF;
+END $$;

@@ -302,3 +302,47 @@ func TestIntegrationTwoTablesOneSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationSecondTableLeavesSharedTablesUnlocked: migrating a second
+// outbox table of a schema must not lock the schema's shared checkpoint and
+// dead-letter tables against the relays writing there. A writer holds
+// ROW EXCLUSIVE on both (as a checkpoint save and a dead-letter insert do)
+// while the second table is migrated under a short lock_timeout; an ALTER
+// TABLE or CREATE INDEX on a shared table, even one IF NOT EXISTS makes a
+// no-op, would wait for the writer and fail.
+func TestIntegrationSecondTableLeavesSharedTablesUnlocked(t *testing.T) {
+	ctx := testCtx(t)
+	pool := testPool(t)
+	schema := testSchema(t, pool)
+	first := Table{Schema: schema, Name: "outbox_a"}
+	if _, err := Apply(ctx, pool, first, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(context.Background()) //nolint:errcheck // the test only needs the locks
+	for _, shared := range []Table{CheckpointTable(first), DeadLetterTable(first)} {
+		if _, err := writer.Exec(ctx, "LOCK TABLE "+shared.Quoted()+" IN ROW EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET lock_timeout") //nolint:errcheck // back to the pool as it came
+	second := Table{Schema: schema, Name: "outbox_b"}
+	applied, err := Apply(ctx, conn.Conn(), second, ApplyOptions{})
+	if err != nil {
+		t.Fatalf("migrating %s while the shared tables are written: %v", second, err)
+	}
+	if !slices.Equal(applied, allVersions(t)) {
+		t.Fatalf("%s: applied %v", second, applied)
+	}
+}

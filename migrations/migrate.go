@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +86,16 @@ type templateData struct {
 	OutboxTable string
 	// Checkpoint is the quoted checkpoint table beside the outbox table.
 	Checkpoint string
+	// CheckpointLit, DeadLetterLit and SchemaLit are Checkpoint, DeadLetter
+	// and the quoted schema as SQL string literals, for the catalog checks
+	// (::regclass, to_regclass) that skip DDL on the shared tables when it
+	// would change nothing but still take their locks.
+	CheckpointLit, DeadLetterLit, SchemaLit string
+}
+
+// sqlLiteral quotes s as a standard-conforming SQL string literal.
+func sqlLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 var migrationFileName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
@@ -169,6 +180,8 @@ func Apply(ctx context.Context, db Execer, t Table, opts ApplyOptions) (applied 
 	}
 	data := templateData{Table: t.Quoted(), PayloadType: payloadType, NullablePayload: opts.NullablePayload, DeadLetter: DeadLetterTable(t).Quoted(), OutboxTable: t.String(),
 		Checkpoint: CheckpointTable(t).Quoted()}
+	data.CheckpointLit, data.DeadLetterLit = sqlLiteral(data.Checkpoint), sqlLiteral(data.DeadLetter)
+	data.SchemaLit = sqlLiteral(pgx.Identifier{t.Schema}.Sanitize())
 	versions := t.sibling(VersionTableName)
 
 	if err := inLockedTx(ctx, db, func(tx pgx.Tx) error {
