@@ -204,11 +204,13 @@ kafka-versions: up
 # The full proof, in phases: the CPU-bound checks one after another (lint, unit, fuzz-short),
 # then the stack suite's exclusive tests alone (they stop, crash and freeze the stack's servers),
 # then what shares the stack without faulting it side by side (TEST_JOBS at a time, each
-# target's output printed whole when it ends): the stack suite's parallel tests, the Kafka
-# versions (their own brokers, the stack's PostgreSQL) and the PostgreSQL versions (their own
-# clusters, the stack's Kafka); last the cluster suite alone (its chaos run restarts the stack's
-# PostgreSQL). Times per phase: docs/design.md#tests.
-TEST_JOBS ?= 3
+# target's output printed whole when it ends): the PostgreSQL versions (their own clusters, the
+# stack's Kafka), the stack suite's parallel tests and the Kafka versions (their own brokers, the
+# stack's PostgreSQL); last the cluster suite alone (its chaos run restarts the stack's
+# PostgreSQL, and its recovery times need the CPU). TEST_JOBS=3 overloaded the 2 cores: the
+# stack's broker then answered metadata too late for kafka-go's 1 s refresh, and tests failed
+# on it. Times per phase: docs/design.md#tests.
+TEST_JOBS ?= 2
 # phase: one phase of make test, its time printed after it.
 phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== make test: $(1): $$((SECONDS - t0)) s"
 test:
@@ -216,7 +218,7 @@ test:
 	@$(call phase,unit)
 	@$(call phase,fuzz-short)
 	@$(call phase,integration IT_SHARING=exclusive)
-	@$(call phase,-j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions versions)
+	@$(call phase,-j$(TEST_JOBS) --output-sync=target versions integration-parallel kafka-versions)
 	@$(call phase,cluster-test)
 
 # The stack suite's parallel tests and the other stack-backed packages (make test's middle phase).

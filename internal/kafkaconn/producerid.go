@@ -25,9 +25,38 @@ type ProducerID struct {
 // publisher, and doctor's check of the principal's IDEMPOTENT_WRITE
 // permission). rt is the client's transport, addr its bootstrap brokers.
 // A broker's refusal is returned as its kafka.Error, wrapped.
+//
+// A freshly started broker answers COORDINATOR_LOAD_IN_PROGRESS until it
+// holds a block of producer ids from the controller; that answer, and the
+// other coordinator-not-ready ones, are retried (as the Java producer
+// does) with a doubling pause from 50 ms to 1 s, within the call's 10 s.
 func InitProducerID(ctx context.Context, rt kafka.RoundTripper, addr net.Addr) (ProducerID, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		pid, err := initProducerID(ctx, rt, addr)
+		if err == nil || !coordinatorNotReady(err) {
+			return pid, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ProducerID{}, err
+		case <-t.C:
+		}
+	}
+}
+
+// coordinatorNotReady reports the answers a broker gives while it cannot
+// hand out producer ids yet, but soon will.
+func coordinatorNotReady(err error) bool {
+	return errors.Is(err, kafka.GroupLoadInProgress) || errors.Is(err, kafka.GroupCoordinatorNotAvailable) ||
+		errors.Is(err, kafka.NotCoordinatorForGroup)
+}
+
+// initProducerID is one InitProducerId round trip.
+func initProducerID(ctx context.Context, rt kafka.RoundTripper, addr net.Addr) (ProducerID, error) {
 	m, err := rt.RoundTrip(ctx, addr, &idempotentInit{ProducerID: -1, ProducerEpoch: -1})
 	if err != nil {
 		return ProducerID{}, fmt.Errorf("InitProducerId: %w", err)

@@ -2,8 +2,14 @@ package kafkaconn
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 )
@@ -49,4 +55,51 @@ func TestIdempotentInitEncodes(t *testing.T) {
 	if _, err := b.Broker(protocol.Cluster{}); err == nil {
 		t.Error("Broker of an empty cluster: no error")
 	}
+}
+
+// scriptedInit answers InitProducerId with its codes in turn, then with
+// producer id 7.
+type scriptedInit struct {
+	codes []int16
+	calls int
+}
+
+func (s *scriptedInit) RoundTrip(_ context.Context, _ net.Addr, _ kafka.Request) (kafka.Response, error) {
+	s.calls++
+	if len(s.codes) > 0 {
+		c := s.codes[0]
+		s.codes = s.codes[1:]
+		return &initproducerid.Response{ErrorCode: c}, nil
+	}
+	return &initproducerid.Response{ProducerID: 7, ProducerEpoch: 0}, nil
+}
+
+// TestInitProducerIDRetriesCoordinatorNotReady: a fresh broker's
+// COORDINATOR_LOAD_IN_PROGRESS (and its kin) is retried until the id
+// comes; a refusal is returned at once; a broker that never gets ready
+// ends with its last answer when the call's 10 s are up.
+func TestInitProducerIDRetriesCoordinatorNotReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &scriptedInit{codes: []int16{int16(kafka.GroupLoadInProgress), int16(kafka.GroupCoordinatorNotAvailable), int16(kafka.NotCoordinatorForGroup)}}
+		pid, err := InitProducerID(context.Background(), rt, kafka.TCP("b:9092"))
+		if err != nil || pid.ID != 7 || rt.calls != 4 {
+			t.Fatalf("after three not-ready answers: %+v, %v in %d calls, want id 7 in 4", pid, err, rt.calls)
+		}
+
+		rt = &scriptedInit{codes: []int16{int16(kafka.ClusterAuthorizationFailed)}}
+		if _, err := InitProducerID(context.Background(), rt, kafka.TCP("b:9092")); !errors.Is(err, kafka.ClusterAuthorizationFailed) || rt.calls != 1 {
+			t.Fatalf("a refusal: %v in %d calls, want ClusterAuthorizationFailed in 1", err, rt.calls)
+		}
+
+		never := make([]int16, 1000)
+		for i := range never {
+			never[i] = int16(kafka.GroupLoadInProgress)
+		}
+		rt = &scriptedInit{codes: never}
+		start := time.Now()
+		_, err = InitProducerID(context.Background(), rt, kafka.TCP("b:9092"))
+		if !errors.Is(err, kafka.GroupLoadInProgress) || time.Since(start) > 10*time.Second || rt.calls < 10 {
+			t.Fatalf("never ready: %v after %s in %d calls, want GroupLoadInProgress within 10s", err, time.Since(start), rt.calls)
+		}
+	})
 }

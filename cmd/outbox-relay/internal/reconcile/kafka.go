@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,11 +39,11 @@ func (r *run) readTopic(ctx context.Context, topic string) error {
 		return nil // no topic: every event of it is missing
 	}
 	at := r.rep.From.Add(-clockSlack)
-	startRes, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: offsetRequests(topic, parts, at)})
+	startRes, err := listOffsets(ctx, client, topic, offsetRequests(topic, parts, at))
 	if err != nil {
 		return fmt.Errorf("kafka offsets of %s by time: %w", topic, err)
 	}
-	endRes, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: offsetRequests(topic, parts, time.Time{})})
+	endRes, err := listOffsets(ctx, client, topic, offsetRequests(topic, parts, time.Time{}))
 	if err != nil {
 		return fmt.Errorf("kafka end offsets of %s: %w", topic, err)
 	}
@@ -66,6 +67,40 @@ func (r *run) readTopic(ctx context.Context, topic string) error {
 		}
 	}
 	return nil
+}
+
+// listOffsets is client.ListOffsets, asked again (up to 8 times, 100 ms
+// doubling to 2 s apart) while a partition answers a retriable error: a
+// partition whose leader is moving, or whose new leader has not taken
+// over yet (a topic just created), answers NOT_LEADER_OR_FOLLOWER or
+// LEADER_NOT_AVAILABLE for a moment. Other errors stay in the response.
+func listOffsets(ctx context.Context, client *kafka.Client, topic string, reqs map[string][]kafka.OffsetRequest) (*kafka.ListOffsetsResponse, error) {
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: reqs})
+		if err != nil || attempt == 8 || !retriable(res.Topics[topic]) {
+			return res, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// retriable reports whether a partition's answer is an error worth asking again.
+func retriable(parts []kafka.PartitionOffsets) bool {
+	for _, po := range parts {
+		var ke kafka.Error
+		if errors.As(po.Error, &ke) && ke.Temporary() {
+			return true
+		}
+	}
+	return false
 }
 
 // offsetRequests asks, per partition, for the first offset at time at, or
