@@ -211,8 +211,8 @@ kafka-versions: up
 # stack's broker then answered metadata too late for kafka-go's 1 s refresh, and tests failed
 # on it. Times per phase: docs/design.md#tests.
 TEST_JOBS ?= 2
-# phase: one phase of make test, its time printed after it.
-phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== make test: $(1): $$((SECONDS - t0)) s"
+# phase: one phase of make test (or test-fast), its time printed after it.
+phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== phase $(1): $$((SECONDS - t0)) s"
 test:
 	@$(call phase,lint)
 	@$(call phase,unit)
@@ -225,12 +225,14 @@ test:
 integration-parallel:
 	$(MAKE) --no-print-directory integration IT_SHARING=parallel
 
-# The edit-test loop (about 5 minutes): lint, unit tests with -race, fuzz-short, and the stack
-# suite's parallel tests against the one broker. make test stays the full proof.
+# The edit-test loop (about 5 minutes): lint, unit tests with -race, fuzz-short (each target for
+# FAST_FUZZTIME, its seed corpus always whole), and the stack suite's parallel tests against the
+# one broker. make test stays the full proof.
+FAST_FUZZTIME ?= 1s
 test-fast:
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory fuzz-short
+	@$(call phase,lint)
+	@$(call phase,unit)
+	@$(call phase,fuzz-short FUZZTIME=$(FAST_FUZZTIME))
 	@$(MAKE) --no-print-directory up
 	eval "$$($(STACK) env)"; \
 	$(IT_TEST) -tags integration -timeout $(INTEGRATION_TIMEOUT) ./integration/ -args -it.sharing=parallel

@@ -70,7 +70,8 @@ func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEve
 			if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Database.Slot); err == nil {
 				break
 			}
-			time.Sleep(200 * time.Millisecond) // the walsender still closing
+			// wall-clock: paces the retries while the real server's walsender still closes.
+			time.Sleep(200 * time.Millisecond)
 		}
 		_, _ = db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Database.Publication}.Sanitize())
 		_, _ = db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{table.Schema}.Sanitize()+" CASCADE")

@@ -148,7 +148,8 @@ func (w *world) cleanup() {
 			if err == nil || ctx.Err() != nil {
 				break
 			}
-			time.Sleep(200 * time.Millisecond) // a walsender still closing
+			// wall-clock: paces the retries while the real server's walsender still closes.
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	for _, stmt := range []string{
@@ -185,6 +186,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
+		// wall-clock: polls what the relay and the real servers did; nothing signals it.
 		time.Sleep(50 * time.Millisecond)
 	}
 }
