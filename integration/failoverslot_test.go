@@ -240,6 +240,11 @@ func TestFailoverSlotDoctor(t *testing.T) {
 			t.Fatalf("checkpoint reset: exit %d\n%s", r.Code, r.Stderr)
 		}
 		relay := StartRelay(t, e.env(), fmt.Sprintf("--failover-slot=%t", on))
+		// Streaming, not only an active slot: the slot is active while the relay still
+		// creates it (waiting for a consistent snapshot), and a stop then aborts the creation.
+		if !within(60*time.Second, 100*time.Millisecond, func() bool { return relay.LogContains(`"message":"streaming"`) }) {
+			t.Fatalf("run --failover-slot=%t is not streaming after 60s:\n%s", on, relay.LogTail(20))
+		}
 		p.WaitFor(t, 60*time.Second, "postgres", activeSlot, "true", e.slot)
 		if code, exited := relay.Term(30 * time.Second); !exited || code != 0 {
 			t.Fatalf("run: exit %d (exited %v)\n%s", code, exited, relay.LogTail(20))
