@@ -237,12 +237,10 @@ num.io.threads=2
 	}
 	// SCRAM credentials are written into the metadata log at format time
 	// (KRaft has no ZooKeeper to hold them before the broker runs).
-	id := make([]byte, 16)
-	_, _ = rand.Read(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	scram := fmt.Sprintf("[name=%s,password=%s]", k.User, k.Password)
-	format := []string{"kafka.tools.StorageTool", "format", "-t", base64.RawURLEncoding.EncodeToString(id), "-c", props,
+	format := []string{"kafka.tools.StorageTool", "format", "-t", kafkaClusterID(), "-c", props,
 		"--add-scram", "SCRAM-SHA-256=" + scram, "--add-scram", "SCRAM-SHA-512=" + scram}
 	if k.Admin != "" {
 		format = append(format, "--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.Admin, k.AdminPassword))
@@ -427,4 +425,17 @@ func (pg *securePG) URL(user, password, ca string) string {
 		u += ":" + password
 	}
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s", u, pg.Port, ca)
+}
+
+// kafkaClusterID returns a random Kafka Uuid (16 bytes, URL-safe base64 without
+// padding) that does not start with '-': StorageTool's argument parser would
+// take "-t -xyz…" for a missing value and an unknown option (1 id in 64).
+func kafkaClusterID() string {
+	id := make([]byte, 16)
+	for {
+		_, _ = rand.Read(id)
+		if s := base64.RawURLEncoding.EncodeToString(id); s[0] != '-' {
+			return s
+		}
+	}
 }

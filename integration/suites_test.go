@@ -60,7 +60,8 @@ const (
 	// time.
 	parallel sharing = iota
 	// exclusive: the test stops, crashes or freezes a shared server, or
-	// alters or locks a shared table. It does not call t.Parallel, and Go
+	// alters or locks a shared table, or what it proves depends on timing
+	// that other tests' load upsets (its doc says why). It does not call t.Parallel, and Go
 	// runs every such test of the package alone, one after another, before
 	// it releases the parallel tests: no parallel test ever sees its fault.
 	exclusive
