@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,15 +169,47 @@ func randSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Ports handed out by freePort: 20000-28999, below the kernel's ephemeral
+// range (32768-60999), so a port given to a relay is never taken meanwhile by
+// a listener on port 0 (the proxies, the tests' own servers) of a parallel
+// test; and clear of the stack's fixed ports (19092, 29192-29393, 55432...).
+// Each test process starts at a random place in the range and hands out every
+// port once before it wraps, so neither two tests of one process nor, almost
+// always, two processes of make test's concurrent suites pick the same port.
+const (
+	freePortBase  = 20000
+	freePortRange = 9000
+)
+
+var freePorts struct {
+	sync.Mutex
+	started bool
+	next    int // offset in the range
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that
+// no other test of this process was given.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if !freePorts.started {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		freePorts.next, freePorts.started = int(b[0])<<8|int(b[1]), true
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range freePortRange {
+		port := freePortBase + freePorts.next%freePortRange
+		freePorts.next++
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // in use
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("free port: none free in %d-%d", freePortBase, freePortBase+freePortRange-1)
+	return 0
 }
 
 // Env is one test's isolated world: its own outbox table, publication, slot
