@@ -201,25 +201,31 @@ kafka-versions: up
 	echo "$$summary"; \
 	if [ -n "$$failed" ]; then echo "kafka-versions: failed on Kafka$$failed"; exit 1; fi
 
-# The full proof, in phases: the CPU-bound checks one after another (lint, unit, fuzz-short),
-# then the stack suite's exclusive tests alone (they stop, crash and freeze the stack's servers),
-# then what shares the stack without faulting it side by side (TEST_JOBS at a time, each
+# The full proof, in phases. The CPU-bound checks (lint, unit, fuzz-short) run at nice 19 beside
+# the two phases that mostly wait on servers, so they use the CPU those leave idle without
+# stealing it from their recovery times: lint and unit beside the stack suite's exclusive tests
+# (they stop, crash and freeze the stack's servers, alone), fuzz-short beside the cluster suite
+# (its chaos run restarts the stack's PostgreSQL, so it runs without the stack suite). Between
+# them, what shares the stack without faulting it runs side by side (TEST_JOBS at a time, each
 # target's output printed whole when it ends): the PostgreSQL versions (their own clusters, the
 # stack's Kafka), the stack suite's parallel tests and the Kafka versions (their own brokers, the
-# stack's PostgreSQL); last the cluster suite alone (its chaos run restarts the stack's
-# PostgreSQL, and its recovery times need the CPU). TEST_JOBS=3 overloaded the 2 cores: the
-# stack's broker then answered metadata too late for kafka-go's 1 s refresh, and tests failed
-# on it. Times per phase: docs/design.md#tests.
+# stack's PostgreSQL). TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered
+# metadata too late for kafka-go's 1 s refresh, and tests failed on it. Times per phase:
+# docs/design.md#tests.
 TEST_JOBS ?= 2
 # phase: one phase of make test (or test-fast), its time printed after it.
 phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== phase $(1): $$((SECONDS - t0)) s"
+# beside: phase $(1) at normal priority and phase $(2) at nice 19 beside it; $(2)'s output is
+# printed whole after $(1) ends, and the recipe fails if either fails.
+beside = t0=$$SECONDS; out=$$(mktemp); \
+	( rc=0; nice -n 19 $(MAKE) --no-print-directory $(2) || rc=$$?; \
+	  echo "=== phase $(2) (beside, nice 19): $$((SECONDS - t0)) s"; exit $$rc ) >"$$out" 2>&1 & bg=$$!; \
+	rc=0; $(MAKE) --no-print-directory $(1) || rc=$$?; echo "=== phase $(1): $$((SECONDS - t0)) s"; \
+	bgrc=0; wait $$bg || bgrc=$$?; cat "$$out"; rm -f "$$out"; [ $$rc = 0 ] && [ $$bgrc = 0 ]
 test:
-	@$(call phase,lint)
-	@$(call phase,unit)
-	@$(call phase,fuzz-short)
-	@$(call phase,integration IT_SHARING=exclusive)
+	@$(call beside,integration IT_SHARING=exclusive,lint unit)
 	@$(call phase,-j$(TEST_JOBS) --output-sync=target versions integration-parallel kafka-versions)
-	@$(call phase,cluster-test)
+	@$(call beside,cluster-test,fuzz-short)
 
 # The stack suite's parallel tests and the other stack-backed packages (make test's middle phase).
 integration-parallel:

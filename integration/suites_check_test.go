@@ -142,8 +142,9 @@ const (
 
 var (
 	ruleLine = regexp.MustCompile(`^([A-Za-z0-9_.-]+):([^=]|$)`)
-	// $(MAKE) ARGS, or the Makefile's $(call phase,ARGS), which runs $(MAKE) ARGS.
-	subMake    = regexp.MustCompile(`(?:\$\(MAKE\)|\$\(call phase,)([^;\n|&]*)`)
+	// $(MAKE) ARGS, the Makefile's $(call phase,ARGS), which runs $(MAKE) ARGS, or its
+	// $(call beside,ARGS1,ARGS2), which runs $(MAKE) ARGS1 and $(MAKE) ARGS2.
+	subMake    = regexp.MustCompile(`(?:\$\(MAKE\)|\$\(call (?:phase|beside),)([^;\n|&]*)`)
 	goTestTags = regexp.MustCompile(`-tags\s+(\S+)`)
 )
 
@@ -182,7 +183,8 @@ func makeTestTags(path string) ([]string, error) {
 		r := recipes[target]
 		// $(MAKE) [flags] [VAR=value] target...: every word that names a rule.
 		for _, m := range subMake.FindAllStringSubmatch(r, -1) {
-			for _, w := range strings.Fields(m[1]) {
+			words := strings.FieldsFunc(m[1], func(c rune) bool { return c == ' ' || c == '\t' || c == ',' })
+			for _, w := range words {
 				w = strings.TrimRight(w, ")") // the end of $(call phase,...)
 				if _, ok := recipes[w]; ok {
 					queue = append(queue, w)
