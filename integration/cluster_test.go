@@ -547,7 +547,7 @@ func TestClusterExactlyOnce(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		victim, what := r.c.BusiestLeader(r.env.Topic), "busiest leader"
 		if round == 2 {
-			victim, what = transactionCoordinator(t, "outbox-relay-"+r.env.Slot), "transaction coordinator"
+			victim, what = transactionCoordinator(t, r.env.TransactionalID()), "transaction coordinator"
 		}
 		var down atomic.Bool
 		r.restartAtEnd(victim, &down)

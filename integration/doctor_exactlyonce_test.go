@@ -26,7 +26,7 @@ func TestDoctorExactlyOnce(t *testing.T) {
 	inSuites(t, parallel, stack)
 	env := NewEnv(t, EnvOptions{})
 	positions := "it." + env.Sfx + ".positions"
-	txnID := "outbox-relay-" + env.Slot
+	txnID := env.TransactionalID()
 	eos := []string{"doctor", "--topics", env.Topic, "--delivery", "exactly-once", "--positions-topic", positions}
 
 	res := env.RunCLI(30*time.Second, nil, "doctor", "--topics", env.Topic, "--positions-topic", positions)
@@ -146,7 +146,7 @@ func TestDoctorExactlyOnceACL(t *testing.T) {
 	env := NewEnv(t, EnvOptions{NoTopic: true})
 	env.Brokers = []string{k.Addr}
 	positions := "it." + env.Sfx + ".positions"
-	txnID := "outbox-relay-" + env.Slot
+	txnID := env.TransactionalID()
 	admin := k.client(k.adminSecurity(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -52,7 +52,11 @@ type eosRun struct {
 }
 
 func startEOSRun(t *testing.T, seed int64) *eosRun {
-	env := NewEnv(t, EnvOptions{})
+	return startEOSRunOn(t, NewEnv(t, EnvOptions{}), seed)
+}
+
+// startEOSRunOn is startEOSRun on env.
+func startEOSRunOn(t *testing.T, env *Env, seed int64) *eosRun {
 	r := &eosRun{t: t, env: env, ledger: NewLedger(), seed: seed}
 	r.rc = StartTxnConsumer(t, env.Topic, env.Partitions, true)
 	r.ru = StartTxnConsumer(t, env.Topic, env.Partitions, false)

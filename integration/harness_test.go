@@ -27,6 +27,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 var (
@@ -536,6 +538,26 @@ func (e *Env) Exec(sql string, args ...any) {
 	if _, err := e.DB.Exec(ctx, sql, args...); err != nil {
 		e.t.Fatalf("exec %q: %v", sql, err)
 	}
+}
+
+// Source is the relay's source on the test database: the system
+// identifier, the database and the slot (relay.Source).
+func (e *Env) Source() relay.Source {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := relay.Source{Slot: e.Slot}
+	if err := e.DB.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
+		Scan(&src.SystemID, &src.Database); err != nil {
+		e.t.Fatalf("read the source: %v", err)
+	}
+	return src
+}
+
+// TransactionalID is the relay's default transactional id on the test
+// database (relay.Config.TransactionalID).
+func (e *Env) TransactionalID() string {
+	return relay.Config{}.TransactionalID(e.Source())
 }
 
 // QuotedTable is the sanitized identifier of the outbox table.

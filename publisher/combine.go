@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -73,9 +74,17 @@ type combiner struct {
 	groups chan []*batch
 	// transactionalID and beforeSend are set in exactly-once mode: every
 	// produce request names the transactional id, and beforeSend adds
-	// the request's partitions to the open transaction first.
+	// the request's partitions to the open transaction first. It answers
+	// nil when the request may go, else an error per batch (each batch
+	// gets its own: one topic's refusal must not fail another's events).
 	transactionalID string
-	beforeSend      func(ctx context.Context, bs []*batch) error
+	beforeSend      func(ctx context.Context, bs []*batch) []error
+	// unanswered is set once a produce request ended without an answer
+	// (its deadline passed, the publisher closed, the connection broke):
+	// the broker may still append its batches later. In exactly-once
+	// mode an EndTxn(abort) under the same epoch must not follow then
+	// (see transactions.abandon).
+	unanswered atomic.Bool
 }
 
 func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *combiner {
@@ -231,11 +240,8 @@ func (c *combiner) roundTrip(bs []*batch) []error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
 	if c.beforeSend != nil {
-		if err := c.beforeSend(ctx, bs); err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-			return errs
+		if berrs := c.beforeSend(ctx, bs); berrs != nil {
+			return berrs
 		}
 	}
 	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond), TransactionalID: c.transactionalID}
@@ -253,6 +259,9 @@ func (c *combiner) roundTrip(bs []*batch) []error {
 		})
 	}
 	msg, err := c.rt.RoundTrip(ctx, c.addr, req)
+	if err != nil {
+		c.unanswered.Store(true)
+	}
 	if err == nil {
 		res, ok := msg.(*produceapi.Response)
 		if !ok {

@@ -84,6 +84,9 @@ func classify(err error) (Class, string) {
 // same in logs, metrics and dead-letter rows. A code kafka-go has no title
 // for is kafka_error_<code> (still bounded: codes are small integers).
 func codeReason(code kafka.Error) string {
+	if code == operationNotAttempted { // kafka-go's title is wrong (see classifyCode)
+		return "operation_not_attempted"
+	}
 	if r := snakeCase(code.Title()); r != "" {
 		return r
 	}
@@ -121,8 +124,15 @@ func classifyCode(code kafka.Error) Class {
 	// The relay's credentials and acks setting.
 	case kafka.ClusterAuthorizationFailed, kafka.SASLAuthenticationFailed, kafka.UnsupportedSASLMechanism,
 		kafka.IllegalSASLState, kafka.InvalidRequiredAcks, kafka.TransactionalIDAuthorizationFailed,
-		kafka.SecurityDisabled, kafka.BrokerAuthorizationFailed:
+		kafka.SecurityDisabled:
 		return Fatal
+	// kafka-go names code 55 BrokerAuthorizationFailed; Kafka's 55 is
+	// OPERATION_NOT_ATTEMPTED: this part of a request was held back
+	// because another part failed. Retrying without the other part
+	// succeeds, so it is transient (the default below), never a reason
+	// to stop or to dead-letter.
+	case operationNotAttempted:
+		return Transient
 	// Record timestamps are commit times, from PostgreSQL's clock: a
 	// rejected one means the topic's message.timestamp.before.max.ms /
 	// after.max.ms or a clock skew, which every event of that age hits

@@ -46,7 +46,7 @@ func TestClassifyKafkaCodes(t *testing.T) {
 		{kafka.UnsupportedSASLMechanism, Fatal},
 		{kafka.IllegalSASLState, Fatal},
 		{kafka.SecurityDisabled, Fatal},
-		{kafka.BrokerAuthorizationFailed, Fatal},
+		{kafka.BrokerAuthorizationFailed, Transient}, // Kafka's 55: OPERATION_NOT_ATTEMPTED
 		{kafka.UnsupportedVersion, Fatal},
 		{kafka.InvalidRequest, Fatal},
 		{kafka.UnsupportedCompressionType, Fatal},

@@ -126,6 +126,27 @@ func TestMessageReasons(t *testing.T) {
 	}
 }
 
+// TestReservedTopics: an event routed to the positions topic, or to any
+// topic that begins with "__" (Kafka's internal topics), cannot become a
+// record: a forged position would make a relay skip events.
+func TestReservedTopics(t *testing.T) {
+	p := encoderPublisher(t, record.Config{}, 1<<10)
+	p.cfg.ReservedTopics = []string{"positions.custom"}
+	for _, topic := range []string{"__outbox_relay_positions", "__consumer_offsets", "__transaction_state", "__x", "positions.custom"} {
+		ev := formatEvent()
+		_, reason, err := p.message(topic, ev)
+		ee, ok := err.(*EventError)
+		if reason != ReasonReservedTopic || !ok || ee.EventID != ev.EventID || !strings.Contains(ee.Reason, topic) {
+			t.Errorf("%s: got %q, %v", topic, reason, err)
+		}
+	}
+	for _, topic := range []string{"_x", "outbox.event.__x", "positions.custom2"} {
+		if _, reason, err := p.message(topic, formatEvent()); err != nil {
+			t.Errorf("%s: %q %v", topic, reason, err)
+		}
+	}
+}
+
 // FuzzMessageSize: messageSize bounds kafka-go's own accounting of every
 // record the publisher builds, in every format, so a lane batch of at
 // most MaxBatchBytes by messageSize is never refused or split by the

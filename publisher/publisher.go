@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,14 @@ type Config struct {
 	// with a position record each (see TransactionConfig). It implies
 	// Idempotent. Begin must succeed before the first Publish.
 	Transactions *TransactionConfig
+	// ReservedTopics are topics no event may be routed to, besides every
+	// name that begins with "__" (Kafka's internal topics and, by
+	// default, the relay's positions topic). The relay names its
+	// positions topic here in every delivery mode: an outbox row routed
+	// there by a template such as "{aggregate_type}" would be a forged
+	// position, which makes a relay skip events at its next start. Such
+	// an event is dead-lettered (reason reserved_topic).
+	ReservedTopics []string
 	// Record is the record format (native by default) and the tombstone
 	// switch; New checks it (record.Config.Validate) and an invalid one
 	// fails every Publish.
@@ -420,11 +429,30 @@ func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message,
 		}
 		return kafka.Message{}, ee.Code, &EventError{EventID: ee.EventID, AggregateID: ee.AggregateID, Reason: ee.Reason}
 	}
+	if why := p.reservedTopic(topic); why != "" {
+		return kafka.Message{}, ReasonReservedTopic, &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID,
+			Reason: fmt.Sprintf("topic %q %s: no event may be written there", topic, why)}
+	}
 	if n := messageSize(&msg); n > p.cfg.MaxBatchBytes {
 		return kafka.Message{}, "message_too_large", &EventError{EventID: ev.EventID, AggregateID: ev.AggregateID,
 			Reason: fmt.Sprintf("record of %d bytes exceeds Publish.MaxBatchBytes %d", n, p.cfg.MaxBatchBytes)}
 	}
 	return msg, "", nil
+}
+
+// ReasonReservedTopic is the reason of an event whose topic is reserved
+// (Config.ReservedTopics, or a name that begins with "__").
+const ReasonReservedTopic = "reserved_topic"
+
+// reservedTopic says why topic is reserved ("" when it is not).
+func (p *Publisher) reservedTopic(topic string) string {
+	if strings.HasPrefix(topic, "__") {
+		return `begins with "__", the prefix of Kafka's internal topics and of the relay's positions topic`
+	}
+	if slices.Contains(p.cfg.ReservedTopics, topic) {
+		return "is the relay's positions topic"
+	}
+	return ""
 }
 
 // poison hands ev to DeadLetters, or fails without one.

@@ -23,7 +23,7 @@ func TestTopicTemplate(t *testing.T) {
 	if err != nil || tt.Render("a", "b.c") != "a-b.c" {
 		t.Fatalf("%v %q", err, tt.Render("a", "b.c"))
 	}
-	for _, bad := range []string{"x.{nope}", "x.{aggregate_type", "bad topic {aggregate_type}", ""} {
+	for _, bad := range []string{"x.{nope}", "x.{aggregate_type", "bad topic {aggregate_type}", "", "__outbox_relay_positions", "__{aggregate_type}"} {
 		if _, err := ParseTopicTemplate(bad); err == nil {
 			t.Errorf("template %q accepted", bad)
 		}

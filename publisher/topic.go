@@ -41,6 +41,9 @@ func ParseTopicTemplate(s string) (TopicTemplate, error) {
 	if err := record.ValidTopic(t.Render("x", "x")); err != nil {
 		return t, fmt.Errorf("topic template %q: %w", s, err)
 	}
+	if strings.HasPrefix(t.parts[0], "__") {
+		return t, fmt.Errorf(`topic template %q: topics that begin with "__" are Kafka's internal topics and the relay's positions topic; start it with another prefix`, s)
+	}
 	return t, nil
 }
 

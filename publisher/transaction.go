@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,9 +199,11 @@ type transactions struct {
 	cfg    TransactionConfig
 	client *kafka.Client
 	// positions is the partition of the position records, and its
-	// sequence state; set by begin.
-	positions topicPartition
-	seq       *partitionSeq
+	// sequence state; positionsCount the topic's partition count. Set by
+	// begin.
+	positions      topicPartition
+	positionsCount int
+	seq            *partitionSeq
 
 	mu sync.Mutex
 	// open is the range whose records may be sent; next collects the
@@ -341,7 +344,7 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 		parts[i] = i
 	}
 	part := kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
-	t.positions = topicPartition{topic, part}
+	t.positions, t.positionsCount = topicPartition{topic, part}, n
 	t.seq = t.p.producer.sequence(topic, part)
 	return nil
 }
@@ -372,6 +375,20 @@ func (p *Publisher) PositionPartition() int {
 		return -1
 	}
 	return p.txn.positions.partition
+}
+
+// PositionPartitionOf is the partition of the positions topic that holds
+// the records of key (after Begin): murmur2 of the key, as for the
+// publisher's own.
+func (p *Publisher) PositionPartitionOf(key []byte) int {
+	if p.txn == nil || p.txn.positionsCount <= 0 {
+		return -1
+	}
+	parts := make([]int, p.txn.positionsCount)
+	for i := range parts {
+		parts[i] = i
+	}
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
 }
 
 // enter adds rec to the range being collected (the next one while the
@@ -433,14 +450,22 @@ func (t *transactions) settled(r *txnRange, ack Acker, bytes int) {
 // not have yet (AddPartitionsToTxn), before the batches are produced: a
 // broker refuses (or, before KIP-890, would strand) a transactional
 // batch for a partition the coordinator does not know is in the
-// transaction.
-func (t *transactions) addPartitions(ctx context.Context, bs []*batch) error {
+// transaction. It answers per batch: nil when every partition is
+// in the transaction, else one error per batch of bs. A failure of the
+// whole request, or one that ends the transaction (TransactionError),
+// answers every batch alike. A partition's own failure (a topic the
+// relay may not write, say) answers only its batches: Kafka then adds no
+// partition of the request and answers the others OPERATION_NOT_ATTEMPTED,
+// and their batches get errNotAttempted, which is transient, so the
+// events of other topics are retried instead of sharing the failing
+// topic's fate.
+func (t *transactions) addPartitions(ctx context.Context, bs []*batch) []error {
 	topics := map[string][]kafka.AddPartitionToTxn{}
 	var missing []topicPartition
 	t.mu.Lock()
 	for _, b := range bs {
 		k := topicPartition{b.topic, b.partition}
-		if !t.added[k] {
+		if !t.added[k] && !slices.Contains(missing, k) {
 			topics[b.topic] = append(topics[b.topic], kafka.AddPartitionToTxn{Partition: b.partition})
 			missing = append(missing, k)
 		}
@@ -449,42 +474,62 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*batch) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	all := func(err error) []error {
+		errs := make([]error, len(bs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	id, ep := t.p.producer.current()
 	res, err := t.client.AddPartitionsToTxn(ctx, &kafka.AddPartitionsToTxnRequest{
 		TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Topics: topics,
 	})
 	if err != nil {
 		if te := transactionFailure("AddPartitionsToTxn", err); te != nil {
-			return te
+			return all(te)
 		}
-		return err
+		return all(err)
 	}
-	var failed error
-	for _, parts := range res.Topics {
+	failed := map[topicPartition]error{}
+	for topic, parts := range res.Topics {
 		for _, pr := range parts {
-			if pr.Error == nil || failed != nil && errors.Is(pr.Error, operationNotAttempted) {
+			if pr.Error == nil {
 				continue
 			}
 			if te := transactionFailure("AddPartitionsToTxn", pr.Error); te != nil {
-				return te
+				return all(te)
 			}
-			failed = pr.Error
+			failed[topicPartition{topic, pr.Partition}] = pr.Error
 		}
 	}
-	if errors.Is(failed, operationNotAttempted) {
-		// Only the partitions another one's failure held back: retry.
-		return fmt.Errorf("AddPartitionsToTxn: operation not attempted")
+	if len(failed) == 0 {
+		t.mu.Lock()
+		for _, k := range missing {
+			t.added[k] = true
+		}
+		t.mu.Unlock()
+		return nil
 	}
-	if failed != nil {
-		return failed
+	errs := make([]error, len(bs))
+	for i, b := range bs {
+		err, ok := failed[topicPartition{b.topic, b.partition}]
+		if !ok || errors.Is(err, operationNotAttempted) {
+			// Held back by Kafka, or in the transaction already while
+			// the request is not sent for the others' sake: retried.
+			errs[i] = errNotAttempted
+			continue
+		}
+		errs[i] = fmt.Errorf("AddPartitionsToTxn %s[%d]: %w", b.topic, b.partition, err)
 	}
-	t.mu.Lock()
-	for _, k := range missing {
-		t.added[k] = true
-	}
-	t.mu.Unlock()
-	return nil
+	return errs
 }
+
+// errNotAttempted answers a batch whose partition Kafka did not add to
+// the transaction because another partition of the same request failed
+// (OPERATION_NOT_ATTEMPTED), or whose produce request was not sent for
+// that reason. It is transient: the batch is retried.
+var errNotAttempted = fmt.Errorf("AddPartitionsToTxn: not attempted because another partition of the request failed: %w", operationNotAttempted)
 
 // run is the committer: it commits the open range after Interval, or
 // early once it is full, until the publisher closes or a commit fails.
@@ -695,11 +740,27 @@ func (t *transactions) end(commit bool) error {
 // offset until the coordinator's timeout (or the next leader's
 // InitProducerId). Best effort: a fenced or unreachable producer leaves
 // that to the coordinator.
+//
+// Not when a produce request of the publisher ended unanswered (Close
+// cancels those in flight): the broker may still append its batch after
+// the abort's markers, and under the same epoch a broker without KIP-890's
+// partition verification (before 3.6, or with it disabled) takes that
+// batch as the start of a new transaction nobody ends. Its partition's
+// last stable offset then sticks until the coordinator's timeout, and a
+// later commit of the same producer there would make the batch visible
+// out of order. The next InitProducerId (the next stream start, on this
+// relay or another) aborts with a bumped epoch instead, which the late
+// batch cannot pass.
 func (t *transactions) abandon() {
 	t.mu.Lock()
 	pending := t.open.events > 0
 	t.mu.Unlock()
 	if !pending {
+		return
+	}
+	if t.p.combiner.unanswered.Load() {
+		t.p.log.Info("open transaction not aborted on close: a produce request ended unanswered and could still be appended after an abort; the next leader's InitProducerId aborts it, or the coordinator after the transaction timeout",
+			slog.String("stage", "transaction"))
 		return
 	}
 	id, ep := t.p.producer.current()

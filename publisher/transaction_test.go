@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -43,6 +44,12 @@ type txnBroker struct {
 	fence bool
 	// other keeps the sequence state of topics other than "orders".
 	other map[string]*idempotentBroker
+	// stall leaves produce requests unanswered until their context ends.
+	stall bool
+	// refuse is a topic AddPartitionsToTxn refuses (TOPIC_AUTHORIZATION_FAILED),
+	// answering the request's other partitions OPERATION_NOT_ATTEMPTED
+	// and adding none, as Kafka does.
+	refuse string
 }
 
 func newTxnBroker() *txnBroker {
@@ -61,11 +68,20 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		res := &addpartitionstotxn.Response{}
+		refused := slices.ContainsFunc(req.Topics, func(t addpartitionstotxn.RequestTopic) bool { return t.Name == b.refuse })
 		for _, t := range req.Topics {
 			rr := addpartitionstotxn.ResponseResult{Name: t.Name}
 			for _, p := range t.Partitions {
-				b.added[topicPartition{t.Name, int(p)}] = true
-				rr.Results = append(rr.Results, addpartitionstotxn.ResponsePartition{PartitionIndex: p})
+				var code int16
+				switch {
+				case t.Name == b.refuse:
+					code = int16(kafka.TopicAuthorizationFailed)
+				case refused:
+					code = int16(operationNotAttempted)
+				default:
+					b.added[topicPartition{t.Name, int(p)}] = true
+				}
+				rr.Results = append(rr.Results, addpartitionstotxn.ResponsePartition{PartitionIndex: p, ErrorCode: code})
 			}
 			res.Results = append(res.Results, rr)
 		}
@@ -87,11 +103,20 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		if req.Committed {
 			b.visible = append(b.visible, b.pending...)
 			b.ops = append(b.ops, "commit")
+		} else {
+			b.ops = append(b.ops, "abort")
 		}
 		b.pending = nil
 		clear(b.added)
 		return &endtxn.Response{}, nil
 	case *rawproduce.Request:
+		b.mu.Lock()
+		stall := b.stall
+		b.mu.Unlock()
+		if stall {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
 		var raws [][]byte
 		b.mu.Lock()
 		for _, t := range req.Topics {
@@ -304,6 +329,80 @@ func TestTransactionFenced(t *testing.T) {
 			t.Fatalf("%d events acknowledged from a fenced transaction", n)
 		}
 	})
+}
+
+// TestAddPartitionsRefusalStaysWithItsTopic: AddPartitionsToTxn refuses
+// one topic of a combined request (TOPIC_AUTHORIZATION_FAILED) and Kafka
+// answers the other partitions OPERATION_NOT_ATTEMPTED: only the refused
+// topic's batch fails for good (its events are dead-lettered); the
+// others are retried, and added once the request leaves that topic out.
+func TestAddPartitionsRefusalStaysWithItsTopic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTxnBroker()
+		b.refuse = "secret"
+		p := startTxnPublisher(t, b, time.Hour)
+		bs := []*batch{{topic: "orders", partition: 0}, {topic: "secret", partition: 0}, {topic: "orders", partition: 1}}
+		errs := p.txn.addPartitions(context.Background(), bs)
+		if len(errs) != len(bs) {
+			t.Fatalf("answers %v, want one per batch", errs)
+		}
+		for i, want := range []Class{Transient, Permanent, Transient} {
+			if c, reason := classify(errs[i]); c != want {
+				t.Errorf("batch %s[%d]: %v classified %s (%s), want %s", bs[i].topic, bs[i].partition, errs[i], c, reason, want)
+			}
+		}
+		if _, reason := classify(errs[0]); reason != "operation_not_attempted" {
+			t.Errorf("reason %q, want operation_not_attempted", reason)
+		}
+		if errs := p.txn.addPartitions(context.Background(), []*batch{bs[0], bs[2]}); errs != nil {
+			t.Fatalf("without the refused topic: %v", errs)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.added[topicPartition{"orders", 0}] || !b.added[topicPartition{"orders", 1}] || b.added[topicPartition{"secret", 0}] {
+			t.Fatalf("partitions in the transaction: %v", b.added)
+		}
+	})
+}
+
+// TestCloseAbortsUnlessAProduceIsUnanswered: Close aborts the open
+// transaction (EndTxn abort) when every produce request was answered, and
+// sends no abort when one was cut off unanswered: under the same epoch the
+// late batch could open a transaction nobody ends on a broker without
+// KIP-890; the next InitProducerId aborts with a bumped epoch instead.
+func TestCloseAbortsUnlessAProduceIsUnanswered(t *testing.T) {
+	for _, stall := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stall=%v", stall), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newTxnBroker()
+				b.stall = stall
+				p := startTxnPublisher(t, b, time.Hour)
+				var acks ackLog
+				if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), acks.acker("e-1")); err != nil {
+					t.Fatal(err)
+				}
+				// Answered: the record is in the open transaction. Stalled:
+				// the request waits for its context (virtual time passes
+				// only once every goroutine is blocked).
+				if !within(5*time.Second, func() bool {
+					b.mu.Lock()
+					defer b.mu.Unlock()
+					return len(b.pending) == 1 || stall && slices.Contains(b.ops, "add")
+				}) {
+					t.Fatal("the event was not produced")
+				}
+				synctest.Wait()
+				p.Close()
+				b.mu.Lock()
+				aborted := slices.Contains(b.ops, "abort")
+				ops := slices.Clone(b.ops)
+				b.mu.Unlock()
+				if aborted == stall {
+					t.Fatalf("stall=%v: requests %v; want an abort only when every produce was answered", stall, ops)
+				}
+			})
+		})
+	}
 }
 
 // TestTransactionFailureClasses: which refusals lose the transaction.

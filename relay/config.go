@@ -217,25 +217,26 @@ type PublishConfig struct {
 	TransactionTimeout time.Duration
 	// TransactionalID names the relay's transactional producer; every
 	// replica of the same slot must use the same one, so a new leader's
-	// InitProducerId fences the old. Empty: "outbox-relay-" + the slot.
+	// InitProducerId fences the old. Empty: derived from the Source,
+	// "outbox-relay-<system id>-<database>-<slot>" (Config.TransactionalID).
 	TransactionalID string
 	// PositionsTopic is the compacted topic where each exactly-once
-	// transaction records the source position it covers, keyed by slot.
+	// transaction records the source position it covers, keyed by the
+	// Source (Source.PositionKey); several relays may share it.
 	PositionsTopic string
 }
 
-// TransactionalID is the transactional id of the exactly-once producer:
-// Publish.TransactionalID, or "outbox-relay-" + the slot when it is
-// empty, so every replica of the slot shares it.
-func (c Config) TransactionalID() string {
+// TransactionalID is the transactional id of the exactly-once producer of
+// src: Publish.TransactionalID, or "outbox-relay-<system id>-<database>-<slot>"
+// when it is empty. Every replica of the slot (and a promoted standby,
+// which keeps the system identifier) shares it, so each new leader fences
+// the old; relays of other clusters or databases on the same Kafka
+// cluster never share it, even on the default slot name.
+func (c Config) TransactionalID(src Source) string {
 	if id := c.Publish.TransactionalID; id != "" {
 		return id
 	}
-	slot := c.Database.Slot
-	if slot == "" {
-		slot = DefaultConfig().Database.Slot
-	}
-	return "outbox-relay-" + slot
+	return "outbox-relay-" + src.SystemID + "-" + src.Database + "-" + src.Slot
 }
 
 // Delivery is a delivery guarantee into Kafka (PublishConfig.Delivery).

@@ -2,12 +2,13 @@ package relay
 
 // This file holds the exactly-once mode's source position in Kafka: every
 // Kafka transaction of the publisher (publisher.TransactionConfig) ends
-// with a record in Publish.PositionsTopic, keyed by slot, naming the last
-// event it covers. The record commits with the events or not at all, so
-// the newest committed one is exactly how far Kafka holds the stream. A
-// stream start reads it read_committed, after its InitProducerId fenced
-// (and so completed or aborted) every earlier transaction, and skips
-// every event at or before it; the PostgreSQL checkpoint stays a second,
+// with a record in Publish.PositionsTopic, keyed by the Source, naming the
+// last event it covers. The record commits with the events or not at all,
+// so the newest committed one is exactly how far Kafka holds the stream.
+// A stream start reads it after its InitProducerId fenced (and so
+// completed or aborted) every earlier transaction of its own, deciding
+// the transactions by their markers (committedPosition), and skips every
+// event at or before it; the PostgreSQL checkpoint stays a second,
 // conservative record of the same position.
 
 import (
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -55,21 +57,19 @@ func (p *kafkaPosition) lsn() (pglogrepl.LSN, error) {
 }
 
 // transactionConfig is the publisher's exactly-once configuration for a
-// stream on the server id; nil for at-least-once.
-func (r *Relay) transactionConfig(id checkpoint.Identity) *publisher.TransactionConfig {
+// stream of src on the server id; nil for at-least-once.
+func (r *Relay) transactionConfig(id checkpoint.Identity, src Source) *publisher.TransactionConfig {
 	p := r.cfg.Publish
 	if p.Delivery != ExactlyOnce {
 		return nil
 	}
-	slotName := r.cfg.Database.Slot
-	key := []byte(slotName)
 	return &publisher.TransactionConfig{
-		ID: r.cfg.TransactionalID(), Interval: p.TransactionInterval, Timeout: p.TransactionTimeout,
+		ID: r.cfg.TransactionalID(src), Interval: p.TransactionInterval, Timeout: p.TransactionTimeout,
 		// Half the window each: the next range fills while one commits.
 		MaxEvents: max(r.cfg.Window.MaxEvents/2, 1), MaxBytes: int(max(r.cfg.Window.MaxBytes/2, 1)),
-		PositionsTopic: p.PositionsTopic, PositionKey: key,
+		PositionsTopic: p.PositionsTopic, PositionKey: []byte(src.PositionKey()),
 		Position: func(last *replication.Event) []byte {
-			v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: slotName, SystemID: id.SystemID, Timeline: id.Timeline,
+			v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: src.Slot, SystemID: id.SystemID, Timeline: id.Timeline,
 				CommitLSN: last.TxLSN.String(), Events: last.Ordinal + 1, EventID: last.EventID, CommittedAt: time.Now().UTC()})
 			return v
 		},
@@ -81,16 +81,32 @@ func (r *Relay) transactionConfig(id checkpoint.Identity) *publisher.Transaction
 // four times as far back.
 const positionScanStart = 1000
 
-// committedPosition returns the newest committed position record of the
-// slot in partition of the positions topic, nil when there is none. It
-// reads backwards from the last stable offset, a window at a time, so a
-// start costs a few fetches however long the uncompacted tail.
-func (r *Relay) committedPosition(ctx context.Context, partition int) (*kafkaPosition, error) {
+// committedPosition returns the newest committed position record of src
+// in partition of the positions topic, nil when there is none (or when
+// the newest record under its key is a tombstone). keys are the keys that
+// count as src's: its PositionKey, and the legacy key whose records count
+// only when written on src's system.
+//
+// It reads read_uncommitted up to the high watermark, with the
+// transaction markers, and decides transactions itself (positionScan),
+// instead of reading read_committed up to the last stable offset: the
+// partition is shared by every relay on the cluster, and any one's open
+// transaction holds the last stable offset back (for up to its
+// transaction timeout when that relay died). Reading only up to it would
+// resume from an older position of src's and re-publish everything
+// since. src's own transactions are all decided here: the InitProducerId
+// before this call completed or aborted the last one.
+//
+// The read goes backwards, a window at a time, each pass from further
+// back to the high watermark (so the markers after a window's records are
+// read with them): a start costs a few fetches however long the
+// uncompacted tail.
+func (r *Relay) committedPosition(ctx context.Context, partition int, src Source, keys [][]byte) (*kafkaPosition, error) {
 	topic := r.cfg.Publish.PositionsTopic
 	client, closeIdle := r.cfg.Kafka.Client("outbox-relay", 10*time.Second)
 	defer closeIdle()
 	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
-		IsolationLevel: kafka.ReadCommitted,
+		IsolationLevel: kafka.ReadUncommitted,
 		Topics: map[string][]kafka.OffsetRequest{topic: {
 			kafka.FirstOffsetOf(partition), kafka.LastOffsetOf(partition),
 		}},
@@ -113,59 +129,110 @@ func (r *Relay) committedPosition(ctx context.Context, partition int) (*kafkaPos
 	}
 	for window := int64(positionScanStart); end > first; window *= 4 {
 		start := max(first, end-window)
-		pos, err := r.scanPositions(ctx, partition, start, end)
-		if err != nil || pos != nil {
-			return pos, err
+		scan := positionScan{keys: keys, systemID: src.SystemID, slot: src.Slot}
+		if err := r.scanPositions(ctx, partition, start, end, &scan); err != nil {
+			return nil, err
 		}
-		end = start
+		if scan.found || start == first {
+			return scan.last, nil
+		}
 	}
 	return nil, nil
 }
 
-// scanPositions returns the last position record of the slot committed
-// in [start, end) of partition, nil when there is none.
-func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int64) (*kafkaPosition, error) {
+// scanPositions feeds the records of [start, end) of partition, markers
+// included, to scan.
+func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int64, scan *positionScan) error {
 	topic := r.cfg.Publish.PositionsTopic
 	rd, err := kafkafetch.New(kafkafetch.Config{
 		Brokers: r.cfg.Kafka.Brokers, Dialer: r.cfg.Kafka.Dialer("outbox-relay"),
 		Topic: topic, Partition: partition, Offset: start, End: end, MaxWait: 100 * time.Millisecond,
-		Logger: r.log,
+		ReadUncommitted: true, Markers: true, Logger: r.log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("positions topic %s[%d]: %w", topic, partition, err)
+		return fmt.Errorf("positions topic %s[%d]: %w", topic, partition, err)
 	}
 	defer rd.Close()
-	key := []byte(r.cfg.Database.Slot)
-	var last *kafkaPosition
 	for {
-		// The range ends at a last stable offset: every record before it
-		// is decided, so the reader reaches End (io.EOF) without waiting.
-		m, err := rd.FetchMessage(ctx)
+		// Every record before the high watermark is replicated: the
+		// reader reaches End (io.EOF) without waiting.
+		rec, err := rd.FetchRecord(ctx)
 		if errors.Is(err, io.EOF) {
-			return last, nil
+			return nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			return nil, fmt.Errorf("positions topic %s[%d]: %w", topic, partition, err)
+			return fmt.Errorf("positions topic %s[%d]: %w", topic, partition, err)
 		}
-		if m.Offset >= end {
-			return last, nil
+		if rec.Offset >= end {
+			return nil
 		}
-		if !bytes.Equal(m.Key, key) || len(m.Value) == 0 {
-			continue
+		if err := scan.add(rec); err != nil {
+			return fmt.Errorf("positions topic %s[%d] offset %d: %w", topic, partition, rec.Offset, err)
 		}
-		var pos kafkaPosition
-		if err := json.Unmarshal(m.Value, &pos); err != nil {
-			return nil, fmt.Errorf("positions topic %s[%d] offset %d: not a position record: %w", topic, partition, m.Offset, err)
+	}
+}
+
+// positionScan finds the newest committed position record of a source
+// in records read in log order, markers included (read_uncommitted): a
+// transactional record counts once its producer's COMMIT marker follows
+// it, and never when an ABORT does or no marker does. A record of
+// another source (another key, or the legacy key written on another
+// system) is skipped, never taken as the newest. A tombstone (null
+// value) counts as "no position": the remedy of a PositionAheadError.
+type positionScan struct {
+	keys     [][]byte
+	systemID string
+	slot     string
+	// open holds, by producer id, the source's newest record in that
+	// producer's undecided transaction (nil for a tombstone).
+	open map[int64]*kafkaPosition
+	// last is the newest decided record (nil: a tombstone); found says
+	// there was one.
+	last  *kafkaPosition
+	found bool
+}
+
+func (s *positionScan) add(rec kafkafetch.Record) error {
+	switch rec.Marker {
+	case kafkafetch.MarkerCommit:
+		if pos, ok := s.open[rec.ProducerID]; ok {
+			s.last, s.found = pos, true
+		}
+		delete(s.open, rec.ProducerID)
+		return nil
+	case kafkafetch.MarkerAbort:
+		delete(s.open, rec.ProducerID)
+		return nil
+	}
+	if !slices.ContainsFunc(s.keys, func(k []byte) bool { return bytes.Equal(k, rec.Key) }) {
+		return nil
+	}
+	var pos *kafkaPosition
+	if len(rec.Value) > 0 {
+		pos = &kafkaPosition{}
+		if err := json.Unmarshal(rec.Value, pos); err != nil {
+			return fmt.Errorf("not a position record: %w", err)
+		}
+		if pos.SystemID != s.systemID || pos.Slot != s.slot {
+			return nil // the legacy key of another source
 		}
 		if _, err := pos.lsn(); err != nil {
-			return nil, fmt.Errorf("positions topic %s[%d] offset %d: %w", topic, partition, m.Offset, err)
+			return err
 		}
-		pos.offset = m.Offset
-		last = &pos
+		pos.offset = rec.Offset
 	}
+	if !rec.Transactional {
+		s.last, s.found = pos, true
+		return nil
+	}
+	if s.open == nil {
+		s.open = map[int64]*kafkaPosition{}
+	}
+	s.open[rec.ProducerID] = pos
+	return nil
 }
 
 // withKafkaPosition is rs with the exactly-once position pos applied:
@@ -173,10 +240,15 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 // first pos.Events events, are in Kafka already and are skipped. A
 // position of another server (a different system identifier, or another
 // timeline: its LSNs need not mean the same WAL) is not applied, which
-// may re-publish, never skip; a PostgreSQL checkpoint further ahead wins.
-func (rs resumeState) withKafkaPosition(pos *kafkaPosition, log *slog.Logger) resumeState {
+// may re-publish, never skip. A PostgreSQL checkpoint further ahead wins:
+// by its position, or by the Partial of a later transaction (the
+// position read from Kafka may be older than the checkpoint). A position
+// past the server's WAL end is a *PositionAheadError: the server lost WAL
+// the position covers (a restore), and applying it would skip the
+// transactions committed there since.
+func (rs resumeState) withKafkaPosition(pos *kafkaPosition, key string, log *slog.Logger) (resumeState, error) {
 	if pos == nil {
-		return rs
+		return rs, nil
 	}
 	lsn, _ := pos.lsn()
 	attrs := []any{slog.String("stage", "transaction"), slog.String("commit_lsn", pos.CommitLSN), slog.Int("events", pos.Events),
@@ -185,11 +257,14 @@ func (rs resumeState) withKafkaPosition(pos *kafkaPosition, log *slog.Logger) re
 		log.Warn("the committed position in Kafka was written on another server or timeline: not applied, so events already in Kafka may be published again (duplicates, never loss)",
 			append(attrs, slog.String("position_system_id", pos.SystemID), slog.Int64("position_timeline", int64(pos.Timeline)),
 				slog.String("system_id", rs.id.SystemID), slog.Int64("timeline", int64(rs.id.Timeline)))...)
-		return rs
+		return rs, nil
 	}
-	if rs.skipBefore > lsn {
+	if rs.walEnd != 0 && lsn > rs.walEnd {
+		return rs, &PositionAheadError{Key: key, LSN: lsn, WAL: rs.walEnd}
+	}
+	if rs.skipBefore > lsn || (!rs.partial.Empty() && rs.partial.CommitLSN > lsn) {
 		log.Info("the PostgreSQL checkpoint is ahead of the committed position in Kafka; resuming from the checkpoint", attrs...)
-		return rs
+		return rs, nil
 	}
 	part := checkpoint.Partial{CommitLSN: lsn, Events: pos.Events}
 	if rs.partial.CommitLSN == lsn {
@@ -197,13 +272,31 @@ func (rs resumeState) withKafkaPosition(pos *kafkaPosition, log *slog.Logger) re
 	}
 	rs.skipBefore, rs.partial = lsn, part
 	log.Info("resuming after the committed position in Kafka: every event at or before it is skipped", attrs...)
-	return rs
+	return rs, nil
+}
+
+// PositionAheadError is an exactly-once start whose committed position in
+// Kafka lies past the server's WAL end, on the same system and timeline:
+// the server lost WAL the position covers (restored from a backup or a
+// disk snapshot), and the transactions committed since then reuse those
+// LSNs. Applying the position would skip them, so the relay stops.
+type PositionAheadError struct {
+	// Key is the position record's key in the positions topic.
+	Key string
+	// LSN is the position's commit LSN, WAL the server's WAL end.
+	LSN, WAL pglogrepl.LSN
+}
+
+func (e *PositionAheadError) Error() string {
+	return fmt.Sprintf("the committed position in Kafka (key %q) is at %s, past the server's WAL end %s: the server lost WAL the position covers, "+
+		"so applying it would skip events; check what happened, then write a tombstone (null value) under that key to the positions topic, "+
+		"which makes the relay resume from its PostgreSQL checkpoint and slot", e.Key, e.LSN, e.WAL)
 }
 
 // beginTransactions takes the transactional producer id, which fences
-// every earlier leader's producer, then reads the committed position and
-// applies it to rs.
-func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher, rs resumeState) (resumeState, error) {
+// every earlier leader's producer, then reads the committed position of
+// src and applies it to rs.
+func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher, rs resumeState, src Source) (resumeState, error) {
 	if err := pub.Begin(ctx); err != nil {
 		var kerr kafka.Error
 		if errors.As(err, &kerr) && (kerr == kafka.TransactionalIDAuthorizationFailed || kerr == kafka.InvalidTransactionTimeout ||
@@ -213,9 +306,26 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 		}
 		return rs, err
 	}
-	pos, err := r.committedPosition(ctx, pub.PositionPartition())
+	key, legacy := []byte(src.PositionKey()), []byte(src.legacyPositionKey())
+	part := pub.PositionPartition()
+	var pos *kafkaPosition
+	var err error
+	if lp := pub.PositionPartitionOf(legacy); lp == part {
+		pos, err = r.committedPosition(ctx, part, src, [][]byte{key, legacy})
+	} else {
+		// A positions topic of several partitions: the legacy records
+		// are in another one, and count only while the source has
+		// none of its own.
+		if pos, err = r.committedPosition(ctx, part, src, [][]byte{key}); err == nil && pos == nil {
+			pos, err = r.committedPosition(ctx, lp, src, [][]byte{legacy})
+		}
+	}
 	if err != nil {
 		return rs, err
 	}
-	return rs.withKafkaPosition(pos, r.log), nil
+	rs, err = rs.withKafkaPosition(pos, src.PositionKey(), r.log)
+	if err != nil {
+		return rs, poison.Permanent(err)
+	}
+	return rs, nil
 }

@@ -226,5 +226,8 @@ func (r *Relay) publisherConfig() publisher.Config {
 		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
 		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
 		LastFailure: &r.failures, Record: p.Record(), Idempotent: !p.NoIdempotence,
+		// In every delivery mode: another relay on the cluster may write
+		// exactly-once, and a row routed to its positions is a forgery.
+		ReservedTopics: []string{p.PositionsTopic},
 	}
 }

@@ -49,6 +49,10 @@ type resumeState struct {
 	partial checkpoint.Partial
 	// lineage relates the newest checkpoint's timeline to the server's.
 	lineage checkpoint.Lineage
+	// walEnd is the server's WAL end when the stream started
+	// (IDENTIFY_SYSTEM): no position of this server's history lies past
+	// it.
+	walEnd pglogrepl.LSN
 }
 
 // resume identifies the server and compares the newest checkpoint with the
@@ -75,7 +79,7 @@ func (r *Relay) resume(ctx context.Context, conn *pgconn.PgConn, st slot.Status)
 	if skip != 0 {
 		r.log.Info("checkpoint is ahead of the slot: transactions before it were acknowledged by Kafka and are skipped, not re-published", slog.String("stage", "checkpoint"), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLSN.String()), slog.String("checkpoint_lsn", skip.String()), slog.Uint64("bytes", uint64(skip-st.ConfirmedFlushLSN)))
 	}
-	rs := resumeState{id: id, prev: prev, skipBefore: skip, lineage: res.Lineage}
+	rs := resumeState{id: id, prev: prev, skipBefore: skip, lineage: res.Lineage, walEnd: walEnd}
 	// The slot replays the transaction of the partial unless it confirmed
 	// past its commit (then the partial is stale and never matches).
 	if prev != nil && !prev.Partial.Empty() && prev.Partial.CommitLSN >= st.ConfirmedFlushLSN {

@@ -57,11 +57,17 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	r.tracker.Store(tracker)
 	pc := r.publisherConfig()
 	pc.DeadLetters = r.quar
-	pc.Transactions = r.transactionConfig(resume.id)
+	var src Source
+	if r.cfg.Publish.Delivery == ExactlyOnce {
+		if src, err = r.source(sctx, resume.id); err != nil {
+			return err
+		}
+	}
+	pc.Transactions = r.transactionConfig(resume.id, src)
 	pub := publisher.New(pc, r.log, r.m.Publisher())
 	defer pub.Close()
 	if pc.Transactions != nil {
-		if resume, err = r.beginTransactions(sctx, pub, resume); err != nil {
+		if resume, err = r.beginTransactions(sctx, pub, resume, src); err != nil {
 			return err
 		}
 	}

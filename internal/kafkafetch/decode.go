@@ -27,13 +27,15 @@ type decoder struct {
 	topic         string
 	partition     int
 	readCommitted bool
+	// markers delivers control records as Records with their Marker.
+	markers bool
 }
 
 // decoded is what one response yields: the messages to deliver, in
 // offset order, and the offset the next fetch starts at (past every
 // record the response held, delivered or not).
 type decoded struct {
-	msgs []kafka.Message
+	msgs []Record
 	next int64
 	// stalled: the response held batches, yet none of its records is
 	// at or past the fetch offset (a batch emptied by compaction).
@@ -52,16 +54,16 @@ func (d decoder) decode(p *fetch.ResponsePartition, offset int64) (decoded, erro
 		var err error
 		switch b := batch.(type) {
 		case *protocol.ControlBatch:
-			err = d.control(b, &txns, &out)
+			err = d.control(b, &txns, offset, &out)
 		case *protocol.RecordBatch:
 			skip := false
 			if d.readCommitted && b.ProducerID >= 0 {
 				txns.reach(b.BaseOffset)
 				skip = b.Attributes.Transactional() && txns.aborted(b.ProducerID)
 			}
-			err = d.records(b, skip, p.HighWatermark, offset, &out)
+			err = d.records(b, skip, producer{b.ProducerID, b.Attributes.Transactional()}, p.HighWatermark, offset, &out)
 		default: // a v0/v1 message set: no transactions
-			err = d.records(b, false, p.HighWatermark, offset, &out)
+			err = d.records(b, false, producer{id: -1}, p.HighWatermark, offset, &out)
 		}
 		if err != nil {
 			return decoded{next: offset}, err
@@ -85,11 +87,12 @@ func batches(r protocol.RecordReader) []protocol.RecordReader {
 	}
 }
 
-// control consumes a control batch: never delivered, it only moves the
-// next offset past it and, with read_committed, an ABORT marker ends its
-// producer's aborted transaction (a later transaction of the producer in
-// the same response may have committed).
-func (d decoder) control(b *protocol.ControlBatch, txns *abortedTxns, out *decoded) error {
+// control consumes a control batch: never delivered as a message, it
+// only moves the next offset past it and, with read_committed, an ABORT
+// marker ends its producer's aborted transaction (a later transaction of
+// the producer in the same response may have committed). With markers,
+// each control record at or past offset becomes a Record of its Marker.
+func (d decoder) control(b *protocol.ControlBatch, txns *abortedTxns, offset int64, out *decoded) error {
 	// A control batch holds one record at its base offset; the cleaner
 	// may have emptied it, and then its base offset is all there is.
 	out.next = max(out.next, b.BaseOffset+1)
@@ -105,7 +108,7 @@ func (d decoder) control(b *protocol.ControlBatch, txns *abortedTxns, out *decod
 			return fmt.Errorf("control batch at offset %d: %w", b.BaseOffset, err)
 		}
 		out.next = max(out.next, r.Offset+1)
-		if !d.readCommitted {
+		if !d.readCommitted && !d.markers {
 			closeRecord(r)
 			continue
 		}
@@ -113,15 +116,29 @@ func (d decoder) control(b *protocol.ControlBatch, txns *abortedTxns, out *decod
 		if err != nil {
 			return fmt.Errorf("control record at offset %d: %w", r.Offset, err)
 		}
-		if cr.Type == controlAbort {
+		if d.readCommitted && cr.Type == controlAbort {
 			txns.end(b.ProducerID)
+		}
+		if d.markers && r.Offset >= offset && (cr.Type == controlAbort || cr.Type == controlCommit) {
+			m := MarkerCommit
+			if cr.Type == controlAbort {
+				m = MarkerAbort
+			}
+			out.msgs = append(out.msgs, Record{Message: kafka.Message{Topic: d.topic, Partition: d.partition, Offset: r.Offset},
+				ProducerID: b.ProducerID, Transactional: true, Marker: m})
 		}
 	}
 }
 
+// producer is who wrote a data batch.
+type producer struct {
+	id  int64
+	txn bool
+}
+
 // records consumes a data batch: its records at or past offset become
 // messages unless skip (an aborted transaction's batch).
-func (d decoder) records(b protocol.RecordReader, skip bool, hwm, offset int64, out *decoded) error {
+func (d decoder) records(b protocol.RecordReader, skip bool, by producer, hwm, offset int64, out *decoded) error {
 	for {
 		r, err := b.ReadRecord()
 		if errors.Is(err, io.EOF) {
@@ -139,7 +156,7 @@ func (d decoder) records(b protocol.RecordReader, skip bool, hwm, offset int64, 
 		if err != nil {
 			return err
 		}
-		out.msgs = append(out.msgs, m)
+		out.msgs = append(out.msgs, Record{Message: m, ProducerID: by.id, Transactional: by.txn})
 	}
 }
 

@@ -292,3 +292,47 @@ func TestRetriable(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeMarkers: with markers, read_uncommitted delivers every data
+// record with its producer and whether it is transactional, and each
+// transaction marker as a Record of its own, in log order: what a reader
+// needs to decide transactions past the last stable offset itself.
+func TestDecodeMarkers(t *testing.T) {
+	var l tLog
+	l.data(-1, false, 1)       // 0
+	l.data(1, true, 2)         // 1-2  P1 tx (committed at 5)
+	l.data(2, true, 1)         // 3    P2 tx (aborted at 6)
+	l.data(3, false, 1)        // 4    P3 idempotent
+	l.marker(1, controlCommit) // 5
+	l.marker(2, controlAbort)  // 6
+	l.data(2, true, 1)         // 7    P2 tx, still open
+	p := parse(t, tResponse{topic: "t", partition: 3, hwm: l.next, batches: l.batches}.encode())
+	out, err := decoder{topic: "t", partition: 3, markers: true}.decode(p, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		off    int64
+		pid    int64
+		txn    bool
+		marker Marker
+	}
+	var got []rec
+	for _, r := range out.msgs {
+		got = append(got, rec{r.Offset, r.ProducerID, r.Transactional, r.Marker})
+	}
+	want := []rec{{2, 1, true, MarkerNone}, {3, 2, true, MarkerNone}, {4, 3, false, MarkerNone},
+		{5, 1, true, MarkerCommit}, {6, 2, true, MarkerAbort}, {7, 2, true, MarkerNone}}
+	if !slices.Equal(got, want) {
+		t.Errorf("records %v\nwant    %v", got, want)
+	}
+	if out.next != 8 {
+		t.Errorf("next offset %d, want 8", out.next)
+	}
+	// Without markers the same response has no control records.
+	p = parse(t, tResponse{topic: "t", partition: 3, hwm: l.next, batches: l.batches}.encode())
+	out, err = decoder{topic: "t", partition: 3}.decode(p, 0)
+	if err != nil || len(out.msgs) != 6 {
+		t.Fatalf("%d records, %v; want 6", len(out.msgs), err)
+	}
+}

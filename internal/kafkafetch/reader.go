@@ -56,6 +56,14 @@ type Config struct {
 	// read_committed: only committed records, in log order. Control
 	// batches are hidden in both.
 	ReadUncommitted bool
+	// Markers makes FetchRecord return the control records too (the
+	// COMMIT and ABORT markers of transactions), as Records with their
+	// Marker set, and FetchMessage skip them. With ReadUncommitted, a
+	// caller can then decide transactions itself: a record counts once its
+	// producer's COMMIT follows it. That reads past the last stable
+	// offset, which other producers' open transactions may hold back for
+	// as long as their transaction timeout.
+	Markers bool
 	// BackoffMin and BackoffMax bound the full-jitter backoff between
 	// retries of a failed request (defaults 100ms and 1s).
 	BackoffMin, BackoffMax time.Duration
@@ -129,13 +137,13 @@ type PartitionReader struct {
 	closeOnce sync.Once
 
 	// Owned by FetchMessage's caller.
-	pending []kafka.Message
+	pending []Record
 	err     error // sticky: a permanent error or ErrClosed
 }
 
 // fetchItem is a response's messages, or the error that ended fetching.
 type fetchItem struct {
-	msgs []kafka.Message
+	msgs []Record
 	err  error
 }
 
@@ -158,7 +166,7 @@ func New(cfg Config) (*PartitionReader, error) {
 	conns := &connSet{}
 	r := &PartitionReader{
 		cfg:     cfg,
-		dec:     decoder{topic: cfg.Topic, partition: cfg.Partition, readCommitted: !cfg.ReadUncommitted},
+		dec:     decoder{topic: cfg.Topic, partition: cfg.Partition, readCommitted: !cfg.ReadUncommitted, markers: cfg.Markers},
 		addr:    kafka.TCP(cfg.Brokers...),
 		tr:      newTransport(ctx, cfg.Dialer, cfg.Topic, conns),
 		conns:   conns,
@@ -176,9 +184,20 @@ func New(cfg Config) (*PartitionReader, error) {
 // permanent error (wrapped with %w; an *OffsetOutOfRangeError among them)
 // is returned from then on; after Close it is ErrClosed.
 func (r *PartitionReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
+	for {
+		rec, err := r.FetchRecord(ctx)
+		if err != nil || rec.Marker == MarkerNone {
+			return rec.Message, err
+		}
+	}
+}
+
+// FetchRecord is FetchMessage with the record's producer and, with
+// Config.Markers, the transaction markers as records of their own.
+func (r *PartitionReader) FetchRecord(ctx context.Context) (Record, error) {
 	for len(r.pending) == 0 {
 		if r.err != nil {
-			return kafka.Message{}, r.err
+			return Record{}, r.err
 		}
 		select {
 		case it, ok := <-r.results:
@@ -191,14 +210,39 @@ func (r *PartitionReader) FetchMessage(ctx context.Context) (kafka.Message, erro
 				r.pending = it.msgs
 			}
 		case <-ctx.Done():
-			return kafka.Message{}, ctx.Err()
+			return Record{}, ctx.Err()
 		}
 	}
 	m := r.pending[0]
-	r.pending[0] = kafka.Message{} // the caller owns it now
+	r.pending[0] = Record{} // the caller owns it now
 	r.pending = r.pending[1:]
 	return m, nil
 }
+
+// Record is a fetched record with who wrote it: FetchRecord's answer.
+type Record struct {
+	kafka.Message
+	// ProducerID is the producer id of the record's batch; -1 when the
+	// producer had none (neither idempotent nor transactional).
+	ProducerID int64
+	// Transactional says the record belongs to a transaction of
+	// ProducerID, decided by that producer's next marker.
+	Transactional bool
+	// Marker is the marker a control record stands for (Config.Markers);
+	// MarkerNone for a data record. A marker's Message has only Topic,
+	// Partition and Offset.
+	Marker Marker
+}
+
+// Marker is the type of a transaction marker (a control record).
+type Marker int8
+
+// Markers of FetchRecord's Records.
+const (
+	MarkerNone Marker = iota
+	MarkerCommit
+	MarkerAbort
+)
 
 // Close stops fetching, waits for the fetching goroutine and closes every
 // connection of the reader; it always returns nil.

@@ -1,0 +1,176 @@
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
+)
+
+// TestKafkaPositionAgainstCheckpoint: the position read from Kafka and the
+// PostgreSQL checkpoint each apply where they know more; an older Kafka
+// position never replaces a checkpoint's Partial of a later transaction
+// (which would re-publish that transaction's acknowledged prefix).
+func TestKafkaPositionAgainstCheckpoint(t *testing.T) {
+	id := checkpoint.Identity{SystemID: "7", Timeline: 1}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pos := func(lsn pglogrepl.LSN, events int) *kafkaPosition {
+		return &kafkaPosition{Version: 1, SystemID: "7", Timeline: 1, CommitLSN: lsn.String(), Events: events}
+	}
+	for _, c := range []struct {
+		name     string
+		rs       resumeState
+		pos      *kafkaPosition
+		skip     pglogrepl.LSN
+		partial  checkpoint.Partial
+		appliedK bool
+	}{
+		{name: "no position", rs: resumeState{skipBefore: 100}, skip: 100},
+		{name: "kafka ahead", rs: resumeState{skipBefore: 100}, pos: pos(200, 3), skip: 200,
+			partial: checkpoint.Partial{CommitLSN: 200, Events: 3}},
+		{name: "checkpoint position ahead", rs: resumeState{skipBefore: 300}, pos: pos(200, 3), skip: 300},
+		{name: "checkpoint partial of a later transaction",
+			rs:  resumeState{skipBefore: 100, partial: checkpoint.Partial{CommitLSN: 300, Events: 5}},
+			pos: pos(200, 2), skip: 100, partial: checkpoint.Partial{CommitLSN: 300, Events: 5}},
+		{name: "same transaction: the union",
+			rs:  resumeState{skipBefore: 100, partial: checkpoint.Partial{CommitLSN: 300, Events: 5}},
+			pos: pos(300, 7), skip: 300, partial: checkpoint.Partial{CommitLSN: 300, Events: 7}},
+		{name: "kafka position past the checkpoint partial",
+			rs:  resumeState{skipBefore: 100, partial: checkpoint.Partial{CommitLSN: 300, Events: 5}},
+			pos: pos(400, 1), skip: 400, partial: checkpoint.Partial{CommitLSN: 400, Events: 1}},
+		{name: "another timeline: not applied", rs: resumeState{skipBefore: 100},
+			pos: &kafkaPosition{SystemID: "7", Timeline: 2, CommitLSN: "0/C8", Events: 1}, skip: 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.rs.id, c.rs.walEnd = id, 1000
+			got, err := c.rs.withKafkaPosition(c.pos, "k", log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.skipBefore != c.skip || !got.partial.Equal(c.partial) {
+				t.Fatalf("skip before %s, partial %+v; want %s, %+v", got.skipBefore, got.partial, c.skip, c.partial)
+			}
+		})
+	}
+}
+
+// TestKafkaPositionPastWALEnd: a position of this server's system and
+// timeline that lies past its WAL end (a restore to a shorter WAL) stops
+// the start instead of skipping the transactions committed since.
+func TestKafkaPositionPastWALEnd(t *testing.T) {
+	rs := resumeState{id: checkpoint.Identity{SystemID: "7", Timeline: 1}, skipBefore: 100, walEnd: 500}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := rs.withKafkaPosition(&kafkaPosition{SystemID: "7", Timeline: 1, CommitLSN: pglogrepl.LSN(600).String(), Events: 1}, "7/db/s", log)
+	var ahead *PositionAheadError
+	if !errors.As(err, &ahead) || ahead.LSN != 600 || ahead.WAL != 500 || ahead.Key != "7/db/s" {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := rs.withKafkaPosition(&kafkaPosition{SystemID: "7", Timeline: 1, CommitLSN: pglogrepl.LSN(500).String(), Events: 1}, "k", log); err != nil {
+		t.Fatalf("a position at the WAL end: %v", err)
+	}
+}
+
+// TestPositionScan: the position read decides transactions by their
+// markers, past any other producer's open transaction, and takes only
+// the source's own records.
+func TestPositionScan(t *testing.T) {
+	src := Source{SystemID: "7", Database: "db", Slot: "s"}
+	key, legacy := []byte(src.PositionKey()), []byte(src.legacyPositionKey())
+	pos := func(sys string, lsn pglogrepl.LSN) []byte {
+		v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: "s", SystemID: sys, Timeline: 1, CommitLSN: lsn.String(), Events: 1})
+		return v
+	}
+	var off int64
+	data := func(pid int64, txn bool, k, v []byte) kafkafetch.Record {
+		off++
+		return kafkafetch.Record{Message: kafka.Message{Offset: off, Key: k, Value: v}, ProducerID: pid, Transactional: txn}
+	}
+	marker := func(pid int64, m kafkafetch.Marker) kafkafetch.Record {
+		off++
+		return kafkafetch.Record{Message: kafka.Message{Offset: off}, ProducerID: pid, Transactional: true, Marker: m}
+	}
+	for _, c := range []struct {
+		name    string
+		records []kafkafetch.Record
+		want    pglogrepl.LSN // 0: none
+		found   bool
+	}{
+		{name: "committed past another producer's open transaction", found: true, want: 300, records: []kafkafetch.Record{
+			data(1, true, key, pos("7", 100)), marker(1, kafkafetch.MarkerCommit),
+			data(9, true, []byte("other"), []byte("x")), // open until the end: it pins the last stable offset
+			data(1, true, key, pos("7", 200)), marker(1, kafkafetch.MarkerCommit),
+			data(1, true, key, pos("7", 300)), marker(1, kafkafetch.MarkerCommit),
+		}},
+		{name: "aborted and undecided records do not count", found: true, want: 100, records: []kafkafetch.Record{
+			data(1, true, key, pos("7", 100)), marker(1, kafkafetch.MarkerCommit),
+			data(1, true, key, pos("7", 200)), marker(1, kafkafetch.MarkerAbort),
+			data(2, true, key, pos("7", 300)), // a producer of the same key, undecided
+		}},
+		{name: "the marker of another producer decides nothing", found: false, records: []kafkafetch.Record{
+			data(1, true, key, pos("7", 100)), marker(2, kafkafetch.MarkerCommit),
+		}},
+		{name: "legacy key: only records of the same system", found: true, want: 100, records: []kafkafetch.Record{
+			data(1, true, legacy, pos("7", 100)), marker(1, kafkafetch.MarkerCommit),
+			data(3, true, legacy, pos("8", 900)), marker(3, kafkafetch.MarkerCommit),
+		}},
+		{name: "the newest of both keys", found: true, want: 200, records: []kafkafetch.Record{
+			data(1, true, legacy, pos("7", 100)), marker(1, kafkafetch.MarkerCommit),
+			data(2, true, key, pos("7", 200)), marker(2, kafkafetch.MarkerCommit),
+		}},
+		{name: "a tombstone: no position", found: true, records: []kafkafetch.Record{
+			data(1, true, key, pos("7", 100)), marker(1, kafkafetch.MarkerCommit),
+			data(-1, false, key, nil),
+		}},
+		{name: "a plain record counts as written", found: true, want: 100, records: []kafkafetch.Record{
+			data(-1, false, key, pos("7", 100)),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := positionScan{keys: [][]byte{key, legacy}, systemID: "7", slot: "s"}
+			for _, r := range c.records {
+				if err := s.add(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got pglogrepl.LSN
+			if s.last != nil {
+				got, _ = s.last.lsn()
+			}
+			if s.found != c.found || got != c.want {
+				t.Fatalf("found %v, position %s; want %v, %s", s.found, got, c.found, c.want)
+			}
+		})
+	}
+	s := positionScan{keys: [][]byte{key}, systemID: "7", slot: "s"}
+	if err := s.add(data(1, true, key, []byte("{"))); err == nil {
+		t.Fatal("a malformed position record was accepted")
+	}
+}
+
+// TestSourceNames: the defaults that reach Kafka carry the source, so
+// two services on the default slot name never share them.
+func TestSourceNames(t *testing.T) {
+	a := Source{SystemID: "7", Database: "orders", Slot: "outbox_relay"}
+	b := Source{SystemID: "8", Database: "orders", Slot: "outbox_relay"}
+	c := Source{SystemID: "7", Database: "billing", Slot: "outbox_relay"}
+	var cfg Config
+	if cfg.TransactionalID(a) == cfg.TransactionalID(b) || cfg.TransactionalID(a) == cfg.TransactionalID(c) ||
+		a.PositionKey() == b.PositionKey() || a.PositionKey() == c.PositionKey() {
+		t.Fatalf("names collide: %q %q %q, %q %q %q", cfg.TransactionalID(a), cfg.TransactionalID(b), cfg.TransactionalID(c),
+			a.PositionKey(), b.PositionKey(), c.PositionKey())
+	}
+	if got := cfg.TransactionalID(a); got != "outbox-relay-7-orders-outbox_relay" {
+		t.Fatalf("transactional id %q", got)
+	}
+	cfg.Publish.TransactionalID = "mine"
+	if cfg.TransactionalID(a) != "mine" {
+		t.Fatal("an explicit transactional id is not kept")
+	}
+}
