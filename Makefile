@@ -149,13 +149,17 @@ version-suite:
 # in `make integration`. CHAOS_SEED=N replays a schedule (default: the test's fixed seed).
 # CHAOS_KAFKA=cluster runs it against a three-node cluster (scripts/kafkacluster.sh run): broker
 # kill -9, controlled shutdown and freeze of random nodes replace the single broker's faults.
+# CHAOS_DELIVERY=exactly-once runs the relay with --delivery exactly-once: consumers read
+# read_committed and a duplicate fails the run; PostgreSQL crashes, frozen leaders (a standby
+# takes over, the thawed zombie is fenced) and, on a cluster, kill -9 of the transaction
+# coordinator's node join the schedule.
 CHAOS_TIMEOUT ?= 20m
 CHAOS_KAFKA   ?= stack
 chaos: up
 	eval "$$($(STACK) env)"; \
 	$(if $(filter cluster,$(CHAOS_KAFKA)),KAFKA_VERSION=$(KAFKA_CLUSTER_VERSION) KAFKA_NODES=3 $(KAFKACLUSTER) run) \
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
-		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED))
+		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(if $(filter exactly-once,$(CHAOS_DELIVERY)),-chaos.exactly-once)
 
 # The three-node Kafka cluster suite (integration/cluster*_test.go: leader kill, rolling
 # restart, ISR shrink, frozen leader, reassignment, the inbox across a coordinator kill; and

@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ import (
 var (
 	chaosSeedFlag = flag.Int64("chaos.seed", 0, "TestChaos fault schedule seed (0: OUTBOX_RELAY_CHAOS_SEED or the fixed default)")
 	chaosLongFlag = flag.Bool("chaos.long", false, "TestChaos long mode (also OUTBOX_RELAY_CHAOS_LONG=1): 20+ kill -9 and more faults, a few minutes")
+	chaosEOSFlag  = flag.Bool("chaos.exactly-once", false, "TestChaos with the relay's --delivery exactly-once (also OUTBOX_RELAY_CHAOS_DELIVERY=exactly-once): "+
+		"read_committed consumers, 0 duplicates required, and the faults of that mode (a frozen leader, a PostgreSQL crash, the transaction coordinator's kill on a cluster)")
 )
 
 const chaosDefaultSeed = 20251202
@@ -63,6 +66,10 @@ func chaosSeed() int64 {
 
 func chaosLong() bool {
 	return *chaosLongFlag || os.Getenv("OUTBOX_RELAY_CHAOS_LONG") == "1"
+}
+
+func chaosExactlyOnce() bool {
+	return *chaosEOSFlag || os.Getenv("OUTBOX_RELAY_CHAOS_DELIVERY") == "exactly-once"
 }
 
 type faultKind string
@@ -89,6 +96,14 @@ const (
 	faultBrokerKill  faultKind = "broker-kill-9"
 	faultBrokerStop  faultKind = "broker-stop"
 	faultBrokerPause faultKind = "broker-pause"
+	// The faults of an exactly-once run (-chaos.exactly-once): a
+	// PostgreSQL crash (immediate stop, so the slot's confirmed position
+	// may move back), a leader frozen (SIGSTOP) until a standby took
+	// over and then thawed as a zombie, and, on a cluster, kill -9 of the
+	// node that coordinates the relay's transactions.
+	faultPGCrash         faultKind = "pg-crash"
+	faultFreezeLeader    faultKind = "freeze-leader"
+	faultCoordinatorKill faultKind = "coordinator-kill-9"
 )
 
 // fault is one step of the schedule: Gap of steady load, then the fault.
@@ -125,8 +140,17 @@ type chaosConfig struct {
 // nodes of scripts/kafkacluster.sh) the broker faults replace the
 // single broker's stop, cut and blackhole, which need the stack's broker
 // and its proxied listener.
-func chaosPlan(long, cluster bool) chaosConfig {
+func chaosPlan(long, cluster, eos bool) chaosConfig {
 	c := chaosStackPlan(long)
+	if eos {
+		c.Counts[faultPGCrash], c.Counts[faultFreezeLeader] = 1, 1
+		if long {
+			c.Counts[faultPGCrash], c.Counts[faultFreezeLeader] = 3, 3
+		}
+		if cluster {
+			c.Counts[faultCoordinatorKill] = c.Counts[faultFreezeLeader]
+		}
+	}
 	if cluster {
 		for _, k := range []faultKind{faultKafkaStop, faultKafkaCut, faultKafkaBlackhole} {
 			delete(c.Counts, k)
@@ -170,7 +194,7 @@ func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 	rng := rand.New(rand.NewSource(seed))
 	kinds := make([]faultKind, 0, 64)
 	for _, k := range []faultKind{faultKill9, faultKill9Twice, faultKafkaStop, faultPGRestart, faultPGCut, faultKafkaCut, faultPGBlackhole, faultKafkaBlackhole,
-		faultBrokerKill, faultBrokerStop, faultBrokerPause} {
+		faultBrokerKill, faultBrokerStop, faultBrokerPause, faultPGCrash, faultFreezeLeader, faultCoordinatorKill} {
 		for i := 0; i < cfg.Counts[k]; i++ {
 			kinds = append(kinds, k)
 		}
@@ -197,6 +221,8 @@ func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 			f.Hold, f.Node = uniform(rng, time.Second, 5*time.Second), 1+rng.Intn(3)
 		case faultBrokerPause:
 			f.Hold, f.Node = uniform(rng, 3*time.Second, 14*time.Second), 1+rng.Intn(3)
+		case faultCoordinatorKill:
+			f.Hold = uniform(rng, time.Second, 5*time.Second) // the node: whichever coordinates at the time
 		}
 		out[i] = f
 	}
@@ -370,6 +396,42 @@ func (c *chaos) killQuarantinedLeader(f *fault) {
 	f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby leads %s after kill -9", time.Since(f.Start).Round(time.Millisecond)), "; ")
 }
 
+// freezeLeader starts a standby, freezes the leader (SIGSTOP) until the
+// standby leads and streams, then thaws it: the zombie's next
+// transactional request meets the standby's epoch (its producer was
+// fenced by the standby's InitProducerId), it steps down, and is then
+// stopped (the standby is the leader from here on).
+func (c *chaos) freezeLeader(f *fault) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(c.t))
+	c.relays++
+	standby := c.env.StartRelay(append(append([]string(nil), c.relayEnv...), "OUTBOX_RELAY_METRICS_ADDR="+addr)...)
+	node := &relayNode{name: "standby", r: standby, addr: addr}
+	if !within(30*time.Second, 100*time.Millisecond, node.readyStandby) {
+		f.Note = "standby not ready within 30s"
+		c.logf("WARNING: %s", f.Note)
+	}
+	zombie := c.relay
+	if err := syscall.Kill(zombie.Pid(), syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("SIGSTOP: %v", err)
+	}
+	took := within(60*time.Second, 100*time.Millisecond, node.streamingLeader)
+	if err := syscall.Kill(zombie.Pid(), syscall.SIGCONT); err != nil {
+		c.t.Fatalf("SIGCONT: %v", err)
+	}
+	c.relay = standby
+	if !took {
+		f.Note = strings.TrimPrefix(f.Note+"; standby not streaming 60s after the freeze", "; ")
+		c.logf("WARNING: %s", f.Note)
+	} else {
+		f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby leads %s after the freeze", time.Since(f.Start).Round(time.Millisecond)), "; ")
+	}
+	if !within(30*time.Second, 100*time.Millisecond, func() bool { return zombie.LogContains("standby again") || !zombie.Running() }) {
+		f.Note += "; the thawed leader did not step down within 30s"
+		c.logf("WARNING: the thawed leader did not step down within 30s:\n%s", zombie.LogTail(20))
+	}
+	zombie.Term(20 * time.Second)
+}
+
 // splitPoisoned moves the poison event and every later event of its
 // aggregate from expected to the returned list, in aggregate_version order.
 func splitPoisoned(expected map[string]Event, poison Event) []Event {
@@ -538,7 +600,7 @@ func (c *chaos) external(schedule []*fault, from, to time.Time) []stackChange {
 		}
 		ours := false
 		for _, f := range schedule {
-			own := (f.Kind == faultKafkaStop && ch.What == "kafka") || (f.Kind == faultPGRestart && ch.What == "postgres")
+			own := (f.Kind == faultKafkaStop && ch.What == "kafka") || ((f.Kind == faultPGRestart || f.Kind == faultPGCrash) && ch.What == "postgres")
 			if own && !f.Start.IsZero() && !ch.At.Before(f.Start.Add(-time.Second)) && !ch.At.After(f.End.Add(time.Second)) {
 				ours = true
 				break
@@ -871,6 +933,21 @@ func (c *chaos) run(f *fault) {
 		p.Restore()
 	case faultBrokerKill, faultBrokerStop, faultBrokerPause:
 		c.brokerFault(f)
+	case faultPGCrash:
+		c.pgDown.Store(true)
+		StackCtl(c.t, "pg-crash")
+		c.pgDown.Store(false)
+	case faultFreezeLeader:
+		c.freezeLeader(f)
+	case faultCoordinatorKill:
+		f.Node = transactionCoordinator(c.t, c.env.TransactionalID())
+		c.nodeDown.Store(int32(f.Node))
+		c.cluster.Kill(f.Node)
+		// wall-clock: the fault's hold time (the coordinator's node stays down)
+		time.Sleep(f.Hold)
+		c.cluster.Start(f.Node)
+		c.nodeDown.Store(0)
+		f.Note = fmt.Sprintf("node %d coordinated the transactions", f.Node)
 	}
 	f.End = time.Now()
 }
@@ -911,9 +988,9 @@ func (c *chaos) recover(f *fault) {
 
 func TestChaos(t *testing.T) {
 	inSuites(t, exclusive, stack|cluster)
-	long, seed := chaosLong(), chaosSeed()
+	long, seed, eos := chaosLong(), chaosSeed(), chaosExactlyOnce()
 	cluster := clusterOrNil(t)
-	cfg := chaosPlan(long, cluster != nil)
+	cfg := chaosPlan(long, cluster != nil, eos)
 	schedule := chaosSchedule(seed, cfg)
 	mode := "short"
 	if long {
@@ -934,8 +1011,13 @@ func TestChaos(t *testing.T) {
 	if cluster != nil {
 		kafkaKind = fmt.Sprintf("%d-node cluster", cluster.Nodes)
 	}
-	header := fmt.Sprintf("TestChaos: mode=%s kafka=%s seed=%d (rerun: -args -chaos.seed=%d%s) faults=%d writers=%d aggregates=%d",
-		mode, kafkaKind, seed, seed, map[bool]string{true: " -chaos.long", false: ""}[long], len(schedule), cfg.Writers, cfg.Aggregates)
+	delivery := "at-least-once"
+	if eos {
+		delivery = "exactly-once"
+	}
+	header := fmt.Sprintf("TestChaos: mode=%s kafka=%s delivery=%s seed=%d (rerun: -args -chaos.seed=%d%s%s) faults=%d writers=%d aggregates=%d",
+		mode, kafkaKind, delivery, seed, seed, map[bool]string{true: " -chaos.long", false: ""}[long], map[bool]string{true: " -chaos.exactly-once", false: ""}[eos],
+		len(schedule), cfg.Writers, cfg.Aggregates)
 	fmt.Println(header)
 	t.Log(header)
 	t.Logf("schedule: %s", strings.Join(plan, " "))
@@ -958,6 +1040,15 @@ func TestChaos(t *testing.T) {
 		"OUTBOX_RELAY_LOG_LEVEL=info",
 		"OUTBOX_RELAY_SHUTDOWN_TIMEOUT=10s",
 	}
+	if eos {
+		// The default transaction interval (group commit), a positions
+		// topic of the run's own, and the leader timings of
+		// TestExactlyOnceFencing, so a standby takes a frozen leader's
+		// place within seconds.
+		c.relayEnv = append(c.relayEnv, "OUTBOX_RELAY_DELIVERY=exactly-once", "OUTBOX_RELAY_POSITIONS_TOPIC=it."+env.Sfx+".positions")
+		c.relayEnv = append(c.relayEnv, "OUTBOX_RELAY_LEADER_POLL_INTERVAL=200ms", "OUTBOX_RELAY_LEADER_TIMEOUT=4s",
+			"OUTBOX_RELAY_LEADER_KEEPALIVE_INTERVAL=500ms", "OUTBOX_RELAY_WAL_SENDER_TIMEOUT=5s")
+	}
 	// Safety nets: t.Cleanup for the stack (runs even if the test goroutine
 	// died), defer for everything (runs before the cleanups stop the relays).
 	t.Cleanup(func() {
@@ -974,7 +1065,11 @@ func TestChaos(t *testing.T) {
 	defer scancel()
 	go c.watchStack(sctx)
 
-	c.consumer = StartConsumer(t, env.Topic, env.Partitions)
+	if eos {
+		c.consumer = StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	} else {
+		c.consumer = StartConsumer(t, env.Topic, env.Partitions)
+	}
 	c.startRelay()
 
 	// Steady load.
@@ -1104,10 +1199,21 @@ func TestChaos(t *testing.T) {
 	})
 	drained := time.Since(drainStart)
 
-	// Invariants over a fresh read of every partition from the start.
-	records, err := readTopic(env.Topic, env.Partitions, 60*time.Second)
-	if err != nil {
-		t.Fatalf("final read of %s: %v", env.Topic, err)
+	// Invariants over a fresh read of every partition from the start:
+	// read_committed in exactly-once mode, where a duplicate is a failure.
+	var records []Record
+	if eos {
+		fresh := StartTxnConsumer(t, env.Topic, env.Partitions, true)
+		if !fresh.WaitFor(expected, 60*time.Second, 2*time.Second) {
+			t.Errorf("a fresh read_committed consumer did not get every committed event within 60s")
+		}
+		fresh.Stop()
+		records = fresh.Records()
+	} else {
+		var err error
+		if records, err = readTopic(env.Topic, env.Partitions, 60*time.Second); err != nil {
+			t.Fatalf("final read of %s: %v", env.Topic, err)
+		}
 	}
 	rep := CheckRecords(records, env.Partitions, expected, CheckOptions{TimestampSkew: 10 * time.Second, Forbidden: forbidden})
 	var dlProblems []string
@@ -1162,6 +1268,9 @@ func TestChaos(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Errorf("invariants violated: %s", rep)
+	}
+	if eos && rep.Duplicates != 0 {
+		t.Errorf("exactly-once: %d duplicates among the read_committed records, want 0", rep.Duplicates)
 	}
 	if code, exited := c.relay.Term(20 * time.Second); !exited || code != 0 {
 		t.Errorf("final SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)

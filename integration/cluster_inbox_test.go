@@ -391,8 +391,17 @@ func TestClusterInboxCoordinatorKill(t *testing.T) {
 	if len(snapViolations) > 0 {
 		t.Errorf("%d committed-offset snapshots are past records without a committed effect, e.g. %v", len(snapViolations), snapViolations[:min(len(snapViolations), 5)])
 	}
-	if appliedN != int64(total) || processed != total || deadRows != 0 {
-		t.Errorf("the instances applied %d events and processed_events has %d rows for %d produced; %d dead-letter rows", appliedN, processed, total, deadRows)
+	// A batch whose COMMIT was on its way when the crash cancelled A or B
+	// committed without being counted (pgx reports the cancelled commit as
+	// failed): its events are redelivered to C and absorbed as
+	// duplicates. So every event was counted applied once, or found done
+	// by C.
+	uncounted := int64(total) - appliedN
+	if uncounted < 0 || uncounted > c.c.Stats().Duplicates || processed != total || deadRows != 0 {
+		t.Errorf("the instances applied %d events (C absorbed %d duplicates) and processed_events has %d rows for %d produced; %d dead-letter rows",
+			appliedN, c.c.Stats().Duplicates, processed, total, deadRows)
+	} else if uncounted > 0 {
+		t.Logf("%d events committed by a batch the crash cut during its COMMIT: uncounted by A and B, absorbed by C as duplicates", uncounted)
 	}
 	if resume.IsZero() {
 		t.Errorf("no effect of a record produced after the kill was applied in a generation that started after it")

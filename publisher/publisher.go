@@ -545,8 +545,11 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 	if errors.Is(err, kafka.ConcurrentTransactions) {
 		// The previous transaction's markers are still being written
 		// (exactly-once): done within milliseconds, as the Java producer
-		// assumes when it retries AddPartitionsToTxn after 20 ms.
-		return concurrentTxnRetry + backoff.Jitter(1, concurrentTxnRetry, concurrentTxnRetry)
+		// assumes when it retries AddPartitionsToTxn after 20 ms. With
+		// group commit every transaction's first request meets it, so the
+		// first retries come sooner: 2 ms doubling to 20 ms, jittered.
+		d := min(concurrentTxnRetry<<min(attempt-1, 4), concurrentTxnRetryMax)
+		return d/2 + backoff.Jitter(1, d/2, d/2)
 	}
 	if (healing(err) || coordinatorMoving(err)) && time.Since(since) < healWindow {
 		p.refreshMetadata()
@@ -556,10 +559,11 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 }
 
 const (
-	// concurrentTxnRetry is the shortest wait before a request the
-	// transaction coordinator answered CONCURRENT_TRANSACTIONS is sent
-	// again (at most twice that).
-	concurrentTxnRetry = 10 * time.Millisecond
+	// concurrentTxnRetry and concurrentTxnRetryMax bound the wait before
+	// a request the transaction coordinator answered
+	// CONCURRENT_TRANSACTIONS is sent again (see beforeRetry).
+	concurrentTxnRetry    = 2 * time.Millisecond
+	concurrentTxnRetryMax = 20 * time.Millisecond
 	// healWindow is how long after a batch's first failure a leader
 	// change gets fast retries (beforeRetry): longer than a broker's
 	// session timeout (9 s by default, 18 s on older clusters) plus an

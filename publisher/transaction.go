@@ -614,8 +614,32 @@ func (t *transactions) commit() error {
 	for _, a := range r.acks {
 		a.ack.Ack(a.bytes)
 	}
+	if next.events > 0 {
+		t.beginNext()
+	}
 	t.release(next)
 	return nil
+}
+
+// beginNext adds the positions partition, which every transaction
+// writes, to the next transaction before its held events are released.
+// Right after EndTxn the coordinator is still writing the previous
+// transaction's markers and answers CONCURRENT_TRANSACTIONS for a few
+// milliseconds; polled here every millisecond, the wait ends as soon as
+// it can, once, instead of in every lane's first request with a backoff
+// each (with group commit, every transaction would pay it). Anything
+// else is left to the lanes, which retry or fail as for any request.
+func (t *transactions) beginNext() {
+	b := &batch{topic: t.positions.topic, partition: t.positions.partition}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		errs := t.addPartitions(t.p.ctx, []*batch{b})
+		if errs == nil || !errors.Is(errs[0], kafka.ConcurrentTransactions) {
+			return
+		}
+		if !t.p.sleep(time.Millisecond) {
+			return
+		}
+	}
 }
 
 // release enqueues the records of r that waited for it to open, in

@@ -204,10 +204,15 @@ type PublishConfig struct {
 	// read_committed see each event once (docs/exactly-once.md).
 	Delivery Delivery
 	// TransactionInterval is how long an exactly-once Kafka transaction
-	// collects events before it commits: a record becomes visible to
-	// read_committed consumers at most about this long after it reached
-	// Kafka. Shorter costs more commits (each a few round trips to the
-	// transaction coordinator and a marker per partition).
+	// collects events before it commits. Events that arrive while a
+	// transaction commits form the next one, which commits as soon as
+	// the previous commit returned once it is this old: the default, 1ms,
+	// is group commit, where a record waits for about one commit before
+	// read_committed consumers see it, and busy streams commit large
+	// transactions by themselves. Longer means fewer, larger commits
+	// (each a few round trips to the transaction coordinator and a
+	// marker per partition) and that much more latency; Kafka Streams
+	// commits every 100ms.
 	TransactionInterval time.Duration
 	// TransactionTimeout is the transaction.timeout.ms the relay asks
 	// for: the coordinator aborts a transaction left open this long (a
@@ -338,7 +343,7 @@ func DefaultConfig() Config {
 			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
 			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
 			PoisonPolicy: poison.Quarantine, RecordFormat: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
-			Delivery: AtLeastOnce, TransactionInterval: 100 * time.Millisecond, TransactionTimeout: time.Minute,
+			Delivery: AtLeastOnce, TransactionInterval: time.Millisecond, TransactionTimeout: time.Minute,
 			PositionsTopic: "__outbox_relay_positions",
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},

@@ -286,7 +286,7 @@ func (p PublishConfig) validateDelivery(cs *checks) {
 		cs.fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: leave Publish.NoIdempotence false")
 	}
 	if p.TransactionInterval < time.Millisecond || p.TransactionInterval > time.Minute {
-		cs.fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (100ms is the default)")
+		cs.fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (1ms, group commit, is the default)")
 	}
 	if p.TransactionTimeout < time.Second || p.TransactionTimeout < 10*p.TransactionInterval {
 		cs.fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at least 1s and 10 times Publish.TransactionInterval (%s)", p.TransactionInterval)

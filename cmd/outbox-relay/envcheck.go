@@ -63,6 +63,7 @@ var notFlagEnv = map[string]string{
 	envPrefix + "IT_HARNESS_ONLY":    "the integration harness (integration/harness_test.go): its self-tests only",
 	envPrefix + "CHAOS_SEED":         "integration/chaos_test.go: the fault schedule's seed",
 	envPrefix + "CHAOS_LONG":         "integration/chaos_test.go: the long chaos run",
+	envPrefix + "CHAOS_DELIVERY":     "integration/chaos_test.go: exactly-once for the chaos run",
 	envPrefix + "CACHE":              "scripts/stack.sh, scripts/interop.sh, integration/secure_stack_test.go: the download cache",
 }
 
