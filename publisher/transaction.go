@@ -339,13 +339,8 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 	if n <= 0 {
 		return fmt.Errorf("positions topic %s: no partitions", topic)
 	}
-	parts := make([]int, n)
-	for i := range parts {
-		parts[i] = i
-	}
-	part := kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
-	t.positions, t.positionsCount = topicPartition{topic, part}, n
-	t.seq = t.p.producer.sequence(topic, part)
+	t.positions, t.positionsCount = topicPartition{topic, keyPartition(key, n)}, n
+	t.seq = t.p.producer.sequence(topic, t.positions.partition)
 	return nil
 }
 
@@ -384,7 +379,13 @@ func (p *Publisher) PositionPartitionOf(key []byte) int {
 	if p.txn == nil || p.txn.positionsCount <= 0 {
 		return -1
 	}
-	parts := make([]int, p.txn.positionsCount)
+	return keyPartition(key, p.txn.positionsCount)
+}
+
+// keyPartition is the partition of key among n, by the Java client's
+// murmur2, as for every record the publisher keys.
+func keyPartition(key []byte, n int) int {
+	parts := make([]int, n)
 	for i := range parts {
 		parts[i] = i
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
@@ -38,7 +40,22 @@ func (s Source) PositionKey() string {
 // upgrade resumes where the previous version stopped.
 func (s Source) legacyPositionKey() string { return s.Slot }
 
-// source resolves the Source of a stream on the server id.
+// LookupSource resolves the Source of slot on the database db connects
+// to: its system identifier (pg_control_system, the same as
+// IDENTIFY_SYSTEM's, which the relay itself uses) and its name. doctor
+// uses it to name the default transactional id as a running relay does.
+func LookupSource(ctx context.Context, db *pgxpool.Pool, slot string) (Source, error) {
+	src := Source{Slot: slot}
+	if err := db.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
+		Scan(&src.SystemID, &src.Database); err != nil {
+		return Source{}, fmt.Errorf("read the system identifier and database: %w", err)
+	}
+	return src, nil
+}
+
+// source resolves the Source of a stream on the server id: the system
+// identifier its replication connection reported (IDENTIFY_SYSTEM needs
+// no privilege beyond REPLICATION) and the database's name.
 func (r *Relay) source(ctx context.Context, id checkpoint.Identity) (Source, error) {
 	var db string
 	if err := r.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {

@@ -90,10 +90,9 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Client:     func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
 	doctor.CheckKafka(ctx, kt, rep)
 	if p := cfg.Relay.Publish; p.Delivery == relay.ExactlyOnce {
-		src := relay.Source{Slot: cfg.Relay.Database.Slot}
-		if err := pool.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
-			Scan(&src.SystemID, &src.Database); err != nil {
-			return notCheckedError{fmt.Errorf("read the system identifier and database (the default transactional id carries them): %w", err)}
+		src, err := relay.LookupSource(ctx, pool, cfg.Relay.Database.Slot)
+		if err != nil {
+			return notCheckedError{fmt.Errorf("the default transactional id carries the source: %w", err)}
 		}
 		doctor.CheckTransactions(ctx, kt, doctor.TransactionTarget{
 			TransactionalID: cfg.Relay.TransactionalID(src), PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout,
