@@ -266,9 +266,14 @@ func TestExactlyOnceFencing(t *testing.T) {
 		t.Errorf("the thawed leader did not step down within 30s:\n%s", zombie.LogTail(30))
 	}
 	r.flowing("after the thaw", 1000)
-	// The thawed leader's next transactional request is refused: its
-	// committer's EndTxn (or, when the lost lock stops it first, the
-	// abort on close) meets the new leader's epoch.
+	// The thawed leader sends no transactional request the new epoch
+	// accepts. Either its next request (the committer's EndTxn, or the
+	// abort on close) meets the new leader's epoch and is refused, or the
+	// lost lock stops it first while a produce request is unanswered, and
+	// then it sends nothing at all: no abort that an unanswered batch
+	// could overtake (issue 35, defect 3). Which one happens is a race
+	// between the keepalive and the committer; the read_committed count
+	// in finish proves both.
 	var fenced []string
 	for _, refusal := range []string{"fenced by a newer producer", "Producer Fenced", "Invalid Producer Epoch"} {
 		fenced = append(fenced, zombie.LogLines(refusal, 3)...)
@@ -276,8 +281,12 @@ func TestExactlyOnceFencing(t *testing.T) {
 	for _, l := range fenced {
 		t.Logf("old leader: %s", l)
 	}
-	if len(fenced) == 0 {
-		t.Errorf("the thawed leader logged no fenced transactional request:\n%s", zombie.LogTail(30))
+	silent := zombie.LogLines("open transaction not aborted on close: a produce request ended unanswered", 1)
+	for _, l := range silent {
+		t.Logf("old leader: %s", l)
+	}
+	if len(fenced) == 0 && len(silent) == 0 {
+		t.Errorf("the thawed leader logged neither a fenced transactional request nor a close without abort:\n%s", zombie.LogTail(30))
 	}
 	r.finish("TestExactlyOnceFencing", "leader frozen (SIGSTOP), standby takes over, old leader thawed")
 	for _, rl := range []*Relay{standby, zombie} {
