@@ -71,8 +71,11 @@ type TransactionConfig struct {
 	PositionsTopic string
 	PositionKey    []byte
 	// Position makes the value of the position record of a range whose
-	// last event is last.
-	Position func(last *replication.Event) []byte
+	// last event is last; partitions is the positions topic's partition
+	// count the record is written under (its partition is the key's among
+	// them), which a reader compares with the count it sees: partitions
+	// added since move the key, so newer records may be in another one.
+	Position func(last *replication.Event, partitions int) []byte
 }
 
 // TransactionError is a failure of the publisher's Kafka transaction.
@@ -382,6 +385,15 @@ func (p *Publisher) PositionPartitionOf(key []byte) int {
 	return keyPartition(key, p.txn.positionsCount)
 }
 
+// PositionPartitions is the number of partitions of the positions topic
+// (after Begin; 0 before, or in at-least-once mode).
+func (p *Publisher) PositionPartitions() int {
+	if p.txn == nil {
+		return 0
+	}
+	return p.txn.positionsCount
+}
+
 // keyPartition is the partition of key among n, by the Java client's
 // murmur2, as for every record the publisher keys.
 func keyPartition(key []byte, n int) int {
@@ -589,14 +601,24 @@ func (t *transactions) commit() error {
 	} else {
 		t.drained = drained
 	}
+	last := r.last
 	t.mu.Unlock()
 	started := time.Now()
+	// The position record goes out while the range's events are still on
+	// their way, not after: the range is closed, so its last event is
+	// known, and the record becomes visible only with the commit, which
+	// waits for both. That takes a produce round trip off every commit.
+	// The goroutine is the committer's own and ends before commit returns
+	// (writePosition returns once the publisher closes).
+	positioned := make(chan error, 1)
+	go func() { positioned <- t.writePosition(last) }()
 	select {
 	case <-drained:
 	case <-p.ctx.Done():
+		<-positioned
 		return p.ctx.Err()
 	}
-	if err := t.writePosition(r.last); err != nil {
+	if err := <-positioned; err != nil {
 		return err
 	}
 	if err := t.end(true); err != nil {
@@ -605,6 +627,10 @@ func (t *transactions) commit() error {
 	p.m.TransactionCommitted(time.Since(r.began), time.Since(started), r.events)
 
 	t.mu.Lock()
+	var again []*batch
+	if next := t.next; next != nil && next.events > 0 {
+		again = t.partitionsAgain(next)
+	}
 	clear(t.added)
 	next := t.next
 	if next == nil {
@@ -616,26 +642,61 @@ func (t *transactions) commit() error {
 		a.ack.Ack(a.bytes)
 	}
 	if next.events > 0 {
-		t.beginNext()
+		t.beginNext(again)
 	}
 	t.release(next)
 	return nil
 }
 
+// maxPartitionsAgain bounds the partitions beginNext adds ahead of the
+// next transaction's records.
+const maxPartitionsAgain = 64
+
+// partitionsAgain is the partitions of the committed transaction whose
+// topics the next range's waiting records go to (t.mu held): at live
+// rates consecutive transactions write mostly the same partitions, so
+// adding them ahead saves the lanes' own AddPartitionsToTxn round trip
+// before their first produce. A partition added but not written costs
+// only its transaction marker.
+func (t *transactions) partitionsAgain(next *txnRange) []*batch {
+	topics := map[string]bool{}
+	for _, rec := range next.waiting {
+		topics[rec.msg.Topic] = true
+	}
+	var bs []*batch
+	for k := range t.added {
+		if k != t.positions && topics[k.topic] && len(bs) < maxPartitionsAgain {
+			bs = append(bs, &batch{topic: k.topic, partition: k.partition})
+		}
+	}
+	return bs
+}
+
 // beginNext adds the positions partition, which every transaction
-// writes, to the next transaction before its held events are released.
+// writes, to the next transaction before its held events are released,
+// with the partitions again (partitionsAgain) the previous one wrote.
 // Right after EndTxn the coordinator is still writing the previous
 // transaction's markers and answers CONCURRENT_TRANSACTIONS for a few
 // milliseconds; polled here every millisecond, the wait ends as soon as
 // it can, once, instead of in every lane's first request with a backoff
 // each (with group commit, every transaction would pay it). Anything
-// else is left to the lanes, which retry or fail as for any request.
-func (t *transactions) beginNext() {
-	b := &batch{topic: t.positions.topic, partition: t.positions.partition}
+// else is left to the lanes, which retry or fail as for any request;
+// when one of the partitions again is refused (its topic deleted, say),
+// Kafka adds none of the request, so the positions partition is added
+// on its own.
+func (t *transactions) beginNext(again []*batch) {
+	bs := append([]*batch{{topic: t.positions.topic, partition: t.positions.partition}}, again...)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		errs := t.addPartitions(t.p.ctx, []*batch{b})
-		if errs == nil || !errors.Is(errs[0], kafka.ConcurrentTransactions) {
+		errs := t.addPartitions(t.p.ctx, bs)
+		if errs == nil {
 			return
+		}
+		if !errors.Is(errs[0], kafka.ConcurrentTransactions) {
+			if len(bs) == 1 {
+				return
+			}
+			bs = bs[:1]
+			continue
 		}
 		if !t.p.sleep(time.Millisecond) {
 			return
@@ -673,7 +734,7 @@ func (t *transactions) release(r *txnRange) {
 // into the open transaction, retrying like a lane.
 func (t *transactions) writePosition(last *replication.Event) error {
 	p := t.p
-	msg := &kafka.Message{Key: t.cfg.PositionKey, Value: t.cfg.Position(last), Time: time.Now()}
+	msg := &kafka.Message{Key: t.cfg.PositionKey, Value: t.cfg.Position(last, t.positionsCount), Time: time.Now()}
 	var buf []byte
 	var failing time.Time
 	for attempt := 1; ; attempt++ {
