@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,62 @@ func TestDoctorExactlyOnceACL(t *testing.T) {
 		"PASS  positions topic")
 	if strings.Contains(res.Stdout, "FAIL") {
 		t.Errorf("a FAIL with every grant")
+	}
+
+	// The relay with those grants: it streams and commits a position.
+	// Then without READ on the positions topic (a DENY, which wins over
+	// the ALLOW) the position read fails the same way on every start, so
+	// the relay stops with exit 1 and the grant instead of reconnecting
+	// for ever (issue 35). With READ back it resumes from the position.
+	relayEnv := processEnv(env.BaseEnv(), k.clientEnv(), []string{"OUTBOX_RELAY_DELIVERY=exactly-once",
+		"OUTBOX_RELAY_POSITIONS_TOPIC=" + positions, "OUTBOX_RELAY_TRANSACTION_TIMEOUT=20s", "OUTBOX_RELAY_BACKOFF_MAX=1s",
+		fmt.Sprintf("OUTBOX_RELAY_METRICS_ADDR=127.0.0.1:%d", freePort(t))})
+	const resumed = "resuming after the committed position in Kafka"
+	first := StartRelay(t, relayEnv)
+	if !within(60*time.Second, 100*time.Millisecond, func() bool { return first.LogContains(`"message":"streaming"`) || !first.Running() }) ||
+		!first.Running() {
+		t.Fatalf("relay with every grant is not streaming:\n%s", first.LogTail(20))
+	}
+	env.bulkInsert(10, 2)
+	if !within(60*time.Second, 200*time.Millisecond, func() bool {
+		res, err := admin.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{positions: {kafka.LastOffsetOf(0)}}})
+		return err == nil && len(res.Topics[positions]) == 1 && res.Topics[positions][0].LastOffset > 0
+	}) {
+		t.Fatalf("no position record committed within 60s:\n%s", first.LogTail(20))
+	}
+	if code, exited := first.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want 0", exited, code)
+	}
+
+	denyRead := kafka.ACLEntry{ResourceType: kafka.ResourceTypeTopic, ResourceName: positions, ResourcePatternType: kafka.PatternTypeLiteral,
+		Principal: "User:" + k.User, Host: "*", Operation: kafka.ACLOperationTypeRead, PermissionType: kafka.ACLPermissionTypeDeny}
+	if res, err := admin.CreateACLs(ctx, &kafka.CreateACLsRequest{ACLs: []kafka.ACLEntry{denyRead}}); err != nil || res.Errors[0] != nil {
+		t.Fatalf("deny READ on %s: %v %v", positions, err, res)
+	}
+	doctor("may not read it", "--transaction-timeout", "20s") // the DENY has reached the authorizer
+	denied := StartRelay(t, relayEnv)
+	code, exited := denied.Wait(60 * time.Second)
+	t.Logf("relay without READ on %s: exited=%v code=%d\n%s", positions, exited, code, denied.LogTail(3))
+	if !exited || code != 1 {
+		denied.Term(10 * time.Second)
+		t.Errorf("relay without READ on the positions topic: exited=%v code=%d, want exit 1 (not reconnecting for ever)", exited, code)
+	}
+	if want := "may not read the positions topic " + positions; !denied.LogContains(want) {
+		t.Errorf("relay log lacks %q:\n%s", want, denied.LogTail(20))
+	}
+
+	if _, err := admin.DeleteACLs(ctx, &kafka.DeleteACLsRequest{Filters: []kafka.DeleteACLsFilter{{
+		ResourceTypeFilter: denyRead.ResourceType, ResourceNameFilter: positions, ResourcePatternTypeFilter: denyRead.ResourcePatternType,
+		PrincipalFilter: denyRead.Principal, HostFilter: "*", Operation: denyRead.Operation, PermissionType: denyRead.PermissionType,
+	}}}); err != nil {
+		t.Fatalf("delete the DENY: %v", err)
+	}
+	doctor("PASS  positions topic", "--transaction-timeout", "20s")
+	again := StartRelay(t, relayEnv)
+	if !within(60*time.Second, 100*time.Millisecond, func() bool { return again.LogContains(resumed) || !again.Running() }) || !again.Running() {
+		t.Errorf("relay with READ back did not resume from the position:\n%s", again.LogTail(20))
+	}
+	if code, exited := again.Term(20 * time.Second); !exited || code != 0 {
+		t.Errorf("SIGTERM: exited=%v code=%d, want 0", exited, code)
 	}
 }

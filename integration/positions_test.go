@@ -179,6 +179,83 @@ func TestExactlyOncePositionPastOpenTransaction(t *testing.T) {
 	}
 }
 
+// TestExactlyOncePositionsTopicRepartitioned: partitions added to the
+// positions topic move the source's key to another partition, while its
+// position records stay where they were written. The relay restarts with
+// neither the slot nor a PostgreSQL checkpoint ahead, so only the Kafka
+// position says where to resume. Read only where the key maps now, the
+// position would be lost and everything since the start published again:
+// duplicates a read_committed consumer sees. The restart finds the record
+// in the old partition; its next commits write where the key maps now,
+// so a second restart finds it there.
+func TestExactlyOncePositionsTopicRepartitioned(t *testing.T) {
+	inSuites(t, parallel, stack)
+	r := startEOSRun(t, 36)
+	positions := "it." + r.env.Sfx + ".positions"
+	hold := []string{"OUTBOX_RELAY_TEST_STATUS_HOLD=1h", "OUTBOX_RELAY_CHECKPOINT_INTERVAL=0"}
+	relay := r.startRelay(hold...)
+	r.flowing("start", 1000)
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+	r.waitSlotFree()
+
+	key := []byte(r.env.Source().PositionKey())
+	n := 2
+	for (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: key}, seq(n)...) == 0 {
+		n++
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := kafkaClient().CreatePartitions(ctx, &kafka.CreatePartitionsRequest{
+		Topics: []kafka.TopicPartitionsConfig{{Name: positions, Count: int32(n)}}})
+	if err == nil {
+		err = res.Errors[positions]
+	}
+	if err != nil {
+		t.Fatalf("add partitions to %s: %v", positions, err)
+	}
+	if !within(30*time.Second, 100*time.Millisecond, func() bool {
+		md, err := kafkaClient().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{positions}})
+		return err == nil && len(md.Topics) == 1 && len(md.Topics[0].Partitions) == n
+	}) {
+		t.Fatalf("%s does not have %d partitions within 30s", positions, n)
+	}
+	t.Logf("%s has %d partitions: the key moved from partition 0", positions, n)
+
+	relay = r.startRelay(hold...)
+	if !within(30*time.Second, 100*time.Millisecond, func() bool {
+		return relay.LogContains("resuming after the committed position in Kafka") || !relay.Running()
+	}) || !relay.LogContains("in another partition of the positions topic") {
+		t.Fatalf("the restarted relay did not resume from the position in the key's former partition:\n%s", relay.LogTail(20))
+	}
+	r.flowing("after the first restart", 1000)
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+	r.waitSlotFree()
+	relay = r.startRelay(hold...)
+	if !within(30*time.Second, 100*time.Millisecond, func() bool {
+		return relay.LogContains("resuming after the committed position in Kafka") || !relay.Running()
+	}) || relay.LogContains("in another partition of the positions topic") {
+		t.Fatalf("the second restart did not resume from the key's own partition:\n%s", relay.LogTail(20))
+	}
+	r.flowing("after the second restart", 1000)
+	r.finish("TestExactlyOncePositionsTopicRepartitioned", "partitions added to the positions topic, restarts with the slot held back")
+	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
+	}
+}
+
+// seq is 0, 1, ..., n-1.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
 // TestExactlyOnceTwoServicesOneKafka: two services on two PostgreSQL
 // clusters, both on the same slot name, write exactly-once into one Kafka
 // cluster and one positions topic. Their transactional ids and position

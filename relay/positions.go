@@ -46,6 +46,10 @@ type kafkaPosition struct {
 	Events      int       `json:"events"`
 	EventID     string    `json:"event_id"`
 	CommittedAt time.Time `json:"at"`
+	// Partitions is the positions topic's partition count when the
+	// record was written (0 from relays before it was stored): a reader
+	// that sees more knows the key may have moved (movedPosition).
+	Partitions int `json:"partitions,omitempty"`
 	// offset is the record's offset in the positions partition (not
 	// stored).
 	offset int64
@@ -68,9 +72,10 @@ func (r *Relay) transactionConfig(id checkpoint.Identity, src Source) *publisher
 		// Half the window each: the next range fills while one commits.
 		MaxEvents: max(r.cfg.Window.MaxEvents/2, 1), MaxBytes: int(max(r.cfg.Window.MaxBytes/2, 1)),
 		PositionsTopic: p.PositionsTopic, PositionKey: []byte(src.PositionKey()),
-		Position: func(last *replication.Event) []byte {
+		Position: func(last *replication.Event, partitions int) []byte {
 			v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: src.Slot, SystemID: id.SystemID, Timeline: id.Timeline,
-				CommitLSN: last.TxLSN.String(), Events: last.Ordinal + 1, EventID: last.EventID, CommittedAt: time.Now().UTC()})
+				CommitLSN: last.TxLSN.String(), Events: last.Ordinal + 1, EventID: last.EventID, CommittedAt: time.Now().UTC(),
+				Partitions: partitions})
 			return v
 		},
 	}
@@ -83,7 +88,8 @@ const positionScanStart = 1000
 
 // committedPosition returns the newest committed position record of src
 // in partition of the positions topic, nil when there is none (or when
-// the newest record under its key is a tombstone). keys are the keys that
+// the newest record under its key is a tombstone); found says whether
+// there was a record, a tombstone included. keys are the keys that
 // count as src's: its PositionKey, and the legacy key whose records count
 // only when written on src's system.
 //
@@ -101,7 +107,7 @@ const positionScanStart = 1000
 // back to the high watermark (so the markers after a window's records are
 // read with them): a start costs a few fetches however long the
 // uncompacted tail.
-func (r *Relay) committedPosition(ctx context.Context, partition int, src Source, keys [][]byte) (*kafkaPosition, error) {
+func (r *Relay) committedPosition(ctx context.Context, partition int, src Source, keys [][]byte) (pos *kafkaPosition, found bool, err error) {
 	topic := r.cfg.Publish.PositionsTopic
 	client, closeIdle := r.cfg.Kafka.Client("outbox-relay", 10*time.Second)
 	defer closeIdle()
@@ -112,7 +118,7 @@ func (r *Relay) committedPosition(ctx context.Context, partition int, src Source
 		}},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("positions topic %s: list offsets: %w", topic, err)
+		return nil, false, fmt.Errorf("positions topic %s: list offsets: %w", topic, err)
 	}
 	var first, end int64 = -1, -1
 	for _, po := range res.Topics[topic] {
@@ -120,24 +126,24 @@ func (r *Relay) committedPosition(ctx context.Context, partition int, src Source
 			continue
 		}
 		if po.Error != nil {
-			return nil, fmt.Errorf("positions topic %s[%d]: list offsets: %w", topic, partition, po.Error)
+			return nil, false, fmt.Errorf("positions topic %s[%d]: list offsets: %w", topic, partition, po.Error)
 		}
 		first, end = po.FirstOffset, po.LastOffset
 	}
 	if first < 0 || end < 0 {
-		return nil, fmt.Errorf("positions topic %s[%d]: no offsets in the answer", topic, partition)
+		return nil, false, fmt.Errorf("positions topic %s[%d]: no offsets in the answer", topic, partition)
 	}
 	for window := int64(positionScanStart); end > first; window *= 4 {
 		start := max(first, end-window)
 		scan := positionScan{keys: keys, systemID: src.SystemID, slot: src.Slot}
 		if err := r.scanPositions(ctx, partition, start, end, &scan); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if scan.found || start == first {
-			return scan.last, nil
+			return scan.last, scan.found, nil
 		}
 	}
-	return nil, nil
+	return nil, false, nil
 }
 
 // scanPositions feeds the records of [start, end) of partition, markers
@@ -293,6 +299,48 @@ func (e *PositionAheadError) Error() string {
 		"which makes the relay resume from its PostgreSQL checkpoint and slot", e.Key, e.LSN, e.WAL)
 }
 
+// movedPosition looks for src's position in the partitions of the
+// positions topic other than part and lp (already read): partitions added
+// to the topic move a key to another partition, and the source's records
+// stay where they were written until its next commit writes one where
+// the key maps now. Without this the position would be lost, and the
+// stream would re-publish from the slot or the PostgreSQL checkpoint:
+// duplicates that read_committed consumers see. The newest record found
+// (by the time its transaction committed) wins; a tombstone found in
+// another partition counts as none there, and one not newer than have
+// (the record of the key's own partition) is not returned. It reads each
+// partition's tail,
+// so it costs one read of every partition of a topic with no record of
+// the source (its first start on a shared topic of several partitions).
+func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src Source, keys [][]byte, part, lp int,
+	have *kafkaPosition) (*kafkaPosition, error) {
+	n := pub.PositionPartitions()
+	newest := have
+	where := -1
+	for p := range n {
+		if p == part || p == lp {
+			continue
+		}
+		pos, _, err := r.committedPosition(ctx, p, src, keys)
+		if err != nil {
+			return nil, err
+		}
+		if pos != nil && (newest == nil || pos.CommittedAt.After(newest.CommittedAt)) {
+			newest, where = pos, p
+		}
+	}
+	if newest == have {
+		return nil, nil
+	}
+	if newest != nil {
+		r.log.Warn("a newer position record of the source is in another partition of the positions topic than its key maps to: "+
+			"partitions were added to the topic; resuming from it, and the next commit writes it where the key maps now",
+			slog.String("stage", "transaction"), slog.String("topic", r.cfg.Publish.PositionsTopic), slog.Int("found_in", where),
+			slog.Int("partition", part), slog.Int("partitions", n), slog.String("key", src.PositionKey()))
+	}
+	return newest, nil
+}
+
 // beginTransactions takes the transactional producer id, which fences
 // every earlier leader's producer, then reads the committed position of
 // src and applies it to rs.
@@ -304,21 +352,43 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 			// The configuration or the ACLs: no retry can fix it.
 			return rs, poison.Permanent(err)
 		}
+		if errors.Is(err, kafka.TopicAuthorizationFailed) {
+			return rs, poison.Permanent(fmt.Errorf("%w; the relay's principal may not describe or create the positions topic %s: "+
+				"grant it DESCRIBE, READ and WRITE on the topic, and create the topic (1 partition, cleanup.policy=compact) or grant CREATE "+
+				"(docs/managed-kafka.md)", err, r.cfg.Publish.PositionsTopic))
+		}
 		return rs, err
 	}
 	key, legacy := []byte(src.PositionKey()), []byte(src.legacyPositionKey())
 	part := pub.PositionPartition()
 	var pos *kafkaPosition
+	var found bool
 	var err error
-	if lp := pub.PositionPartitionOf(legacy); lp == part {
-		pos, err = r.committedPosition(ctx, part, src, [][]byte{key, legacy})
+	lp := pub.PositionPartitionOf(legacy)
+	if lp == part {
+		pos, found, err = r.committedPosition(ctx, part, src, [][]byte{key, legacy})
 	} else {
 		// A positions topic of several partitions: the legacy records
 		// are in another one, and count only while the source has
 		// none of its own.
-		if pos, err = r.committedPosition(ctx, part, src, [][]byte{key}); err == nil && pos == nil {
-			pos, err = r.committedPosition(ctx, lp, src, [][]byte{legacy})
+		if pos, found, err = r.committedPosition(ctx, part, src, [][]byte{key}); err == nil && !found {
+			pos, found, err = r.committedPosition(ctx, lp, src, [][]byte{legacy})
 		}
+	}
+	// Partitions added to the topic since the record was written move
+	// the key: the source's newest record may be in another partition.
+	if n := pub.PositionPartitions(); err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
+		var moved *kafkaPosition
+		if moved, err = r.movedPosition(ctx, pub, src, [][]byte{key, legacy}, part, lp, pos); moved != nil {
+			pos = moved
+		}
+	}
+	if errors.Is(err, kafka.TopicAuthorizationFailed) {
+		// Without READ the position read fails the same way on every
+		// start: reconnecting for ever would look alive and deliver
+		// nothing.
+		return rs, poison.Permanent(fmt.Errorf("%w; the relay's principal may not read the positions topic %s, where exactly-once "+
+			"finds where to resume: grant it READ and DESCRIBE on the topic (docs/managed-kafka.md)", err, r.cfg.Publish.PositionsTopic))
 	}
 	if err != nil {
 		return rs, err

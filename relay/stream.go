@@ -42,7 +42,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	// The quarantine is what the table says now: while this process was a
 	// standby or reconnecting, another leader may have quarantined
 	// aggregates, and an operator may have lifted others.
-	if err := r.quar.Reload(sctx); err != nil {
+	if err := r.quar.Reload(sctx, start); err != nil {
 		return err
 	}
 	r.m.Quarantined.Set(float64(r.quar.Quarantined()))

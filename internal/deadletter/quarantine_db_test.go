@@ -97,7 +97,7 @@ func TestDBReload(t *testing.T) {
 	if standby.Quarantines(late) {
 		t.Fatal("standby knows before reloading")
 	}
-	if err := standby.Reload(e.ctx); err != nil {
+	if err := standby.Reload(e.ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !standby.Quarantines(late) || standby.Quarantined() != 1 || !hold(t, standby, late) {
@@ -106,7 +106,7 @@ func TestDBReload(t *testing.T) {
 	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, &recWriter{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := standby.Reload(e.ctx); err != nil {
+	if err := standby.Reload(e.ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if standby.Quarantined() != 0 || standby.Quarantines(late) {
@@ -253,5 +253,94 @@ func TestDBHoldWaitsForRetry(t *testing.T) {
 				t.Fatalf("late event's row: %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// A range the relay wrote but never confirmed (an aborted Kafka
+// transaction, a crash) comes again when the stream restarts behind it.
+// When an operator resolved its dead and parked events in between, the
+// redelivered events are taken care of, not published a second time (a
+// dlq retry published them) or at all (a discard): whether the retry ran
+// while this quarantine was loaded (the event's own row is read under the
+// aggregate's lock) or before a restart (Reload keeps the resolved events
+// at or after the stream's start). Issue 35: before, each was published
+// again, and a discarded poison event that no longer failed reached
+// consumers.
+func TestDBRedeliveryAfterResolve(t *testing.T) {
+	e := newDBEnv(t)
+	q := e.quarantine(t, poison.Quarantine)
+	agg := Aggregate{"order", "9"}
+	p := event("p", "order", "9", 0x500, 0)
+	a := event("a", "order", "9", 0x500, 1)
+	b := event("b", "order", "9", 0x600, 0)
+	mustPoison(t, q, p)
+	for _, ev := range []*replication.Event{a, b} {
+		if !hold(t, q, ev) {
+			t.Fatalf("%s not parked", ev.EventID)
+		}
+	}
+	w := &recWriter{}
+	if res, err := e.store.Retry(e.ctx, agg, w); err != nil || !res.Lifted || len(w.got) != 3 {
+		t.Fatalf("Retry = %+v, %v (%d written)", res, err, len(w.got))
+	}
+
+	// The retry ran while the quarantine was in memory: the stream comes
+	// back to p, a and b (the range was aborted), then to a new event.
+	for _, ev := range []*replication.Event{p, a, b} {
+		if !hold(t, q, ev) {
+			t.Errorf("redelivered %s after the retry: published again", ev.EventID)
+		}
+	}
+	next := event("next", "order", "9", 0x700, 0)
+	if hold(t, q, next) || q.Quarantined() != 0 {
+		t.Errorf("the event after the retried ones: %d quarantined; want it published and the quarantine lifted", q.Quarantined())
+	}
+
+	// A restart: the stream starts at 0x500 (the position never passed
+	// the range); the retried events are known before they come again.
+	q2 := e.quarantine(t, poison.Quarantine)
+	if err := q2.Reload(e.ctx, 0x500); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []*replication.Event{p, a, b} {
+		if !q2.Quarantines(ev) || !hold(t, q2, ev) {
+			t.Errorf("redelivered %s after a restart: published again", ev.EventID)
+		}
+	}
+	if q2.Quarantines(next) || hold(t, q2, next) {
+		t.Errorf("an event nobody resolved was held")
+	}
+	// A stream that starts past them knows none of them.
+	q3 := e.quarantine(t, poison.Quarantine)
+	if err := q3.Reload(e.ctx, 0x601); err != nil {
+		t.Fatal(err)
+	}
+	if q3.Quarantines(p) || q3.Quarantines(b) {
+		t.Errorf("events before the stream's start kept in memory")
+	}
+
+	// A discarded poison event is never published, even when it would
+	// now go through; its parked successor, published by the discard, is
+	// not published twice.
+	d := event("d", "invoice", "1", 0x800, 0)
+	c := event("c", "invoice", "1", 0x900, 0)
+	mustPoison(t, q, d)
+	if !hold(t, q, c) {
+		t.Fatal("c not parked")
+	}
+	if _, err := e.store.Discard(e.ctx, "d", "bad row", &recWriter{}); err != nil {
+		t.Fatal(err)
+	}
+	q4 := e.quarantine(t, poison.Quarantine)
+	if err := q4.Reload(e.ctx, 0x800); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []*replication.Event{d, c} {
+		if !q4.Quarantines(ev) || !hold(t, q4, ev) {
+			t.Errorf("redelivered %s after the discard: published", ev.EventID)
+		}
+	}
+	if got := e.status(t, "d"); got != StatusDiscarded {
+		t.Errorf("d is %q, want %q", got, StatusDiscarded)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/poison"
@@ -24,6 +25,10 @@ type Queue struct {
 
 	mu   sync.Mutex
 	open map[Aggregate]replication.Position // earliest open row per aggregate
+	// resolved holds, by event id, the events ahead of the stream's start
+	// that an operator resolved (published by a dlq retry, or
+	// discarded) before the stream reached them again: see Hold.
+	resolved map[string]string
 
 	// OnPark and OnDead, if set, are called after a row is written.
 	OnPark, OnDead func()
@@ -32,7 +37,7 @@ type Queue struct {
 // NewQueue loads the quarantined aggregates of store.
 func NewQueue(ctx context.Context, store *Store, policy poison.Policy, log *slog.Logger) (*Queue, error) {
 	q := &Queue{store: store, policy: policy, log: log}
-	if err := q.Reload(ctx); err != nil {
+	if err := q.Reload(ctx, 0); err != nil {
 		return nil, err
 	}
 	return q, nil
@@ -44,14 +49,35 @@ func NewQueue(ctx context.Context, store *Store, policy poison.Policy, log *slog
 // quarantined aggregates (and operators lifted others), and an aggregate
 // missing here would have its next event published ahead of the dead and
 // parked ones.
-func (q *Queue) Reload(ctx context.Context) error {
+//
+// since is where the stream starts (its transactions' commit LSNs are at
+// or after it; 0 when no stream starts). The events at or after it that
+// the relay dead-lettered or parked before (in a range it wrote but never
+// confirmed: an aborted Kafka transaction, a crash) and that an operator
+// resolved meanwhile will be redelivered; Reload keeps them, so that Hold
+// does not publish them a second time, or at all when discarded.
+func (q *Queue) Reload(ctx context.Context, since pglogrepl.LSN) error {
 	open, err := q.store.open(ctx)
 	if err != nil {
 		return err
 	}
+	var resolved map[string]string
+	if since > 0 {
+		if resolved, err = q.store.resolvedSince(ctx, since); err != nil {
+			return err
+		}
+		if len(resolved) > maxResolvedAhead {
+			q.log.Warn("more events resolved ahead of the stream than kept in memory; the others are published again if redelivered",
+				slog.String("stage", "quarantine"), slog.Int("kept", maxResolvedAhead))
+		}
+	}
 	q.mu.Lock()
-	q.open = open
+	q.open, q.resolved = open, resolved
 	q.mu.Unlock()
+	if len(resolved) > 0 {
+		q.log.Info("events ahead of the stream were resolved by an operator since the relay dead-lettered or parked them; they are not published again",
+			slog.String("stage", "quarantine"), slog.Int("events", len(resolved)), slog.String("since", since.String()))
+	}
 	if len(open) > 0 {
 		q.log.Warn("aggregates are quarantined; their new events are parked until an operator runs outbox-relay dlq retry or discard", slog.String("stage", "quarantine"), slog.Int("aggregates", len(open)))
 	}
@@ -73,6 +99,9 @@ func (q *Queue) Quarantined() int {
 func (q *Queue) Quarantines(ev *replication.Event) bool {
 	q.mu.Lock()
 	_, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
+	if !ok && len(q.resolved) > 0 {
+		_, ok = q.resolved[ev.EventID]
+	}
 	q.mu.Unlock()
 	return ok
 }
@@ -81,11 +110,25 @@ func (q *Queue) Quarantines(ev *replication.Event) bool {
 // reports whether ev is taken care of (parked now, or the poison event
 // itself redelivered). The row is committed before Hold returns, so the
 // caller may acknowledge ev.
+//
+// An event the relay dead-lettered or parked before, in a range it never
+// confirmed, comes again when the stream restarts behind it. If an
+// operator resolved it meanwhile (a dlq retry published it, or a discard
+// dropped it), it is taken care of: published again it would be a
+// duplicate after its successors, and a discarded one would reach
+// consumers against the operator's decision. Hold reports it handled and
+// logs it; its row says what happened to it.
 func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error) {
 	agg := Aggregate{ev.AggregateType, ev.AggregateID}
 	q.mu.Lock()
 	pos, ok := q.open[agg]
+	status, resolved := q.resolved[ev.EventID]
+	delete(q.resolved, ev.EventID)
 	q.mu.Unlock()
+	if resolved {
+		q.logResolved(ev, status)
+		return true, nil
+	}
 	if !ok || ev.Pos().Before(pos) {
 		return false, nil
 	}
@@ -94,18 +137,36 @@ func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (
 	}
 	parked := false
 	err := q.inAggregateLock(ctx, agg, func(tx pgx.Tx) error {
+		// The aggregate's open rows, and this event's own row: a dlq
+		// retry that ran since the quarantine was loaded may have
+		// published it (a redelivery of an event parked before).
 		var stillOpen bool
+		var own *string
 		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+q.store.table+` WHERE outbox_table = $1
-			AND aggregate_type = $2 AND aggregate_id = $3 AND status IN ('dead', 'parked'))`,
-			q.store.outbox, agg.Type, agg.ID).Scan(&stillOpen)
-		if err != nil || !stillOpen {
+			AND aggregate_type = $2 AND aggregate_id = $3 AND status IN ('dead', 'parked')),
+			(SELECT status FROM `+q.store.table+` WHERE outbox_table = $1 AND event_id = $4)`,
+			q.store.outbox, agg.Type, agg.ID, ev.EventID).Scan(&stillOpen, &own)
+		if err != nil {
 			return err
+		}
+		if own != nil && (*own == StatusPublished || *own == StatusDiscarded) {
+			status, resolved = *own, true
+			return nil
+		}
+		if !stillOpen {
+			return nil
 		}
 		parked = true
 		return q.store.insert(ctx, tx, ev, topic, StatusParked, "permanent", "aggregate quarantined behind an earlier poison event")
 	})
 	if err != nil {
 		return false, err
+	}
+	if resolved {
+		// The aggregate's next event finds out whether the quarantine
+		// was lifted, as below.
+		q.logResolved(ev, status)
+		return true, nil
 	}
 	if !parked {
 		// An operator lifted the quarantine: publish again from here on.
@@ -122,6 +183,13 @@ func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (
 	}
 	q.log.Warn("event parked behind its aggregate's poison event", slog.String("stage", "quarantine"), slog.String("event_id", ev.EventID), slog.String("aggregate_id", ev.AggregateID), slog.String("event_type", ev.EventType))
 	return true, nil
+}
+
+// logResolved reports a redelivered event that an operator resolved.
+func (q *Queue) logResolved(ev *replication.Event, status string) {
+	q.log.Info("redelivered event already resolved by an operator ("+status+"); not published again (outbox-relay dlq show)",
+		slog.String("stage", "quarantine"), slog.String("event_id", ev.EventID), slog.String("aggregate_id", ev.AggregateID),
+		slog.String("event_type", ev.EventType), slog.String("status", status))
 }
 
 // Poison writes ev as dead with its reason and quarantines its aggregate.

@@ -164,6 +164,37 @@ func (s *Store) open(ctx context.Context) (map[Aggregate]replication.Position, e
 	return out, rows.Err()
 }
 
+// maxResolvedAhead bounds how many resolved events ahead of the stream's
+// start Reload keeps in memory. They can only be the events of ranges
+// the relay wrote but never confirmed (at most its in-flight window),
+// so more means a table the relay does not understand; the excess is
+// logged and published again, at least once as before.
+const maxResolvedAhead = 100_000
+
+// resolvedSince returns, by event id, the status of the events this
+// system's relay dead-lettered or parked at or after lsn (the commit LSN
+// of their transaction) and an operator resolved since: published by a
+// dlq retry, or discarded. The stream redelivers them when it restarts
+// before its position passed them (see Queue.Hold).
+func (s *Store) resolvedSince(ctx context.Context, lsn pglogrepl.LSN) (map[string]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT event_id, status FROM `+s.table+` WHERE outbox_table = $1
+		AND status IN ('published', 'discarded') AND system_identifier = `+systemID+` AND tx_lsn >= $2::pg_lsn
+		ORDER BY tx_lsn, tx_ordinal LIMIT `+fmt.Sprint(maxResolvedAhead+1), s.outbox, lsn.String())
+	if err != nil {
+		return nil, fmt.Errorf("read resolved events: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			return nil, err
+		}
+		out[id] = status
+	}
+	return out, rows.Err()
+}
+
 const entryColumns = `event_id, aggregate_type, aggregate_id, aggregate_version, coalesce(event_type, ''),
 	schema_version, payload, headers, coalesce(topic, ''), tx_lsn::text, tx_ordinal, coalesce(commit_time, 'epoch'),
 	status, reason, class, attempts, first_failed_at, last_failed_at, resolved_at, resolution`

@@ -216,7 +216,7 @@ func TestDBListForeignSystemRowFirst(t *testing.T) {
 	q := e.quarantine(t, poison.Quarantine)
 	mustPoison(t, q, event("old", "order", "9", 0x9000, 0))
 	e.setSystem(t, "old", "another-system")
-	if err := q.Reload(e.ctx); err != nil {
+	if err := q.Reload(e.ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !hold(t, q, event("new", "order", "9", 0x100, 0)) {
