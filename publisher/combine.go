@@ -45,7 +45,11 @@ type batch struct {
 	// records is the partition's record batch, size-prefixed, as
 	// appendBatch encodes it.
 	records []byte
-	err     chan error
+	// last says no other batch is worth waiting for: the position record
+	// of a closed range, after every event of it was answered. It does
+	// not linger.
+	last bool
+	err  chan error
 }
 
 // combiner merges the batches that lanes hand it at about the same moment
@@ -147,7 +151,7 @@ func (c *combiner) collect() {
 			return
 		}
 		size := group[0].bytes
-		lingering := c.linger > 0 && !c.full(group, size)
+		lingering := c.linger > 0 && !c.full(group, size) && !group[0].last
 		if lingering {
 			timer.Reset(c.linger)
 		}

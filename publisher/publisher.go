@@ -542,7 +542,7 @@ func (p *Publisher) backoff(attempt int) time.Duration {
 // outage costs the brokers no more than a few requests per partition per
 // BackoffMax.
 func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Duration {
-	if errors.Is(err, kafka.ConcurrentTransactions) {
+	if errors.Is(err, kafka.ConcurrentTransactions) || verificationCancelled(err) {
 		// The previous transaction's markers are still being written
 		// (exactly-once): done within milliseconds, as the Java producer
 		// assumes when it retries AddPartitionsToTxn after 20 ms. With
@@ -556,6 +556,17 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
 	}
 	return p.backoff(attempt)
+}
+
+// verificationCancelled reports a transactional batch refused because
+// its partition leader's check with the coordinator that the partition
+// is in the transaction (KIP-890) was cancelled by a later request of
+// the same transactional id: Kafka answers NOT_ENOUGH_REPLICAS with
+// "Unable to verify ... NETWORK_EXCEPTION". Nothing is wrong with the
+// replicas, and a retry passes at once: it gets CONCURRENT_TRANSACTIONS'
+// short retries, not a replica outage's backoff.
+func verificationCancelled(err error) bool {
+	return errors.Is(err, kafka.NotEnoughReplicas) && strings.Contains(err.Error(), "Unable to verify")
 }
 
 const (
