@@ -140,6 +140,11 @@ func transactionalBatch(pid int64, epoch int16, key, value []byte) []byte {
 	return append(b, crcd...)
 }
 
+// kafkaPositionOnly are a relay's settings under which the slot confirms
+// nothing and no checkpoint is saved: a restart replays from the start and
+// only the Kafka position skips.
+var kafkaPositionOnly = []string{"OUTBOX_RELAY_TEST_STATUS_HOLD=1h", "OUTBOX_RELAY_CHECKPOINT_INTERVAL=0"}
+
 // TestExactlyOncePositionPastOpenTransaction: another service's
 // transaction stays open on the positions partition (it pins the last
 // stable offset there) while the relay commits on; the relay restarts with
@@ -153,9 +158,7 @@ func TestExactlyOncePositionPastOpenTransaction(t *testing.T) {
 	inSuites(t, parallel, stack)
 	r := startEOSRun(t, 35)
 	positions := "it." + r.env.Sfx + ".positions"
-	// The slot confirms nothing and no checkpoint is saved: the restart
-	// replays from the start and only the Kafka position skips.
-	hold := []string{"OUTBOX_RELAY_TEST_STATUS_HOLD=1h", "OUTBOX_RELAY_CHECKPOINT_INTERVAL=0"}
+	hold := kafkaPositionOnly
 	relay := r.startRelay(hold...)
 	r.flowing("start", 1000)
 	foreign := openForeignTxn(t, "it."+r.env.Sfx+".foreign", positions)
@@ -192,7 +195,7 @@ func TestExactlyOncePositionsTopicRepartitioned(t *testing.T) {
 	inSuites(t, parallel, stack)
 	r := startEOSRun(t, 36)
 	positions := "it." + r.env.Sfx + ".positions"
-	hold := []string{"OUTBOX_RELAY_TEST_STATUS_HOLD=1h", "OUTBOX_RELAY_CHECKPOINT_INTERVAL=0"}
+	hold := kafkaPositionOnly
 	relay := r.startRelay(hold...)
 	r.flowing("start", 1000)
 	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
