@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -167,6 +168,48 @@ func TestLoopbackHostLists(t *testing.T) {
 	} {
 		if got := loopback(hosts); got != want {
 			t.Errorf("loopback(%q) = %v, want %v", hosts, got, want)
+		}
+	}
+}
+
+// TestHelpHidesSecrets: --help of every command and verb, with every kind
+// of secret set through the environment or a _FILE, shows "(set)" and
+// never the value (issue 36, row 1: help printed them as flag defaults,
+// before they were registered for masking).
+func TestHelpHidesSecrets(t *testing.T) {
+	helpOf(t, "migrate") // unsets OUTBOX_RELAY_* for the test
+	file := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(file, []byte("postgres://u:FileSecret@h/db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", file)
+	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD", "SaslSecret")
+	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_SECRET", "OAuthSecret")
+	var names []string
+	for name, c := range commands() {
+		if len(c.verbs) == 0 {
+			names = append(names, name)
+		}
+		for verb := range c.verbs {
+			names = append(names, name+" "+verb)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var out, errOut bytes.Buffer
+		code := run(append(strings.Fields(name), "--help"), &out, &errOut)
+		help := out.String() + errOut.String()
+		if code != 0 {
+			t.Errorf("%s --help: exit %d: %s", name, code, help)
+			continue
+		}
+		for _, secret := range []string{"FileSecret", "SaslSecret", "OAuthSecret"} {
+			if strings.Contains(help, secret) {
+				t.Errorf("%s --help shows %s", name, secret)
+			}
+		}
+		if strings.Contains(help, "-database-url") && !strings.Contains(help, "OUTBOX_RELAY_DATABASE_URL_FILE) (set)") {
+			t.Errorf("%s --help does not say the database URL is set", name)
 		}
 	}
 }

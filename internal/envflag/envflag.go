@@ -209,7 +209,7 @@ func (b *Binder) secretEnv(name, def string) string {
 
 func (b *Binder) registerSecret(p any, v flag.Value, name, help string) Binding {
 	env := b.EnvName(name)
-	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
+	b.fs.Var(&bound{Value: v, b: b, name: name, secret: true}, name, fmt.Sprintf("%s (env %s or %s_FILE)", help, env, env))
 	b.envNames = append(b.envNames, env, env+"_FILE")
 	return b.binding(p, name)
 }

@@ -3,6 +3,8 @@ package envflag
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +104,47 @@ func TestPrintDefaultsNamesTypes(t *testing.T) {
 		"  -wait duration\n    \thow long (env T_WAIT) (default 168h0m0s)\n"
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// TestPrintDefaultsHidesSecrets: a secret flag's value from the
+// environment or from its _FILE is the flag's default, and the usage shows
+// "(set)" for it, never the value (issue 36: `run --help` printed the
+// database URL and the SASL password). Other flags still show theirs.
+func TestPrintDefaultsHidesSecrets(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(file, []byte("postgres://u:FileSecret@h/db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("T_DATABASE_URL_FILE", file)
+	t.Setenv("T_PASSWORD", "EnvSecret")
+	t.Setenv("T_USER", "alice")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	b := New(fs, "T_")
+	var url, password, empty, user string
+	b.ConnString(&url, "database-url", "", "the database")
+	b.Secret(&password, "password", "", "the password")
+	b.Secret(&empty, "token", "", "a token")
+	b.String(&user, "user", "", "the user")
+	if url != "postgres://u:FileSecret@h/db" || password != "EnvSecret" {
+		t.Fatalf("values %q %q", url, password)
+	}
+	var out strings.Builder
+	b.PrintDefaults(&out)
+	usage := out.String()
+	for _, secret := range []string{"FileSecret", "EnvSecret", "postgres://"} {
+		if strings.Contains(usage, secret) {
+			t.Errorf("usage shows %q:\n%s", secret, usage)
+		}
+	}
+	for _, want := range []string{
+		"the database (env T_DATABASE_URL or T_DATABASE_URL_FILE) (set)\n",
+		"the password (env T_PASSWORD or T_PASSWORD_FILE) (set)\n",
+		"a token (env T_TOKEN or T_TOKEN_FILE)\n",
+		`the user (env T_USER) (default "alice")`,
+	} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("usage lacks %q:\n%s", want, usage)
+		}
 	}
 }

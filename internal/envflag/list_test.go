@@ -32,7 +32,7 @@ func TestConnStrings(t *testing.T) {
 	}
 	var usage strings.Builder
 	b.PrintDefaults(&usage)
-	if usage.String() != "  -standby-url string\n    \ta standby (env T_STANDBY_URL or T_STANDBY_URL_FILE)\n" {
+	if usage.String() != "  -standby-url string\n    \ta standby (env T_STANDBY_URL or T_STANDBY_URL_FILE) (set)\n" {
 		t.Fatalf("usage %q", usage.String())
 	}
 	if err := b.Parse([]string{"--standby-url", "postgres://u:pw1@c/db", "--standby-url", "postgres://u:pw2@d/db,postgres://e/db"}); err != nil {

@@ -26,6 +26,9 @@ type bound struct {
 	flag.Value
 	b    *Binder
 	name string
+	// secret marks a Secret, ConnString or ConnStrings flag: its value
+	// never appears in the usage, only whether it is set.
+	secret bool
 }
 
 func (v *bound) Set(s string) error {

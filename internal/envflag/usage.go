@@ -9,7 +9,9 @@ import (
 
 // PrintDefaults prints the flags as flag.PrintDefaults does, naming each
 // Binder value's type ("-max-inflight-bytes size") where the flag package
-// would print "value" for a type it does not know.
+// would print "value" for a type it does not know. A secret flag shows
+// "(set)" when the environment or its file gave it a value, never the
+// value: --help goes to terminals, CI logs and bug reports.
 func (b *Binder) PrintDefaults(w io.Writer) {
 	b.fs.VisitAll(func(f *flag.Flag) {
 		var s strings.Builder
@@ -25,7 +27,11 @@ func (b *Binder) PrintDefaults(w io.Writer) {
 		}
 		s.WriteString("\n    \t")
 		s.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
-		if def := f.DefValue; !zero(f, def) {
+		if bv, ok := f.Value.(*bound); ok && bv.secret {
+			if f.DefValue != "" && f.DefValue != "[]" {
+				s.WriteString(" (set)")
+			}
+		} else if def := f.DefValue; !zero(f, def) {
 			if _, str := unbound(f.Value).(interface{ quoted() }); str {
 				fmt.Fprintf(&s, " (default %q)", def)
 			} else {
