@@ -256,8 +256,10 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 func (c *config) validate(b *envflag.Binder, s scope) error {
 	errs := append([]error(nil), b.Errs()...)
 	c.failoverSlotSet = b.IsSet("failover-slot")
+	// Only the levels the relay logs at: disabled, panic or fatal would
+	// silence every warning, the insecure-setting ones included.
 	lvl, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel))
-	if err != nil || c.LogLevel == "" {
+	if err != nil || lvl < zerolog.DebugLevel || lvl > zerolog.ErrorLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel))
 	}
 	c.level = lvl
@@ -315,13 +317,19 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 				errs = append(errs, fmt.Errorf("--metrics-addr %q is not host:port (empty disables metrics)", c.MetricsAddr))
 			}
 		}
-		if c.MaxProcs < 0 {
-			errs = append(errs, fmt.Errorf("--max-procs %d: use 1 (the default), a larger count, or 0 for the Go runtime's choice", c.MaxProcs))
+		if c.MaxProcs < 0 || c.MaxProcs > maxProcsLimit {
+			errs = append(errs, fmt.Errorf("--max-procs %d: use 1 (the default), a larger count up to %d, or 0 for the Go runtime's choice", c.MaxProcs, maxProcsLimit))
 		}
 		errs = append(errs, c.Trace.validate()...)
 	}
 	return errors.Join(errs...)
 }
+
+// maxProcsLimit bounds --max-procs: every P can hold an OS thread, and a
+// count in the tens of thousands ends the process with "thread
+// exhaustion" and a stack trace of a million lines. No machine the relay
+// runs on has more cores than this.
+const maxProcsLimit = 1024
 
 func (c *config) validateMigrate() []error {
 	var errs []error

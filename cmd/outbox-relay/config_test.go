@@ -335,3 +335,20 @@ func TestZeroFlagsReachTheRelayAsOff(t *testing.T) {
 		t.Fatalf("only %d flags of fields with a non-zero default", n)
 	}
 }
+
+// TestLogLevelsAreTheRelays: only debug, info, warn and error; disabled,
+// panic, fatal or trace would silence the warnings about insecure
+// settings, or are not levels the relay logs at (issue 36, row 6).
+func TestLogLevelsAreTheRelays(t *testing.T) {
+	for _, lvl := range []string{"debug", "info", "warn", "error", "INFO"} {
+		if _, err := parse("migrate", "", []string{"--log-level", lvl}, scopeDB, &bytes.Buffer{}); err != nil && strings.Contains(err.Error(), "--log-level") {
+			t.Errorf("--log-level %s refused: %v", lvl, err)
+		}
+	}
+	for _, lvl := range []string{"disabled", "panic", "fatal", "trace", "", "loud"} {
+		_, err := parse("migrate", "", []string{"--log-level", lvl}, scopeDB, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "use debug, info, warn or error") {
+			t.Errorf("--log-level %q: %v", lvl, err)
+		}
+	}
+}

@@ -35,8 +35,15 @@ func TestMaxProcs(t *testing.T) {
 	if cfg, err = parseRun("--max-procs", "2"); err != nil || cfg.MaxProcs != 2 {
 		t.Fatalf("explicit --max-procs 2: %d (%v)", cfg.MaxProcs, err)
 	}
-	if _, err := parseRun("--max-procs", "-1"); err == nil || !strings.Contains(err.Error(), "--max-procs -1: use 1") {
-		t.Fatalf("negative --max-procs: %v", err)
+	for _, n := range []string{"-1", "1025", "100000"} {
+		// 100000 was accepted and ended the process with "thread
+		// exhaustion" (issue 36, row 4).
+		if _, err := parseRun("--max-procs", n); err == nil || !strings.Contains(err.Error(), "--max-procs "+n+": use 1") {
+			t.Fatalf("--max-procs %s: %v", n, err)
+		}
+	}
+	if _, err := parseRun("--max-procs", "1024"); err != nil {
+		t.Fatalf("--max-procs 1024: %v", err)
 	}
 
 	prev := runtime.GOMAXPROCS(0)
