@@ -59,6 +59,9 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 		if sec.TLS == nil && sec.SASL != nil && strings.EqualFold(sec.SASL.Name(), kafkaconn.MechanismPlain) {
 			log.Warn("SASL PLAIN without TLS sends the password in clear text: enable --kafka-tls", slog.String("stage", "startup"))
 		}
+		if sec.TLS == nil && sec.SASL != nil && strings.EqualFold(sec.SASL.Name(), kafkaconn.MechanismOAuthBearer) {
+			log.Warn("SASL OAUTHBEARER without TLS sends the bearer token in clear text, and anyone who reads it may use it until it expires: enable --kafka-tls", slog.String("stage", "startup"))
+		}
 	}
 	mode := redact.Param(c.Relay.Database.URL, "sslmode")
 	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.Relay.Database.URL, "host")) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -81,6 +82,10 @@ func TestKafkaSecurityConfigSaysHowToFix(t *testing.T) {
 		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", "https://idp/token"}, []string{
 			"--kafka-sasl-oauth-client-id: the client-credentials grant needs a client id", "--kafka-sasl-oauth-client-secret: the client-credentials grant needs a client secret"}},
 		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-file", "/t", "--kafka-sasl-oauth-extensions", "auth=x"}, []string{"--kafka-sasl-oauth-extensions: oauthbearer: extension key \"auth\" is reserved"}},
+		// The grant would send the client secret in clear (issue 36, row 3).
+		{[]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", "http://idp.example:8080/token",
+			"--kafka-sasl-oauth-client-id", "c", "--kafka-sasl-oauth-client-secret", "s"}, []string{
+			"--kafka-sasl-oauth-token-endpoint: token endpoint http://idp.example:8080 would receive the client secret in clear text: use https (http only on a loopback address)"}},
 		{[]string{"--kafka-sasl-oauth-scope", "kafka"}, []string{"--kafka-sasl-mechanism: OAuth settings are set but the SASL mechanism is \"\": use OAUTHBEARER"}},
 		{[]string{"--kafka-sasl-session-lifetime", "1s"}, []string{"--kafka-sasl-session-lifetime"}},
 		{[]string{"--kafka-sasl-mechanism", "plain"}, []string{"--kafka-sasl-username: SASL PLAIN needs a username", "--kafka-sasl-password: SASL PLAIN needs a password"}},
@@ -211,5 +216,36 @@ func TestHelpHidesSecrets(t *testing.T) {
 		if strings.Contains(help, "-database-url") && !strings.Contains(help, "OUTBOX_RELAY_DATABASE_URL_FILE) (set)") {
 			t.Errorf("%s --help does not say the database URL is set", name)
 		}
+	}
+}
+
+// TestOAuthOverPlaintext: an http token endpoint is accepted on a
+// loopback address only (a sidecar), and OAUTHBEARER without TLS is
+// warned about as PLAIN is: the bearer token travels in clear (issue 36,
+// row 3).
+func TestOAuthOverPlaintext(t *testing.T) {
+	baseEnv(t)
+	for _, endpoint := range []string{"http://127.0.0.1:8080/token", "http://localhost/token", "http://[::1]:9/token", "https://idp.example/token"} {
+		cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", endpoint,
+			"--kafka-sasl-oauth-client-id", "c", "--kafka-sasl-oauth-client-secret", "s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%s: %v", endpoint, err)
+			continue
+		}
+		var logs bytes.Buffer
+		cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+		if !strings.Contains(logs.String(), "SASL OAUTHBEARER without TLS sends the bearer token in clear text") {
+			t.Errorf("%s without --kafka-tls: no warning:\n%s", endpoint, logs.String())
+		}
+	}
+	cfg, err := parse("run", "", []string{"--kafka-tls", "--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-file", "/t"},
+		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+	if strings.Contains(logs.String(), "OAUTHBEARER without TLS") {
+		t.Errorf("warned with --kafka-tls:\n%s", logs.String())
 	}
 }

@@ -85,7 +85,8 @@ type OAuthConfig struct {
 	// TokenFile holds the token (a JWT), re-read for every new broker
 	// connection, so a sidecar can keep it fresh.
 	TokenFile string
-	// TokenEndpoint is the identity provider's token URL (http or https)
+	// TokenEndpoint is the identity provider's token URL (https; http only
+	// on a loopback address, since the grant sends the client secret)
 	// for the client-credentials grant with ClientID and ClientSecret.
 	TokenEndpoint string
 	ClientID      string

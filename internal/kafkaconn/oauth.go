@@ -2,6 +2,7 @@ package kafkaconn
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -32,8 +33,13 @@ func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 		p = oauthbearer.TokenFile(c.TokenFile)
 	case c.TokenEndpoint != "":
 		u, err := url.Parse(c.TokenEndpoint)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		switch {
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
 			fail("TokenEndpoint", "token endpoint must be an http(s) URL")
+		case u.Scheme == "http" && !loopbackHost(u.Hostname()):
+			// The grant sends the client secret in the request.
+			fail("TokenEndpoint", "token endpoint %s://%s would receive the client secret in clear text: use https (http only on a loopback address)",
+				u.Scheme, u.Host)
 		}
 		if c.ClientID == "" {
 			fail("ClientID", "the client-credentials grant needs a client id")
@@ -57,6 +63,16 @@ func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 		return nil, []error{&FieldError{Field: "SASL.OAuth.Extensions", Err: err}}
 	}
 	return m, nil
+}
+
+// loopbackHost reports whether host is this machine: localhost or a
+// loopback address.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ParseExtensions parses "key=value,key2=value2" (empty: none) and checks
