@@ -11,26 +11,30 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
 // TokenFile returns a TokenProvider that reads the token from path on
 // every call (each new broker connection): a sidecar, a Kubernetes
 // projected volume or a cron job keeps the file fresh, and the relay picks
-// the new token up without a restart. Surrounding white space is dropped.
+// the new token up without a restart. The file is read by the rules of
+// every secret file: at most 64 KiB, trailing line endings dropped, never
+// empty.
 // The expiry is the JWT's exp claim when the token is a JWT with one
 // (decoded, not verified: the broker verifies), otherwise unknown.
 func TokenFile(path string) TokenProvider {
 	return TokenProviderFunc(func(context.Context) (Token, error) {
-		b, err := os.ReadFile(path)
+		v, err := secretfile.Read(path)
 		if err != nil {
 			return Token{}, fmt.Errorf("oauthbearer: read token file: %w", err)
 		}
-		v := strings.TrimSpace(string(b))
-		if v == "" {
-			return Token{}, fmt.Errorf("oauthbearer: token file %s is empty", path)
+		if strings.ContainsAny(v, " \t\r\n") {
+			// A bearer token (RFC 6750's b64token) has no white space:
+			// this is another file, or two tokens.
+			return Token{}, fmt.Errorf("oauthbearer: token file %s holds white space, which no token has", path)
 		}
 		exp, _ := JWTExpiry(v)
 		return Token{Value: v, Expiry: exp}, nil

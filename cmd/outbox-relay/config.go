@@ -65,6 +65,10 @@ type config struct {
 	// library text (flagtext.go); set once the flags are parsed.
 	flagText func(string) string
 
+	// secretFiles are the files secrets were read from (<ENV>_FILE, the
+	// password and token files), for warnInsecure's permission check.
+	secretFiles []string
+
 	// Derived by validate.
 	kafkaSecurity kafkaconn.Security
 	table         migrations.Table
@@ -255,6 +259,12 @@ func (c *config) publisherConfig(clientID string) publisher.Config {
 // Each error names its flag and says how to fix it.
 func (c *config) validate(b *envflag.Binder, s scope) error {
 	errs := append([]error(nil), b.Errs()...)
+	c.secretFiles = slices.Clone(b.SecretFiles())
+	for _, f := range []string{c.PGAuth.PasswordFile, c.KafkaConn.SASL.OAuth.TokenFile} {
+		if f != "" {
+			c.secretFiles = append(c.secretFiles, f)
+		}
+	}
 	c.failoverSlotSet = b.IsSet("failover-slot")
 	// Only the levels the relay logs at: disabled, panic or fatal would
 	// silence every warning, the insecure-setting ones included.

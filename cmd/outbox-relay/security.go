@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
 // kafkaFlagErrors renames kafkaconn's field errors (of config.KafkaConn)
@@ -61,6 +62,12 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 		}
 		if sec.TLS == nil && sec.SASL != nil && strings.EqualFold(sec.SASL.Name(), kafkaconn.MechanismOAuthBearer) {
 			log.Warn("SASL OAUTHBEARER without TLS sends the bearer token in clear text, and anyone who reads it may use it until it expires: enable --kafka-tls", slog.String("stage", "startup"))
+		}
+	}
+	for _, f := range c.secretFiles {
+		if secretfile.Exposed(f) {
+			log.Warn("a secret file is readable by every user of this machine: chmod o-rwx it (0600, or 0640 for a group such as Kubernetes' fsGroup)",
+				slog.String("stage", "startup"), slog.String("file", f))
 		}
 	}
 	mode := redact.Param(c.Relay.Database.URL, "sslmode")

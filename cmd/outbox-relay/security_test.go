@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/pgauth"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 )
 
@@ -58,8 +59,60 @@ func TestSecretFileErrors(t *testing.T) {
 	}
 	os.Unsetenv("OUTBOX_RELAY_DATABASE_URL")
 	_, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL_FILE: open /nonexistent/url") {
+	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL_FILE: stat /nonexistent/url") {
 		t.Fatalf("got %v", err)
+	}
+	// Issue 36, row 5: /dev/zero ended the process with "out of memory".
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", "/dev/zero")
+	_, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL_FILE: /dev/zero is not a regular file (a device)") {
+		t.Fatalf("got %v", err)
+	}
+	os.Unsetenv("OUTBOX_RELAY_DATABASE_URL_FILE")
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h/db")
+	t.Setenv("OUTBOX_RELAY_DATABASE_PASSWORD_FILE", "/dev/zero")
+	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	if err == nil {
+		// The password file is read at every connection.
+		_, err = pgauth.ReadPasswordFile(cfg.PGAuth.PasswordFile)
+	}
+	if err == nil || !strings.Contains(err.Error(), "/dev/zero is not a regular file") {
+		t.Fatalf("password file /dev/zero: %v", err)
+	}
+}
+
+// TestExposedSecretFileWarns: a secret file every user may read, reached
+// through a symlink, is warned about at start; a 0640 one is not (issue
+// 36, row 5: accepted silently).
+func TestExposedSecretFileWarns(t *testing.T) {
+	baseEnv(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "sasl")
+	if err := os.WriteFile(target, []byte("pw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(target, 0o644)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE", link)
+	warnings := func() string {
+		cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-tls"},
+			scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+		return logs.String()
+	}
+	if w := warnings(); !strings.Contains(w, "a secret file is readable by every user") || !strings.Contains(w, link) {
+		t.Errorf("0644 secret file: no warning:\n%s", w)
+	}
+	os.Chmod(target, 0o640)
+	if w := warnings(); strings.Contains(w, "a secret file") {
+		t.Errorf("0640 secret file warned about:\n%s", w)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
 // Binder registers flags on a FlagSet with environment fallbacks.
@@ -36,6 +38,9 @@ type Binder struct {
 	// strings. dsnLists are the values of ConnStrings flags.
 	secrets  []secret
 	dsnLists []*[]string
+	// secretFiles are the files <ENV>_FILE variables named and the
+	// secrets were read from.
+	secretFiles []string
 	// paths maps the address of every field of the structs registered
 	// with Fields to its Go path (fields.go).
 	paths map[any]string
@@ -196,10 +201,11 @@ func (b *Binder) secretEnv(name, def string) string {
 	if path, ok := b.lookup(env + "_FILE"); ok {
 		if _, both := b.env(name); both {
 			b.errs = append(b.errs, fmt.Errorf("both %s and %s_FILE are set: keep one", env, env))
-		} else if v, err := os.ReadFile(path); err != nil {
+		} else if v, err := secretfile.Read(path); err != nil {
 			b.errs = append(b.errs, fmt.Errorf("%s_FILE: %w (point it at a readable file holding the value)", env, err))
 		} else {
-			def = strings.TrimRight(string(v), "\r\n")
+			def = v
+			b.secretFiles = append(b.secretFiles, path)
 		}
 	} else if v, ok := b.env(name); ok {
 		def = v
@@ -213,6 +219,11 @@ func (b *Binder) registerSecret(p any, v flag.Value, name, help string) Binding 
 	b.envNames = append(b.envNames, env, env+"_FILE")
 	return b.binding(p, name)
 }
+
+// SecretFiles returns the files that <ENV>_FILE variables named, from
+// which secret flags took their values (for a warning about their
+// permissions: internal/secretfile.Exposed).
+func (b *Binder) SecretFiles() []string { return b.secretFiles }
 
 // Secrets returns the current values of the Secret flags (plain) and of
 // the ConnString flags (dsns), for a redacting writer.

@@ -5,15 +5,14 @@
 package pgauth
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
 // Hook is relay.DatabaseConfig.BeforeConnect's type: it sets the
@@ -111,20 +110,15 @@ func PasswordFile(path string) Hook {
 	}
 }
 
-// ReadPasswordFile reads a password file: its content without one
-// trailing newline (\n or \r\n), as editors and `echo` leave one. An empty
-// password is an error (a file caught half-written, or the wrong file).
+// ReadPasswordFile reads a password file by the rules of every secret
+// file (internal/secretfile): its content without trailing line endings,
+// at most 64 KiB, never empty.
 func ReadPasswordFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	pw, err := secretfile.Read(path)
 	if err != nil {
 		return "", fmt.Errorf("read the password: %w", err)
 	}
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	b = bytes.TrimSuffix(b, []byte("\r"))
-	if len(b) == 0 {
-		return "", fmt.Errorf("%s is empty: it must hold the password", path)
-	}
-	return string(b), nil
+	return pw, nil
 }
 
 // CheckRDSIAM refuses a connection configuration an RDS IAM token cannot

@@ -31,7 +31,7 @@ func TestPasswordFileIsReadAtEveryConnect(t *testing.T) {
 		{"first\n", "first"},
 		{"second", "second"},
 		{"third\r\n", "third"},
-		{"two newlines\n\n", "two newlines\n"},
+		{"two newlines\n\n", "two newlines"}, // the rule of every secret file (internal/secretfile)
 		{" spaces kept ", " spaces kept "},
 	} {
 		write(c.file)
