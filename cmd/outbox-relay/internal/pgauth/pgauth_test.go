@@ -68,7 +68,7 @@ func TestBuild(t *testing.T) {
 		{"file", Options{PasswordFile: pwFile}, "postgres://u@h/db", true, nil},
 		{"file and URL password", Options{PasswordFile: pwFile}, "postgres://u:p@h/db", false, []string{"--database-password-file and a password in --database-url"}},
 		{"file and key=value password", Options{PasswordFile: pwFile}, "host=h user=u password=p", false, []string{"keep one"}},
-		{"missing file", Options{PasswordFile: filepath.Join(dir, "none")}, "postgres://u@h/db", false, []string{"--database-password-file: read the password: open"}},
+		{"missing file", Options{PasswordFile: filepath.Join(dir, "none")}, "postgres://u@h/db", false, []string{"--database-password-file: read the password: stat"}},
 		{"unknown mode", Options{Auth: "kerberos"}, "postgres://u@h/db", false, []string{`--database-auth "kerberos"`}},
 		{"iam and file", Options{Auth: AuthRDSIAM, PasswordFile: pwFile, AWSRegion: "eu-west-1"}, tlsURL, false, []string{"drop the file"}},
 		{"iam and URL password", Options{Auth: AuthRDSIAM, AWSRegion: "eu-west-1"}, "postgres://relay:pw@db.example.com/app?sslmode=require", false, []string{"drop it from the URL"}},
