@@ -300,7 +300,7 @@ func (e *PositionAheadError) Error() string {
 }
 
 // movedPosition looks for src's position in the partitions of the
-// positions topic other than part and lp (already read): partitions added
+// positions topic other than part (already read): partitions added
 // to the topic move a key to another partition, and the source's records
 // stay where they were written until its next commit writes one where
 // the key maps now. Without this the position would be lost, and the
@@ -312,13 +312,15 @@ func (e *PositionAheadError) Error() string {
 // partition's tail,
 // so it costs one read of every partition of a topic with no record of
 // the source (its first start on a shared topic of several partitions).
-func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src Source, keys [][]byte, part, lp int,
+func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src Source, keys [][]byte, part int,
 	have *kafkaPosition) (*kafkaPosition, error) {
 	n := pub.PositionPartitions()
 	newest := have
 	where := -1
 	for p := range n {
-		if p == part || p == lp {
+		if p == part {
+			// The legacy key's partition is read again: above, it was
+			// read for the legacy key alone.
 			continue
 		}
 		pos, _, err := r.committedPosition(ctx, p, src, keys)
@@ -379,7 +381,7 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 	// the key: the source's newest record may be in another partition.
 	if n := pub.PositionPartitions(); err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
 		var moved *kafkaPosition
-		if moved, err = r.movedPosition(ctx, pub, src, [][]byte{key, legacy}, part, lp, pos); moved != nil {
+		if moved, err = r.movedPosition(ctx, pub, src, [][]byte{key, legacy}, part, pos); moved != nil {
 			pos = moved
 		}
 	}
