@@ -253,6 +253,10 @@ func TestEncodeErrors(t *testing.T) {
 			"invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: not a JSON object"},
 		{Config{Format: FormatDebezium}, "t", func(ev *replication.Event) { ev.Headers = []byte(`{"id": "x"}`) },
 			`invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: row header "id" would repeat a header of the record format`},
+		// The native format too (issue 36, row 8: the record carried two
+		// event_id headers, and Java's lastHeader read the forged one).
+		{Config{}, "t", func(ev *replication.Event) { ev.Headers = []byte(`{"trace": "t", "event_id": "forged"}`) },
+			`invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: row header "event_id" would repeat a header of the record format`},
 	}
 	for _, c := range cases {
 		ev := formatEvent()

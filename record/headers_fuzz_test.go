@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,7 +100,9 @@ func FuzzParseHeaders(f *testing.F) {
 }
 
 // FuzzBuildMessage: the native format never panics; it fails exactly when
-// the headers do not parse, with an *EncodeError naming the event;
+// the headers do not parse or repeat a header the format sets (issue 36,
+// row 8: a row's "event_id" followed the event's own), with an
+// *EncodeError naming the event;
 // otherwise the record is key = aggregate_id, value = payload, time =
 // commit time, the five standard headers first and then the row's.
 func FuzzBuildMessage(f *testing.F) {
@@ -122,6 +125,11 @@ func FuzzBuildMessage(f *testing.F) {
 		var herr error
 		if len(headers) > 0 {
 			rowHeaders, herr = parseHeaders(headers)
+		}
+		if herr == nil && slices.ContainsFunc(rowHeaders, func(h kafka.Header) bool { return nativeReserved(h.Key) }) {
+			// A row header may not repeat one the format sets: a
+			// consumer reading the last event_id would read the row's.
+			herr = errors.New("a reserved header name")
 		}
 		if herr != nil {
 			var ee *EncodeError

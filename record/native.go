@@ -22,6 +22,9 @@ func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
 		if h, err = appendHeaders(h, ev.Headers); err != nil {
 			return kafka.Message{}, errors.New("headers: " + err.Error())
 		}
+		if err = checkRowHeaders(h, 5, nativeReserved); err != nil {
+			return kafka.Message{}, errors.New("headers: " + err.Error())
+		}
 	}
 	return kafka.Message{
 		Topic:   topic,
@@ -30,4 +33,16 @@ func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
 		Headers: h,
 		Time:    ev.CommitTime,
 	}, nil
+}
+
+// nativeReserved reports the headers FormatNative sets from the outbox
+// columns: a row header of the same name would follow the event's own,
+// and a consumer that reads the last one (Java's lastHeader) would take
+// the row's forged event_id for the event's.
+func nativeReserved(name string) bool {
+	switch name {
+	case HeaderEventID, HeaderEventType, HeaderSchemaVersion, HeaderAggregateType, HeaderAggregateVersion:
+		return true
+	}
+	return false
 }
