@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -190,6 +191,15 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	}
 	if p.TopicPartitions < 1 {
 		cs.fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
+	}
+	if p.TopicReplicationFactor < -1 || p.TopicReplicationFactor > math.MaxInt16 {
+		cs.fail("Publish.TopicReplicationFactor", p.TopicReplicationFactor, "use -1 (the brokers' default) or 1..%d", math.MaxInt16)
+	}
+	// In every delivery mode: at-least-once refuses rows routed to it too.
+	if p.PositionsTopic != "" {
+		if err := record.ValidTopic(p.PositionsTopic); err != nil {
+			cs.wrap("Publish.PositionsTopic", err)
+		}
 	}
 	p.validateDelivery(cs)
 	if pol, err := poison.ParsePolicy(string(p.PoisonPolicy)); err != nil {

@@ -303,6 +303,7 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 			errs = append(errs, fmt.Errorf("--%s %s: use 0 (off) or a positive duration", name, v))
 		}
 	}
+	errs = append(errs, c.conflicts(b, s)...)
 	// Validated with the flags' 0s passed on as -1; the errors show the
 	// flags' values, as given (flagError).
 	rc := c.Relay
@@ -333,6 +334,28 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 		errs = append(errs, c.Trace.validate()...)
 	}
 	return errors.Join(errs...)
+}
+
+// conflicts are flags that are valid alone but not with the others: a
+// setting that would be ignored is refused rather than silently dropped.
+func (c *config) conflicts(b *envflag.Binder, s scope) []error {
+	var errs []error
+	p := c.Relay.Publish
+	if p.Delivery != relay.ExactlyOnce {
+		for _, f := range []struct{ name, value string }{{"transaction-interval", p.TransactionInterval.String()},
+			{"transaction-timeout", p.TransactionTimeout.String()}, {"transactional-id", p.TransactionalID}} {
+			if b.IsSet(f.name) {
+				errs = append(errs, fmt.Errorf("--%s %s is only used with --delivery exactly-once (--delivery is %s): drop it, or set --delivery exactly-once", f.name, f.value, p.Delivery))
+			}
+		}
+	}
+	if b.IsSet("topic-replication-factor") && p.TopicReplicationFactor == 0 {
+		errs = append(errs, errors.New("--topic-replication-factor 0: use -1 (the brokers' default) or a count of replicas, e.g. 3"))
+	}
+	if s&scopeRun != 0 && c.PProf && c.MetricsAddr == "" {
+		errs = append(errs, errors.New("--pprof serves on --metrics-addr, which is empty: set --metrics-addr (a private address) or drop --pprof"))
+	}
+	return errs
 }
 
 // maxProcsLimit bounds --max-procs: every P can hold an OS thread, and a

@@ -352,3 +352,35 @@ func TestLogLevelsAreTheRelays(t *testing.T) {
 		}
 	}
 }
+
+// TestConflictingFlags: flags that were accepted and then ignored or
+// misused are refused with the fix (issue 36, row 7).
+func TestConflictingFlags(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--positions-topic", "a/b"}, `--positions-topic: invalid Kafka topic name "a/b"`},
+		{[]string{"--transaction-interval", "5ms"}, "--transaction-interval 5ms is only used with --delivery exactly-once (--delivery is at-least-once)"},
+		{[]string{"--transactional-id", "x"}, "--transactional-id x is only used with --delivery exactly-once"},
+		{[]string{"--pprof", "--metrics-addr", ""}, "--pprof serves on --metrics-addr, which is empty"},
+		{[]string{"--topic-replication-factor", "0"}, "--topic-replication-factor 0: use -1 (the brokers' default) or a count of replicas"},
+		{[]string{"--topic-replication-factor", "-2"}, "--topic-replication-factor"},
+		{[]string{"--topic-replication-factor", "40000"}, "--topic-replication-factor"},
+	} {
+		_, err := parse("run", "", c.args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--delivery", "exactly-once", "--transaction-interval", "5ms", "--transactional-id", "x", "--positions-topic", "p.positions"},
+		{"--topic-replication-factor", "3"}, {"--topic-replication-factor", "-1"}, {"--pprof"},
+	} {
+		if _, err := parse("run", "", args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
