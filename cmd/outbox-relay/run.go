@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -68,7 +67,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv, ln := probeServer(mux, ln, probeLimits)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))

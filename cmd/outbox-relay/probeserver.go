@@ -1,0 +1,70 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// serverLimits bound what a client of the probe and metrics server can
+// hold: a port that Kubernetes, Prometheus and (with --pprof) an operator
+// reach, and that the chart binds to every interface.
+type serverLimits struct {
+	// ReadHeader and Read bound reading a request (a slow client that
+	// never finishes its headers or body).
+	ReadHeader, Read time.Duration
+	// Write bounds writing a response. It is above pprof's default
+	// 30 s CPU profile, which Go's handler refuses to take for as long
+	// as the write timeout or longer.
+	Write time.Duration
+	// Idle closes a keep-alive connection that sent nothing for this
+	// long; scrapers reconnect at their next scrape.
+	Idle time.Duration
+	// Conns is how many connections are served at once; more wait in
+	// the kernel's backlog until one closes.
+	Conns int
+}
+
+// probeLimits are the limits of --metrics-addr's server.
+var probeLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 35 * time.Second,
+	Idle: 15 * time.Second, Conns: 64}
+
+// probeServer is the server of h on ln within lim, and the listener to
+// serve (ln, limited to lim.Conns connections).
+func probeServer(h http.Handler, ln net.Listener, lim serverLimits) (*http.Server, net.Listener) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
+		WriteTimeout: lim.Write, IdleTimeout: lim.Idle}
+	return srv, &limitListener{Listener: ln, sem: make(chan struct{}, lim.Conns)}
+}
+
+// limitListener accepts a connection only while fewer than cap(sem) are
+// open (golang.org/x/net/netutil.LimitListener, which this module does
+// not otherwise need).
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+// limitConn gives its slot back once, when closed.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
