@@ -249,6 +249,12 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 	if err := cfg.validate(b, s); err != nil {
 		return nil, nil, configError{err}
 	}
+	// Every command that connects warns about the settings that weaken
+	// a secure setup, not only run: replay, recover, dlq, doctor and
+	// reconcile send the same credentials.
+	if s&(scopeDB|scopeKafka) != 0 {
+		cfg.warnInsecure(newLogger(cfg, stderr), s&scopeKafka != 0)
+	}
 	return cfg, rest, nil
 }
 

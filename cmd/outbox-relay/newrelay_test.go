@@ -19,8 +19,9 @@ func TestNewRelaySetsUpLikeRun(t *testing.T) {
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@db.example:5432/db?sslmode=require")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	var parsed bytes.Buffer
 	cfg, err := parse("recover", "", []string{"--max-procs", "1", "--cleanup-older-than", "168h", "--cleanup-interval", "1m",
-		"--kafka-tls-insecure-skip-verify"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		"--kafka-tls-insecure-skip-verify"}, scopeDB|scopeKafka|scopeRun, &parsed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +40,56 @@ func TestNewRelaySetsUpLikeRun(t *testing.T) {
 	if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), "outbox_relay_cleanup_runs_total") {
 		t.Errorf("no cleanup schedule: /metrics lacks outbox_relay_cleanup_runs_total")
 	}
-	for _, want := range []string{`"gomaxprocs":1`, "Go scheduler", "kafka connection security", "--kafka-tls-insecure-skip-verify", "sslmode=verify-full"} {
+	for _, want := range []string{`"gomaxprocs":1`, "Go scheduler"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("set-up log lacks %q:\n%s", want, buf.String())
 		}
+	}
+	// The warnings come from parsing, as for every command that connects.
+	for _, want := range []string{"kafka connection security", "--kafka-tls-insecure-skip-verify", "sslmode=verify-full"} {
+		if !strings.Contains(parsed.String(), want) {
+			t.Errorf("parse log lacks %q:\n%s", want, parsed.String())
+		}
+	}
+}
+
+// TestEveryConnectingCommandWarns: the insecure-setting warnings come from
+// parsing, which every command that connects goes through first (not only
+// run: issue 36, row 6, replay --kafka-tls-insecure-skip-verify warned
+// nothing), and a host from PGHOST is not taken for loopback.
+func TestEveryConnectingCommandWarns(t *testing.T) {
+	helpOf(t, "migrate") // unsets OUTBOX_RELAY_*
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@db.example:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	for _, c := range []struct {
+		name  string
+		scope scope
+	}{{"replay", scopeDB | scopeKafka}, {"dlq retry", scopeDB | scopeKafka}, {"doctor", scopeDB | scopeKafka}, {"reconcile", scopeDB | scopeKafka}} {
+		var errOut bytes.Buffer
+		if _, err := parse(c.name, "", []string{"--kafka-tls-insecure-skip-verify"}, c.scope, &errOut); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"--kafka-tls-insecure-skip-verify: broker certificates are not verified", "does not verify the server's certificate"} {
+			if !strings.Contains(errOut.String(), want) {
+				t.Errorf("%s: no warning %q:\n%s", c.name, want, errOut.String())
+			}
+		}
+	}
+	t.Setenv("PGHOST", "db.example")
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@/db?sslmode=require")
+	var errOut bytes.Buffer
+	if _, err := parse("dlq list", "", nil, scopeDB, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "does not verify the server's certificate") {
+		t.Errorf("a remote host from PGHOST taken for loopback:\n%s", errOut.String())
+	}
+	t.Setenv("PGHOST", "/var/run/postgresql")
+	errOut.Reset()
+	if _, err := parse("dlq list", "", nil, scopeDB, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(errOut.String(), "does not verify the server's certificate") {
+		t.Errorf("a local socket from PGHOST warned about:\n%s", errOut.String())
 	}
 }

@@ -32,10 +32,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 
 // newRelay sets up the process for streaming and returns its relay: the
 // one construction path of `run` and of `recover` (which streams after its
-// back-fill), so both warn about insecure settings, apply --max-procs and
-// run the cleanup schedule alike.
+// back-fill), so both apply --max-procs and run the cleanup schedule
+// alike (parseWith warned about insecure settings).
 func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
-	cfg.warnInsecure(log, true)
 	log.Info("Go scheduler", slog.String("stage", "startup"), slog.Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)))
 	opts, err := cfg.Trace.options(log) // tracing.go
 	if err != nil {

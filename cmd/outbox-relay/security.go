@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -70,10 +73,31 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 				slog.String("stage", "startup"), slog.String("file", f))
 		}
 	}
+	if c.Relay.Database.URL == "" {
+		return
+	}
 	mode := redact.Param(c.Relay.Database.URL, "sslmode")
-	if mode != "verify-full" && mode != "verify-ca" && !loopback(redact.Param(c.Relay.Database.URL, "host")) {
+	if mode == "" {
+		mode = os.Getenv("PGSSLMODE") // as libpq and pgconn read it
+	}
+	if mode != "verify-full" && mode != "verify-ca" && !loopback(effectiveHosts(c.Relay.Database.URL)) {
 		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 	}
+}
+
+// effectiveHosts are the hosts a connection string reaches, as pgconn
+// resolves them: a URL without a host takes PGHOST's (which counted as
+// loopback before), or the local socket.
+func effectiveHosts(url string) string {
+	pc, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return redact.Param(url, "host")
+	}
+	hosts := []string{pc.Host}
+	for _, f := range pc.Fallbacks {
+		hosts = append(hosts, f.Host)
+	}
+	return strings.Join(hosts, ",")
 }
 
 // loopback reports whether every host of a (multi-host) host list is local.
