@@ -103,6 +103,30 @@ func TestDoctor(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "PASS  role") || !strings.Contains(res.Stdout, "PASS  privileges") {
 		t.Errorf("doctor as the granted role: exit %d, want 0 with PASS role and PASS privileges\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
+	// Privileges and attributes beyond the relay's are warned about, with
+	// the REVOKE (issue 36, row 9: a role with TRUNCATE and DELETE on the
+	// outbox passed).
+	env.Exec(`grant truncate, update on ` + env.QuotedTable() + ` to ` + role)
+	env.Exec(`alter role ` + role + ` createrole`)
+	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic)
+	if res.Code != 0 {
+		t.Errorf("doctor as a role with extra privileges: exit %d, want 0 (warnings only)\n%s", res.Code, res.Stdout)
+	}
+	for _, want := range []string{"WARN  privileges", "and more it never uses: UPDATE, TRUNCATE on TABLE " + env.QuotedTable(),
+		"REVOKE UPDATE, TRUNCATE ON TABLE " + env.QuotedTable() + ` FROM "` + role + `"`,
+		"WARN  role attributes", `"` + role + `" has CREATEROLE: the relay uses none of them`, `ALTER ROLE "` + role + `" NOCREATEROLE`} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("doctor as a role with extra privileges: output lacks %q\n%s", want, res.Stdout)
+		}
+	}
+	// migrate --grant-role on such a role says so instead of adding
+	// REPLICATION silently.
+	if r := env.RunCLI(60*time.Second, nil, "migrate", "--grant-role", role); r.Code != 0 ||
+		!strings.Contains(r.Stdout, "warning: role "+role+" also has CREATEROLE, which the relay never uses") {
+		t.Errorf("migrate --grant-role on a CREATEROLE role: exit %d, no warning\n%s", r.Code, r.Stdout)
+	}
+	env.Exec(`revoke truncate, update on ` + env.QuotedTable() + ` from ` + role)
+	env.Exec(`alter role ` + role + ` nocreaterole`)
 	// With the cleanup schedule the role also needs DELETE on the outbox.
 	res = env.RunCLI(30*time.Second, asRole, "doctor", "--topics", env.Topic, "--cleanup-older-than", "240h")
 	if res.Code != 1 || !strings.Contains(res.Stdout, "lacks DELETE on TABLE "+`"public"."`+env.TableName+`"`) ||

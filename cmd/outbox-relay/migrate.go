@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,6 +91,14 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		for _, g := range grants {
 			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
 		}
+		if attrs, err := extraRoleAttributes(ctx, pool, cfg.GrantRole); err != nil {
+			return err
+		} else if len(attrs) > 0 {
+			// Granted REPLICATION on top of them: say so, not silently.
+			q := pgx.Identifier{cfg.GrantRole}.Sanitize()
+			fmt.Fprintf(stdout, "warning: role %s also has %s, which the relay never uses: ALTER ROLE %s NO%s\n",
+				cfg.GrantRole, strings.Join(attrs, ", "), q, strings.Join(attrs, " NO"))
+		}
 		if notes := prov.GrantRoleNotes(pgx.Identifier{cfg.GrantRole}.Sanitize()); len(notes) > 0 {
 			fmt.Fprintf(stdout, "on %s (what only its console or tooling can do, and what differs):\n", prov.Name())
 			for _, n := range notes {
@@ -119,4 +128,24 @@ func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 // hook of --database-password-file or --database-auth.
 func (c *config) replOpts() []replication.ConnectOption {
 	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
+}
+
+// extraRoleAttributes lists the attributes of role that the relay never
+// uses: SUPERUSER, CREATEROLE, CREATEDB, BYPASSRLS.
+func extraRoleAttributes(ctx context.Context, pool *pgxpool.Pool, role string) ([]string, error) {
+	var super, createRole, createDB, bypassRLS bool
+	if err := pool.QueryRow(ctx, `SELECT rolsuper, rolcreaterole, rolcreatedb, rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = $1`, role).
+		Scan(&super, &createRole, &createDB, &bypassRLS); err != nil {
+		return nil, fmt.Errorf("read role %s's attributes: %w", role, err)
+	}
+	var attrs []string
+	for _, a := range []struct {
+		has  bool
+		name string
+	}{{super, "SUPERUSER"}, {createRole, "CREATEROLE"}, {createDB, "CREATEDB"}, {bypassRLS, "BYPASSRLS"}} {
+		if a.has {
+			attrs = append(attrs, a.name)
+		}
+	}
+	return attrs, nil
 }

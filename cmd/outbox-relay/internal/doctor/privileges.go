@@ -18,15 +18,18 @@ import (
 // membership in rds_replication (p.ReplicationRole), which leaves
 // rolreplication false. A superuser, or a member of the provider's
 // stand-in for one (p.AdminRole), passes every check but gets a warning:
-// the relay holds production credentials and needs far less.
+// the relay holds production credentials and needs far less. So does a
+// role with attributes it never uses (CREATEROLE, CREATEDB, BYPASSRLS),
+// or with table privileges beyond RuntimeGrants (TRUNCATE on the outbox).
 func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *Report) {
 	var role, database string
-	var super, repl, replMember, admin bool
+	var super, repl, replMember, admin, createRole, createDB, bypassRLS bool
 	err := db.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolreplication,
 		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $1), false),
-		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $2), false)
+		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $2), false),
+		rolcreaterole, rolcreatedb, rolbypassrls
 		FROM pg_catalog.pg_roles WHERE rolname = current_user`, p.ReplicationRole(), p.AdminRole()).
-		Scan(&role, &database, &super, &repl, &replMember, &admin)
+		Scan(&role, &database, &super, &repl, &replMember, &admin, &createRole, &createDB, &bypassRLS)
 	if err != nil {
 		r.add("role", Fail, "cannot read the role's attributes: "+err.Error(), "check the database URL")
 		return
@@ -54,11 +57,27 @@ func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *
 	if super {
 		return // has_*_privilege is always true for a superuser
 	}
+	// Attributes the relay never uses: with CREATEROLE a leaked relay
+	// credential can make itself more roles, with BYPASSRLS read past
+	// row security.
+	var attrs []string
+	for _, a := range []struct {
+		has  bool
+		name string
+	}{{createRole, "CREATEROLE"}, {createDB, "CREATEDB"}, {bypassRLS, "BYPASSRLS"}} {
+		if a.has {
+			attrs = append(attrs, a.name)
+		}
+	}
+	if len(attrs) > 0 {
+		r.add("role attributes", Warn, fmt.Sprintf("%s has %s: the relay uses none of them", quotedRole, strings.Join(attrs, ", ")),
+			"ALTER ROLE "+quotedRole+" NO"+strings.Join(attrs, " NO"))
+	}
 
-	var missing []string
-	var fixes []string
+	var missing, fixes, extra, revokes []string
 	opts := migrations.GrantOptions{Cleanup: t.Cleanup}
-	for _, g := range migrations.RuntimeGrants(migrations.Table{Schema: t.Schema, Name: t.Table}, database, opts) {
+	grants := migrations.RuntimeGrants(migrations.Table{Schema: t.Schema, Name: t.Table}, database, opts)
+	for _, g := range grants {
 		lacking, err := lackingPrivileges(ctx, db, g)
 		if err != nil {
 			r.add("privileges", Fail, err.Error(), "outbox-relay migrate (as an admin) creates the relay's tables")
@@ -69,12 +88,80 @@ func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *
 			fixes = append(fixes, "GRANT "+strings.Join(lacking, ", ")+" ON "+g.Object+" TO "+quotedRole)
 		}
 	}
+	for _, g := range tableGrants(grants) {
+		more, err := extraPrivileges(ctx, db, g)
+		if err != nil {
+			r.add("privileges", Fail, err.Error(), "check the database URL")
+			return
+		}
+		if len(more) > 0 {
+			extra = append(extra, strings.Join(more, ", ")+" on "+g.Object)
+			revokes = append(revokes, "REVOKE "+strings.Join(more, ", ")+" ON "+g.Object+" FROM "+quotedRole)
+		}
+	}
 	if len(missing) > 0 {
 		r.add("privileges", Fail, quotedRole+" lacks "+strings.Join(missing, "; "),
 			strings.Join(fixes, "; ")+" (or outbox-relay migrate --grant-role "+role+grantFlags(opts)+" as an admin)")
 		return
 	}
-	r.add("privileges", Pass, quotedRole+" has every privilege the relay uses", "")
+	if len(extra) > 0 {
+		// A table the role owns has every privilege: the fix is then
+		// another owner (migrate as an admin).
+		r.add("privileges", Warn, quotedRole+" has every privilege the relay uses, and more it never uses: "+strings.Join(extra, "; "),
+			strings.Join(revokes, "; ")+" (a table the role owns keeps them: let an admin own the relay's tables)")
+		return
+	}
+	r.add("privileges", Pass, quotedRole+" has exactly the privileges the relay uses on its tables", "")
+}
+
+// tableGrants merges the table grants of gs by table, in their order:
+// RuntimeGrants may grant one table twice (SELECT, then DELETE for the
+// cleanup schedule).
+func tableGrants(gs []migrations.Grant) []migrations.Grant {
+	var out []migrations.Grant
+	at := map[string]int{}
+	for _, g := range gs {
+		if g.Kind != "TABLE" {
+			continue
+		}
+		if i, ok := at[g.Name]; ok {
+			out[i].Privileges += ", " + g.Privileges
+			continue
+		}
+		at[g.Name] = len(out)
+		out = append(out, g)
+	}
+	return out
+}
+
+// tablePrivileges are the privileges a table grants (TRUNCATE, DELETE,
+// UPDATE: what a leaked relay credential must not do to the outbox).
+var tablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"}
+
+// extraPrivileges returns the table privileges the current role has on
+// g's table beyond g's (none for grants on databases and schemas).
+func extraPrivileges(ctx context.Context, db DB, g migrations.Grant) ([]string, error) {
+	if g.Kind != "TABLE" {
+		return nil, nil
+	}
+	granted := map[string]bool{}
+	for _, p := range strings.Split(g.Privileges, ",") {
+		granted[strings.ToUpper(strings.TrimSpace(p))] = true
+	}
+	var extra []string
+	for _, p := range tablePrivileges {
+		if granted[p] {
+			continue
+		}
+		var ok bool
+		if err := db.QueryRow(ctx, `SELECT has_table_privilege(current_user, $1, $2)`, g.Name, p).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("check %s on %s: %w", p, g.Object, err)
+		}
+		if ok {
+			extra = append(extra, p)
+		}
+	}
+	return extra, nil
 }
 
 func grantFlags(o migrations.GrantOptions) string {
