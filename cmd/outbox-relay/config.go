@@ -46,6 +46,7 @@ type config struct {
 
 	MetricsAddr, LogLevel, LogFormat string
 	PProf                            bool
+	PProfAddr                        string
 	// MaxProcs is the GOMAXPROCS the streaming commands set (0: the Go
 	// runtime's own choice); see procs.go.
 	MaxProcs int
@@ -197,7 +198,8 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 	b.Duration(&r.Database.SlotCheckInterval, "slot-check-interval", d.Database.SlotCheckInterval, "how often the running relay checks the slot's health (wal_status)")
 	b.Duration(&r.Window.StallTimeout, "stall-timeout", d.Window.StallTimeout, "events in flight with no acknowledgement for this long is a stall: logged, outbox_relay_stalled=1, /readyz 503; 0 disables")
 	b.Int(&c.MaxProcs, "max-procs", defaultMaxProcs(), "most OS threads running Go code at once (GOMAXPROCS); 1 suits the single replication stream best (docs/benchmarks.md); 0 keeps the Go runtime's choice, which is the default when GOMAXPROCS is set")
-	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr (keep that address private)")
+	b.Bool(&c.PProf, "pprof", false, "also serve Go's /debug/pprof/ profiles, on --pprof-addr")
+	b.String(&c.PProfAddr, "pprof-addr", "127.0.0.1:6060", "with --pprof: the loopback address (host:port) of the profiles, a listener of their own, never --metrics-addr's")
 	b.Duration(&r.Checkpoints.Interval, "checkpoint-interval", d.Checkpoints.Interval, "cadence of checkpoint saves (acknowledged position, for skip-ahead, recover and replay); 0 disables")
 	b.Duration(&r.Checkpoints.Retention, "checkpoint-retention", d.Checkpoints.Retention, "how long checkpoint history is kept (bounds replay --from-lsn/--since); keep it at least the outbox retention; 0 keeps it all")
 	b.Duration(&r.Cleanup.OlderThan, "cleanup-older-than", d.Cleanup.OlderThan, "while leader, delete confirmed outbox rows older than this every --cleanup-interval (0: off; see outbox-relay cleanup)")
@@ -352,8 +354,12 @@ func (c *config) conflicts(b *envflag.Binder, s scope) []error {
 	if b.IsSet("topic-replication-factor") && p.TopicReplicationFactor == 0 {
 		errs = append(errs, errors.New("--topic-replication-factor 0: use -1 (the brokers' default) or a count of replicas, e.g. 3"))
 	}
-	if s&scopeRun != 0 && c.PProf && c.MetricsAddr == "" {
-		errs = append(errs, errors.New("--pprof serves on --metrics-addr, which is empty: set --metrics-addr (a private address) or drop --pprof"))
+	if s&scopeRun != 0 && c.PProf {
+		// Profiles and goroutine stacks describe the process from the
+		// inside: never on the probe port, which the chart exposes.
+		if host, _, err := net.SplitHostPort(c.PProfAddr); err != nil || !loopback(host) || host == "" {
+			errs = append(errs, fmt.Errorf("--pprof-addr %q: use a loopback host:port such as 127.0.0.1:6060 (profiles are never served beyond this machine)", c.PProfAddr))
+		}
 	}
 	return errs
 }

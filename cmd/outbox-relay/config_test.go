@@ -365,7 +365,10 @@ func TestConflictingFlags(t *testing.T) {
 		{[]string{"--positions-topic", "a/b"}, `--positions-topic: invalid Kafka topic name "a/b"`},
 		{[]string{"--transaction-interval", "5ms"}, "--transaction-interval 5ms is only used with --delivery exactly-once (--delivery is at-least-once)"},
 		{[]string{"--transactional-id", "x"}, "--transactional-id x is only used with --delivery exactly-once"},
-		{[]string{"--pprof", "--metrics-addr", ""}, "--pprof serves on --metrics-addr, which is empty"},
+		// Profiles on their own loopback listener only (issue 36, row 2).
+		{[]string{"--pprof", "--pprof-addr", "0.0.0.0:6060"}, `--pprof-addr "0.0.0.0:6060": use a loopback host:port`},
+		{[]string{"--pprof", "--pprof-addr", ":6060"}, `--pprof-addr ":6060": use a loopback host:port`},
+		{[]string{"--pprof", "--pprof-addr", "db.example:6060"}, `--pprof-addr "db.example:6060"`},
 		{[]string{"--topic-replication-factor", "0"}, "--topic-replication-factor 0: use -1 (the brokers' default) or a count of replicas"},
 		{[]string{"--topic-replication-factor", "-2"}, "--topic-replication-factor"},
 		{[]string{"--topic-replication-factor", "40000"}, "--topic-replication-factor"},
@@ -377,7 +380,8 @@ func TestConflictingFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--delivery", "exactly-once", "--transaction-interval", "5ms", "--transactional-id", "x", "--positions-topic", "p.positions"},
-		{"--topic-replication-factor", "3"}, {"--topic-replication-factor", "-1"}, {"--pprof"},
+		{"--topic-replication-factor", "3"}, {"--topic-replication-factor", "-1"}, {"--pprof"}, {"--pprof", "--pprof-addr", "[::1]:7000"},
+		{"--pprof", "--metrics-addr", ""},
 	} {
 		if _, err := parse("run", "", args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil {
 			t.Errorf("%v: %v", args, err)

@@ -8,15 +8,14 @@ import (
 )
 
 // serverLimits bound what a client of the probe and metrics server can
-// hold: a port that Kubernetes, Prometheus and (with --pprof) an operator
-// reach, and that the chart binds to every interface.
+// hold: a port that Kubernetes and Prometheus reach, and that the chart
+// binds to every interface.
 type serverLimits struct {
 	// ReadHeader and Read bound reading a request (a slow client that
 	// never finishes its headers or body).
 	ReadHeader, Read time.Duration
-	// Write bounds writing a response. It is above pprof's default
-	// 30 s CPU profile, which Go's handler refuses to take for as long
-	// as the write timeout or longer.
+	// Write bounds writing a response (0: none, for profiles, which
+	// stream for as long as they were asked to).
 	Write time.Duration
 	// Idle closes a keep-alive connection that sent nothing for this
 	// long; scrapers reconnect at their next scrape.
@@ -27,8 +26,13 @@ type serverLimits struct {
 }
 
 // probeLimits are the limits of --metrics-addr's server.
-var probeLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 35 * time.Second,
+var probeLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 10 * time.Second,
 	Idle: 15 * time.Second, Conns: 64}
+
+// pprofLimits are the limits of --pprof-addr's server, on loopback: no
+// write timeout (Go's profile handler refuses a profile as long as it),
+// a few connections.
+var pprofLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Idle: 15 * time.Second, Conns: 4}
 
 // probeServer is the server of h on ln within lim, and the listener to
 // serve (ln, limited to lim.Conns connections).

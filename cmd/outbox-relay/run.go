@@ -48,9 +48,10 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	return r, nil
 }
 
-// runRelay serves the relay's probes and metrics on --metrics-addr (with
-// pprof when --pprof; /readyz's reason and the metrics' help name flags:
-// flagtext.HTTP) and runs it until SIGTERM.
+// runRelay serves the relay's probes and metrics on --metrics-addr
+// (/readyz's reason and the metrics' help name flags: flagtext.HTTP), with
+// --pprof the profiles on their own loopback --pprof-addr, and runs the
+// relay until SIGTERM.
 func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
 	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
@@ -60,16 +61,25 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/", flagtext.HTTP(r.Handler(), cfg.text))
-		if cfg.PProf {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		}
 		srv, ln := probeServer(mux, ln, probeLimits)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
+	}
+	if cfg.PProf {
+		ln, err := net.Listen("tcp", cfg.PProfAddr)
+		if err != nil {
+			return fmt.Errorf("pprof: listen on %s: %w (set --pprof-addr to a free loopback address)", cfg.PProfAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		srv, ln := probeServer(mux, ln, pprofLimits)
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info("serving /debug/pprof/", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
 	}
 	return r.Run(ctx)
 }

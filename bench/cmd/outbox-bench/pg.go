@@ -59,7 +59,7 @@ func (b *bench) newTarget(ctx context.Context, tag string, withCeiling bool) (*t
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(mctx, b.cfg.RelayBin, "migrate")
-	cmd.Env = b.relayEnv(t, "")
+	cmd.Env = b.relayEnv(t, "", "")
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(b.cfg.LogDir, "migrate-"+tag+".log"), out, 0o644)
 	if err != nil {

@@ -22,19 +22,21 @@ import (
 
 // relayProc is one `outbox-relay run` started by the bench.
 type relayProc struct {
-	cmd     *exec.Cmd
-	pid     int
-	url     string
-	logPath string
-	started time.Time
-	done    chan struct{}
-	waitErr error
-	client  *http.Client
+	cmd *exec.Cmd
+	pid int
+	url string
+	// pprofURL is the relay's --pprof-addr, as a URL (with -pprof).
+	pprofURL string
+	logPath  string
+	started  time.Time
+	done     chan struct{}
+	waitErr  error
+	client   *http.Client
 }
 
 // relayEnv is the relay's environment: the machine's, without any
 // OUTBOX_RELAY_* setting (defaults only), plus the target's names.
-func (b *bench) relayEnv(t *target, metricsAddr string) []string {
+func (b *bench) relayEnv(t *target, metricsAddr, pprofAddr string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OUTBOX_RELAY_") {
@@ -52,6 +54,7 @@ func (b *bench) relayEnv(t *target, metricsAddr string) []string {
 		"OUTBOX_RELAY_METRICS_ADDR="+metricsAddr,
 		"OUTBOX_RELAY_LOG_LEVEL=info",
 		fmt.Sprintf("OUTBOX_RELAY_PPROF=%t", b.cfg.PProf),
+		"OUTBOX_RELAY_PPROF_ADDR="+pprofAddr,
 		"OUTBOX_RELAY_DELIVERY="+cmp.Or(b.delivery, deliveryALO),
 	)
 }
@@ -77,11 +80,15 @@ func (b *bench) startRelay(t *target, phase string) (*relayProc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(b.cfg.RelayBin, "run")
-	cmd.Env = b.relayEnv(t, addr)
+	pprofAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env = b.relayEnv(t, addr, pprofAddr)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	r := &relayProc{
-		cmd: cmd, url: "http://" + addr + "/metrics", logPath: logPath, done: make(chan struct{}),
+		cmd: cmd, url: "http://" + addr + "/metrics", pprofURL: "http://" + pprofAddr, logPath: logPath, done: make(chan struct{}),
 		client: &http.Client{Timeout: 5 * time.Second},
 	}
 	r.started = time.Now()
@@ -198,7 +205,7 @@ func (r *relayProc) scrape(ctx context.Context) (metrics, error) {
 // profile saves the relay's pprof profile kind (e.g. "profile?seconds=5",
 // "allocs") to path.
 func (r *relayProc) profile(ctx context.Context, kind, path string) error {
-	url := strings.TrimSuffix(r.url, "/metrics") + "/debug/pprof/" + kind
+	url := r.pprofURL + "/debug/pprof/" + kind
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
