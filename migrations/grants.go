@@ -137,3 +137,25 @@ func GrantRuntimeRole(ctx context.Context, db Execer, role string, t Table, opts
 	}
 	return created, grants, nil
 }
+
+// UnusedRoleAttributes returns the attributes of role that the relay never
+// uses (SUPERUSER, CREATEROLE, CREATEDB, BYPASSRLS): with them a leaked
+// relay credential can do far more than relay events (make itself roles,
+// read past row security). migrate --grant-role and doctor report them.
+func UnusedRoleAttributes(ctx context.Context, db RowQuerier, role string) ([]string, error) {
+	var super, createRole, createDB, bypassRLS bool
+	if err := db.QueryRow(ctx, `SELECT rolsuper, rolcreaterole, rolcreatedb, rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = $1`, role).
+		Scan(&super, &createRole, &createDB, &bypassRLS); err != nil {
+		return nil, fmt.Errorf("read role %s's attributes: %w", role, err)
+	}
+	var attrs []string
+	for _, a := range []struct {
+		has  bool
+		name string
+	}{{super, "SUPERUSER"}, {createRole, "CREATEROLE"}, {createDB, "CREATEDB"}, {bypassRLS, "BYPASSRLS"}} {
+		if a.has {
+			attrs = append(attrs, a.name)
+		}
+	}
+	return attrs, nil
+}

@@ -91,7 +91,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		for _, g := range grants {
 			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
 		}
-		if attrs, err := extraRoleAttributes(ctx, pool, cfg.GrantRole); err != nil {
+		if attrs, err := migrations.UnusedRoleAttributes(ctx, pool, cfg.GrantRole); err != nil {
 			return err
 		} else if len(attrs) > 0 {
 			// Granted REPLICATION on top of them: say so, not silently.
@@ -128,24 +128,4 @@ func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 // hook of --database-password-file or --database-auth.
 func (c *config) replOpts() []replication.ConnectOption {
 	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
-}
-
-// extraRoleAttributes lists the attributes of role that the relay never
-// uses: SUPERUSER, CREATEROLE, CREATEDB, BYPASSRLS.
-func extraRoleAttributes(ctx context.Context, pool *pgxpool.Pool, role string) ([]string, error) {
-	var super, createRole, createDB, bypassRLS bool
-	if err := pool.QueryRow(ctx, `SELECT rolsuper, rolcreaterole, rolcreatedb, rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = $1`, role).
-		Scan(&super, &createRole, &createDB, &bypassRLS); err != nil {
-		return nil, fmt.Errorf("read role %s's attributes: %w", role, err)
-	}
-	var attrs []string
-	for _, a := range []struct {
-		has  bool
-		name string
-	}{{super, "SUPERUSER"}, {createRole, "CREATEROLE"}, {createDB, "CREATEDB"}, {bypassRLS, "BYPASSRLS"}} {
-		if a.has {
-			attrs = append(attrs, a.name)
-		}
-	}
-	return attrs, nil
 }

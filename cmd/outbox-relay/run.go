@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
+	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"io"
 	"log/slog"
 	"net"
@@ -61,7 +62,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/", flagtext.HTTP(r.Handler(), cfg.text))
-		srv, ln := probeServer(mux, ln, probeLimits)
+		srv, ln := httpserve.Server(mux, ln, httpserve.Probe)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
@@ -76,7 +77,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		srv, ln := probeServer(mux, ln, pprofLimits)
+		srv, ln := httpserve.Server(mux, ln, httpserve.Profiles)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		log.Info("serving /debug/pprof/", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))

@@ -23,13 +23,12 @@ import (
 // or with table privileges beyond RuntimeGrants (TRUNCATE on the outbox).
 func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *Report) {
 	var role, database string
-	var super, repl, replMember, admin, createRole, createDB, bypassRLS bool
+	var super, repl, replMember, admin bool
 	err := db.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolreplication,
 		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $1), false),
-		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $2), false),
-		rolcreaterole, rolcreatedb, rolbypassrls
+		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = $2), false)
 		FROM pg_catalog.pg_roles WHERE rolname = current_user`, p.ReplicationRole(), p.AdminRole()).
-		Scan(&role, &database, &super, &repl, &replMember, &admin, &createRole, &createDB, &bypassRLS)
+		Scan(&role, &database, &super, &repl, &replMember, &admin)
 	if err != nil {
 		r.add("role", Fail, "cannot read the role's attributes: "+err.Error(), "check the database URL")
 		return
@@ -57,17 +56,10 @@ func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *
 	if super {
 		return // has_*_privilege is always true for a superuser
 	}
-	// Attributes the relay never uses: with CREATEROLE a leaked relay
-	// credential can make itself more roles, with BYPASSRLS read past
-	// row security.
-	var attrs []string
-	for _, a := range []struct {
-		has  bool
-		name string
-	}{{createRole, "CREATEROLE"}, {createDB, "CREATEDB"}, {bypassRLS, "BYPASSRLS"}} {
-		if a.has {
-			attrs = append(attrs, a.name)
-		}
+	attrs, err := migrations.UnusedRoleAttributes(ctx, db, role)
+	if err != nil {
+		r.add("role attributes", Fail, err.Error(), "check the database URL")
+		return
 	}
 	if len(attrs) > 0 {
 		r.add("role attributes", Warn, fmt.Sprintf("%s has %s: the relay uses none of them", quotedRole, strings.Join(attrs, ", ")),

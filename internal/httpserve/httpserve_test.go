@@ -1,4 +1,4 @@
-package main
+package httpserve
 
 import (
 	"bufio"
@@ -10,25 +10,25 @@ import (
 	"time"
 )
 
-// TestProbeServerLimits: an idle keep-alive connection is closed after
+// TestServerLimits: an idle keep-alive connection is closed after
 // the idle timeout, a request that never finishes its headers after the
 // header timeout, and no more than Conns connections are served at once
 // (issue 36, row 2: an idle connection was still open after 20 s, and
 // nothing bounded their number). Wall-clock: real sockets, so the
 // timeouts are short here.
-func TestProbeServerLimits(t *testing.T) {
+func TestServerLimits(t *testing.T) {
 	t.Parallel()
-	serve := func(lim serverLimits) string {
+	serve := func(lim Limits) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, lln := probeServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }), ln, lim)
+		srv, lln := Server(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }), ln, lim)
 		go srv.Serve(lln)
 		t.Cleanup(func() { srv.Close() })
 		return ln.Addr().String()
 	}
-	addr := serve(serverLimits{ReadHeader: 300 * time.Millisecond, Read: time.Second, Write: time.Second, Idle: 300 * time.Millisecond, Conns: 8})
+	addr := serve(Limits{ReadHeader: 300 * time.Millisecond, Read: time.Second, Write: time.Second, Idle: 300 * time.Millisecond, Conns: 8})
 
 	get := func(c net.Conn) error {
 		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
@@ -72,7 +72,7 @@ func TestProbeServerLimits(t *testing.T) {
 
 	// Conns 2: two open connections hold both slots; a third is not
 	// served until one of them closes.
-	addr = serve(serverLimits{ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute, Conns: 2})
+	addr = serve(Limits{ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute, Conns: 2})
 	a, _ := net.Dial("tcp", addr)
 	b, _ := net.Dial("tcp", addr)
 	defer a.Close()

@@ -1,4 +1,9 @@
-package main
+// Package httpserve serves HTTP endpoints within limits: timeouts for
+// reading and writing a request and for idle keep-alive connections, and
+// a bound on open connections. The relay's probe, metrics and pprof
+// servers use it; a port that Kubernetes, Prometheus or anyone on the
+// network reaches must not let a client hold it open for ever.
+package httpserve
 
 import (
 	"net"
@@ -7,10 +12,8 @@ import (
 	"time"
 )
 
-// serverLimits bound what a client of the probe and metrics server can
-// hold: a port that Kubernetes and Prometheus reach, and that the chart
-// binds to every interface.
-type serverLimits struct {
+// Limits bound what a client of a server can hold.
+type Limits struct {
 	// ReadHeader and Read bound reading a request (a slow client that
 	// never finishes its headers or body).
 	ReadHeader, Read time.Duration
@@ -25,18 +28,18 @@ type serverLimits struct {
 	Conns int
 }
 
-// probeLimits are the limits of --metrics-addr's server.
-var probeLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 10 * time.Second,
+// Probe are the limits of a probe and metrics server.
+var Probe = Limits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 10 * time.Second,
 	Idle: 15 * time.Second, Conns: 64}
 
-// pprofLimits are the limits of --pprof-addr's server, on loopback: no
-// write timeout (Go's profile handler refuses a profile as long as it),
-// a few connections.
-var pprofLimits = serverLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Idle: 15 * time.Second, Conns: 4}
+// Profiles are the limits of a pprof server, on loopback: no write
+// timeout (Go's profile handler refuses a profile as long as it), a few
+// connections.
+var Profiles = Limits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Idle: 15 * time.Second, Conns: 4}
 
-// probeServer is the server of h on ln within lim, and the listener to
-// serve (ln, limited to lim.Conns connections).
-func probeServer(h http.Handler, ln net.Listener, lim serverLimits) (*http.Server, net.Listener) {
+// Server is the server of h on ln within lim, and the listener to serve
+// (ln, limited to lim.Conns connections).
+func Server(h http.Handler, ln net.Listener, lim Limits) (*http.Server, net.Listener) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
 		WriteTimeout: lim.Write, IdleTimeout: lim.Idle}
 	return srv, &limitListener{Listener: ln, sem: make(chan struct{}, lim.Conns)}
