@@ -625,15 +625,15 @@ func (t *transactions) commit() error {
 	p.m.TransactionCommitted(time.Since(r.began), time.Since(started), r.events)
 
 	t.mu.Lock()
-	var again []*batch
-	if next := t.next; next != nil && next.events > 0 {
-		again = t.partitionsAgain(next)
-	}
-	clear(t.added)
 	next := t.next
 	if next == nil {
 		next = &txnRange{}
 	}
+	var again []*batch
+	if next.events > 0 {
+		again = t.partitionsAgain(next) // before clear: from the committed one
+	}
+	clear(t.added)
 	t.open, t.next, t.committing, t.releasing = next, nil, false, true
 	t.mu.Unlock()
 	for _, a := range r.acks {
