@@ -15,9 +15,9 @@ require (
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.20.1 // indirect
-	github.com/pierrec/lz4/v4 v4.1.15 // indirect
+	github.com/jackc/puddle/v2 v2.2.4 // indirect
+	github.com/klauspost/compress v1.20.5 // indirect
+	github.com/pierrec/lz4/v4 v4.1.34 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
