@@ -300,7 +300,7 @@ func TestCleanupRefuses(t *testing.T) {
 		{[]string{"--older-than", "0s"}, "--older-than 0s: use a positive duration"},
 		{[]string{}, "--older-than 0s: use a positive duration"},
 		{[]string{"--older-than", "1h", "--batch-size", "0"}, "--batch-size 0: use 1..10000"},
-		{[]string{"--older-than", "1h", "--pause", "-1s"}, "--pause -1s"},
+		{[]string{"--older-than", "1h", "--pause", "-1s"}, `--pause "-1s": negative`},
 	} {
 		res := env.RunCLI(30*time.Second, nil, append([]string{"cleanup"}, tc.args...)...)
 		if res.Code != 2 || !strings.Contains(res.Stderr, tc.want) {

@@ -259,7 +259,9 @@ func (l LeaderConfig) validate(cs *checks, d DatabaseConfig) {
 }
 
 func (c CleanupConfig) validate(cs *checks) {
-	if c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
+	// A negative interval is an explicit 0 (the CLI's): never a cadence,
+	// even with cleanup off, where it would be ignored silently.
+	if c.Interval < 0 || c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
 		cs.fail("Cleanup.Interval", c.Interval, "use at least 100ms (minutes are typical)")
 	}
 }

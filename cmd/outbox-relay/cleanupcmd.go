@@ -24,7 +24,7 @@ func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		b.Fields(&o, "Options.") // Validate names Options.OlderThan: run prints --older-than
 		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 7d or 168h")
 		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
-		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches")
+		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches (0: none, batches back to back)")
 		b.Duration(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
 		b.Bool(&o.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	})

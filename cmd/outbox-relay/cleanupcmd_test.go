@@ -19,7 +19,7 @@ func TestCleanupScheduleFlags(t *testing.T) {
 		t.Fatalf("schedule %+v", c)
 	}
 	_, err = parse("run", "", []string{"--cleanup-older-than", "-1h", "--cleanup-interval", "1ms"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "--cleanup-older-than -1h0m0s: use 0 (off)") {
+	if err == nil || !strings.Contains(err.Error(), `--cleanup-older-than "-1h": negative: use 0 or more`) {
 		t.Fatalf("negative --cleanup-older-than: %v", err)
 	}
 	_, err = parse("run", "", []string{"--cleanup-older-than", "1h", "--cleanup-interval", "1ms"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
@@ -38,7 +38,7 @@ func TestCleanupCommandConfig(t *testing.T) {
 		{nil, "", "--older-than 0s: use a positive duration"},
 		{[]string{"--older-than", "1h", "--batch-size", "20000"}, "", "--batch-size 20000: use 1..10000"},
 		{[]string{"--older-than", "1h", "--pause", "1m"}, "", "--pause 1m0s: use 0..10s"},
-		{[]string{"--older-than", "1h", "--max-duration", "-1s"}, "", "--max-duration -1s"},
+		{[]string{"--older-than", "1h", "--max-duration", "-1s"}, "", `--max-duration "-1s": negative`},
 		{nil, "OUTBOX_RELAY_OLDER_THAN=soon", "OUTBOX_RELAY_OLDER_THAN=\"soon\": not a duration"},
 	} {
 		if tc.env != "" {

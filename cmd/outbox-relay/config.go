@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -188,7 +186,7 @@ func (c *config) bindKafka(b *envflag.Binder, d relay.Config) {
 // bindRun registers the flags of the streaming commands (run, recover).
 func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 	r := &c.Relay
-	b.String(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
+	b.OptionalString(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9187", "address serving /metrics; empty disables")
 	b.Duration(&r.Database.HeartbeatInterval, "heartbeat-interval", d.Database.HeartbeatInterval, "cadence of WAL heartbeats that let an idle outbox advance the slot; 0 disables")
 	b.Duration(&r.Database.StatusInterval, "status-interval", d.Database.StatusInterval, "cadence of standby status updates; keep well under wal_sender_timeout")
 	b.Duration(&r.ShutdownTimeout, "shutdown-timeout", d.ShutdownTimeout, "how long SIGTERM waits for in-flight events to be acknowledged")
@@ -219,23 +217,12 @@ func (c *config) bindRun(b *envflag.Binder, d relay.Config) {
 // every numeric field of c whose default (relay.DefaultConfig) is not 0.
 // In relay.Config a zero field means its default, while on the command
 // line every flag shows its default and a 0 is the user's: it turns the
-// knob off (zeroOffFlags; -1 is relay.Config's "off") or is refused by
+// knob off (-1 is relay.Config's "off"; a negative flag value is refused
+// as it is parsed: envflag) or is refused by
 // Validate, and flagError then shows the 0 the user gave. A field without
 // a flag in the command holds its default (bind starts from
 // DefaultConfig), never 0.
 func explicitZeros(c *relay.Config) { envflag.ExplicitZeros(c, relay.DefaultConfig()) }
-
-// zeroOffFlags are the flags whose 0 turns their knob off; a negative
-// value is refused (relay.Config would read it as off too, but on the
-// command line it is a mistake).
-func (c *config) zeroOffFlags() map[string]time.Duration {
-	r := &c.Relay
-	return map[string]time.Duration{
-		"heartbeat-interval": r.Database.HeartbeatInterval, "linger": r.Publish.Linger, "stall-timeout": r.Window.StallTimeout,
-		"checkpoint-interval": r.Checkpoints.Interval, "checkpoint-retention": r.Checkpoints.Retention,
-		"cleanup-older-than": r.Cleanup.OlderThan, "stats-interval": r.Stats.Interval,
-	}
-}
 
 // failoverSlot reports whether the slot a command creates is a failover
 // slot (--failover-slot).
@@ -299,11 +286,6 @@ func (c *config) validate(b *envflag.Binder, s scope) error {
 			errs = append(errs, err)
 		}
 		c.Relay.Database.BeforeConnect = hook
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.zeroOffFlags())) {
-		if v := c.zeroOffFlags()[name]; v < 0 {
-			errs = append(errs, fmt.Errorf("--%s %s: use 0 (off) or a positive duration", name, v))
-		}
 	}
 	errs = append(errs, c.conflicts(b, s)...)
 	// Validated with the flags' 0s passed on as -1; the errors show the
@@ -398,7 +380,14 @@ func unjoin(err error) []error {
 // configError marks an invalid configuration (exit code 2).
 type configError struct{ err error }
 
-func (e configError) Error() string { return "invalid configuration:\n" + indent(e.err.Error()) }
+// Error is one line for one problem, and a list for several (each on its
+// own line, so none hides behind the first).
+func (e configError) Error() string {
+	if msg := e.err.Error(); !strings.Contains(msg, "\n") {
+		return "invalid configuration: " + msg
+	}
+	return "invalid configuration:\n" + indent(e.err.Error())
+}
 func (e configError) Unwrap() error { return e.err }
 
 func indent(s string) string {

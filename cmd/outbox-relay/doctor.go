@@ -49,7 +49,7 @@ func cmdDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			binder.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
 			binder.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
 			binder.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other retention periods (0: no cleanup)")
-			binder.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other retention periods")
+			binder.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other retention periods (0: kept for ever)")
 		})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -124,6 +125,9 @@ func (e unknownEnvError) Is(target error) bool { return target == errUsage }
 type envLister struct {
 	io.Writer
 	names map[string]bool
+	// visit, when set, sees each command's flags (the bad-input test
+	// generates its cases from them).
+	visit func(cmd string, fs *flag.FlagSet)
 }
 
 func (l *envLister) add(names ...string) {
@@ -142,6 +146,14 @@ var errListed = errors.New("flags listed")
 // is reported rather than having its variables rejected.
 func knownEnv() (map[string]bool, error) {
 	l := &envLister{Writer: io.Discard, names: map[string]bool{}}
+	if err := l.list(); err != nil {
+		return nil, err
+	}
+	return l.names, nil
+}
+
+// list runs every command and verb in listing mode.
+func (l *envLister) list() error {
 	cmds := commands()
 	for _, name := range slices.Sorted(maps.Keys(cmds)) {
 		c := cmds[name]
@@ -154,10 +166,10 @@ func knownEnv() (map[string]bool, error) {
 		}
 		for _, args := range calls {
 			if err := c.run(context.Background(), args, io.Discard, l); !errors.Is(err, errListed) {
-				return nil, fmt.Errorf("listing the flags of %q: %v (a command must parse its flags before anything else)",
+				return fmt.Errorf("listing the flags of %q: %v (a command must parse its flags before anything else)",
 					strings.Join(append([]string{name}, args...), " "), err)
 			}
 		}
 	}
-	return l.names, nil
+	return nil
 }

@@ -74,9 +74,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
 	out := &cliStderr{Writer: redact.NewWriter(stderr)}
-	stderr = out
-	ctx, stop := interruptible(stderr, os.Exit)
+	ctx, stop := interruptible(out, os.Exit)
 	defer stop()
+	return dispatch(ctx, args, stdout, out)
+}
+
+// dispatch runs the command args[0] with ctx and returns its exit code:
+// run's work once the process is set up (tests call it with a cancelled
+// ctx, so a command line that passes validation stops at its first
+// connection).
+func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) int {
+	var stderr io.Writer = out
 	cmd, ok := commands()[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
@@ -213,6 +221,9 @@ func parseWith(name, argsUsage, summary string, args []string, s scope, stderr i
 	}
 	if listing {
 		lister.add(b.EnvNames()...)
+		if lister.visit != nil {
+			lister.visit(name, fs)
+		}
 		return nil, nil, errListed
 	}
 	// Flags may follow positional arguments (dlq show ID --json).

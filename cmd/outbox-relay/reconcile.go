@@ -27,12 +27,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var o reconcile.Config
 	cfg, rest, err := parseWith("reconcile", "", reconcileSummary, args, scopeDB|scopeKafka, stderr, func(b *envflag.Binder) {
 		b.Duration(&o.Since, "since", 0, "range: events committed to the outbox in the last DURATION (required), e.g. 1h")
-		b.Duration(&o.Settle, "settle", 30*time.Second, "ignore events committed in the last DURATION: they may still be in flight")
+		b.Duration(&o.Settle, "settle", 30*time.Second, "ignore events committed in the last DURATION: they may still be in flight (0: none, for a writer that has stopped)")
 		b.String(&o.Consumer, "consumer", "", "also check this inbox consumer's processed_events")
 		b.ConnString(&o.ConsumerURL, "consumer-database-url", "", "the consumer's database (default: --database-url)")
 		b.String(&o.ConsumerSchema, "consumer-schema", "public", "schema of the consumer's inbox tables")
 		b.String(&o.AggregateType, "aggregate-type", "", "only events of this aggregate_type (e.g. the ones the consumer subscribes to)")
-		b.Int(&o.MaxList, "max-list", 50, "most missing events listed per comparison (all are counted)")
+		b.Int(&o.MaxList, "max-list", 50, "most missing events listed per comparison (all are counted; 0: count only)")
 		b.Duration(&o.ReadTimeout, "read-timeout", 30*time.Second, "give up on a partition that yields no record for this long")
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		b.String(&o.AggregateType, "aggregate-type", "", "only this aggregate_type")
 		b.String(&o.EventType, "event-type", "", "only this event_type")
 		b.Bool(&o.DryRun, "dry-run", false, "count and list the matching events, publish nothing")
-		b.Int(&o.List, "list", 20, "with --dry-run, how many events to list")
+		b.Int(&o.List, "list", 20, "with --dry-run, how many events to list (0: count only)")
 	})
 	if err != nil {
 		return err
@@ -48,6 +48,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := o.Range.Validate(); err != nil {
 		return configError{err}
+	}
+	if o.List < 0 {
+		return configError{fmt.Errorf("--list %d: use 0 (count only) or more", o.List)}
 	}
 	o.Table, o.Slot = cfg.table, cfg.Relay.Database.Slot
 	pool, err := connectPool(ctx, cfg)

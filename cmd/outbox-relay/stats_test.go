@@ -27,13 +27,13 @@ func TestStatsFlags(t *testing.T) {
 		t.Fatalf("from env: interval %s budget %d", st.Interval, st.WALDiskBudget)
 	}
 
-	_, err = parse("run", "", []string{"--stats-interval", "-1s", "--wal-disk-budget", "-5"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
-	if _, ok := err.(configError); !ok {
-		t.Fatalf("invalid stats flags: got %v, want a configError (exit 2)", err)
-	}
-	for _, want := range []string{"--stats-interval -1s: use 0 (off)", "--wal-disk-budget -5: use 0 (none)"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q:\n%v", want, err)
+	for _, c := range []struct{ flag, value, want string }{
+		{"--stats-interval", "-1s", `--stats-interval "-1s": negative: use 0 or more`},
+		{"--wal-disk-budget", "-5", `--wal-disk-budget "-5": negative: use 0 or more`},
+	} {
+		_, err = parse("run", "", []string{c.flag, c.value}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		if _, ok := err.(configError); !ok || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: got %v, want a configError (exit 2) with %q", c.flag, c.value, err, c.want)
 		}
 	}
 }

@@ -46,7 +46,7 @@ func TestFullValues(t *testing.T) {
 	flags := parseFlagTable(t)
 	o := decode(t, mustRender(t, readFile(t, fullValues)))
 	checkCounts(t, o, map[string]int{"Deployment": 1, "Service": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1,
-		"Job": 1, "ServiceMonitor": 1, "PrometheusRule": 1})
+		"Job": 1, "ServiceMonitor": 1, "PrometheusRule": 1, "NetworkPolicy": 1})
 	env := checkRelay(t, o, flags, 9188)
 	for name, want := range map[string]string{
 		"OUTBOX_RELAY_KAFKA_SASL_MECHANISM":  "SCRAM-SHA-512",
@@ -74,6 +74,7 @@ func TestFullValues(t *testing.T) {
 	checkMigrationJob(t, o, flags)
 	checkServiceMonitor(t, o)
 	checkPrometheusRule(t, o.prometheusRules[0].Spec)
+	checkNetworkPolicy(t, o, networkPolicyOf(t, readFile(t, fullValues)))
 }
 
 // checkCounts asserts how many objects of each kind were rendered (a kind
@@ -82,7 +83,7 @@ func checkCounts(t *testing.T, o objects, want map[string]int) {
 	t.Helper()
 	got := map[string]int{
 		"Deployment": len(o.deployments), "Service": len(o.services), "ServiceAccount": len(o.serviceAccounts),
-		"PodDisruptionBudget": len(o.pdbs), "Job": len(o.jobs),
+		"PodDisruptionBudget": len(o.pdbs), "Job": len(o.jobs), "NetworkPolicy": len(o.networkPolicies),
 		"ServiceMonitor": len(o.serviceMonitors), "PrometheusRule": len(o.prometheusRules),
 	}
 	for kind, n := range got {

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
@@ -22,6 +23,7 @@ type objects struct {
 	serviceAccounts []corev1.ServiceAccount
 	pdbs            []policyv1.PodDisruptionBudget
 	jobs            []batchv1.Job
+	networkPolicies []networkingv1.NetworkPolicy
 	serviceMonitors []serviceMonitor
 	prometheusRules []prometheusRule
 }
@@ -62,6 +64,8 @@ func (o *objects) add(doc string) error {
 		return strictAppend(doc, &o.pdbs)
 	case "batch/v1/Job":
 		return strictAppend(doc, &o.jobs)
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return strictAppend(doc, &o.networkPolicies)
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		return strictAppend(doc, &o.serviceMonitors)
 	case "monitoring.coreos.com/v1/PrometheusRule":

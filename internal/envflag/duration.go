@@ -2,6 +2,7 @@ package envflag
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +22,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	var days time.Duration
 	if i := strings.IndexByte(t, 'd'); i > 0 {
 		n, err := strconv.ParseFloat(t[:i], 64)
-		if err != nil || n < 0 {
+		// Past about 106,751 days a Duration overflows: refuse rather
+		// than wrap ("1e300d").
+		if err != nil || n < 0 || n*float64(24*time.Hour) >= math.MaxInt64 {
 			return 0, errors.New(errDuration)
 		}
 		days = time.Duration(n * float64(24*time.Hour))
@@ -31,6 +34,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(t)
 	if err != nil || strings.HasPrefix(t, "-") || strings.HasPrefix(t, "+") {
+		return 0, errors.New(errDuration)
+	}
+	if d > math.MaxInt64-days {
 		return 0, errors.New(errDuration)
 	}
 	if d += days; neg {

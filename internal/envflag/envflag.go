@@ -32,6 +32,10 @@ type Binder struct {
 	// envNames are the variables the registered flags read (EnvNames).
 	envNames []string
 	errs     []error
+	// malformed are the flags whose environment value was refused:
+	// not set, for IsSet (a conflict with a value that was never taken
+	// would be a second error about one mistake).
+	malformed []string
 	// parseErr is the first malformed value Parse met on the command line.
 	parseErr error
 	// secrets are the values of Secret flags; dsn marks connection
@@ -145,6 +149,7 @@ func (b *Binder) register(p any, v flag.Value, name, help string) Binding {
 	if s, ok := b.env(name); ok {
 		if err := v.Set(s); err != nil {
 			b.errs = append(b.errs, &ValueError{Source: b.EnvName(name) + "=", Value: s, Err: err})
+			b.malformed = append(b.malformed, name)
 		}
 	}
 	b.fs.Var(&bound{Value: v, b: b, name: name}, name, fmt.Sprintf("%s (env %s)", help, b.EnvName(name)))
@@ -172,7 +177,15 @@ func (b *Binder) String(p *string, name, def, help string) Binding {
 // parameters.
 func StringVar[T ~string](b *Binder, p *T, name string, def T, help string) Binding {
 	*p = def
-	return b.register(p, stringValue[T]{p}, name, help)
+	return b.register(p, stringValue[T]{p: p, nonEmpty: def != "", def: def}, name, help)
+}
+
+// OptionalString is String for a flag whose empty value means something
+// of its own, which help must say ("empty disables"): an empty value of
+// any other flag with a default is refused.
+func (b *Binder) OptionalString(p *string, name, def, help string) Binding {
+	*p = def
+	return b.register(p, stringValue[string]{p: p}, name, help)
 }
 
 // Secret is String for a secret: its value may also come from the file
@@ -191,7 +204,7 @@ func (b *Binder) ConnString(p *string, name, def, help string) Binding {
 func (b *Binder) secret(p *string, name, def, help string, dsn bool) Binding {
 	*p = b.secretEnv(name, def)
 	b.secrets = append(b.secrets, secret{p, dsn})
-	return b.registerSecret(p, stringValue[string]{p}, name, help)
+	return b.registerSecret(p, secretValue{p}, name, help)
 }
 
 // secretEnv is a secret flag's value from the environment: <ENV>, or the
@@ -203,12 +216,18 @@ func (b *Binder) secretEnv(name, def string) string {
 			b.errs = append(b.errs, fmt.Errorf("both %s and %s_FILE are set: keep one", env, env))
 		} else if v, err := secretfile.Read(path); err != nil {
 			b.errs = append(b.errs, fmt.Errorf("%s_FILE: %w (point it at a readable file holding the value)", env, err))
+		} else if err := checkText(v, true); err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s_FILE: the value: %w", env, err))
 		} else {
 			def = v
 			b.secretFiles = append(b.secretFiles, path)
 		}
 	} else if v, ok := b.env(name); ok {
-		def = v
+		if err := checkText(v, true); err != nil {
+			b.errs = append(b.errs, &ValueError{Source: env + "=", Value: v, Err: err, Secret: true})
+		} else {
+			def = v
+		}
 	}
 	return def
 }

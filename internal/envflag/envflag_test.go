@@ -148,3 +148,52 @@ func TestPrintDefaultsHidesSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedBounds: what no flag of a kind means is refused where the
+// value is parsed, from the command line and the environment alike
+// (issue 36: a generated test in cmd/outbox-relay covers every flag).
+func TestSharedBounds(t *testing.T) {
+	var (
+		s    string
+		n    int
+		d    time.Duration
+		size int64
+	)
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := New(fs, "T_")
+	b.String(&s, "name", "x", "a name")
+	b.Int(&n, "count", 1, "a count")
+	b.Duration(&d, "every", time.Second, "a cadence")
+	b.Size(&size, "bytes", 1, "a size")
+	var pw string
+	b.Secret(&pw, "password", "", "a secret")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", ""}, `empty: leave the flag out for its default, "x"`},
+		{[]string{"--name", "a\nb"}, "control character U+000A at byte 1"},
+		{[]string{"--name", "\xff"}, "not valid UTF-8"},
+		{[]string{"--name", strings.Repeat("x", 5000)}, `"` + strings.Repeat("x", 64) + `"… (5000 bytes): too long: 5000 bytes, at most 4096`},
+		{[]string{"--count", "2147483648"}, "out of range: at most 2147483647"},
+		{[]string{"--every", "-1s"}, "negative: use 0 or more"},
+		{[]string{"--every", "3651d"}, "out of range: at most 3650d"},
+		{[]string{"--every", "1e300d"}, "not a duration"},
+		{[]string{"--bytes", "-1"}, "negative: use 0 or more"},
+		{[]string{"--bytes", "2PiB"}, "not a size"},
+		{[]string{"--bytes", "2000TiB"}, "out of range: at most 1PiB"},
+		{[]string{"--password", "hunter2\x00"}, "--password (value hidden): control character U+0000 at byte 7"},
+	} {
+		err := b.Parse(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+	if err := b.Parse([]string{"--password", "host=db\nuser=relay\tdbname=app"}); err != nil {
+		t.Errorf("a key=value connection string over lines: %v", err)
+	}
+	if d, err := ParseDuration("106752d"); err == nil {
+		t.Errorf("ParseDuration(106752d) = %s, want an error (overflow)", d)
+	}
+}

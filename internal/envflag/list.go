@@ -2,6 +2,7 @@ package envflag
 
 import (
 	"flag"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +22,9 @@ func (b *Binder) ConnStrings(p *[]string, name, help string) Binding {
 // environment, rather than left at its default: for a setting that acts
 // on existing state only when asked to (migrate --failover-slot).
 func (b *Binder) IsSet(name string) bool {
+	if slices.Contains(b.malformed, name) {
+		return false
+	}
 	env := b.EnvName(name)
 	if _, ok := b.lookup(env); ok {
 		return true
@@ -41,6 +45,9 @@ type listValue struct {
 }
 
 func (v *listValue) Set(s string) error {
+	if err := checkText(s, true); err != nil {
+		return err
+	}
 	if !v.cmdline {
 		*v.p, v.cmdline = nil, true
 	}

@@ -14,9 +14,23 @@ import (
 type ValueError struct {
 	Source, Value string
 	Err           error
+	// Secret hides Value: a malformed secret is refused before it is
+	// registered for redaction.
+	Secret bool
 }
 
-func (e *ValueError) Error() string { return fmt.Sprintf("%s%q: %v", e.Source, e.Value, e.Err) }
+// maxShown is the most of a refused value an error quotes.
+const maxShown = 64
+
+func (e *ValueError) Error() string {
+	switch {
+	case e.Secret:
+		return fmt.Sprintf("%s(value hidden): %v", e.Source, e.Err)
+	case len(e.Value) > maxShown:
+		return fmt.Sprintf("%s%q… (%d bytes): %v", e.Source, strings.ToValidUTF8(e.Value[:maxShown], ""), len(e.Value), e.Err)
+	}
+	return fmt.Sprintf("%s%q: %v", e.Source, e.Value, e.Err)
+}
 func (e *ValueError) Unwrap() error { return e.Err }
 
 // bound is a registered flag value: it remembers a malformed command-line
@@ -34,7 +48,7 @@ type bound struct {
 func (v *bound) Set(s string) error {
 	err := v.Value.Set(s)
 	if err != nil && v.b.parseErr == nil {
-		v.b.parseErr = &ValueError{Source: "--" + v.name + " ", Value: s, Err: err}
+		v.b.parseErr = &ValueError{Source: "--" + v.name + " ", Value: s, Err: err, Secret: v.secret}
 	}
 	return err
 }

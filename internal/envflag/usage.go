@@ -64,3 +64,23 @@ func zero(f *flag.Flag, def string) bool {
 	}
 	return def == "0"
 }
+
+// Kind names f's value type as the usage does ("bool", "int", "duration",
+// "size", "string"; "list" for ConnStrings), and whether its value is a
+// secret. Tests generate inputs per kind, so a new flag is covered by
+// them without being listed.
+func Kind(f *flag.Flag) (kind string, secret bool) {
+	bv, _ := f.Value.(*bound)
+	if bv != nil {
+		secret = bv.secret
+	}
+	switch v := unbound(f.Value).(type) {
+	case *listValue:
+		return "list", secret
+	case boolValue, notBoolValue:
+		return "bool", secret
+	case typed:
+		return v.Type(), secret
+	}
+	return "string", secret
+}

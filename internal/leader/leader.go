@@ -65,10 +65,12 @@ type Config struct {
 // Validate checks the intervals against each other; each error says how to
 // fix it.
 func (c Config) Validate() error {
-	var errs []error
 	if c.Timeout < time.Second {
-		errs = append(errs, fmt.Errorf("leader timeout %s: use at least 1s", c.Timeout))
+		// The intervals are checked against the timeout: not against
+		// one that is itself wrong.
+		return errors.New("leader timeout: use at least 1s")
 	}
+	var errs []error
 	if c.KeepaliveInterval <= 0 || c.KeepaliveInterval > c.Timeout/4 {
 		errs = append(errs, fmt.Errorf("leader keepalive interval %s: use a positive value of at most a quarter of the leader timeout (%s)",
 			c.KeepaliveInterval, c.Timeout/4))

@@ -33,7 +33,9 @@ const ApplicationName = "outbox-relay"
 func ParseConfig(url string) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, err
+		// pgconn quotes the (password-redacted) string: a line break in
+		// it would split the one-line error a command prints.
+		return nil, lineError{err}
 	}
 	pc.MaxConns = 4
 	pc.ConnConfig.RuntimeParams["application_name"] = ApplicationName
@@ -165,3 +167,11 @@ func ValidName(s string) bool {
 	}
 	return true
 }
+
+// lineError is an error whose text has its line breaks escaped.
+type lineError struct{ err error }
+
+func (e lineError) Error() string {
+	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(e.err.Error())
+}
+func (e lineError) Unwrap() error { return e.err }

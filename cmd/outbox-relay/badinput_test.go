@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
+)
+
+// badValues are the inputs every flag of a kind gets. malformed ones are
+// never a value of the kind: the command must refuse them. edge ones are
+// well-formed but empty, zero, negative or huge: a command refuses them
+// unless acceptedEdge lists the flag and value with the reason it is valid.
+var badValues = map[string]struct{ malformed, edge []string }{
+	"int":      {malformed: []string{"abc", "1.5", "1e3", "99999999999999999999", ""}, edge: []string{"0", "-1", "2147483648"}},
+	"duration": {malformed: []string{"abc", "10", "1e300d", "9999999999h", ""}, edge: []string{"0", "-1s", "876000h"}},
+	"size":     {malformed: []string{"lots", "1.5.5MiB", "99999999999999999999", ""}, edge: []string{"0", "-1", "1EiB"}},
+	"bool":     {malformed: []string{"maybe", "2"}},
+	"string":   {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
+	"list":     {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
+}
+
+// documentedZero matches usage text that gives 0 a meaning ("0
+// disables", "0: off", "0 keeps the server's setting").
+var documentedZero = regexp.MustCompile(`\b0(:| disables| keeps| means)`)
+
+// meant reports whether a well-formed edge value v of flag f has a meaning
+// its usage states. Every other edge value but the default must be
+// refused; a new flag gets this rule without being named here.
+func meant(f *flag.Flag, v string) bool {
+	usage := f.Usage
+	switch {
+	case v == "":
+		return strings.Contains(usage, "empty")
+	case v == "0":
+		return documentedZero.MatchString(usage)
+	case strings.HasPrefix(v, "-"):
+		return strings.Contains(usage, "negative") || strings.Contains(usage, v+" ") || strings.Contains(usage, v+":")
+	}
+	return false
+}
+
+// commandFlags lists every flag of every command and verb, by command
+// line ("dlq show"), from the commands' own registration (knownEnv's
+// listing mode): a new flag is covered without being named here.
+func commandFlags(t *testing.T) map[string][]*flag.Flag {
+	t.Helper()
+	out := map[string][]*flag.Flag{}
+	l := &envLister{Writer: io.Discard, names: map[string]bool{}, visit: func(cmd string, fs *flag.FlagSet) {
+		fs.VisitAll(func(f *flag.Flag) { out[cmd] = append(out[cmd], f) })
+	}}
+	if err := l.list(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// positional are the arguments a command line needs besides flags.
+var positional = map[string][]string{
+	"dlq show":    {"0f8fad5b-d9cb-469f-a165-70867728950e"},
+	"dlq retry":   {"0f8fad5b-d9cb-469f-a165-70867728950e"},
+	"dlq discard": {"0f8fad5b-d9cb-469f-a165-70867728950e", "--reason", "test"},
+	"cleanup":     {"--older-than", "7d"},
+	"reconcile":   {"--since", "1h"},
+	"replay":      {"--all"},
+}
+
+type outcome struct {
+	code           int
+	stdout, stderr string
+}
+
+// errorLines are stderr's lines but for log records (JSON): a command that
+// logs before its own checks (the connection security line) still says
+// what is wrong in one line.
+func (o outcome) errorLines() int {
+	n := 0
+	for _, l := range strings.Split(strings.TrimSuffix(o.stderr, "\n"), "\n") {
+		if !strings.HasPrefix(l, `{"level":`) {
+			n++
+		}
+	}
+	return n
+}
+
+// attempt runs a command line the way main does, with a cancelled
+// context: a configuration that passes validation stops at its first
+// connection (exit 1), one that does not exits 2.
+func attempt(t *testing.T, cmd string, args []string) outcome {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	line := append(strings.Fields(cmd), positional[cmd]...)
+	code := dispatch(ctx, append(line, args...), &out, &cliStderr{Writer: redact.NewWriter(&errOut)})
+	return outcome{code, out.String(), errOut.String()}
+}
+
+func TestBadInputEveryFlag(t *testing.T) {
+	helpOf(t, "migrate") // unsets OUTBOX_RELAY_* and GOMAXPROCS
+	base := map[string]string{
+		envPrefix + "DATABASE_URL":  "postgres://relay@127.0.0.1:1/app",
+		envPrefix + "KAFKA_BROKERS": "127.0.0.1:1",
+		envPrefix + "METRICS_ADDR":  "127.0.0.1:0",
+	}
+	for k, v := range base {
+		t.Setenv(k, v)
+	}
+	flags := commandFlags(t)
+	for _, cmd := range slices.Sorted(func(yield func(string) bool) {
+		for k := range flags {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if o := attempt(t, cmd, nil); o.code == exitUsage || o.errorLines() > 1 {
+			t.Errorf("%s: the base command line is refused: %s", cmd, o.stderr)
+			continue
+		}
+		for _, f := range flags[cmd] {
+			kind, _ := envflag.Kind(f)
+			vals, ok := badValues[kind]
+			if !ok {
+				t.Errorf("%s --%s: no bad values for kind %q", cmd, f.Name, kind)
+				continue
+			}
+			check := func(v string, mustRefuse bool) {
+				o := attempt(t, cmd, []string{"--" + f.Name + "=" + v})
+				desc := fmt.Sprintf("%s --%s=%.40q", cmd, f.Name, v)
+				if s := o.stdout + o.stderr; strings.Contains(s, "panic") || strings.Contains(s, "goroutine ") {
+					t.Errorf("%s: panicked:\n%.2000s", desc, s)
+					return
+				}
+				// The default, given explicitly, may be refused (a
+				// required flag's empty default) or taken.
+				isDefault := v == f.DefValue || kind == "duration" && v == "0" && f.DefValue == "0s"
+				accepted := !mustRefuse && meant(f, v)
+				switch {
+				case o.code == exitUsage && o.errorLines() != 1:
+					t.Errorf("%s: exit 2 with %d lines, want one:\n%.2000s", desc, o.errorLines(), o.stderr)
+				case isDefault && !mustRefuse:
+				case o.code == exitUsage && accepted:
+					t.Errorf("%s: refused, but the flag's default or usage gives it a meaning: %s", desc, o.stderr)
+				case o.code != exitUsage && !accepted:
+					t.Errorf("%s: accepted (exit %d), want exit 2", desc, o.code)
+				}
+			}
+			for _, v := range vals.malformed {
+				check(v, true)
+				// The same value from the environment: the same refusal.
+				env := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+				t.Setenv(env, v)
+				if o := attempt(t, cmd, nil); o.code != exitUsage || o.errorLines() != 1 || !strings.Contains(o.stderr, env) {
+					t.Errorf("%s with %s=%q: exit %d, want 2 with one line naming the variable:\n%.2000s", cmd, env, v, o.code, o.stderr)
+				}
+				os.Unsetenv(env)
+				if old, ok := base[env]; ok {
+					os.Setenv(env, old)
+				}
+			}
+			if _, secret := envflag.Kind(f); secret {
+				// A refused secret is not yet registered for redaction:
+				// its error must not quote it.
+				o := attempt(t, cmd, []string{"--" + f.Name + "=s3cr3t\x01"})
+				if o.code != exitUsage || strings.Contains(o.stdout+o.stderr, "s3cr3t") {
+					t.Errorf("%s --%s with a control character: exit %d, and the output must not show the value:\n%s", cmd, f.Name, o.code, o.stderr)
+				}
+			}
+			for _, v := range vals.edge {
+				check(v, false)
+			}
+		}
+	}
+}
