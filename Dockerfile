@@ -1,4 +1,4 @@
-# syntax=docker/dockerfile:1
+# syntax=docker/dockerfile:1@sha256:ecfaec9ed6d810b56388c508f4121597bfbba70d41a6dfeee4d8cad5f295fc32
 # The outbox-relay image: a static Go binary on scratch, with CA certificates, for any
 # architecture Go targets. The build stage runs on the builder's own platform and
 # cross-compiles (CGO off), so a multi-architecture build needs no emulation:
@@ -14,7 +14,11 @@ ARG VERSION=dev
 ARG REVISION=unknown
 ARG BUILD_DATE=unknown
 
-FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+# Base images are pinned by digest (the multi-platform index), so a build
+# takes the image that was reviewed, not whatever the tag points at today;
+# the tag stays for people and for scripts/pin-images.sh, which moves the
+# digests to the tags' current ones.
+FROM --platform=$BUILDPLATFORM golang:1.26@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION

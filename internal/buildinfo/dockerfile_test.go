@@ -238,3 +238,37 @@ func TestParseDockerfile(t *testing.T) {
 		t.Errorf("env %v", e)
 	}
 }
+
+// pinned is an image reference with its tag and digest: the tag for people
+// and scripts/pin-images.sh, the digest for the build.
+var pinned = regexp.MustCompile(`^[a-z0-9./_-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$`)
+
+// TestDockerfileBaseImagesPinned: every image the build pulls (each FROM
+// but scratch and earlier stages, and the syntax frontend) is pinned by
+// digest, so a tag moved by its publisher, or by someone who took over
+// the name, cannot change what is built (issue 36).
+func TestDockerfileBaseImagesPinned(t *testing.T) {
+	text := readRepoFile(t, "Dockerfile")
+	first, _, _ := strings.Cut(text, "\n")
+	if syntax, ok := strings.CutPrefix(first, "# syntax="); !ok || !pinned.MatchString(syntax) {
+		t.Errorf("first line %q: want # syntax=docker/dockerfile:TAG@sha256:DIGEST", first)
+	}
+	stages := map[string]bool{"scratch": true}
+	for _, st := range parseDockerfile(text)[1:] {
+		var image, name string
+		for _, f := range strings.Fields(st.from) {
+			switch {
+			case strings.HasPrefix(f, "--"):
+			case image == "":
+				image = f
+			case strings.EqualFold(f, "AS"):
+			default:
+				name = f
+			}
+		}
+		if !stages[image] && !pinned.MatchString(image) {
+			t.Errorf("FROM %s: pin it as name:tag@sha256:digest (scripts/pin-images.sh)", st.from)
+		}
+		stages[name] = true
+	}
+}
