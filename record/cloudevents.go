@@ -3,9 +3,10 @@ package record
 import (
 	"encoding/base64"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -20,10 +21,12 @@ const (
 	// CloudEventsSpecVersion is the specversion attribute.
 	CloudEventsSpecVersion = "1.0"
 	// CloudEventsJSONContentType is the datacontenttype of JSON payloads
-	// (jsonb and json columns always are JSON; others when they parse).
+	// (jsonb and json columns always are JSON, unless their bytes are not
+	// UTF-8; others when they parse).
 	CloudEventsJSONContentType = "application/json"
 	// CloudEventsBinaryContentType is the datacontenttype of payloads
-	// that are not JSON text (a bytea payload such as Avro or Protobuf).
+	// that are not JSON text (a bytea payload such as Avro or Protobuf,
+	// or text that is not valid UTF-8).
 	CloudEventsBinaryContentType = "application/octet-stream"
 	// CloudEventsStructuredContentType is the content-type header of
 	// structured mode records: the JSON event format.
@@ -57,7 +60,7 @@ const cloudEventsHeaders = 10
 // empty (Encode refuses such a row first).
 func buildCloudEvents(topic string, ev *replication.Event, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
 	contentType := CloudEventsBinaryContentType
-	if json.Valid(ev.Payload) {
+	if isJSONText(ev.Payload) {
 		contentType = CloudEventsJSONContentType
 	}
 	var stamp [40]byte
@@ -97,11 +100,21 @@ func buildCloudEvents(topic string, ev *replication.Event, source string, mode C
 			err = checkRowHeaders(h, own, cloudEventsReserved)
 		}
 		if err != nil {
-			return kafka.Message{}, errors.New("headers: " + err.Error())
+			return kafka.Message{}, fmt.Errorf("headers: %w", err)
 		}
 	}
 	msg.Headers = h
 	return msg, nil
+}
+
+// isJSONText reports whether a payload is JSON text: valid JSON, and
+// valid UTF-8 (RFC 8259 section 8.1; encoding/json's Valid does not check
+// the bytes inside strings). Any other payload is opaque bytes to a
+// CloudEvent (application/octet-stream): carried unchanged in binary mode,
+// as data_base64 in structured mode, never altered. A jsonb payload of a
+// SQL_ASCII database may hold bytes that are not UTF-8.
+func isJSONText(payload []byte) bool {
+	return utf8.Valid(payload) && json.Valid(payload)
 }
 
 // cloudEventsReserved reports the header names the binding reads as the

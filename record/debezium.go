@@ -1,7 +1,7 @@
 package record
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -40,7 +40,7 @@ func buildDebezium(topic string, ev *replication.Event, expand bool) (kafka.Mess
 			err = checkRowHeaders(h, debeziumHeaders, debeziumReserved)
 		}
 		if err != nil {
-			return kafka.Message{}, errors.New("headers: " + err.Error())
+			return kafka.Message{}, fmt.Errorf("headers: %w", err)
 		}
 	}
 	value := ev.Payload

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -42,6 +43,14 @@ func TestDecodeFormats(t *testing.T) {
 	for _, payload := range [][]byte{[]byte(`{"total": 10}`), {0, 0, 0, 0, 42, 2, 0xff}} {
 		for _, c := range formatConfigs {
 			m, err := c.rc.Encode("outbox.event.order", sourceEvent(payload))
+			if c.rc.DebeziumExpandJSON && !utf8.Valid(payload) {
+				// No JSON form: refused, never mangled (TestInvalidUTF8).
+				var ue *InvalidUTF8Error
+				if !errors.As(err, &ue) || ue.Field != "payload" {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				continue
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,7 +31,11 @@
 // NewEncoder validates a Config once; Encoder.Encode then maps each
 // replication.Event (an outbox row as the relay reads it from the WAL) to
 // its kafka.Message, or to an *EncodeError for an event that can never
-// become a record. Config.Encode does both for a single event.
+// become a record. Config.Encode does both for a single event. Whatever a
+// record carries as text (the key, header names and values, JSON strings)
+// is valid UTF-8: a field that is not is refused (an *InvalidUTF8Error
+// naming it), never replaced with U+FFFD; a payload the format carries as
+// bytes passes unchanged.
 //
 // # Decoding
 //

@@ -77,6 +77,10 @@ func CheckCloudEventsSource(s string) error {
 	if s == "" {
 		return errors.New("the CloudEvents source is required with the cloudevents record format: a URI-reference naming the producer, e.g. /orders-service or urn:example:orders")
 	}
+	if i := invalidUTF8At(s); i >= 0 {
+		// Every record carries it as text (ce_source, a JSON string).
+		return fmt.Errorf("CloudEvents source: invalid UTF-8 at byte offset %d", i)
+	}
 	if strings.ContainsAny(s, " \t\r\n") {
 		return fmt.Errorf("CloudEvents source %q: a URI-reference has no white space", s)
 	}
@@ -100,7 +104,9 @@ type Config struct {
 	// DebeziumExpandJSON writes FormatDebezium values as the router does
 	// with table.expand.json.payload=true and the JsonConverter: the JSON
 	// payload re-serialized compactly, null members dropped (see
-	// docs/formats.md). Off, the value is the payload as stored.
+	// docs/formats.md). Off, the value is the payload as stored. On, a
+	// payload that is not valid UTF-8 has no JSON form: such an event is
+	// an *EncodeError (CodeInvalidRow, an *InvalidUTF8Error).
 	DebeziumExpandJSON bool
 	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
 	// into a record with the row's key and headers and a null value (a

@@ -23,16 +23,84 @@ func formatSeeds(f *testing.F) {
 	f.Add("e", "t", "a", "1", "e", "1", []byte(`"text"`), []byte(`{"CE_ID": "spoofed", "Content-Type": "x"}`))
 	f.Add("e\"\n", "t", "a\x01", "-9", "e\xff", "1", []byte{}, []byte{})
 	f.Add("e", "t", "a", "1", "", "1", []byte(`{"a": [{"x": 1}, {"y": 2.5e3}]}`), []byte(`{"a": 1}`))
+	// Invalid UTF-8 (issue 36, row 10): in a column, in a JSON payload, in
+	// a row header value, after an escape.
+	f.Add("e", "t", "ab\xff\xfe", "1", "e", "1", []byte(`{}`), []byte{})
+	f.Add("e", "t", "a", "1", "e", "1", []byte("{\"note\": \"ab\xff\xfe\"}"), []byte{})
+	f.Add("e", "t", "a", "1", "e", "1", []byte(`{}`), []byte("{\"k\": \"\\u00e9\xff\"}"))
+	f.Add("e", "t", "a", "1", "e", "1", []byte(`{}`), []byte(`{"k": "\ud800"}`))
 }
 
-// FuzzDebeziumRecord: buildDebezium never panics; it fails exactly when
-// the row's headers do not parse or repeat one of the record's own
-// headers; otherwise the record is key = aggregate_id, value = payload
-// (expanded: valid JSON), time = commit time, headers id, event_type,
-// aggregate_type, aggregate_version, schema_version, then the row's.
+// firstInvalidColumn is the *InvalidUTF8Error Encode must return for ev's
+// text columns (in the outbox table's order), or nil when they are all
+// UTF-8: an independent statement of the rule of checkUTF8.
+func firstInvalidColumn(ev *replication.Event) *InvalidUTF8Error {
+	for _, c := range []struct{ name, v string }{
+		{"event_id", ev.EventID}, {"aggregate_type", ev.AggregateType}, {"aggregate_id", ev.AggregateID},
+		{"aggregate_version", ev.AggregateVersion}, {"event_type", ev.EventType}, {"schema_version", ev.SchemaVersion},
+	} {
+		if i := firstInvalidByte(c.v); i >= 0 {
+			return &InvalidUTF8Error{Field: c.name, Offset: i}
+		}
+	}
+	return nil
+}
+
+// firstInvalidByte is the offset of the first byte of s that range reads
+// as an invalid sequence (a RuneError of one byte), or -1.
+func firstInvalidByte(s string) int {
+	for i, r := range s {
+		if _, n := utf8.DecodeRuneInString(s[i:]); r == utf8.RuneError && n == 1 {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkUTF8Refusal fails unless err is Encode's refusal of a field that is
+// not UTF-8: want's field and offset, with code, and a reason that does
+// not carry the field's bytes.
+func checkUTF8Refusal(t *testing.T, err error, want *InvalidUTF8Error, code string) {
+	t.Helper()
+	var ee *EncodeError
+	var ue *InvalidUTF8Error
+	if !errors.As(err, &ee) || !errors.As(err, &ue) || ee.Code != code || *ue != *want {
+		t.Fatalf("Encode returned %v, want %s: %v", err, code, want)
+	}
+	if !utf8.ValidString(ee.Error()) {
+		t.Fatalf("the reason %q is not UTF-8: it carries the field's bytes", ee.Error())
+	}
+}
+
+// checkRecordText fails unless all the text of msg (key, header names and
+// values) is valid UTF-8: what Java consumers decode as strings, which the
+// relay never hands them otherwise.
+func checkRecordText(t *testing.T, msg kafka.Message) {
+	t.Helper()
+	if !utf8.Valid(msg.Key) {
+		t.Fatalf("key %q is not UTF-8", msg.Key)
+	}
+	for _, h := range msg.Headers {
+		if !utf8.ValidString(h.Key) || !utf8.Valid(h.Value) {
+			t.Fatalf("header %q=%q is not UTF-8", h.Key, h.Value)
+		}
+	}
+}
+
+// FuzzDebeziumRecord: the debezium format never panics; it fails exactly
+// when a text column, or with expansion the payload, is not valid UTF-8
+// (an *InvalidUTF8Error naming the first such field), or the row's headers
+// do not parse or repeat one of the record's own headers; otherwise the
+// record is key = aggregate_id, value = payload (expanded: valid UTF-8
+// JSON, the payload itself as a JSON string when not expanded), time =
+// commit time, headers id, event_type, aggregate_type, aggregate_version,
+// schema_version, then the row's, all valid UTF-8.
 func FuzzDebeziumRecord(f *testing.F) {
 	formatSeeds(f)
 	f.Fuzz(func(t *testing.T, eventID, aggType, aggID, aggVersion, eventType, schemaVersion string, payload, headers []byte) {
+		if aggID == "" {
+			aggID = "a" // Encode refuses an empty key before the rest
+		}
 		ev := &replication.Event{
 			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
 			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
@@ -50,24 +118,40 @@ func FuzzDebeziumRecord(f *testing.F) {
 			}
 		}
 		for _, expand := range []bool{false, true} {
-			msg, err := buildDebezium("topic", ev, expand)
+			msg, err := Config{Format: FormatDebezium, DebeziumExpandJSON: expand}.Encode("topic", ev)
+			if bad := firstInvalidColumn(ev); bad != nil {
+				checkUTF8Refusal(t, err, bad, CodeInvalidRow)
+				return
+			}
+			if expand && !utf8.Valid(payload) {
+				checkUTF8Refusal(t, err, &InvalidUTF8Error{Field: "payload", Offset: firstInvalidByte(string(payload))}, CodeInvalidRow)
+				continue
+			}
 			if herr != nil {
-				if err == nil {
-					t.Fatalf("headers %q refused (%v), buildDebezium returned %v", headers, herr, err)
+				var ee *EncodeError
+				if !errors.As(err, &ee) || ee.Code != CodeInvalidHeaders || ee.EventID != eventID {
+					t.Fatalf("headers %q refused (%v), Encode returned %v", headers, herr, err)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("buildDebezium: %v", err)
+				t.Fatalf("Encode: %v", err)
 			}
+			checkRecordText(t, msg)
 			if msg.Topic != "topic" || string(msg.Key) != aggID || !msg.Time.Equal(ev.CommitTime) {
 				t.Fatalf("message %+v", msg)
 			}
 			if !expand && !bytes.Equal(msg.Value, payload) {
 				t.Fatalf("value %q, want the payload %q", msg.Value, payload)
 			}
-			if expand && !json.Valid(msg.Value) {
-				t.Fatalf("expanded value %q of %q is not JSON", msg.Value, payload)
+			if expand {
+				if !utf8.Valid(msg.Value) || !json.Valid(msg.Value) {
+					t.Fatalf("expanded value %q of %q is not UTF-8 JSON", msg.Value, payload)
+				}
+				var s string
+				if json.Unmarshal(msg.Value, &s) == nil && s != string(payload) {
+					t.Fatalf("payload %q written as the string %q", payload, s)
+				}
 			}
 			want := append([]kafka.Header{
 				{Key: "id", Value: []byte(eventID)},
@@ -84,11 +168,13 @@ func FuzzDebeziumRecord(f *testing.F) {
 }
 
 // FuzzCloudEvents: the cloudevents format never panics; it fails exactly when
-// the type is empty or the row's headers do not parse or replace an
-// attribute; otherwise the binary mode record carries every attribute in
-// its ce_ header and the payload as the value, and the structured one a
-// JSON event whose attributes and data (inline JSON or data_base64) give
-// back the event.
+// a text column is not valid UTF-8 (an *InvalidUTF8Error naming the first
+// such column), the type is empty, or the row's headers do not parse or
+// replace an attribute; otherwise the binary mode record carries every
+// attribute in its ce_ header and the payload as the value, and the
+// structured one a JSON event, valid UTF-8, whose attributes and data
+// (inline JSON or data_base64) give back the event exactly: nothing is
+// ever replaced by U+FFFD. A payload is JSON only when it is UTF-8 too.
 func FuzzCloudEvents(f *testing.F) {
 	formatSeeds(f)
 	f.Fuzz(func(t *testing.T, eventID, aggType, aggID, aggVersion, eventType, schemaVersion string, payload, headers []byte) {
@@ -116,6 +202,10 @@ func FuzzCloudEvents(f *testing.F) {
 		}
 		for _, mode := range []CloudEventsMode{CloudEventsBinary, CloudEventsStructured} {
 			msg, err := Config{Format: FormatCloudEvents, CloudEventsSource: "/src", CloudEventsMode: mode}.Encode("topic", ev)
+			if bad := firstInvalidColumn(ev); bad != nil {
+				checkUTF8Refusal(t, err, bad, CodeInvalidRow)
+				return
+			}
 			if herr != nil {
 				var ee *EncodeError
 				if !errors.As(err, &ee) || ee.EventID != eventID {
@@ -126,11 +216,12 @@ func FuzzCloudEvents(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%s: %v", mode, err)
 			}
+			checkRecordText(t, msg)
 			if string(msg.Key) != aggID || !msg.Time.Equal(ev.CommitTime) {
 				t.Fatalf("message %+v", msg)
 			}
 			ct := CloudEventsBinaryContentType
-			if json.Valid(payload) {
+			if json.Valid(payload) && utf8.Valid(payload) {
 				ct = CloudEventsJSONContentType
 			}
 			attrs := map[string]string{
@@ -155,13 +246,16 @@ func FuzzCloudEvents(f *testing.F) {
 			if len(msg.Headers) != 1+len(rowHeaders) || string(msg.Headers[0].Value) != CloudEventsStructuredContentType {
 				t.Fatalf("structured headers %s", headerList(msg.Headers))
 			}
+			if !utf8.Valid(msg.Value) {
+				t.Fatalf("structured value %q is not UTF-8", msg.Value)
+			}
 			var doc map[string]json.RawMessage
 			if err := json.Unmarshal(msg.Value, &doc); err != nil {
 				t.Fatalf("structured value %q: %v", msg.Value, err)
 			}
 			for k, v := range attrs {
 				var s string
-				if err := json.Unmarshal(doc[k], &s); err != nil || (utf8.ValidString(v) && s != v) {
+				if err := json.Unmarshal(doc[k], &s); err != nil || s != v {
 					t.Fatalf("%s = %s, want %q (%v)", k, doc[k], v, err)
 				}
 			}

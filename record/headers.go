@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unsafe"
 
 	"github.com/segmentio/kafka-go"
@@ -43,8 +44,9 @@ func parseHeaders(raw []byte) ([]kafka.Header, error) {
 
 // appendHeaders appends the members of raw, a JSON object of string
 // values, to out. Plain ASCII strings (the common case) alias raw instead
-// of being copied; strings with escapes or other bytes go through
-// encoding/json. raw must not change afterwards (an event's buffer doesn't).
+// of being copied; strings with escapes or other bytes are decoded
+// strictly (headerString). raw must not change afterwards (an event's
+// buffer doesn't).
 func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
 	p := jsontext.NewScanner(raw)
 	p.SkipSpace()
@@ -58,10 +60,15 @@ func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
 	if p.Consume('}') {
 		return endHeaders(p, out)
 	}
-	for {
+	for n := 1; ; n++ {
 		p.SkipSpace()
 		key, err := headerString(p)
 		if err != nil {
+			if u, ok := err.(*InvalidUTF8Error); ok {
+				// Named by position: the name itself is not text.
+				u.Field = "the name of row header " + strconv.Itoa(n)
+				return nil, u
+			}
 			return nil, fmt.Errorf("header name: %w", err)
 		}
 		if len(key) == 0 {
@@ -77,6 +84,10 @@ func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
 		}
 		val, err := headerString(p)
 		if err != nil {
+			if u, ok := err.(*InvalidUTF8Error); ok {
+				u.Field = fmt.Sprintf("the value of row header %q", key)
+				return nil, u
+			}
 			return nil, fmt.Errorf("value of %q: %w", key, err)
 		}
 		out = append(out, kafka.Header{Key: unsafe.String(unsafe.SliceData(key), len(key)), Value: val})
@@ -92,7 +103,12 @@ func appendHeaders(out []kafka.Header, raw []byte) ([]kafka.Header, error) {
 }
 
 // headerString reads a JSON string: a plain one aliases the input, any
-// other is decoded (and checked) by encoding/json.
+// other is decoded strictly (jsontext.Unquote): a header name or value is
+// text on the wire, and encoding/json would quietly change it (invalid
+// UTF-8 and lone surrogate escapes become U+FFFD). A string that is not
+// valid UTF-8 is an *InvalidUTF8Error at the offset of its first invalid
+// byte in the decoded value, its Field left for the caller to name; a lone
+// surrogate is errLoneSurrogate; other faults are encoding/json's errors.
 func headerString(p *jsontext.Scanner) ([]byte, error) {
 	tok, plain, err := p.StringToken()
 	if err != nil {
@@ -101,11 +117,24 @@ func headerString(p *jsontext.Scanner) ([]byte, error) {
 	if plain {
 		return tok[1 : len(tok)-1 : len(tok)-1], nil
 	}
+	if s, ok := jsontext.Unquote(tok); ok {
+		// s is new and never written to: the header may alias it.
+		return bytesOf(s), nil
+	}
+	// Say why: malformed JSON first, as encoding/json reports it; then
+	// the first of an invalid byte and a lone surrogate.
 	var s string
 	if err := json.Unmarshal(tok, &s); err != nil {
 		return nil, err
 	}
-	return []byte(s), nil
+	if i := invalidUTF8AtBytes(tok); i >= 0 {
+		// Escapes are ASCII, so the token splits at the invalid byte:
+		// the offset is the decoded length of what comes before it.
+		if before, ok := jsontext.Unquote(append(tok[:i:i], '"')); ok {
+			return nil, &InvalidUTF8Error{Offset: len(before)}
+		}
+	}
+	return nil, errLoneSurrogate
 }
 
 // endHeaders checks that nothing but white space follows the headers.

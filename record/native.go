@@ -1,7 +1,7 @@
 package record
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -20,10 +20,10 @@ func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
 	if len(ev.Headers) > 0 {
 		var err error
 		if h, err = appendHeaders(h, ev.Headers); err != nil {
-			return kafka.Message{}, errors.New("headers: " + err.Error())
+			return kafka.Message{}, fmt.Errorf("headers: %w", err)
 		}
 		if err = checkRowHeaders(h, 5, nativeReserved); err != nil {
-			return kafka.Message{}, errors.New("headers: " + err.Error())
+			return kafka.Message{}, fmt.Errorf("headers: %w", err)
 		}
 	}
 	return kafka.Message{

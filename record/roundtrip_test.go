@@ -2,10 +2,12 @@ package record
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/record/internal/jsonexpand"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -85,6 +87,15 @@ func TestRoundTrip(t *testing.T) {
 			if ev.Invalid != "" && !c.TombstoneOnNullPayload {
 				if ee, ok := err.(*EncodeError); !ok || ee.Code != CodeInvalidRow {
 					t.Fatalf("%s: a NULL payload without tombstones: %v", name, err)
+				}
+				continue
+			}
+			if c.DebeziumExpandJSON && !utf8.Valid(ev.Payload) {
+				// The expanded value is JSON text: a payload that is not
+				// UTF-8 is refused, never mangled (TestInvalidUTF8).
+				var ue *InvalidUTF8Error
+				if !errors.As(err, &ue) || ue.Field != "payload" {
+					t.Fatalf("%s: a payload that is not UTF-8, expanded: %v", name, err)
 				}
 				continue
 			}
