@@ -34,6 +34,12 @@
 // overlap while the clocks run at the same rate. A dead process's socket is
 // closed by its kernel and frees the lock at once.
 //
+// A keepalive that runs late (the process or its machine stalled, so the
+// deadline passed while it waited to run) still asks the server, with
+// Timeout/4 to answer: the server's answer is authoritative, and a session
+// it ended for its silence fails the check. Giving up without asking
+// turned a stalled machine into a lost leadership and a restarted stream.
+//
 // # The fence
 //
 // The lock is an election, not a guarantee: a process paused for longer

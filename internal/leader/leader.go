@@ -299,15 +299,35 @@ type Lease struct {
 	// confirm asks the keepalive goroutine, the only user of conn, for a
 	// check now (Confirm); it answers on the channel sent.
 	confirm chan chan error
-	once    sync.Once
+	// held asks the server whether this session still holds the lock
+	// (heldOnConn; a fake in tests).
+	held func(ctx context.Context) (bool, error)
+	once sync.Once
 }
 
 func newLease(e *Elector, conn *pgx.Conn, key int64, acquired time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
 		confirm: make(chan chan error)}
+	l.held = l.heldOnConn
+	return l.start(acquired)
+}
+
+// start runs the keepalive from acquired, when the lock was last known
+// held.
+func (l *Lease) start(acquired time.Time) *Lease {
 	go l.keepalive(acquired)
 	return l
+}
+
+// heldOnConn asks the server, on the lock connection, whether its session
+// holds the lock.
+func (l *Lease) heldOnConn(ctx context.Context) (bool, error) {
+	hi, lo := split(l.key)
+	var held bool
+	err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND pid = pg_backend_pid() AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`, hi, lo).Scan(&held)
+	return held, err
 }
 
 // Context is cancelled when leadership ends (lost or released); streaming
@@ -326,11 +346,20 @@ func (l *Lease) Err() error {
 // keepalive confirms the lock every KeepaliveInterval. The deadline of each
 // check is Timeout/2 after the last successful one was sent, so a silent
 // connection is given up well before the server frees the lock.
+//
+// It shares nothing with the stream or Kafka: its own goroutine, its own
+// connection, no lock or pool. What it does share is the process's CPU
+// and the machine: a check that starts late (the goroutine was not run: a
+// stalled machine, a paused process) still asks the server, with at least
+// Timeout/4 to answer, instead of failing on a deadline that passed while
+// it waited. The server's answer is what counts: a session the server
+// ended for its silence (idle_session_timeout) fails the check, so a late
+// check never confirms a lock that was freed.
 func (l *Lease) keepalive(last time.Time) {
 	defer close(l.done)
-	hi, lo := split(l.key)
 	t := time.NewTicker(l.e.cfg.KeepaliveInterval)
 	defer t.Stop()
+	answered := last // when the last check returned: lateness counts from there
 	for {
 		var reply chan error // a Confirm waiting for this check
 		select {
@@ -340,10 +369,16 @@ func (l *Lease) keepalive(last time.Time) {
 		case reply = <-l.confirm:
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), last.Add(l.e.cfg.Timeout/2))
-		var held bool
-		err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-			AND pid = pg_backend_pid() AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`, hi, lo).Scan(&held)
+		deadline := last.Add(l.e.cfg.Timeout / 2)
+		if late := sent.Sub(answered) - l.e.cfg.KeepaliveInterval; late > l.e.cfg.Timeout/4 {
+			// Not the server's silence: this goroutine ran late. Say so,
+			// since it tells a stalled machine from a lost server.
+			deadline = sent.Add(l.e.cfg.Timeout / 4)
+			l.e.log.Warn("lock keepalive ran late: the process or its machine stalled; asking the server",
+				slog.Duration("late", late.Round(time.Millisecond)), slog.Duration("since_last_keepalive", sent.Sub(last).Round(time.Millisecond)))
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		held, err := l.held(ctx)
 		cancel()
 		if err == nil && !held {
 			err = errors.New("the advisory lock is no longer held by this session")
@@ -358,7 +393,7 @@ func (l *Lease) keepalive(last time.Time) {
 			return
 		}
 		l.e.touch()
-		last = sent
+		last, answered = sent, time.Now()
 		if reply != nil {
 			reply <- nil
 		}
