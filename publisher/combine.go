@@ -43,7 +43,7 @@ type batch struct {
 	leader int
 	bytes  int
 	// records is the partition's record batch, size-prefixed, as
-	// appendBatch encodes it.
+	// kafkaproduce.AppendBatch encodes it.
 	records []byte
 	// last says no other batch is worth waiting for: the position record
 	// of a closed range, after every event of it was answered. It does

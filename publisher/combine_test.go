@@ -15,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // fakeBroker answers produce requests: gate (if set) holds every request
@@ -73,7 +75,7 @@ func (f *fakeBroker) sent() [][]string {
 
 func testBatch(topic string, partition, leader int) *batch {
 	return &batch{topic: topic, partition: partition, leader: leader, bytes: 10,
-		records: appendBatch(nil, []*kafka.Message{{Key: []byte("k"), Value: []byte("v")}}, noStamp, time.Now())}
+		records: kafkaproduce.AppendBatch(nil, []*kafka.Message{{Key: []byte("k"), Value: []byte("v")}}, kafkaproduce.NoStamp, time.Now())}
 }
 
 // produceAll submits bs concurrently and returns their outcomes by index.

@@ -30,11 +30,12 @@
 // which profiling showed to be a fifth of the relay's CPU at steady load.
 // The operator commands publish through SyncWriter, a plain Writer.
 //
-// The batches are encoded here (recordbatch.go) and sent with kafka-go's
-// rawproduce request, because its RecordSet encoder leaves out the
-// producer id: with Config.Idempotent (the relay's default) the publisher
-// takes a producer id and numbers each partition's batches (producer.go),
-// so the broker discards a retried batch it already stored. A retry
+// The batches are encoded by internal/kafkaproduce (AppendBatch) and sent
+// with kafka-go's rawproduce request, because its RecordSet encoder leaves
+// out the producer id: with Config.Idempotent (the relay's default) the
+// publisher takes a producer id and numbers each partition's batches
+// (kafkaproduce.Producer), so the broker discards a retried batch it
+// already stored. A retry
 // whose leader moved refreshes the transport's metadata first and waits
 // at most 250 ms (Publisher.beforeRetry), so recovery follows the
 // cluster's election instead of the exponential backoff.

@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // lane writes one partition's records, one batch at a time.
@@ -60,7 +62,7 @@ type lane struct {
 	q      *queue
 	// seq is the partition's sequence state with idempotence, nil
 	// without.
-	seq     *partitionSeq
+	seq     *kafkaproduce.Seq
 	msgs    []*kafka.Message
 	buf     []byte
 	lastErr error
@@ -71,8 +73,8 @@ type lane struct {
 // already formed the batch, so it goes straight to the protocol: kafka-go's
 // Writer would re-batch it, wait its BatchTimeout on a partial batch and
 // allocate a full-size batch buffer for every call. st stamps the batch
-// (noStamp without idempotence).
-func (l *lane) produce(recs []*outgoing, st producerStamp) error {
+// (kafkaproduce.NoStamp without idempotence).
+func (l *lane) produce(recs []*outgoing, st kafkaproduce.Stamp) error {
 	// Encoded per attempt: a new producer id changes the stamp. The buffer
 	// is the lane's; the combiner is done with it when produce returns.
 	l.msgs = l.msgs[:0]
@@ -81,7 +83,7 @@ func (l *lane) produce(recs []*outgoing, st producerStamp) error {
 		l.msgs = append(l.msgs, &rec.msg)
 		size += rec.size
 	}
-	l.buf = appendBatch(l.buf[:0], l.msgs, st, time.Now())
+	l.buf = kafkaproduce.AppendBatch(l.buf[:0], l.msgs, st, time.Now())
 	clear(l.msgs)
 	return l.p.combiner.produce(&batch{
 		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.buf,
@@ -182,7 +184,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		}
 		if err == nil {
 			if l.seq != nil {
-				p.producer.acked(l.seq, st, len(recs))
+				p.producer.Acked(l.seq, st, len(recs))
 			}
 			if attempt > 1 {
 				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Duration("after", time.Since(failing)))
@@ -216,7 +218,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 			// The broker lost or refuses the producer id's state for
 			// this partition: take a new id (see producer).
 			class = Transient
-			p.producer.reset(st)
+			p.producer.Reset(st)
 		}
 		if class == Transient && lingering(err) {
 			// Unknown partition: a metadata lag heals, a deleted one never.
@@ -267,13 +269,13 @@ func (l *lane) send(recs []*outgoing) sendResult {
 	}
 }
 
-// stamp returns the producer stamp of the lane's next attempt: noStamp
+// stamp returns the producer stamp of the lane's next attempt: kafkaproduce.NoStamp
 // without idempotence.
-func (l *lane) stamp() (producerStamp, error) {
+func (l *lane) stamp() (kafkaproduce.Stamp, error) {
 	if l.seq == nil {
-		return noStamp, nil
+		return kafkaproduce.NoStamp, nil
 	}
-	return l.p.producer.stamp(l.p.ctx, l.seq)
+	return l.p.producer.Stamp(l.p.ctx, l.seq)
 }
 
 func (l *lane) acked(recs []*outgoing) {

@@ -15,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // idempotentBroker stores produce requests the way a Kafka partition
@@ -33,7 +35,7 @@ type idempotentBroker struct {
 	// code answers the batch with it (nothing stored); timeout stores the
 	// batch and then answers the whole request with a timeout, as when
 	// the leader wrote it but the answer never came.
-	fault func(partition int32, st producerStamp) (code kafka.Error, timeout bool)
+	fault func(partition int32, st kafkaproduce.Stamp) (code kafka.Error, timeout bool)
 }
 
 type idemKey struct {
@@ -91,8 +93,11 @@ func (b *bytesBuffer) Write(p []byte) (int, error) { *b = append(*b, p...); retu
 
 // produce handles one partition's batch under b.mu.
 func (b *idempotentBroker) produce(partition int32, raw []byte) (kafka.Error, bool) {
-	d := decodeBatch(testingNoop{}, raw)
-	st := d.stamp
+	d, err := kafkaproduce.DecodeBatch(raw)
+	if err != nil {
+		panic(err) // the publisher's batches always decode (TestAppendBatchStamp)
+	}
+	st := d.Stamp
 	timeout := false
 	if b.fault != nil {
 		var code kafka.Error
@@ -100,21 +105,21 @@ func (b *idempotentBroker) produce(partition int32, raw []byte) (kafka.Error, bo
 			return code, false
 		}
 	}
-	if st.id >= 0 {
-		k := idemKey{st.id, partition}
+	if st.ID >= 0 {
+		k := idemKey{st.ID, partition}
 		s, known := b.state[k]
 		switch {
-		case known && st.baseSeq == s.base:
+		case known && st.BaseSeq == s.base:
 			return 0, timeout // a repeat of the last batch: acknowledged, not stored
-		case known && st.baseSeq != s.next, !known && st.baseSeq != 0:
+		case known && st.BaseSeq != s.next, !known && st.BaseSeq != 0:
 			if !known {
 				return kafka.UnknownProducerId, false
 			}
 			return kafka.OutOfOrderSequenceNumber, false
 		}
-		b.state[k] = idemState{base: st.baseSeq, next: nextSeq(st.baseSeq, len(d.msgs))}
+		b.state[k] = idemState{base: st.BaseSeq, next: kafkaproduce.NextSeq(st.BaseSeq, len(d.Messages))}
 	}
-	for _, m := range d.msgs {
+	for _, m := range d.Messages {
 		b.log[partition] = append(b.log[partition], string(m.Key)+"/"+headerValue(m.Headers, "event_id"))
 	}
 	return 0, timeout
@@ -139,14 +144,6 @@ func headerValue(hs []kafka.Header, key string) string {
 	}
 	return ""
 }
-
-// testingNoop lets decodeBatch run outside a test's goroutine; the
-// publisher's batches always decode (TestAppendBatchStamp).
-type testingNoop struct{ testing.TB }
-
-func (testingNoop) Helper()                   {}
-func (testingNoop) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-func (testingNoop) Fatal(a ...any)            { panic(fmt.Sprint(a...)) }
 
 // publishAll publishes n events of aggregates agg-0..agg-(aggs-1) on a
 // 3-partition topic and waits for all acknowledgements.
@@ -218,7 +215,7 @@ func TestIdempotentRetryIsStoredOnce(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newIdempotentBroker()
 				var count int
-				b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+				b.fault = func(int32, kafkaproduce.Stamp) (kafka.Error, bool) {
 					count++
 					return 0, count%7 == 3 // every 7th batch is stored but not answered
 				}
@@ -246,7 +243,7 @@ func TestProducerIDRefused(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newIdempotentBroker()
 				var count int
-				b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+				b.fault = func(int32, kafkaproduce.Stamp) (kafka.Error, bool) {
 					count++
 					if count == 20 || count == 40 {
 						return code, false
@@ -274,7 +271,7 @@ func TestProducerStateExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newIdempotentBroker()
 		var count int
-		b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+		b.fault = func(int32, kafkaproduce.Stamp) (kafka.Error, bool) {
 			count++
 			if count == 30 {
 				clear(b.state) // under b.mu
@@ -297,7 +294,7 @@ func TestProducerStateExpired(t *testing.T) {
 func TestDuplicateSequenceNumberIsAcknowledged(t *testing.T) {
 	b := newIdempotentBroker()
 	var count int
-	b.fault = func(int32, producerStamp) (kafka.Error, bool) {
+	b.fault = func(int32, kafkaproduce.Stamp) (kafka.Error, bool) {
 		count++
 		if count%5 == 0 {
 			return kafka.DuplicateSequenceNumber, false

@@ -37,6 +37,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -259,7 +260,7 @@ type Publisher struct {
 	holder    *holder
 	// producer is the idempotent producer's id and sequences; nil
 	// without Config.Idempotent.
-	producer *producer
+	producer *kafkaproduce.Producer
 	// txn is the exactly-once state; nil without Config.Transactions.
 	txn   *transactions
 	lanes atomic.Int64 // lanes started, over all topics
@@ -304,11 +305,10 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
 	if cfg.Idempotent || cfg.Transactions != nil {
-		p.producer = newProducer(rt, addr)
+		p.producer = kafkaproduce.NewProducer(rt, addr, cfg.Transactions != nil)
 	}
 	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	if cfg.Transactions != nil {
-		p.producer.transactional = true
 		p.txn = newTransactions(p, *cfg.Transactions)
 		p.combiner.transactionalID, p.combiner.beforeSend = cfg.Transactions.ID, p.txn.addPartitions
 	}

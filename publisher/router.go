@@ -150,7 +150,7 @@ func (r *router) startLane(part int) *lane {
 	l := &lane{p: r.p, topic: r.topic, partition: part, q: newQueue(), ctx: ctx, stop: stop}
 	l.leader.Store(int32(r.leader(part)))
 	if r.p.producer != nil {
-		l.seq = r.p.producer.sequence(r.topic, part)
+		l.seq = r.p.producer.Sequence(r.topic, part)
 	}
 	r.lanes[part] = l
 	r.p.lanes.Add(1)

@@ -42,7 +42,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -102,10 +102,6 @@ func (e *TransactionError) Error() string {
 }
 
 func (e *TransactionError) Unwrap() error { return e.Err }
-
-// errNoTransactionalID is a lane's stamp before Begin took the
-// transactional producer id: a bug in the caller.
-var errNoTransactionalID = errors.New("publisher: exactly-once publisher used before Begin")
 
 // producerFenced is PRODUCER_FENCED (Kafka 2.7+), which kafka-go v0.4
 // does not name; operationNotAttempted is OPERATION_NOT_ATTEMPTED, which
@@ -206,7 +202,7 @@ type transactions struct {
 	// begin.
 	positions      topicPartition
 	positionsCount int
-	seq            *partitionSeq
+	seq            *kafkaproduce.Seq
 
 	mu sync.Mutex
 	// open is the range whose records may be sent; next collects the
@@ -264,7 +260,7 @@ func (p *Publisher) Begin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.producer.adopt(id)
+	p.producer.Adopt(id)
 	p.log.Info("transactional producer ready: earlier producers of the transactional id are fenced", slog.String("stage", "transaction"),
 		slog.String("transactional_id", t.cfg.ID), slog.Int64("producer_id", id.ID), slog.Int("producer_epoch", int(id.Epoch)))
 	p.wg.Add(1)
@@ -275,7 +271,7 @@ func (p *Publisher) Begin(ctx context.Context) error {
 // initProducerID asks the transaction coordinator for the transactional
 // id's producer id and a new epoch, retrying while the coordinator is
 // unavailable or still ending the previous holder's transaction.
-func (t *transactions) initProducerID(ctx context.Context) (kafkaconn.ProducerID, error) {
+func (t *transactions) initProducerID(ctx context.Context) (kafkaproduce.ProducerID, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := t.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{
 			TransactionalID: t.cfg.ID, TransactionTimeoutMs: int(t.cfg.Timeout / time.Millisecond), ProducerID: -1, ProducerEpoch: -1,
@@ -287,23 +283,23 @@ func (t *transactions) initProducerID(ctx context.Context) (kafkaconn.ProducerID
 			err = errors.New("InitProducerId: no producer id in the answer")
 		}
 		if err == nil {
-			return kafkaconn.ProducerID{ID: int64(res.Producer.ProducerID), Epoch: int16(res.Producer.ProducerEpoch)}, nil
+			return kafkaproduce.ProducerID{ID: int64(res.Producer.ProducerID), Epoch: int16(res.Producer.ProducerEpoch)}, nil
 		}
 		if ctx.Err() != nil {
-			return kafkaconn.ProducerID{}, ctx.Err()
+			return kafkaproduce.ProducerID{}, ctx.Err()
 		}
 		if !coordinatorRetry(err) {
 			if te := transactionFailure("InitProducerId", err); te != nil {
-				return kafkaconn.ProducerID{}, te
+				return kafkaproduce.ProducerID{}, te
 			}
-			return kafkaconn.ProducerID{}, fmt.Errorf("InitProducerId (transactional id %q): %w", t.cfg.ID, err)
+			return kafkaproduce.ProducerID{}, fmt.Errorf("InitProducerId (transactional id %q): %w", t.cfg.ID, err)
 		}
 		d := backoff.Jitter(attempt, 50*time.Millisecond, time.Second)
 		t.p.log.Info("transaction coordinator not ready, retrying InitProducerId", slog.String("stage", "transaction"),
 			slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))
 		t.p.refreshMetadata()
 		if !backoff.Sleep(ctx, d) {
-			return kafkaconn.ProducerID{}, ctx.Err()
+			return kafkaproduce.ProducerID{}, ctx.Err()
 		}
 	}
 }
@@ -343,7 +339,7 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 		return fmt.Errorf("positions topic %s: no partitions", topic)
 	}
 	t.positions, t.positionsCount = topicPartition{topic, keyPartition(key, n)}, n
-	t.seq = t.p.producer.sequence(topic, t.positions.partition)
+	t.seq = t.p.producer.Sequence(topic, t.positions.partition)
 	return nil
 }
 
@@ -494,7 +490,7 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*batch) []error {
 		}
 		return errs
 	}
-	id, ep := t.p.producer.current()
+	id, ep := t.p.producer.Current()
 	res, err := t.client.AddPartitionsToTxn(ctx, &kafka.AddPartitionsToTxnRequest{
 		TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Topics: topics,
 	})
@@ -736,16 +732,16 @@ func (t *transactions) writePosition(last *replication.Event) error {
 	var buf []byte
 	var failing time.Time
 	for attempt := 1; ; attempt++ {
-		st, err := p.producer.stamp(p.ctx, t.seq)
+		st, err := p.producer.Stamp(p.ctx, t.seq)
 		if err == nil {
-			buf = appendBatch(buf[:0], []*kafka.Message{msg}, st, time.Now())
+			buf = kafkaproduce.AppendBatch(buf[:0], []*kafka.Message{msg}, st, time.Now())
 			err = p.combiner.produce(&batch{topic: t.positions.topic, partition: t.positions.partition, leader: -1, bytes: len(buf), records: buf, last: true})
 			if errors.Is(err, kafka.DuplicateSequenceNumber) {
 				err = nil
 			}
 		}
 		if err == nil {
-			p.producer.acked(t.seq, st, 1)
+			p.producer.Acked(t.seq, st, 1)
 			return nil
 		}
 		if p.ctx.Err() != nil {
@@ -783,7 +779,7 @@ func (t *transactions) end(commit bool) error {
 	}
 	var failing time.Time
 	for attempt := 1; ; attempt++ {
-		id, ep := p.producer.current()
+		id, ep := p.producer.Current()
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.WriteTimeout)
 		res, err := t.client.EndTxn(ctx, &kafka.EndTxnRequest{TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Committed: commit})
 		cancel()
@@ -847,7 +843,7 @@ func (t *transactions) abandon() {
 			slog.String("stage", "transaction"))
 		return
 	}
-	id, ep := t.p.producer.current()
+	id, ep := t.p.producer.Current()
 	if id < 0 {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -130,12 +131,15 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 					b.mu.Unlock()
 					return nil, err
 				}
-				d := decodeBatch(testingNoop{}, raw)
-				if !d.stamp.transactional {
+				d, err := kafkaproduce.DecodeBatch(raw)
+				if err != nil {
+					panic(err) // the publisher's batches always decode (TestAppendBatchStamp)
+				}
+				if !d.Stamp.Transactional {
 					b.mu.Unlock()
 					return nil, errors.New("a batch without the transactional attribute")
 				}
-				for _, m := range d.msgs {
+				for _, m := range d.Messages {
 					b.pending = append(b.pending, t.Topic+"/"+string(m.Key)+"/"+headerValue(m.Headers, "event_id"))
 				}
 				raws = append(raws, raw)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // The idempotent producer starts with InitProducerId without a
@@ -22,7 +22,7 @@ import (
 // it passes when InitProducerId gave a producer id (pid, err), fails when
 // the broker refused the principal, and warns on any other error; off, it
 // warns that a retried batch may be stored twice.
-func evalIdempotence(idempotent bool, pid kafkaconn.ProducerID, err error, r *Report) {
+func evalIdempotence(idempotent bool, pid kafkaproduce.ProducerID, err error, r *Report) {
 	const check = "idempotent producer"
 	switch {
 	case !idempotent:

@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // KafkaTarget names what the relay uses in Kafka.
@@ -51,13 +51,13 @@ func CheckKafka(ctx context.Context, t KafkaTarget, r *Report) {
 		return
 	}
 	r.add("kafka", Pass, fmt.Sprintf("%d broker(s) answer", len(md.Brokers)), "")
-	var pid kafkaconn.ProducerID
+	var pid kafkaproduce.ProducerID
 	if t.Idempotent {
 		tr := c.Transport
 		if tr == nil {
 			tr = kafka.DefaultTransport
 		}
-		pid, err = kafkaconn.InitProducerID(ctx, tr, c.Addr)
+		pid, err = kafkaproduce.InitProducerID(ctx, tr, c.Addr)
 	}
 	evalIdempotence(t.Idempotent, pid, err, r)
 	if len(t.Topics) == 0 {

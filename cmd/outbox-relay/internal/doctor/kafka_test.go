@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // goodTopic is a topic as recommended: 3 replicas, min.insync.replicas=2,
@@ -110,21 +110,21 @@ func TestTopicRetention(t *testing.T) {
 }
 
 func TestIdempotence(t *testing.T) {
-	report := func(on bool, pid kafkaconn.ProducerID, err error) *Report {
+	report := func(on bool, pid kafkaproduce.ProducerID, err error) *Report {
 		r := &Report{}
 		evalIdempotence(on, pid, err, r)
 		return r
 	}
-	expect(t, report(true, kafkaconn.ProducerID{ID: 4001}, nil), []string{"PASS producer id 4001, epoch 0: the relay's principal may write idempotently"}, Warn, Fail)
+	expect(t, report(true, kafkaproduce.ProducerID{ID: 4001}, nil), []string{"PASS producer id 4001, epoch 0: the relay's principal may write idempotently"}, Warn, Fail)
 	denied := "FAIL the relay's principal may not write idempotently | grant IDEMPOTENT_WRITE on the cluster (Kafka < 3.0) or WRITE on the outbox topics (3.0+), " +
 		"or run with --idempotent=false (retried writes may then be duplicated)"
 	for _, err := range []error{kafka.ClusterAuthorizationFailed, kafka.TransactionalIDAuthorizationFailed} {
-		expect(t, report(true, kafkaconn.ProducerID{}, wrapInit(err)), []string{denied, "FAIL " + err.Error()}, Warn, Pass)
+		expect(t, report(true, kafkaproduce.ProducerID{}, wrapInit(err)), []string{denied, "FAIL " + err.Error()}, Warn, Pass)
 	}
-	expect(t, report(true, kafkaconn.ProducerID{}, wrapInit(kafka.GroupCoordinatorNotAvailable)),
+	expect(t, report(true, kafkaproduce.ProducerID{}, wrapInit(kafka.GroupCoordinatorNotAvailable)),
 		[]string{"WARN cannot check that the relay's principal may write idempotently: InitProducerId: [15] | --idempotent=false"}, Fail, Pass)
-	expect(t, report(true, kafkaconn.ProducerID{}, errors.New("dial tcp: connection refused")), []string{"WARN connection refused"}, Fail, Pass)
-	expect(t, report(false, kafkaconn.ProducerID{}, nil), []string{"WARN off (--idempotent=false): writes are not idempotent, a retried produce request may store its batch twice | run with --idempotent"}, Fail, Pass)
+	expect(t, report(true, kafkaproduce.ProducerID{}, errors.New("dial tcp: connection refused")), []string{"WARN connection refused"}, Fail, Pass)
+	expect(t, report(false, kafkaproduce.ProducerID{}, nil), []string{"WARN off (--idempotent=false): writes are not idempotent, a retried produce request may store its batch twice | run with --idempotent"}, Fail, Pass)
 }
 
 func wrapInit(err error) error { return fmt.Errorf("InitProducerId: %w", err) }

@@ -1,13 +1,12 @@
-package publisher
+package kafkaproduce
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 )
 
 // This file holds the idempotent producer's state: the producer id the
@@ -32,16 +31,20 @@ import (
 // per partition may be duplicated, and nothing is lost or reordered,
 // because no later batch of the partition was sent.
 
-// producer hands out the publisher's producer id and, per partition, the
-// sequence numbers of the next batch. Its methods are safe for
-// concurrent use by the lanes.
-type producer struct {
+// ErrNoProducerID is a transactional Producer's stamp before Adopt gave
+// it the transactional id's producer id: a bug in the caller.
+var ErrNoProducerID = errors.New("kafkaproduce: transactional producer used before its InitProducerId")
+
+// Producer hands out a producer id and, per partition, the sequence
+// numbers of the next batch. Its methods are safe for concurrent use by
+// the partitions' senders.
+type Producer struct {
 	rt   kafka.RoundTripper
 	addr net.Addr
 	// transactional is set for exactly-once: the id comes from the
-	// transactional id's InitProducerId (transactions.begin) and is
-	// never renewed by a lane, because a new epoch aborts the open
-	// transaction; every batch is stamped transactional.
+	// transactional id's InitProducerId (Adopt) and is never renewed by
+	// Stamp, because a new epoch aborts the open transaction; every batch
+	// is stamped transactional.
 	transactional bool
 
 	mu  sync.Mutex
@@ -52,7 +55,7 @@ type producer struct {
 	// an entry for every partition ever written (a lane evicted while
 	// idle must not restart at 0 under the same id): a few words per
 	// partition.
-	seqs map[topicPartition]*partitionSeq
+	seqs map[topicPartition]*Seq
 }
 
 type topicPartition struct {
@@ -60,75 +63,78 @@ type topicPartition struct {
 	partition int
 }
 
-// partitionSeq is one partition's sequence state; only the partition's
-// lane touches it (the router starts a new lane only after the old one
+// Seq is one partition's sequence state; only the partition's sender
+// touches it (a caller starts a new sender only after the old one
 // stopped).
-type partitionSeq struct {
+type Seq struct {
 	gen  uint64
 	next int32
 }
 
-func newProducer(rt kafka.RoundTripper, addr net.Addr) *producer {
-	return &producer{rt: rt, addr: addr, id: -1, seqs: map[topicPartition]*partitionSeq{}}
+// NewProducer returns a producer whose id comes from rt's brokers at addr:
+// an idempotent producer's (InitProducerID) at the first Stamp, or, when
+// transactional, the transactional id's (Adopt).
+func NewProducer(rt kafka.RoundTripper, addr net.Addr, transactional bool) *Producer {
+	return &Producer{rt: rt, addr: addr, transactional: transactional, id: -1, seqs: map[topicPartition]*Seq{}}
 }
 
-// sequence returns the sequence state of a partition.
-func (p *producer) sequence(topic string, partition int) *partitionSeq {
+// Sequence returns the sequence state of a partition.
+func (p *Producer) Sequence(topic string, partition int) *Seq {
 	k := topicPartition{topic, partition}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.seqs[k]
 	if s == nil {
-		s = &partitionSeq{}
+		s = &Seq{}
 		p.seqs[k] = s
 	}
 	return s
 }
 
-// stamp returns the producer stamp for s's next batch, taking a producer
+// Stamp returns the producer stamp for s's next batch, taking a producer
 // id first if there is none: the id, its epoch and s's next sequence
 // number (0 after a new id).
-func (p *producer) stamp(ctx context.Context, s *partitionSeq) (producerStamp, error) {
+func (p *Producer) Stamp(ctx context.Context, s *Seq) (Stamp, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.id < 0 {
 		if p.transactional {
-			return producerStamp{}, errNoTransactionalID
+			return Stamp{}, ErrNoProducerID
 		}
 		if err := p.initLocked(ctx); err != nil {
-			return producerStamp{}, err
+			return Stamp{}, err
 		}
 	}
 	if s.gen != p.gen {
 		s.gen, s.next = p.gen, 0
 	}
-	return producerStamp{id: p.id, epoch: p.ep, baseSeq: s.next, transactional: p.transactional}, nil
+	return Stamp{ID: p.id, Epoch: p.ep, BaseSeq: s.next, Transactional: p.transactional}, nil
 }
 
-// acked advances s past a batch of n records stamped with st.
-func (p *producer) acked(s *partitionSeq, st producerStamp, n int) {
+// Acked advances s past a batch of n records stamped with st.
+func (p *Producer) Acked(s *Seq, st Stamp, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s.gen == p.gen && s.next == st.baseSeq {
-		s.next = nextSeq(st.baseSeq, n)
+	if s.gen == p.gen && s.next == st.BaseSeq {
+		s.next = NextSeq(st.BaseSeq, n)
 	}
 }
 
-// reset drops the producer id st was stamped with, so the next stamp
-// takes a new one; a later id (another lane reset first) is kept.
-func (p *producer) reset(st producerStamp) {
+// Reset drops the producer id st was stamped with, so the next stamp
+// takes a new one; a later id (another sender reset first) is kept.
+func (p *Producer) Reset(st Stamp) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.id == st.id && p.ep == st.epoch {
+	if p.id == st.ID && p.ep == st.Epoch {
 		p.id, p.ep = -1, -1 // the next stamp takes a new id, under a new gen
 	}
 }
 
-// initLocked takes a producer id (kafkaconn.InitProducerID: straight to
-// a broker, no transaction coordinator involved). Callers hold mu: lanes
-// wait for the one answer.
-func (p *producer) initLocked(ctx context.Context) error {
-	pid, err := kafkaconn.InitProducerID(ctx, p.rt, p.addr)
+// initLocked takes a producer id (InitProducerID: straight to a broker, no
+// transaction coordinator involved). Callers hold mu: senders wait for
+// the one answer.
+func (p *Producer) initLocked(ctx context.Context) error {
+	pid, err := InitProducerID(ctx, p.rt, p.addr)
 	if err != nil {
 		return err
 	}
@@ -137,17 +143,17 @@ func (p *producer) initLocked(ctx context.Context) error {
 	return nil
 }
 
-// adopt makes id the producer's (a transactional id's InitProducerId):
+// Adopt makes id the producer's (a transactional id's InitProducerId):
 // every partition starts again at sequence 0.
-func (p *producer) adopt(id kafkaconn.ProducerID) {
+func (p *Producer) Adopt(id ProducerID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.id, p.ep = id.ID, id.Epoch
 	p.gen++
 }
 
-// current is the producer id and epoch (-1 before one was taken).
-func (p *producer) current() (int64, int16) {
+// Current is the producer id and epoch (-1 before one was taken).
+func (p *Producer) Current() (int64, int16) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.id, p.ep

@@ -1,4 +1,4 @@
-package publisher
+package kafkaproduce
 
 import (
 	"encoding/binary"
@@ -14,8 +14,8 @@ import (
 //
 // kafka-go's protocol.RecordSet writes producer id, epoch and base
 // sequence as -1, which makes every batch non-idempotent; its rawproduce
-// request takes a record batch encoded by the caller instead. So the
-// publisher encodes its own: the format is small and fixed (KIP-98,
+// request takes a record batch encoded by the caller instead. So this
+// package encodes its own: the format is small and fixed (KIP-98,
 // "Message format" in Kafka's protocol guide), and encoding straight from
 // the kafka.Message fields skips the Record readers kafka-go would build.
 
@@ -41,28 +41,29 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// producerStamp is what makes a batch idempotent: the producer id and
-// epoch the broker tracks, and the sequence number of the batch's first
-// record in its partition. noStamp writes a batch without one.
-type producerStamp struct {
-	id      int64
-	epoch   int16
-	baseSeq int32
-	// transactional marks the batch as part of the producer's open
+// Stamp is what makes a batch idempotent: the producer id and epoch the
+// broker tracks, and the sequence number of the batch's first record in
+// its partition. NoStamp writes a batch without one.
+type Stamp struct {
+	ID      int64
+	Epoch   int16
+	BaseSeq int32
+	// Transactional marks the batch as part of the producer's open
 	// transaction (attribute bit 4): read_committed consumers see it
 	// only once the transaction commits.
-	transactional bool
+	Transactional bool
 }
 
 // attrTransactional is a record batch's transactional attribute bit.
 const attrTransactional = 1 << 4
 
-var noStamp = producerStamp{id: -1, epoch: -1, baseSeq: -1}
+// NoStamp is the stamp of a batch that is not idempotent.
+var NoStamp = Stamp{ID: -1, Epoch: -1, BaseSeq: -1}
 
-// appendBatch appends msgs as one record batch, preceded by its int32
+// AppendBatch appends msgs as one record batch, preceded by its int32
 // size (a produce request's records field), to buf and returns it. A
 // message without a time gets now, as kafka-go's encoder does.
-func appendBatch(buf []byte, msgs []*kafka.Message, stamp producerStamp, now time.Time) []byte {
+func AppendBatch(buf []byte, msgs []*kafka.Message, stamp Stamp, now time.Time) []byte {
 	start := len(buf)
 	buf = append(buf, make([]byte, 4+batchHeaderSize)...)
 	var first, maxTS int64
@@ -84,16 +85,16 @@ func appendBatch(buf []byte, msgs []*kafka.Message, stamp producerStamp, now tim
 	binary.BigEndian.PutUint32(h[12:], math.MaxUint32) // partitionLeaderEpoch -1
 	h[16] = 2                                          // magic
 	var attrs uint16                                   // no compression, CreateTime
-	if stamp.transactional {
+	if stamp.Transactional {
 		attrs |= attrTransactional
 	}
 	binary.BigEndian.PutUint16(h[offAttributes:], attrs)
 	binary.BigEndian.PutUint32(h[offLastDelta:], uint32(len(msgs)-1))
 	binary.BigEndian.PutUint64(h[offBaseTime:], uint64(first))
 	binary.BigEndian.PutUint64(h[offMaxTime:], uint64(maxTS))
-	binary.BigEndian.PutUint64(h[offProducerID:], uint64(stamp.id))
-	binary.BigEndian.PutUint16(h[offEpoch:], uint16(stamp.epoch))
-	binary.BigEndian.PutUint32(h[offBaseSeq:], uint32(stamp.baseSeq))
+	binary.BigEndian.PutUint64(h[offProducerID:], uint64(stamp.ID))
+	binary.BigEndian.PutUint16(h[offEpoch:], uint16(stamp.Epoch))
+	binary.BigEndian.PutUint32(h[offBaseSeq:], uint32(stamp.BaseSeq))
 	binary.BigEndian.PutUint32(h[offCount:], uint32(len(msgs)))
 	binary.BigEndian.PutUint32(h[offCRC:], crc32.Checksum(buf[start+4+offAttributes:], castagnoli))
 	binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-4))
@@ -151,9 +152,9 @@ func varintSize(v int64) int {
 	return n
 }
 
-// nextSeq is seq advanced by n records. Sequence numbers are int32 and
+// NextSeq is seq advanced by n records. Sequence numbers are int32 and
 // wrap to 0 after math.MaxInt32, as the broker expects
 // (DefaultRecordBatch.incrementSequence).
-func nextSeq(seq int32, n int) int32 {
+func NextSeq(seq int32, n int) int32 {
 	return int32((int64(seq) + int64(n)) % (math.MaxInt32 + 1))
 }

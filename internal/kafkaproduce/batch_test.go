@@ -1,9 +1,8 @@
-package publisher
+package kafkaproduce
 
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"math"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 )
 
 // kafkaGoBatch is msgs as kafka-go's own encoder writes them (producer id
-// -1), size-prefixed like appendBatch.
+// -1), size-prefixed like AppendBatch.
 func kafkaGoBatch(t testing.TB, msgs []*kafka.Message) []byte {
 	t.Helper()
 	recs := make([]kafka.Record, len(msgs))
@@ -34,45 +33,14 @@ func kafkaGoBatch(t testing.TB, msgs []*kafka.Message) []byte {
 	return buf.Bytes()
 }
 
-// decodedBatch is a record batch as kafka-go reads it back (checking its
-// CRC).
-type decodedBatch struct {
-	stamp producerStamp
-	msgs  []kafka.Message
-}
-
-func decodeBatch(t testing.TB, b []byte) decodedBatch {
+// decodeBatch is DecodeBatch, failing t on an error.
+func decodeBatch(t testing.TB, b []byte) Batch {
 	t.Helper()
-	var rs protocol.RecordSet
-	if _, err := rs.ReadFrom(bytes.NewReader(b)); err != nil {
-		t.Fatalf("kafka-go cannot read the batch: %v", err)
+	d, err := DecodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := rs.Records
-	if s, ok := r.(*protocol.RecordStream); ok && len(s.Records) == 1 {
-		r = s.Records[0]
-	}
-	rb, ok := r.(*protocol.RecordBatch)
-	if !ok {
-		t.Fatalf("records are a %T, want one *protocol.RecordBatch", rs.Records)
-	}
-	out := decodedBatch{stamp: producerStamp{id: rb.ProducerID, epoch: rb.ProducerEpoch, baseSeq: rb.BaseSequence, transactional: rb.Attributes&attrTransactional != 0}}
-	for {
-		r, err := rb.ReadRecord()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := kafka.Message{Offset: r.Offset, Time: r.Time, Headers: r.Headers}
-		if r.Key != nil {
-			m.Key, _ = io.ReadAll(r.Key)
-		}
-		if r.Value != nil {
-			m.Value, _ = io.ReadAll(r.Value)
-		}
-		out.msgs = append(out.msgs, m)
-	}
+	return d
 }
 
 func sampleMessages(n int) []*kafka.Message {
@@ -95,7 +63,7 @@ func sampleMessages(n int) []*kafka.Message {
 func TestAppendBatchMatchesKafkaGo(t *testing.T) {
 	for _, n := range []int{1, 2, 130} {
 		msgs := sampleMessages(n)
-		got := appendBatch([]byte("junk"), msgs, noStamp, time.Now())[4:]
+		got := AppendBatch([]byte("junk"), msgs, NoStamp, time.Now())[4:]
 		if want := kafkaGoBatch(t, msgs); !bytes.Equal(got, want) {
 			t.Fatalf("%d messages: batch differs from kafka-go's\n got %x\nwant %x", n, got, want)
 		}
@@ -106,20 +74,20 @@ func TestAppendBatchMatchesKafkaGo(t *testing.T) {
 // the batch, the CRC covers them, and the records read back unchanged.
 func TestAppendBatchStamp(t *testing.T) {
 	msgs := sampleMessages(20)
-	st := producerStamp{id: 4711, epoch: 3, baseSeq: math.MaxInt32 - 5}
-	d := decodeBatch(t, appendBatch(nil, msgs, st, time.Now()))
-	if d.stamp != st {
-		t.Fatalf("stamp %+v, want %+v", d.stamp, st)
+	st := Stamp{ID: 4711, Epoch: 3, BaseSeq: math.MaxInt32 - 5}
+	d := decodeBatch(t, AppendBatch(nil, msgs, st, time.Now()))
+	if d.Stamp != st {
+		t.Fatalf("stamp %+v, want %+v", d.Stamp, st)
 	}
-	checkMessages(t, d.msgs, msgs)
+	checkMessages(t, d.Messages, msgs)
 }
 
 // TestAppendBatchTime: a message without a time gets now.
 func TestAppendBatchTime(t *testing.T) {
 	now := time.UnixMilli(1_800_000_000_000)
-	d := decodeBatch(t, appendBatch(nil, []*kafka.Message{{Key: []byte("k")}}, noStamp, now))
-	if !d.msgs[0].Time.Equal(now) {
-		t.Fatalf("time %v, want %v", d.msgs[0].Time, now)
+	d := decodeBatch(t, AppendBatch(nil, []*kafka.Message{{Key: []byte("k")}}, NoStamp, now))
+	if !d.Messages[0].Time.Equal(now) {
+		t.Fatalf("time %v, want %v", d.Messages[0].Time, now)
 	}
 }
 
@@ -148,8 +116,8 @@ func TestNextSeqWraps(t *testing.T) {
 		n    int
 		want int32
 	}{{0, 1, 1}, {10, 5, 15}, {math.MaxInt32, 1, 0}, {math.MaxInt32 - 2, 5, 2}} {
-		if got := nextSeq(c.seq, c.n); got != c.want {
-			t.Errorf("nextSeq(%d, %d) = %d, want %d", c.seq, c.n, got, c.want)
+		if got := NextSeq(c.seq, c.n); got != c.want {
+			t.Errorf("NextSeq(%d, %d) = %d, want %d", c.seq, c.n, got, c.want)
 		}
 	}
 }
@@ -172,11 +140,11 @@ func FuzzAppendBatch(f *testing.F) {
 			msgs[i] = &kafka.Message{Key: key, Value: v, Time: time.UnixMilli(int64(i) * 1000),
 				Headers: []kafka.Header{{Key: hk, Value: hv}}}
 		}
-		st := producerStamp{id: id, epoch: epoch, baseSeq: seq}
-		d := decodeBatch(t, appendBatch(nil, msgs, st, time.Now()))
-		if d.stamp != st {
-			t.Fatalf("stamp %+v, want %+v", d.stamp, st)
+		st := Stamp{ID: id, Epoch: epoch, BaseSeq: seq}
+		d := decodeBatch(t, AppendBatch(nil, msgs, st, time.Now()))
+		if d.Stamp != st {
+			t.Fatalf("stamp %+v, want %+v", d.Stamp, st)
 		}
-		checkMessages(t, d.msgs, msgs)
+		checkMessages(t, d.Messages, msgs)
 	})
 }
