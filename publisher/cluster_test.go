@@ -21,8 +21,8 @@ import (
 )
 
 // fakeCluster answers metadata requests from its own partition counts and
-// hands produce requests to produce (a fakeBroker, usually), so a whole
-// Publisher (routers, lanes, combiner) runs without Kafka.
+// hands produce requests to produce (a producetest.Broker, usually), so a whole
+// Publisher (routers, lanes, sink) runs without Kafka.
 type fakeCluster struct {
 	produce kafka.RoundTripper
 
@@ -193,7 +193,7 @@ func keyOn(part, n int) string {
 }
 
 // BenchmarkPublish measures the per-event path through router, lanes and
-// combiner against a broker that acknowledges at once.
+// sink against a broker that acknowledges at once.
 func BenchmarkPublish(b *testing.B) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("bench", 6)

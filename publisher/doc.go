@@ -15,7 +15,7 @@
 // batch taken. Batching is natural: whatever queued up while a request was
 // in flight is the next batch, so a busy partition sends large batches.
 //
-// Lanes do not send their own requests: a combiner merges the batches
+// Lanes do not send their own requests: a sink (internal/kafkaproduce) merges the batches
 // handed to it at the same moment into one multi-partition produce request
 // per leader broker, as the Java producer does, with a few such requests
 // in flight and a short linger (Config.Linger). At live rates a lane batch is a handful of

@@ -18,12 +18,14 @@ import (
 	"github.com/segmentio/kafka-go"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce/producetest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // TestClassifyKafkaCodes pins the class of every Kafka code docs/errors.md
-// names, as the combiner returns them (bare, or wrapped with the broker's
+// names, as the sink returns them (bare, or wrapped with the broker's
 // message).
 func TestClassifyKafkaCodes(t *testing.T) {
 	cases := []struct {
@@ -187,15 +189,15 @@ func TestLastFailure(t *testing.T) {
 
 // laneOver returns a lane of topic "t" partition 0 writing to f, with a
 // LastFailure recording its failures.
-func laneOver(t *testing.T, f *fakeBroker, unknownTopicTimeout time.Duration) (*lane, *LastFailure) {
+func laneOver(t *testing.T, f *producetest.Broker, unknownTopicTimeout time.Duration) (*lane, *LastFailure) {
 	t.Helper()
 	lf := &LastFailure{}
 	cfg := Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout, LastFailure: lf}
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: slog.New(slog.DiscardHandler), m: metrics.New().Publisher(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
-	p.combiner = newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
-	p.combiner.run(&p.wg)
+	p.sink = kafkaproduce.NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
+	p.sink.Run(&p.wg)
 	t.Cleanup(func() { cancel(); p.wg.Wait() })
 	return &lane{p: p, topic: "t", partition: 0}, lf
 }
@@ -211,7 +213,7 @@ func testRecord() *outgoing {
 // stall detector's cause.
 func TestVanishedPartitionStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		f := &producetest.Broker{Reply: func(string, int32) *produceapi.ResponsePartition {
 			return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
 		}}
 		l, lf := laneOver(t, f, 100*time.Millisecond)
@@ -239,7 +241,7 @@ func TestVanishedPartitionStops(t *testing.T) {
 func TestUnknownPartitionHeals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int32
-		f := &fakeBroker{reply: func(string, int32) *produceapi.ResponsePartition {
+		f := &producetest.Broker{Reply: func(string, int32) *produceapi.ResponsePartition {
 			if calls.Add(1) <= 3 {
 				return &produceapi.ResponsePartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
 			}

@@ -22,10 +22,10 @@ package publisher
 // parked or dead-lettered it.
 //
 // It reads its queue q, which only the router pushes to, until its
-// context ends. It hands each batch to the combiner (combiner.produce: a
-// send on combiner.in, then a wait on the batch's err channel), so it has
+// context ends. It hands each batch to the sink (Sink.Produce: a
+// send to its collector, then a wait for the batch's answer), so it has
 // at most one batch in flight and does not touch its records slice while
-// the combiner holds it. It calls the Acker of each record it takes care
+// the sink holds it. It calls the Acker of each record it takes care
 // of, DeadLetters for records to park or dead-letter, and p.fail
 // (Publisher.fatal) on a fatal error.
 
@@ -57,7 +57,7 @@ type lane struct {
 	// here; only the router touches it.
 	lastSweep uint64
 	// leader is the partition leader's broker id (-1 unknown), kept
-	// current by the router; the combiner groups batches by it.
+	// current by the router; the sink groups batches by it.
 	leader atomic.Int32
 	q      *queue
 	// seq is the partition's sequence state with idempotence, nil
@@ -69,14 +69,14 @@ type lane struct {
 }
 
 // produce sends the lane's records as one partition batch of a combined
-// produce request (see combiner) and waits for acks=all. The lane has
+// produce request (see kafkaproduce.Sink) and waits for acks=all. The lane has
 // already formed the batch, so it goes straight to the protocol: kafka-go's
 // Writer would re-batch it, wait its BatchTimeout on a partial batch and
 // allocate a full-size batch buffer for every call. st stamps the batch
 // (kafkaproduce.NoStamp without idempotence).
 func (l *lane) produce(recs []*outgoing, st kafkaproduce.Stamp) error {
 	// Encoded per attempt: a new producer id changes the stamp. The buffer
-	// is the lane's; the combiner is done with it when produce returns.
+	// is the lane's; the sink is done with it when produce returns.
 	l.msgs = l.msgs[:0]
 	size := 0
 	for _, rec := range recs {
@@ -85,8 +85,8 @@ func (l *lane) produce(recs []*outgoing, st kafkaproduce.Stamp) error {
 	}
 	l.buf = kafkaproduce.AppendBatch(l.buf[:0], l.msgs, st, time.Now())
 	clear(l.msgs)
-	return l.p.combiner.produce(&batch{
-		topic: l.topic, partition: l.partition, leader: int(l.leader.Load()), bytes: size, records: l.buf,
+	return l.p.sink.Produce(&kafkaproduce.Batch{
+		Topic: l.topic, Partition: l.partition, Leader: int(l.leader.Load()), Bytes: size, Records: l.buf,
 	})
 }
 

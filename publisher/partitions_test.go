@@ -17,6 +17,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce/producetest"
 )
 
 // syncBuffer is a log sink safe for the publisher's goroutines.
@@ -37,11 +39,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// partitionBroker is a fakeBroker whose partitions listed in refuse answer
+// partitionBroker is a producetest.Broker whose partitions listed in refuse answer
 // with that error code until released.
-func partitionBroker() (*fakeBroker, *sync.Map) {
+func partitionBroker() (*producetest.Broker, *sync.Map) {
 	var refuse sync.Map // "topic[partition]" -> kafka.Error
-	f := &fakeBroker{reply: func(topic string, p int32) *produceapi.ResponsePartition {
+	f := &producetest.Broker{Reply: func(topic string, p int32) *produceapi.ResponsePartition {
 		if code, ok := refuse.Load(fmt.Sprintf("%s[%d]", topic, p)); ok {
 			return &produceapi.ResponsePartition{ErrorCode: int16(code.(kafka.Error))}
 		}
@@ -51,9 +53,9 @@ func partitionBroker() (*fakeBroker, *sync.Map) {
 }
 
 // requestsTo counts the produce requests that carried topic[partition].
-func requestsTo(f *fakeBroker, tp string) int {
+func requestsTo(f *producetest.Broker, tp string) int {
 	n := 0
-	for _, req := range f.sent() {
+	for _, req := range f.Sent() {
 		if slices.Contains(req, tp) {
 			n++
 		}
@@ -113,7 +115,7 @@ func TestPartitionGrowthKeepsKeyOrder(t *testing.T) {
 			t.Fatalf("acknowledgement order %v, want [e1 e2]", got)
 		}
 		if requestsTo(f, fmt.Sprintf("grow[%d]", to)) == 0 {
-			t.Fatalf("e2 never went to grow[%d], its partition under 4: %v", to, f.sent())
+			t.Fatalf("e2 never went to grow[%d], its partition under 4: %v", to, f.Sent())
 		}
 		if n := testutil.ToFloat64(m.TopicPartitionChanges.WithLabelValues("grow")); n != 1 {
 			t.Fatalf("topic_partition_changes_total{grow} = %v, want 1", n)
@@ -234,7 +236,7 @@ func TestIdleTopicsEvicted(t *testing.T) {
 			c.setPartitions(fmt.Sprintf("t-%d", i), 3)
 		}
 		p, _ := startPublisher(t, Config{TopicIdleTimeout: 50 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
-		synctest.Wait() // the combiner's goroutines are up and idle
+		synctest.Wait() // the sink's goroutines are up and idle
 		baseline := bubbleGoroutines()
 
 		var acks ackLog

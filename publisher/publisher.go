@@ -5,7 +5,7 @@ package publisher
 // which in the relay's stream is the replication goroutine (sink.Insert,
 // one event at a time in stream order); forward runs on the holder's.
 //
-// New starts the combiner's goroutines (combiner.run) and, with
+// New starts the sink's goroutines (kafkaproduce.Sink.Run) and, with
 // DeadLetters, the holder's (holder.run); enqueue, from Publish or
 // forward, starts a topic's router, and routers start lanes. All of them
 // are counted in wg and end with ctx: Close cancels it, waits for wg and
@@ -16,10 +16,10 @@ package publisher
 // The Publisher's own state is small: routers, guarded by mu (enqueue adds
 // a router; retired removes one, called by the retiring router or by
 // enqueue when it finds that router's queue closed); lanes, an atomic
-// count the routers keep and the combiner reads; fatal, a channel of one
+// count the routers keep and the sink reads; fatal, a channel of one
 // that fail sends on without blocking, from the holder, the routers and
 // the lanes, and that the caller reads (Fatal). The rest (cfg, log, m,
-// client, combiner, holder, ctx, cfgErr) is set by newPublisher and only
+// client, sink, holder, ctx, cfgErr) is set by newPublisher and only
 // read afterwards. The helpers after the Publisher's methods (hold,
 // settle, retryLevel) are shared by the routers, the lanes and the holder.
 
@@ -130,7 +130,7 @@ type Config struct {
 	// WriteTimeout bounds one produce request.
 	WriteTimeout time.Duration
 	// Linger is how long a partition batch may wait for other
-	// partitions' batches to share its produce request (see combiner);
+	// partitions' batches to share its produce request (see kafkaproduce.Sink);
 	// 0 sends at once. It trades a few milliseconds of latency for far
 	// fewer requests, which on a busy machine lowers the tail.
 	Linger time.Duration
@@ -251,12 +251,12 @@ type Publisher struct {
 	cfg Config
 	log *slog.Logger
 	m   Metrics
-	// client and the combiner carry metadata and produce requests over
+	// client and the sink carry metadata and produce requests over
 	// one transport: one connection pool per broker, shared by every
 	// lane. closeIdle releases its idle connections on Close.
 	closeIdle func()
 	client    *kafka.Client
-	combiner  *combiner
+	sink      *kafkaproduce.Sink
 	holder    *holder
 	// producer is the idempotent producer's id and sequences; nil
 	// without Config.Idempotent.
@@ -307,12 +307,12 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 	if cfg.Idempotent || cfg.Transactions != nil {
 		p.producer = kafkaproduce.NewProducer(rt, addr, cfg.Transactions != nil)
 	}
-	p.combiner = newCombiner(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
+	p.sink = kafkaproduce.NewSink(ctx, rt, addr, cfg.WriteTimeout, cfg.Linger, func() int { return int(p.lanes.Load()) })
 	if cfg.Transactions != nil {
 		p.txn = newTransactions(p, *cfg.Transactions)
-		p.combiner.transactionalID, p.combiner.beforeSend = cfg.Transactions.ID, p.txn.addPartitions
+		p.sink.TransactionalID, p.sink.BeforeSend = cfg.Transactions.ID, p.txn.addPartitions
 	}
-	p.combiner.run(&p.wg)
+	p.sink.Run(&p.wg)
 	p.holder = newHolder(p)
 	if cfg.DeadLetters != nil {
 		p.wg.Add(1)

@@ -15,11 +15,11 @@ package publisher
 // of the router's fields (lanes, partitions, leaders, fetched,
 // unknownSince, sweeps, lastTake) and its lanes' lastSweep only its
 // goroutine touches. It shares two atomics with each lane: it stores the
-// lane's leader (read by the lane for the combiner) and adds to its
+// lane's leader (read by the lane for the sink) and adds to its
 // outstanding count (taken off by record.done once the record is taken
 // care of). It sets a record's Partition and out before handing it on,
 // and adds its lanes to and removes them from Publisher.lanes (read by
-// the combiner).
+// the sink).
 //
 // It reads its queue q, which Publisher.enqueue pushes to (from Publish
 // and from the holder's forward), polled together with its sweep ticker

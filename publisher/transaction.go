@@ -468,14 +468,14 @@ func (t *transactions) settled(r *txnRange, ack Acker, bytes int) {
 // and their batches get errNotAttempted, which is transient, so the
 // events of other topics are retried instead of sharing the failing
 // topic's fate.
-func (t *transactions) addPartitions(ctx context.Context, bs []*batch) []error {
+func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Batch) []error {
 	topics := map[string][]kafka.AddPartitionToTxn{}
 	var missing []topicPartition
 	t.mu.Lock()
 	for _, b := range bs {
-		k := topicPartition{b.topic, b.partition}
+		k := topicPartition{b.Topic, b.Partition}
 		if !t.added[k] && !slices.Contains(missing, k) {
-			topics[b.topic] = append(topics[b.topic], kafka.AddPartitionToTxn{Partition: b.partition})
+			topics[b.Topic] = append(topics[b.Topic], kafka.AddPartitionToTxn{Partition: b.Partition})
 			missing = append(missing, k)
 		}
 	}
@@ -522,14 +522,14 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*batch) []error {
 	}
 	errs := make([]error, len(bs))
 	for i, b := range bs {
-		err, ok := failed[topicPartition{b.topic, b.partition}]
+		err, ok := failed[topicPartition{b.Topic, b.Partition}]
 		if !ok || errors.Is(err, operationNotAttempted) {
 			// Held back by Kafka, or in the transaction already while
 			// the request is not sent for the others' sake: retried.
 			errs[i] = errNotAttempted
 			continue
 		}
-		errs[i] = fmt.Errorf("AddPartitionsToTxn %s[%d]: %w", b.topic, b.partition, err)
+		errs[i] = fmt.Errorf("AddPartitionsToTxn %s[%d]: %w", b.Topic, b.Partition, err)
 	}
 	return errs
 }
@@ -625,7 +625,7 @@ func (t *transactions) commit() error {
 	if next == nil {
 		next = &txnRange{}
 	}
-	var again []*batch
+	var again []*kafkaproduce.Batch
 	if next.events > 0 {
 		again = t.partitionsAgain(next) // before clear: from the committed one
 	}
@@ -652,15 +652,15 @@ const maxPartitionsAgain = 64
 // adding them ahead saves the lanes' own AddPartitionsToTxn round trip
 // before their first produce. A partition added but not written costs
 // only its transaction marker.
-func (t *transactions) partitionsAgain(next *txnRange) []*batch {
+func (t *transactions) partitionsAgain(next *txnRange) []*kafkaproduce.Batch {
 	topics := map[string]bool{}
 	for _, rec := range next.waiting {
 		topics[rec.msg.Topic] = true
 	}
-	var bs []*batch
+	var bs []*kafkaproduce.Batch
 	for k := range t.added {
 		if k != t.positions && topics[k.topic] && len(bs) < maxPartitionsAgain {
-			bs = append(bs, &batch{topic: k.topic, partition: k.partition})
+			bs = append(bs, &kafkaproduce.Batch{Topic: k.topic, Partition: k.partition})
 		}
 	}
 	return bs
@@ -678,8 +678,8 @@ func (t *transactions) partitionsAgain(next *txnRange) []*batch {
 // when one of the partitions again is refused (its topic deleted, say),
 // Kafka adds none of the request, so the positions partition is added
 // on its own.
-func (t *transactions) beginNext(again []*batch) {
-	bs := append([]*batch{{topic: t.positions.topic, partition: t.positions.partition}}, again...)
+func (t *transactions) beginNext(again []*kafkaproduce.Batch) {
+	bs := append([]*kafkaproduce.Batch{{Topic: t.positions.topic, Partition: t.positions.partition}}, again...)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
 		errs := t.addPartitions(t.p.ctx, bs)
 		if errs == nil {
@@ -735,7 +735,7 @@ func (t *transactions) writePosition(last *replication.Event) error {
 		st, err := p.producer.Stamp(p.ctx, t.seq)
 		if err == nil {
 			buf = kafkaproduce.AppendBatch(buf[:0], []*kafka.Message{msg}, st, time.Now())
-			err = p.combiner.produce(&batch{topic: t.positions.topic, partition: t.positions.partition, leader: -1, bytes: len(buf), records: buf, last: true})
+			err = p.sink.Produce(&kafkaproduce.Batch{Topic: t.positions.topic, Partition: t.positions.partition, Leader: -1, Bytes: len(buf), Records: buf, Last: true})
 			if errors.Is(err, kafka.DuplicateSequenceNumber) {
 				err = nil
 			}
@@ -838,7 +838,7 @@ func (t *transactions) abandon() {
 	if !pending {
 		return
 	}
-	if t.p.combiner.unanswered.Load() {
+	if t.p.sink.Unanswered() {
 		t.p.log.Info("open transaction not aborted on close: a produce request ended unanswered and could still be appended after an abort; the next leader's InitProducerId aborts it, or the coordinator after the transaction timeout",
 			slog.String("stage", "transaction"))
 		return

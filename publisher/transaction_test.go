@@ -345,20 +345,20 @@ func TestAddPartitionsRefusalStaysWithItsTopic(t *testing.T) {
 		b := newTxnBroker()
 		b.refuse = "secret"
 		p := startTxnPublisher(t, b, time.Hour)
-		bs := []*batch{{topic: "orders", partition: 0}, {topic: "secret", partition: 0}, {topic: "orders", partition: 1}}
+		bs := []*kafkaproduce.Batch{{Topic: "orders", Partition: 0}, {Topic: "secret", Partition: 0}, {Topic: "orders", Partition: 1}}
 		errs := p.txn.addPartitions(context.Background(), bs)
 		if len(errs) != len(bs) {
 			t.Fatalf("answers %v, want one per batch", errs)
 		}
 		for i, want := range []Class{Transient, Permanent, Transient} {
 			if c, reason := classify(errs[i]); c != want {
-				t.Errorf("batch %s[%d]: %v classified %s (%s), want %s", bs[i].topic, bs[i].partition, errs[i], c, reason, want)
+				t.Errorf("batch %s[%d]: %v classified %s (%s), want %s", bs[i].Topic, bs[i].Partition, errs[i], c, reason, want)
 			}
 		}
 		if _, reason := classify(errs[0]); reason != "operation_not_attempted" {
 			t.Errorf("reason %q, want operation_not_attempted", reason)
 		}
-		if errs := p.txn.addPartitions(context.Background(), []*batch{bs[0], bs[2]}); errs != nil {
+		if errs := p.txn.addPartitions(context.Background(), []*kafkaproduce.Batch{bs[0], bs[2]}); errs != nil {
 			t.Fatalf("without the refused topic: %v", errs)
 		}
 		b.mu.Lock()

@@ -34,7 +34,7 @@ func kafkaGoBatch(t testing.TB, msgs []*kafka.Message) []byte {
 }
 
 // decodeBatch is DecodeBatch, failing t on an error.
-func decodeBatch(t testing.TB, b []byte) Batch {
+func decodeBatch(t testing.TB, b []byte) DecodedBatch {
 	t.Helper()
 	d, err := DecodeBatch(b)
 	if err != nil {

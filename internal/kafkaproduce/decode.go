@@ -10,20 +10,20 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 )
 
-// Batch is a record batch as a broker would read it: its producer stamp
+// DecodedBatch is a record batch as a broker would read it: its producer stamp
 // and its records. Fake brokers in tests read what AppendBatch wrote with
 // DecodeBatch.
-type Batch struct {
+type DecodedBatch struct {
 	Stamp    Stamp
 	Messages []kafka.Message
 }
 
 // DecodeBatch reads one size-prefixed record batch (a produce request's
 // records field) with kafka-go's decoder, which checks its CRC.
-func DecodeBatch(b []byte) (Batch, error) {
+func DecodeBatch(b []byte) (DecodedBatch, error) {
 	var rs protocol.RecordSet
 	if _, err := rs.ReadFrom(bytes.NewReader(b)); err != nil {
-		return Batch{}, fmt.Errorf("kafka-go cannot read the batch: %w", err)
+		return DecodedBatch{}, fmt.Errorf("kafka-go cannot read the batch: %w", err)
 	}
 	r := rs.Records
 	if s, ok := r.(*protocol.RecordStream); ok && len(s.Records) == 1 {
@@ -31,16 +31,16 @@ func DecodeBatch(b []byte) (Batch, error) {
 	}
 	rb, ok := r.(*protocol.RecordBatch)
 	if !ok {
-		return Batch{}, fmt.Errorf("records are a %T, want one *protocol.RecordBatch", rs.Records)
+		return DecodedBatch{}, fmt.Errorf("records are a %T, want one *protocol.RecordBatch", rs.Records)
 	}
-	out := Batch{Stamp: Stamp{ID: rb.ProducerID, Epoch: rb.ProducerEpoch, BaseSeq: rb.BaseSequence, Transactional: rb.Attributes&attrTransactional != 0}}
+	out := DecodedBatch{Stamp: Stamp{ID: rb.ProducerID, Epoch: rb.ProducerEpoch, BaseSeq: rb.BaseSequence, Transactional: rb.Attributes&attrTransactional != 0}}
 	for {
 		r, err := rb.ReadRecord()
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
-			return Batch{}, err
+			return DecodedBatch{}, err
 		}
 		m := kafka.Message{Offset: r.Offset, Time: r.Time, Headers: r.Headers}
 		if r.Key != nil {

@@ -1,14 +1,17 @@
 // Package kafkaproduce is the write side of the Kafka protocol, behind one
 // boundary: the producer's identity (producer id, epoch and per-partition
-// sequence numbers), the record-batch encoding, and the InitProducerId
-// round trip. Package publisher keeps what is the relay's own: routing,
-// lanes, poison events, the holder and exactly-once ranges; it calls
-// this package for everything that goes on the wire.
+// sequence numbers), the record-batch encoding, the produce round trip per
+// leader, and the InitProducerId round trip. Package publisher keeps what
+// is the relay's own: routing, lanes, poison events, the holder and
+// exactly-once ranges; it calls this package for everything that goes on
+// the wire.
 //
 // It is shaped after franz-go's producer: the Producer owns identity and
-// sequences (its "producer"), batches are encoded per partition
-// (AppendBatch), and the read side, internal/kafkafetch, is its
-// counterpart for fetching. Nothing here knows about outbox events.
+// sequences, batches are encoded per partition (AppendBatch), and the Sink
+// merges the partitions' batches into one produce request per leader
+// broker. The read side, internal/kafkafetch, is its counterpart for
+// fetching. Nothing here knows about outbox events. Package producetest is
+// a fake broker whose answers tests script.
 //
 // # Why its own encoder
 //

@@ -1,4 +1,4 @@
-package publisher
+package kafkaproduce
 
 import (
 	"bytes"
@@ -32,31 +32,32 @@ const (
 	combineFullBytes = 256 << 10
 )
 
-// batch is one lane's partition batch handed to the combiner. The lane
-// waits for err before it touches records again.
-type batch struct {
-	topic     string
-	partition int
-	// leader is the partition leader's broker id from the router's last
+// Batch is one partition's record batch handed to the Sink. Its sender
+// waits for Produce to return before it touches Records again.
+type Batch struct {
+	Topic     string
+	Partition int
+	// Leader is the partition leader's broker id from the caller's last
 	// metadata, -1 when unknown; batches for different leaders cannot
 	// share a request.
-	leader int
-	bytes  int
-	// records is the partition's record batch, size-prefixed, as
-	// kafkaproduce.AppendBatch encodes it.
-	records []byte
-	// last says no other batch is worth waiting for: the position record
-	// of a closed range, after every event of it was answered. It does
-	// not linger.
-	last bool
+	Leader int
+	Bytes  int
+	// Records is the partition's record batch, size-prefixed, as
+	// AppendBatch encodes it.
+	Records []byte
+	// Last says no other batch is worth waiting for (the position record
+	// of a closed exactly-once range, after every event of it was
+	// answered): it does not linger.
+	Last bool
 	err  chan error
 }
 
-// combiner merges the batches that lanes hand it at about the same moment
-// into one multi-partition produce request per leader, the way the Java
-// producer sends one request per broker. Each lane still has at most one
-// batch in flight, so per-partition order is the lane's as before; what
-// changes is the number of requests: at live rates one partition batch is
+// Sink merges the batches that partitions' senders (the publisher's
+// lanes) hand it at about the same moment into one multi-partition
+// produce request per leader, the way the Java producer sends one request
+// per broker (franz-go's sink). Each sender has at most one batch in
+// flight, so per-partition order is the sender's; what the Sink changes is
+// the number of requests: at live rates one partition batch is
 // often a handful of records, and a request per partition per round trip
 // cost the broker (and the relay) more CPU than the records themselves.
 //
@@ -65,7 +66,7 @@ type batch struct {
 // group to one of combineSenders senders. While every sender is busy the
 // batches wait in their lanes and grow, so a loaded relay sends fewer,
 // larger requests; linger 0 sends whatever is ready at once.
-type combiner struct {
+type Sink struct {
 	ctx     context.Context
 	rt      kafka.RoundTripper
 	addr    net.Addr
@@ -74,35 +75,43 @@ type combiner struct {
 	// lanes reports how many lanes exist: once each has a batch in the
 	// group, nothing more can come and lingering would only wait.
 	lanes  func() int
-	in     chan *batch
-	groups chan []*batch
-	// transactionalID and beforeSend are set in exactly-once mode: every
-	// produce request names the transactional id, and beforeSend adds
-	// the request's partitions to the open transaction first. It answers
-	// nil when the request may go, else an error per batch (each batch
-	// gets its own: one topic's refusal must not fail another's events).
-	transactionalID string
-	beforeSend      func(ctx context.Context, bs []*batch) []error
+	in     chan *Batch
+	groups chan []*Batch
+	// TransactionalID and BeforeSend are set in exactly-once mode, before
+	// Run: every produce request names the transactional id, and
+	// BeforeSend adds the request's partitions to the open transaction
+	// first. It answers nil when the request may go, else an error per
+	// batch (each batch gets its own: one topic's refusal must not fail
+	// another's events).
+	TransactionalID string
+	BeforeSend      func(ctx context.Context, bs []*Batch) []error
 	// unanswered is set once a produce request ended without an answer
-	// (its deadline passed, the publisher closed, the connection broke):
-	// the broker may still append its batches later. In exactly-once
-	// mode an EndTxn(abort) under the same epoch must not follow then
-	// (see transactions.abandon).
+	// (Unanswered).
 	unanswered atomic.Bool
 }
 
-func newCombiner(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *combiner {
-	return &combiner{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0), lanes: lanes,
-		in: make(chan *batch), groups: make(chan []*batch)}
+// NewSink returns a sink sending over rt to the brokers at addr, each
+// request with timeout, batches lingering up to linger for others; lanes
+// reports how many senders exist (once each has a batch in a group,
+// nothing more can come). It sends nothing until Run.
+func NewSink(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *Sink {
+	return &Sink{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0), lanes: lanes,
+		in: make(chan *Batch), groups: make(chan []*Batch)}
 }
 
+// Unanswered reports whether a produce request ended without an answer
+// (its deadline passed, the sink closed, the connection broke): the broker
+// may still append its batches later. In exactly-once mode an
+// EndTxn(abort) under the same epoch must not follow then.
+func (c *Sink) Unanswered() bool { return c.unanswered.Load() }
+
 // full reports whether lingering for more batches is pointless.
-func (c *combiner) full(group []*batch, size int) bool {
+func (c *Sink) full(group []*Batch, size int) bool {
 	return size >= combineFullBytes || len(group) >= c.lanes()
 }
 
-// run starts the collector and the senders; wg tracks them.
-func (c *combiner) run(wg *sync.WaitGroup) {
+// Run starts the collector and the senders; wg tracks them.
+func (c *Sink) Run(wg *sync.WaitGroup) {
 	wg.Add(1 + combineSenders)
 	go func() {
 		defer wg.Done()
@@ -123,11 +132,11 @@ func (c *combiner) run(wg *sync.WaitGroup) {
 	}
 }
 
-// produce sends b (as part of a combined request) and returns its
-// partition's outcome. Once the collector has taken b, produce waits for
+// Produce sends b (as part of a combined request) and returns its
+// partition's outcome. Once the collector has taken b, Produce waits for
 // its answer even while closing, so the caller can reuse b's records
 // safely.
-func (c *combiner) produce(b *batch) error {
+func (c *Sink) Produce(b *Batch) error {
 	b.err = make(chan error, 1)
 	select {
 	case c.in <- b:
@@ -139,19 +148,19 @@ func (c *combiner) produce(b *batch) error {
 
 // collect forms groups of batches and hands them to the senders. A group
 // it has taken is always answered: on close, with the context's error.
-func (c *combiner) collect() {
+func (c *Sink) collect() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		var group []*batch
+		var group []*Batch
 		select {
 		case b := <-c.in:
 			group = append(group, b)
 		case <-c.ctx.Done():
 			return
 		}
-		size := group[0].bytes
-		lingering := c.linger > 0 && !c.full(group, size) && !group[0].last
+		size := group[0].Bytes
+		lingering := c.linger > 0 && !c.full(group, size) && !group[0].Last
 		if lingering {
 			timer.Reset(c.linger)
 		}
@@ -161,7 +170,7 @@ func (c *combiner) collect() {
 				select {
 				case b := <-c.in:
 					group = append(group, b)
-					size += b.bytes
+					size += b.Bytes
 					continue
 				default:
 					break more
@@ -174,7 +183,7 @@ func (c *combiner) collect() {
 			select {
 			case b := <-c.in:
 				group = append(group, b)
-				size += b.bytes
+				size += b.Bytes
 			case <-timer.C:
 				lingering = false
 				break more
@@ -196,14 +205,14 @@ func (c *combiner) collect() {
 
 // send answers every batch of group: one request per leader, concurrently
 // when there are several.
-func (c *combiner) send(group []*batch) {
-	byLeader := map[int][]*batch{}
+func (c *Sink) send(group []*Batch) {
+	byLeader := map[int][]*Batch{}
 	var leaders []int
 	for _, b := range group {
-		if _, ok := byLeader[b.leader]; !ok {
-			leaders = append(leaders, b.leader)
+		if _, ok := byLeader[b.Leader]; !ok {
+			leaders = append(leaders, b.Leader)
 		}
-		byLeader[b.leader] = append(byLeader[b.leader], b)
+		byLeader[b.Leader] = append(byLeader[b.Leader], b)
 	}
 	if len(leaders) == 1 {
 		c.request(group)
@@ -212,7 +221,7 @@ func (c *combiner) send(group []*batch) {
 	var wg sync.WaitGroup
 	for _, l := range leaders {
 		wg.Add(1)
-		go func(bs []*batch) {
+		go func(bs []*Batch) {
 			defer wg.Done()
 			c.request(bs)
 		}(byLeader[l])
@@ -223,12 +232,12 @@ func (c *combiner) send(group []*batch) {
 // request sends bs as one produce request. If kafka-go's metadata puts
 // their partitions on different leaders than the router's did (a leader
 // moved since), they are sent one request each instead.
-func (c *combiner) request(bs []*batch) {
+func (c *Sink) request(bs []*Batch) {
 	errs := c.roundTrip(bs)
 	var mismatch *rawproduce.Error
 	if len(bs) > 1 && errors.As(errs[0], &mismatch) {
 		for _, b := range bs {
-			b.err <- c.roundTrip([]*batch{b})[0]
+			b.err <- c.roundTrip([]*Batch{b})[0]
 		}
 		return
 	}
@@ -239,27 +248,27 @@ func (c *combiner) request(bs []*batch) {
 
 // roundTrip sends bs in one acks=all produce request and returns each
 // batch's outcome, in order.
-func (c *combiner) roundTrip(bs []*batch) []error {
+func (c *Sink) roundTrip(bs []*Batch) []error {
 	errs := make([]error, len(bs))
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
-	if c.beforeSend != nil {
-		if berrs := c.beforeSend(ctx, bs); berrs != nil {
+	if c.BeforeSend != nil {
+		if berrs := c.BeforeSend(ctx, bs); berrs != nil {
 			return berrs
 		}
 	}
-	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond), TransactionalID: c.transactionalID}
+	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(c.timeout / time.Millisecond), TransactionalID: c.TransactionalID}
 	topicIndex := map[string]int{}
 	for _, b := range bs {
-		i, ok := topicIndex[b.topic]
+		i, ok := topicIndex[b.Topic]
 		if !ok {
 			i = len(req.Topics)
-			topicIndex[b.topic] = i
-			req.Topics = append(req.Topics, rawproduce.RequestTopic{Topic: b.topic})
+			topicIndex[b.Topic] = i
+			req.Topics = append(req.Topics, rawproduce.RequestTopic{Topic: b.Topic})
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rawproduce.RequestPartition{
-			Partition: int32(b.partition),
-			RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(b.records)},
+			Partition: int32(b.Partition),
+			RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(b.Records)},
 		})
 	}
 	msg, err := c.rt.RoundTrip(ctx, c.addr, req)
@@ -282,7 +291,7 @@ func (c *combiner) roundTrip(bs []*batch) []error {
 }
 
 // mapResponse sets each batch's outcome from its partition's entry in res.
-func mapResponse(res *produceapi.Response, bs []*batch, errs []error) {
+func mapResponse(res *produceapi.Response, bs []*Batch, errs []error) {
 	type tp struct {
 		topic     string
 		partition int32
@@ -295,10 +304,10 @@ func mapResponse(res *produceapi.Response, bs []*batch, errs []error) {
 		}
 	}
 	for i, b := range bs {
-		p := parts[tp{b.topic, int32(b.partition)}]
+		p := parts[tp{b.Topic, int32(b.Partition)}]
 		switch {
 		case p == nil:
-			errs[i] = fmt.Errorf("produce: no response for %s[%d]", b.topic, b.partition)
+			errs[i] = fmt.Errorf("produce: no response for %s[%d]", b.Topic, b.Partition)
 		case p.ErrorCode != 0:
 			errs[i] = kafka.Error(p.ErrorCode)
 			if p.ErrorMessage != "" {

@@ -1,10 +1,9 @@
-package publisher
+package kafkaproduce
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,101 +11,46 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce/producetest"
 )
 
-// fakeBroker answers produce requests: gate (if set) holds every request
-// until closed; reply decides each partition's entry (nil: left out).
-type fakeBroker struct {
-	mu       sync.Mutex
-	requests [][]string // "topic[partition]" per request
-	gate     chan struct{}
-	fail     func(req *rawproduce.Request) error
-	reply    func(topic string, partition int32) *produceapi.ResponsePartition
-}
-
-func (f *fakeBroker) RoundTrip(ctx context.Context, _ net.Addr, msg protocol.Message) (protocol.Message, error) {
-	req := msg.(*rawproduce.Request)
-	var parts []string
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			parts = append(parts, fmt.Sprintf("%s[%d]", t.Topic, p.Partition))
-		}
-	}
-	f.mu.Lock()
-	f.requests = append(f.requests, parts)
-	gate, fail := f.gate, f.fail
-	f.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if fail != nil {
-		if err := fail(req); err != nil {
-			return nil, err
-		}
-	}
-	res := &produceapi.Response{}
-	for _, t := range req.Topics {
-		rt := produceapi.ResponseTopic{Topic: t.Topic}
-		for _, p := range t.Partitions {
-			if rp := f.reply(t.Topic, p.Partition); rp != nil {
-				rp.Partition = p.Partition
-				rt.Partitions = append(rt.Partitions, *rp)
-			}
-		}
-		res.Topics = append(res.Topics, rt)
-	}
-	return res, nil
-}
-
-func (f *fakeBroker) sent() [][]string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([][]string(nil), f.requests...)
-}
-
-func testBatch(topic string, partition, leader int) *batch {
-	return &batch{topic: topic, partition: partition, leader: leader, bytes: 10,
-		records: kafkaproduce.AppendBatch(nil, []*kafka.Message{{Key: []byte("k"), Value: []byte("v")}}, kafkaproduce.NoStamp, time.Now())}
+func testBatch(topic string, partition, leader int) *Batch {
+	return &Batch{Topic: topic, Partition: partition, Leader: leader, Bytes: 10,
+		Records: AppendBatch(nil, []*kafka.Message{{Key: []byte("k"), Value: []byte("v")}}, NoStamp, time.Now())}
 }
 
 // produceAll submits bs concurrently and returns their outcomes by index.
-func produceAll(c *combiner, bs []*batch) []error {
+func produceAll(c *Sink, bs []*Batch) []error {
 	errs := make([]error, len(bs))
 	var wg sync.WaitGroup
 	for i, b := range bs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.produce(b)
+			errs[i] = c.Produce(b)
 		}()
 	}
 	wg.Wait()
 	return errs
 }
 
-func startCombiner(t *testing.T, f *fakeBroker, linger time.Duration) *combiner {
+func startCombiner(t *testing.T, f *producetest.Broker, linger time.Duration) *Sink {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger, func() int { return 1000 })
-	c.run(&wg)
+	c := NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger, func() int { return 1000 })
+	c.Run(&wg)
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return c
 }
 
-// TestCombinerMergesAndMapsErrors: batches handed over while every sender
+// TestSinkMergesAndMapsErrors: batches handed over while every sender
 // is busy travel together, and each gets its own partition's outcome.
-func TestCombinerMergesAndMapsErrors(t *testing.T) {
+func TestSinkMergesAndMapsErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBroker{gate: make(chan struct{}), reply: func(topic string, p int32) *produceapi.ResponsePartition {
+		f := &producetest.Broker{Gate: make(chan struct{}), Reply: func(topic string, p int32) *produceapi.ResponsePartition {
 			switch {
 			case topic == "b" && p == 1:
 				return &produceapi.ResponsePartition{ErrorCode: int16(kafka.NotLeaderForPartition)}
@@ -121,21 +65,21 @@ func TestCombinerMergesAndMapsErrors(t *testing.T) {
 
 		// Occupy every sender, one request each, then queue more batches
 		// behind them.
-		busy := make([]*batch, combineSenders)
+		busy := make([]*Batch, combineSenders)
 		done := make(chan error, combineSenders)
 		for i := range busy {
 			busy[i] = testBatch("a", i, 1)
-			go func() { done <- c.produce(busy[i]) }()
+			go func() { done <- c.Produce(busy[i]) }()
 			synctest.Wait() // the batch went out and its request waits at the gate
-			if len(f.sent()) != i+1 {
-				t.Fatalf("senders took %d requests, want %d", len(f.sent()), i+1)
+			if len(f.Sent()) != i+1 {
+				t.Fatalf("senders took %d requests, want %d", len(f.Sent()), i+1)
 			}
 		}
-		queued := []*batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
+		queued := []*Batch{testBatch("b", 0, 1), testBatch("b", 1, 1), testBatch("b", 2, 1), testBatch("b", 3, 1), testBatch("c", 0, 1)}
 		queuedDone := make(chan []error, 1) // buffered: a failed check must not strand the sender in the bubble
 		go func() { queuedDone <- produceAll(c, queued) }()
 		synctest.Wait() // let them reach the channel: all are blocked handing over or in the collector
-		close(f.gate)
+		close(f.Gate)
 		for range busy {
 			if err := <-done; err != nil {
 				t.Fatalf("busy batch: %v", err)
@@ -143,8 +87,8 @@ func TestCombinerMergesAndMapsErrors(t *testing.T) {
 		}
 		errs := <-queuedDone
 
-		if n := len(f.sent()); n >= combineSenders+len(queued) {
-			t.Errorf("%d requests for %d batches: nothing was combined (%v)", n, combineSenders+len(queued), f.sent())
+		if n := len(f.Sent()); n >= combineSenders+len(queued) {
+			t.Errorf("%d requests for %d batches: nothing was combined (%v)", n, combineSenders+len(queued), f.Sent())
 		}
 		if errs[0] != nil || errs[4] != nil {
 			t.Errorf("acknowledged partitions got errors: %v, %v", errs[0], errs[4])
@@ -161,14 +105,14 @@ func TestCombinerMergesAndMapsErrors(t *testing.T) {
 	})
 }
 
-// TestCombinerSplitsByLeader: batches of different leaders never share a
+// TestSinkSplitsByLeader: batches of different leaders never share a
 // request; a leader mismatch found by the transport falls back to one
 // request per batch.
-func TestCombinerSplitsByLeader(t *testing.T) {
+func TestSinkSplitsByLeader(t *testing.T) {
 	ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
-	f := &fakeBroker{reply: ok}
+	f := &producetest.Broker{Reply: ok}
 	c := startCombiner(t, f, 0)
-	group := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 2), testBatch("a", 2, 1)}
+	group := []*Batch{testBatch("a", 0, 1), testBatch("a", 1, 2), testBatch("a", 2, 1)}
 	for i := range group {
 		group[i].err = make(chan error, 1)
 	}
@@ -178,19 +122,19 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}
-	got := fmt.Sprint(f.sent())
-	if len(f.sent()) != 2 || !(strings.Contains(got, "[a[0] a[2]]") && strings.Contains(got, "[a[1]]")) {
+	got := fmt.Sprint(f.Sent())
+	if len(f.Sent()) != 2 || !(strings.Contains(got, "[a[0] a[2]]") && strings.Contains(got, "[a[1]]")) {
 		t.Fatalf("requests %s, want a[0]+a[2] and a[1] apart", got)
 	}
 
-	f2 := &fakeBroker{reply: ok, fail: func(req *rawproduce.Request) error {
+	f2 := &producetest.Broker{Reply: ok, Fail: func(req *rawproduce.Request) error {
 		if len(req.Topics[0].Partitions) > 1 {
 			return rawproduce.NewError(errors.New("mismatching leaders (1!=2)"))
 		}
 		return nil
 	}}
 	c2 := startCombiner(t, f2, 0)
-	pair := []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}
+	pair := []*Batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}
 	for i := range pair {
 		pair[i].err = make(chan error, 1)
 	}
@@ -200,56 +144,56 @@ func TestCombinerSplitsByLeader(t *testing.T) {
 			t.Fatalf("after the fallback, batch %d: %v", i, err)
 		}
 	}
-	if s := f2.sent(); len(s) != 3 || len(s[1]) != 1 || len(s[2]) != 1 {
+	if s := f2.Sent(); len(s) != 3 || len(s[1]) != 1 || len(s[2]) != 1 {
 		t.Fatalf("requests %v, want the combined one then one per batch", s)
 	}
 }
 
-// TestCombinerLinger: a batch waits up to the linger for others to share
+// TestSinkLinger: a batch waits up to the linger for others to share
 // its request; without one it goes alone.
-func TestCombinerLinger(t *testing.T) {
+func TestSinkLinger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
 		for _, tc := range []struct {
 			linger time.Duration
 			want   int
 		}{{200 * time.Millisecond, 1}, {0, 2}} {
-			f := &fakeBroker{reply: ok}
+			f := &producetest.Broker{Reply: ok}
 			c := startCombiner(t, f, tc.linger)
 			errs := make(chan error, 2)
-			go func() { errs <- c.produce(testBatch("a", 0, 1)) }()
+			go func() { errs <- c.Produce(testBatch("a", 0, 1)) }()
 			time.Sleep(30 * time.Millisecond) // virtual time: well within the 200ms linger
-			go func() { errs <- c.produce(testBatch("a", 1, 1)) }()
+			go func() { errs <- c.Produce(testBatch("a", 1, 1)) }()
 			for range 2 {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
 			}
-			if n := len(f.sent()); n != tc.want {
-				t.Errorf("linger %s: %d requests %v, want %d", tc.linger, n, f.sent(), tc.want)
+			if n := len(f.Sent()); n != tc.want {
+				t.Errorf("linger %s: %d requests %v, want %d", tc.linger, n, f.Sent(), tc.want)
 			}
 		}
 	})
 }
 
-// TestCombinerLingerEndsWhenFull: with every lane's batch in, or a large
+// TestSinkLingerEndsWhenFull: with every lane's batch in, or a large
 // group, the collector does not wait out the linger.
-func TestCombinerLingerEndsWhenFull(t *testing.T) {
+func TestSinkLingerEndsWhenFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		f := &fakeBroker{reply: ok}
-		c := newCombiner(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
-		c.run(&wg)
+		f := &producetest.Broker{Reply: ok}
+		c := NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
+		c.Run(&wg)
 		defer func() { cancel(); wg.Wait() }()
 		t0 := time.Now()
-		if errs := produceAll(c, []*batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
+		if errs := produceAll(c, []*Batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)
 		}
 		big := testBatch("a", 0, 1)
-		big.bytes = combineFullBytes
-		if err := c.produce(big); err != nil {
+		big.Bytes = combineFullBytes
+		if err := c.Produce(big); err != nil {
 			t.Fatal(err)
 		}
 		// Virtual time: a collector that waited out the linger shows as
@@ -260,32 +204,32 @@ func TestCombinerLingerEndsWhenFull(t *testing.T) {
 	})
 }
 
-// TestCombinerClosing: a batch handed over after the publisher closed is
+// TestSinkClosing: a batch handed over after the publisher closed is
 // refused, not lost in a channel.
-func TestCombinerClosing(t *testing.T) {
+func TestSinkClosing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	c := newCombiner(ctx, &fakeBroker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0, func() int { return 1000 })
-	c.run(&wg)
+	c := NewSink(ctx, &producetest.Broker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0, func() int { return 1000 })
+	c.Run(&wg)
 	cancel()
 	wg.Wait()
-	if err := c.produce(testBatch("a", 0, 1)); !errors.Is(err, context.Canceled) {
+	if err := c.Produce(testBatch("a", 0, 1)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("produce after close: %v", err)
 	}
 }
 
-// TestCombinerLastBatchDoesNotLinger: the position record of a closed
-// range (batch.last) has nothing to wait for and goes at once; before, it
+// TestSinkLastBatchDoesNotLinger: the position record of a closed
+// range (Batch.Last) has nothing to wait for and goes at once; before, it
 // waited out the linger on every commit, 5 of the about 13 ms a commit
 // took at 1,000 events/s (docs/benchmarks.md, "Issue 35").
-func TestCombinerLastBatchDoesNotLinger(t *testing.T) {
+func TestSinkLastBatchDoesNotLinger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
-		c := startCombiner(t, &fakeBroker{reply: ok}, time.Hour)
+		c := startCombiner(t, &producetest.Broker{Reply: ok}, time.Hour)
 		b := testBatch("positions", 0, 1)
-		b.last = true
+		b.Last = true
 		t0 := time.Now()
-		if err := c.produce(b); err != nil {
+		if err := c.Produce(b); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(t0); d > 0 {
