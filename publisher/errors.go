@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // Class says whether retrying a failed write can succeed.
@@ -84,7 +85,7 @@ func classify(err error) (Class, string) {
 // same in logs, metrics and dead-letter rows. A code kafka-go has no title
 // for is kafka_error_<code> (still bounded: codes are small integers).
 func codeReason(code kafka.Error) string {
-	if code == operationNotAttempted { // kafka-go's title is wrong (see classifyCode)
+	if code == kafkaproduce.ErrOperationNotAttempted { // kafka-go's title is wrong (see classifyCode)
 		return "operation_not_attempted"
 	}
 	if r := snakeCase(code.Title()); r != "" {
@@ -131,7 +132,7 @@ func classifyCode(code kafka.Error) Class {
 	// because another part failed. Retrying without the other part
 	// succeeds, so it is transient (the default below), never a reason
 	// to stop or to dead-letter.
-	case operationNotAttempted:
+	case kafkaproduce.ErrOperationNotAttempted:
 		return Transient
 	// Record timestamps are commit times, from PostgreSQL's clock: a
 	// rejected one means the topic's message.timestamp.before.max.ms /

@@ -551,7 +551,7 @@ func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Du
 		d := min(concurrentTxnRetry<<min(attempt-1, 4), concurrentTxnRetryMax)
 		return d/2 + backoff.Jitter(1, d/2, d/2)
 	}
-	if (healing(err) || coordinatorMoving(err)) && time.Since(since) < healWindow {
+	if (healing(err) || kafkaproduce.CoordinatorMoving(err)) && time.Since(since) < healWindow {
 		p.refreshMetadata()
 		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
 	}

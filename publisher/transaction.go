@@ -103,15 +103,6 @@ func (e *TransactionError) Error() string {
 
 func (e *TransactionError) Unwrap() error { return e.Err }
 
-// producerFenced is PRODUCER_FENCED (Kafka 2.7+), which kafka-go v0.4
-// does not name; operationNotAttempted is OPERATION_NOT_ATTEMPTED, which
-// kafka-go names BrokerAuthorizationFailed (AddPartitionsToTxn answers
-// it for the partitions it left alone because another one failed).
-const (
-	producerFenced        kafka.Error = 90
-	operationNotAttempted kafka.Error = 55
-)
-
 // transactionFailure returns the *TransactionError a failure of op is in
 // exactly-once mode, or nil for a failure to retry. Every refusal of the
 // producer's identity or of the transaction's state aborts the
@@ -121,16 +112,10 @@ func transactionFailure(op string, err error) *TransactionError {
 	if errors.As(err, &te) {
 		return te
 	}
-	var kerr kafka.Error
-	if !errors.As(err, &kerr) {
-		return nil
-	}
-	switch kerr {
-	case kafka.InvalidProducerEpoch, producerFenced:
+	switch {
+	case kafkaproduce.Fenced(err):
 		return &TransactionError{Op: op, Fenced: true, Err: err}
-	case kafka.InvalidTransactionState, kafka.OutOfOrderSequenceNumber, kafka.UnknownProducerId,
-		kafka.InvalidProducerIDMapping, kafka.TransactionalIDAuthorizationFailed, kafka.TransactionCoordinatorFenced,
-		kafka.InvalidTransactionTimeout:
+	case kafkaproduce.EndsTransaction(err):
 		return &TransactionError{Op: op, Err: err}
 	}
 	return nil
@@ -142,23 +127,9 @@ func transactionFailure(op string, err error) *TransactionError {
 func coordinatorRetry(err error) bool {
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {
-		switch kerr {
-		case kafka.GroupCoordinatorNotAvailable, kafka.NotCoordinatorForGroup, kafka.GroupLoadInProgress,
-			kafka.ConcurrentTransactions, kafka.RequestTimedOut:
-			return true
-		}
-		return false
+		return kafkaproduce.CoordinatorBusy(err)
 	}
 	return healing(err)
-}
-
-// coordinatorMoving reports a transaction coordinator that moved or is
-// loading its state (a broker died, a __transaction_state partition got
-// a new leader): like a partition leader's move, it heals within the
-// cluster's election, so it gets the same fast retries (beforeRetry).
-func coordinatorMoving(err error) bool {
-	return errors.Is(err, kafka.GroupCoordinatorNotAvailable) || errors.Is(err, kafka.NotCoordinatorForGroup) ||
-		errors.Is(err, kafka.GroupLoadInProgress)
 }
 
 // txnRange is a contiguous range of published events that one Kafka
@@ -197,6 +168,8 @@ type transactions struct {
 	p      *Publisher
 	cfg    TransactionConfig
 	client *kafka.Client
+	// coord makes the transactional id's coordinator calls.
+	coord kafkaproduce.Txn
 	// positions is the partition of the position records, and its
 	// sequence state; positionsCount the topic's partition count. Set by
 	// begin.
@@ -236,7 +209,7 @@ func newTransactions(p *Publisher, cfg TransactionConfig) *transactions {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 8 << 20
 	}
-	return &transactions{p: p, cfg: cfg, client: p.client, open: &txnRange{}, added: map[topicPartition]bool{},
+	return &transactions{p: p, cfg: cfg, client: p.client, coord: kafkaproduce.Txn{Client: p.client, ID: cfg.ID, Timeout: cfg.Timeout}, open: &txnRange{}, added: map[topicPartition]bool{},
 		wake: make(chan struct{}, 1)}
 }
 
@@ -273,17 +246,9 @@ func (p *Publisher) Begin(ctx context.Context) error {
 // unavailable or still ending the previous holder's transaction.
 func (t *transactions) initProducerID(ctx context.Context) (kafkaproduce.ProducerID, error) {
 	for attempt := 1; ; attempt++ {
-		res, err := t.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{
-			TransactionalID: t.cfg.ID, TransactionTimeoutMs: int(t.cfg.Timeout / time.Millisecond), ProducerID: -1, ProducerEpoch: -1,
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err == nil && res.Producer == nil {
-			err = errors.New("InitProducerId: no producer id in the answer")
-		}
+		pid, err := t.coord.InitProducerID(ctx)
 		if err == nil {
-			return kafkaproduce.ProducerID{ID: int64(res.Producer.ProducerID), Epoch: int16(res.Producer.ProducerEpoch)}, nil
+			return pid, nil
 		}
 		if ctx.Err() != nil {
 			return kafkaproduce.ProducerID{}, ctx.Err()
@@ -469,13 +434,11 @@ func (t *transactions) settled(r *txnRange, ack Acker, bytes int) {
 // events of other topics are retried instead of sharing the failing
 // topic's fate.
 func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Batch) []error {
-	topics := map[string][]kafka.AddPartitionToTxn{}
-	var missing []topicPartition
+	var missing []kafkaproduce.TopicPartition
 	t.mu.Lock()
 	for _, b := range bs {
-		k := topicPartition{b.Topic, b.Partition}
-		if !t.added[k] && !slices.Contains(missing, k) {
-			topics[b.Topic] = append(topics[b.Topic], kafka.AddPartitionToTxn{Partition: b.Partition})
+		k := kafkaproduce.TopicPartition{Topic: b.Topic, Partition: b.Partition}
+		if !t.added[topicPartition{b.Topic, b.Partition}] && !slices.Contains(missing, k) {
 			missing = append(missing, k)
 		}
 	}
@@ -490,40 +453,30 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Bat
 		}
 		return errs
 	}
-	id, ep := t.p.producer.Current()
-	res, err := t.client.AddPartitionsToTxn(ctx, &kafka.AddPartitionsToTxnRequest{
-		TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Topics: topics,
-	})
+	failed, err := t.coord.AddPartitions(ctx, t.p.producer.ID(), missing)
 	if err != nil {
 		if te := transactionFailure("AddPartitionsToTxn", err); te != nil {
 			return all(te)
 		}
 		return all(err)
 	}
-	failed := map[topicPartition]error{}
-	for topic, parts := range res.Topics {
-		for _, pr := range parts {
-			if pr.Error == nil {
-				continue
-			}
-			if te := transactionFailure("AddPartitionsToTxn", pr.Error); te != nil {
-				return all(te)
-			}
-			failed[topicPartition{topic, pr.Partition}] = pr.Error
+	for _, err := range failed {
+		if te := transactionFailure("AddPartitionsToTxn", err); te != nil {
+			return all(te)
 		}
 	}
 	if len(failed) == 0 {
 		t.mu.Lock()
 		for _, k := range missing {
-			t.added[k] = true
+			t.added[topicPartition{k.Topic, k.Partition}] = true
 		}
 		t.mu.Unlock()
 		return nil
 	}
 	errs := make([]error, len(bs))
 	for i, b := range bs {
-		err, ok := failed[topicPartition{b.Topic, b.Partition}]
-		if !ok || errors.Is(err, operationNotAttempted) {
+		err, ok := failed[kafkaproduce.TopicPartition{Topic: b.Topic, Partition: b.Partition}]
+		if !ok || errors.Is(err, kafkaproduce.ErrOperationNotAttempted) {
 			// Held back by Kafka, or in the transaction already while
 			// the request is not sent for the others' sake: retried.
 			errs[i] = errNotAttempted
@@ -538,7 +491,7 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Bat
 // the transaction because another partition of the same request failed
 // (OPERATION_NOT_ATTEMPTED), or whose produce request was not sent for
 // that reason. It is transient: the batch is retried.
-var errNotAttempted = fmt.Errorf("AddPartitionsToTxn: not attempted because another partition of the request failed: %w", operationNotAttempted)
+var errNotAttempted = fmt.Errorf("AddPartitionsToTxn: not attempted because another partition of the request failed: %w", kafkaproduce.ErrOperationNotAttempted)
 
 // run is the committer: it commits the open range after Interval, or
 // early once it is full, until the publisher closes or a commit fails.
@@ -779,13 +732,9 @@ func (t *transactions) end(commit bool) error {
 	}
 	var failing time.Time
 	for attempt := 1; ; attempt++ {
-		id, ep := p.producer.Current()
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.WriteTimeout)
-		res, err := t.client.EndTxn(ctx, &kafka.EndTxnRequest{TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Committed: commit})
+		err := t.coord.End(ctx, p.producer.ID(), commit)
 		cancel()
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
 		if err == nil {
 			return nil
 		}
@@ -843,16 +792,13 @@ func (t *transactions) abandon() {
 			slog.String("stage", "transaction"))
 		return
 	}
-	id, ep := t.p.producer.Current()
-	if id < 0 {
+	pid := t.p.producer.ID()
+	if pid.ID < 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	res, err := t.client.EndTxn(ctx, &kafka.EndTxnRequest{TransactionalID: t.cfg.ID, ProducerID: int(id), ProducerEpoch: int(ep), Committed: false})
-	if err == nil && res.Error != nil {
-		err = res.Error
-	}
+	err := t.coord.End(ctx, pid, false)
 	t.p.m.TransactionAborted()
 	if te := transactionFailure("EndTxn(abort)", err); te != nil && te.Fenced {
 		t.p.m.ProducerFenced()

@@ -78,7 +78,7 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 				case t.Name == b.refuse:
 					code = int16(kafka.TopicAuthorizationFailed)
 				case refused:
-					code = int16(operationNotAttempted)
+					code = int16(kafkaproduce.ErrOperationNotAttempted)
 				default:
 					b.added[topicPartition{t.Name, int(p)}] = true
 				}
@@ -99,7 +99,7 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if b.fence || req.ProducerEpoch != b.epoch {
-			return &endtxn.Response{ErrorCode: int16(producerFenced)}, nil
+			return &endtxn.Response{ErrorCode: int16(kafka.ProducerFenced)}, nil
 		}
 		if req.Committed {
 			b.visible = append(b.visible, b.pending...)
@@ -323,7 +323,7 @@ func TestTransactionFenced(t *testing.T) {
 		select {
 		case err := <-p.Fatal():
 			var te *TransactionError
-			if !errors.As(err, &te) || !te.Fenced || !errors.Is(err, producerFenced) {
+			if !errors.As(err, &te) || !te.Fenced || !errors.Is(err, kafka.ProducerFenced) {
 				t.Fatalf("fatal error %v, want a fenced TransactionError", err)
 			}
 		case <-time.After(5 * time.Second):
@@ -417,7 +417,7 @@ func TestTransactionFailureClasses(t *testing.T) {
 		fenced bool
 	}{
 		{kafka.InvalidProducerEpoch, true, true},
-		{producerFenced, true, true},
+		{kafka.ProducerFenced, true, true},
 		{fmt.Errorf("wrapped: %w", kafka.OutOfOrderSequenceNumber), true, false},
 		{kafka.InvalidTransactionState, true, false},
 		{kafka.NotLeaderForPartition, false, false},

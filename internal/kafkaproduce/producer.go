@@ -152,9 +152,9 @@ func (p *Producer) Adopt(id ProducerID) {
 	p.gen++
 }
 
-// Current is the producer id and epoch (-1 before one was taken).
-func (p *Producer) Current() (int64, int16) {
+// ID is the producer id and epoch (-1 before one was taken).
+func (p *Producer) ID() ProducerID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.id, p.ep
+	return ProducerID{ID: p.id, Epoch: p.ep}
 }

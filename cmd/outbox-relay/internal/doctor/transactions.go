@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // TransactionTarget is what the relay uses in Kafka with --delivery
@@ -34,12 +36,6 @@ const (
 	txnMaxTimeout           = "transaction.max.timeout.ms"
 	defaultReplication      = "default.replication.factor"
 )
-
-// operationNotAttempted is OPERATION_NOT_ATTEMPTED (55), which kafka-go
-// still names by its pre-2.0 meaning, BrokerAuthorizationFailed: in an
-// AddPartitionsToTxn answer it marks a partition that passed the checks
-// while another one failed them.
-const operationNotAttempted = kafka.BrokerAuthorizationFailed
 
 // CheckTransactions checks what exactly-once delivery needs beyond
 // CheckKafka: that the relay's principal may use its transactional id and
@@ -146,21 +142,16 @@ type transactionalIDFacts struct {
 func findTxnCoordinator(ctx context.Context, c *kafka.Client, id string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	txn := kafkaproduce.Txn{Client: c, ID: id}
 	for {
-		res, err := c.FindCoordinator(ctx, &kafka.FindCoordinatorRequest{Addr: c.Addr, Key: id, KeyType: kafka.CoordinatorKeyTypeTransaction})
-		if err != nil {
-			return -1, fmt.Errorf("FindCoordinator: %w", err)
-		}
-		if res.Error == nil {
-			return res.Coordinator.NodeID, nil
-		}
-		if !errors.Is(res.Error, kafka.GroupCoordinatorNotAvailable) && !errors.Is(res.Error, kafka.GroupLoadInProgress) &&
-			!errors.Is(res.Error, kafka.NotCoordinatorForGroup) {
-			return -1, fmt.Errorf("FindCoordinator: %w", res.Error)
+		node, err := txn.FindCoordinator(ctx)
+		var kerr kafka.Error
+		if err == nil || !errors.As(err, &kerr) || !kafkaproduce.CoordinatorMoving(err) {
+			return node, err
 		}
 		select {
 		case <-ctx.Done():
-			return -1, fmt.Errorf("FindCoordinator: %w", res.Error)
+			return -1, err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -176,25 +167,17 @@ func findTxnCoordinator(ctx context.Context, c *kafka.Client, id string) (int, e
 func probeTransactionalWrites(ctx context.Context, c *kafka.Client, id string, topics []string) (map[string]error, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := &kafka.AddPartitionsToTxnRequest{Addr: c.Addr, TransactionalID: id, ProducerID: -1, ProducerEpoch: -1,
-		Topics: map[string][]kafka.AddPartitionToTxn{}}
-	for _, t := range topics {
-		req.Topics[t] = []kafka.AddPartitionToTxn{{Partition: 0}}
+	parts := make([]kafkaproduce.TopicPartition, len(topics))
+	for i, t := range topics {
+		parts[i] = kafkaproduce.TopicPartition{Topic: t}
 	}
-	res, err := c.AddPartitionsToTxn(ctx, req)
+	failed, err := kafkaproduce.Txn{Client: c, ID: id}.AddPartitions(ctx, kafkaproduce.ProducerID{ID: -1, Epoch: -1}, parts)
 	if err != nil {
 		return nil, fmt.Errorf("AddPartitionsToTxn: %w", err)
 	}
 	out := map[string]error{}
-	for topic, ps := range res.Topics {
-		for _, p := range ps {
-			out[topic] = writeVerdict(p.Error)
-		}
-	}
 	for _, t := range topics {
-		if _, ok := out[t]; !ok {
-			return nil, fmt.Errorf("AddPartitionsToTxn: no answer for topic %s", t)
-		}
+		out[t] = writeVerdict(failed[kafkaproduce.TopicPartition{Topic: t}])
 	}
 	return out, nil
 }
@@ -205,12 +188,12 @@ func probeTransactionalWrites(ctx context.Context, c *kafka.Client, id string, t
 func writeVerdict(err error) error {
 	switch {
 	case err == nil,
-		errors.Is(err, kafka.InvalidProducerIDMapping),     // the coordinator's refusal of producer id -1
-		errors.Is(err, operationNotAttempted),              // passed, another partition did not
-		errors.Is(err, kafka.UnknownTopicOrPartition),      // authorized, not created yet
-		errors.Is(err, kafka.NotCoordinatorForGroup),       // NOT_COORDINATOR
-		errors.Is(err, kafka.GroupCoordinatorNotAvailable), // COORDINATOR_NOT_AVAILABLE
-		errors.Is(err, kafka.GroupLoadInProgress),          // COORDINATOR_LOAD_IN_PROGRESS
+		errors.Is(err, kafka.InvalidProducerIDMapping),        // the coordinator's refusal of producer id -1
+		errors.Is(err, kafkaproduce.ErrOperationNotAttempted), // passed, another partition did not
+		errors.Is(err, kafka.UnknownTopicOrPartition),         // authorized, not created yet
+		errors.Is(err, kafka.NotCoordinatorForGroup),          // NOT_COORDINATOR
+		errors.Is(err, kafka.GroupCoordinatorNotAvailable),    // COORDINATOR_NOT_AVAILABLE
+		errors.Is(err, kafka.GroupLoadInProgress),             // COORDINATOR_LOAD_IN_PROGRESS
 		errors.Is(err, kafka.ConcurrentTransactions),
 		errors.Is(err, kafka.InvalidProducerEpoch),
 		errors.Is(err, kafka.ProducerFenced):

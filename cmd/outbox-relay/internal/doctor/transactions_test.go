@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // brokersWith is n brokers (ids 1..n) with the given transaction log
@@ -168,7 +170,7 @@ func TestTransactionalID(t *testing.T) {
 // TestWriteVerdict: every AddPartitionsToTxn answer the broker gives only
 // after its authorization checks reads as "may write".
 func TestWriteVerdict(t *testing.T) {
-	for _, err := range []error{nil, kafka.InvalidProducerIDMapping, operationNotAttempted, kafka.UnknownTopicOrPartition,
+	for _, err := range []error{nil, kafka.InvalidProducerIDMapping, kafkaproduce.ErrOperationNotAttempted, kafka.UnknownTopicOrPartition,
 		kafka.NotCoordinatorForGroup, kafka.GroupCoordinatorNotAvailable, kafka.GroupLoadInProgress, kafka.ConcurrentTransactions,
 		kafka.InvalidProducerEpoch, kafka.ProducerFenced, fmt.Errorf("%w: message", kafka.InvalidProducerIDMapping)} {
 		if v := writeVerdict(err); v != nil {
