@@ -83,11 +83,31 @@ func (l *lane) produce(recs []*outgoing, st kafkaproduce.Stamp) error {
 		l.msgs = append(l.msgs, &rec.msg)
 		size += rec.size
 	}
-	l.buf = kafkaproduce.AppendBatch(l.buf[:0], l.msgs, st, time.Now())
+	var err error
+	l.buf, err = l.p.deliver(l.seq, st, kafkaproduce.Batch{Topic: l.topic, Partition: l.partition, Leader: int(l.leader.Load()), Bytes: size}, l.msgs, l.buf)
 	clear(l.msgs)
-	return l.p.sink.Produce(&kafkaproduce.Batch{
-		Topic: l.topic, Partition: l.partition, Leader: int(l.leader.Load()), Bytes: size, Records: l.buf,
-	})
+	return err
+}
+
+// deliver is the send step of every partition batch, a lane's or the
+// committer's position record: it encodes msgs under st into buf (reused,
+// and returned), hands the batch to the sink and waits for acks=all. A
+// batch the broker had stored before (DUPLICATE_SEQUENCE_NUMBER: a retry
+// of one whose answer was lost) counts as delivered; a delivered batch
+// advances seq (nil without idempotence).
+func (p *Publisher) deliver(seq *kafkaproduce.Seq, st kafkaproduce.Stamp, b kafkaproduce.Batch, msgs []*kafka.Message, buf []byte) ([]byte, error) {
+	b.Records = kafkaproduce.AppendBatch(buf[:0], msgs, st, time.Now())
+	if b.Bytes == 0 {
+		b.Bytes = len(b.Records) // a lane counts its records' sizes instead
+	}
+	err := p.sink.Produce(&b)
+	if err != nil && seq != nil && errors.Is(err, kafka.DuplicateSequenceNumber) {
+		err = nil // the broker has stored this very batch before
+	}
+	if err == nil && seq != nil {
+		p.producer.Acked(seq, st, len(msgs))
+	}
+	return b.Records, err
 }
 
 func (l *lane) run() {
@@ -178,14 +198,8 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		if err == nil {
 			p.m.ProduceRequest()
 			err = l.produce(recs, st)
-			if err != nil && l.seq != nil && errors.Is(err, kafka.DuplicateSequenceNumber) {
-				err = nil // the broker has stored this very batch before
-			}
 		}
 		if err == nil {
-			if l.seq != nil {
-				p.producer.Acked(l.seq, st, len(recs))
-			}
 			if attempt > 1 {
 				p.log.Info("partition batch delivered after retries", slog.String("stage", "publish"), slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Duration("after", time.Since(failing)))
 			}

@@ -1,0 +1,113 @@
+package publisher
+
+// This file holds where exactly-once mode writes its position records:
+// the positions topic (created when missing) and the partition of the
+// source's key in it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/backoff"
+)
+
+// ensurePositionsTopic finds the position records' partition (by the
+// Java client's murmur2 of the key), creating the topic when missing.
+func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
+	key := t.cfg.PositionKey
+	topic := t.cfg.PositionsTopic
+	n, err := t.partitionCount(ctx, topic)
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		res, cerr := t.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+			Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
+			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}},
+		}}})
+		if cerr == nil {
+			cerr = res.Errors[topic]
+		}
+		if cerr != nil && !errors.Is(cerr, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("create the positions topic %s: %w", topic, cerr)
+		}
+		t.p.log.Info("created the positions topic", slog.String("stage", "transaction"), slog.String("topic", topic))
+		n, err = 0, nil
+		for attempt := 1; n == 0 && attempt <= 50; attempt++ {
+			if n, err = t.partitionCount(ctx, topic); err == nil && n > 0 {
+				break
+			}
+			if !backoff.Sleep(ctx, 100*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("positions topic %s: %w", topic, err)
+	}
+	if n <= 0 {
+		return fmt.Errorf("positions topic %s: no partitions", topic)
+	}
+	t.positions, t.positionsCount = topicPartition{topic, keyPartition(key, n)}, n
+	t.seq = t.p.producer.Sequence(topic, t.positions.partition)
+	return nil
+}
+
+// partitionCount is topic's number of partitions.
+func (t *transactions) partitionCount(ctx context.Context, topic string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md, err := t.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, err
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == topic {
+			if tp.Error != nil {
+				return 0, tp.Error
+			}
+			return len(tp.Partitions), nil
+		}
+	}
+	return 0, kafka.UnknownTopicOrPartition
+}
+
+// PositionPartition is the partition of the positions topic that holds
+// this publisher's position records (after Begin).
+func (p *Publisher) PositionPartition() int {
+	if p.txn == nil {
+		return -1
+	}
+	return p.txn.positions.partition
+}
+
+// PositionPartitionOf is the partition of the positions topic that holds
+// the records of key (after Begin): murmur2 of the key, as for the
+// publisher's own.
+func (p *Publisher) PositionPartitionOf(key []byte) int {
+	if p.txn == nil || p.txn.positionsCount <= 0 {
+		return -1
+	}
+	return keyPartition(key, p.txn.positionsCount)
+}
+
+// PositionPartitions is the number of partitions of the positions topic
+// (after Begin; 0 before, or in at-least-once mode).
+func (p *Publisher) PositionPartitions() int {
+	if p.txn == nil {
+		return 0
+	}
+	return p.txn.positionsCount
+}
+
+// keyPartition is the partition of key among n, by the Java client's
+// murmur2, as for every record the publisher keys.
+func keyPartition(key []byte, n int) int {
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
+}
