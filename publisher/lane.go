@@ -11,7 +11,7 @@ package publisher
 // child cancelled by the router's sweep (lane.stop) once the lane has
 // been idle with nothing outstanding. It also stops when it fails the
 // publisher (p.fail on a fatal error) or a park or dead-letter cannot
-// complete (hold, settle).
+// complete (park, settle).
 //
 // Only the lane's goroutine touches records and lastErr. startLane sets
 // the other fields before the goroutine starts, except lastSweep, which
@@ -123,7 +123,7 @@ func (l *lane) run() {
 		// (a poison event earlier in this lane) are parked, not sent.
 		send = send[:0]
 		for _, rec := range batch {
-			held, ok := p.hold(rec)
+			held, ok := p.park(rec)
 			if !ok {
 				return
 			}
@@ -153,7 +153,7 @@ func (l *lane) write(recs []*outgoing) bool {
 	// delivered and everything of its aggregate after it is parked.
 	p := l.p
 	for _, rec := range recs {
-		held, ok := p.hold(rec)
+		held, ok := p.park(rec)
 		if !ok {
 			return false
 		}

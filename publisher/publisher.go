@@ -3,10 +3,10 @@ package publisher
 // This file holds the Publisher, which has no goroutine of its own: its
 // methods run on their callers' goroutines. Publish runs on the caller's,
 // which in the relay's stream is the replication goroutine (sink.Insert,
-// one event at a time in stream order); forward runs on the holder's.
+// one event at a time in stream order); forward runs on the quarantine's.
 //
 // New starts the sink's goroutines (kafkaproduce.Sink.Run) and, with
-// DeadLetters, the holder's (holder.run); enqueue, from Publish or
+// DeadLetters, the quarantine's (quarantine.run); enqueue, from Publish or
 // forward, starts a topic's router, and routers start lanes. All of them
 // are counted in wg and end with ctx: Close cancels it, waits for wg and
 // then releases the transport's idle connections. A router also ends when
@@ -17,11 +17,11 @@ package publisher
 // a router; retired removes one, called by the retiring router or by
 // enqueue when it finds that router's queue closed); lanes, an atomic
 // count the routers keep and the sink reads; fatal, a channel of one
-// that fail sends on without blocking, from the holder, the routers and
+// that fail sends on without blocking, from the quarantine, the routers and
 // the lanes, and that the caller reads (Fatal). The rest (cfg, log, m,
-// client, sink, holder, ctx, cfgErr) is set by newPublisher and only
-// read afterwards. The helpers after the Publisher's methods (hold,
-// settle, retryLevel) are shared by the routers, the lanes and the holder.
+// client, sink, quarantine, ctx, cfgErr) is set by newPublisher and only
+// read afterwards. The helpers after the Publisher's methods (park,
+// settle, retryLevel) are shared by the routers, the lanes and the quarantine.
 
 import (
 	"context"
@@ -36,7 +36,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
@@ -111,114 +110,6 @@ func (nopMetrics) TransactionCommitted(time.Duration, time.Duration, int) {}
 func (nopMetrics) TransactionAborted()                                    {}
 func (nopMetrics) ProducerFenced()                                        {}
 
-// Config configures a Publisher.
-type Config struct {
-	Brokers  []string
-	Template TopicTemplate
-	// MaxBatch and MaxBatchBytes bound one partition batch (one produce
-	// request). MaxBatchBytes must stay under the broker's
-	// message.max.bytes, which applies to a whole record batch.
-	MaxBatch      int
-	MaxBatchBytes int
-	// BackoffBase and BackoffMax bound the retry delay (full jitter).
-	BackoffBase, BackoffMax time.Duration
-	// CreateTopics creates missing topics with TopicPartitions and
-	// TopicReplicationFactor (-1: the broker's default).
-	CreateTopics           bool
-	TopicPartitions        int
-	TopicReplicationFactor int
-	// WriteTimeout bounds one produce request.
-	WriteTimeout time.Duration
-	// Linger is how long a partition batch may wait for other
-	// partitions' batches to share its produce request (see kafkaproduce.Sink);
-	// 0 sends at once. It trades a few milliseconds of latency for far
-	// fewer requests, which on a busy machine lowers the tail.
-	Linger time.Duration
-	// UnknownTopicTimeout is how long a missing topic (CreateTopics off)
-	// is retried before its events count as poison.
-	UnknownTopicTimeout time.Duration
-	// MetadataRefresh is how often a topic's partition count is read
-	// again, so added partitions get used (and a shrunk topic noticed).
-	MetadataRefresh time.Duration
-	// TopicIdleTimeout is how long a partition lane, and then a topic's
-	// router, may stay idle (nothing queued, nothing awaiting Kafka)
-	// before it is removed: topics come from event data, so without
-	// eviction goroutines and queues would grow with every topic ever
-	// seen.
-	TopicIdleTimeout time.Duration
-	// DeadLetters takes poison and parked events; nil stops the publisher
-	// on the first poison event.
-	DeadLetters DeadLetters
-	// Transport carries every request to the brokers, so its TLS, SASL,
-	// ClientID, DialTimeout and MetadataTTL apply to all of them
-	// (kafka-go does not refresh metadata on NotLeaderForPartition, so
-	// MetadataTTL bounds the stall after a leader change). Close releases
-	// its idle connections. nil: PLAINTEXT, client ID "outbox-relay", a
-	// 5 s dial timeout and a 1 s MetadataTTL. The relay builds it from
-	// its one Kafka configuration (relay.KafkaConfig.Transport).
-	Transport *kafka.Transport
-	// LastFailure, if set, is told of every failed write and topic
-	// lookup (the stall detector's cause); it may outlive the Publisher.
-	LastFailure *LastFailure
-	// Idempotent writes with the idempotent producer: a producer id
-	// (InitProducerId) and, per partition, consecutive sequence numbers,
-	// so the broker discards a retried batch it already stored and
-	// refuses one out of order (see producer).
-	Idempotent bool
-	// Transactions, when set, writes exactly-once: in Kafka transactions
-	// with a position record each (see TransactionConfig). It implies
-	// Idempotent. Begin must succeed before the first Publish.
-	Transactions *TransactionConfig
-	// ReservedTopics are topics no event may be routed to, besides every
-	// name that begins with "__" (Kafka's internal topics and, by
-	// default, the relay's positions topic). The relay names its
-	// positions topic here in every delivery mode: an outbox row routed
-	// there by a template such as "{aggregate_type}" would be a forged
-	// position, which makes a relay skip events at its next start. Such
-	// an event is dead-lettered (reason reserved_topic).
-	ReservedTopics []string
-	// Record is the record format (native by default) and the tombstone
-	// switch; New checks it (record.Config.Validate) and an invalid one
-	// fails every Publish.
-	Record record.Config
-}
-
-func (c *Config) defaults() {
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = 1000
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 900 << 10
-	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = 100 * time.Millisecond
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 10 * time.Second
-	}
-	if c.TopicPartitions <= 0 {
-		c.TopicPartitions = 6
-	}
-	if c.TopicReplicationFactor == 0 {
-		c.TopicReplicationFactor = -1
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 10 * time.Second
-	}
-	if c.Transport == nil {
-		c.Transport = &kafka.Transport{ClientID: "outbox-relay", DialTimeout: 5 * time.Second, MetadataTTL: time.Second}
-	}
-	if c.UnknownTopicTimeout <= 0 {
-		c.UnknownTopicTimeout = time.Minute
-	}
-	if c.MetadataRefresh <= 0 {
-		c.MetadataRefresh = time.Minute
-	}
-	if c.TopicIdleTimeout <= 0 {
-		c.TopicIdleTimeout = 2 * time.Minute
-	}
-}
-
 // outgoing is one event on its way to Kafka.
 type outgoing struct {
 	ev     *replication.Event
@@ -254,10 +145,10 @@ type Publisher struct {
 	// client and the sink carry metadata and produce requests over
 	// one transport: one connection pool per broker, shared by every
 	// lane. closeIdle releases its idle connections on Close.
-	closeIdle func()
-	client    *kafka.Client
-	sink      *kafkaproduce.Sink
-	holder    *holder
+	closeIdle  func()
+	client     *kafka.Client
+	sink       *kafkaproduce.Sink
+	quarantine *quarantine
 	// producer is the idempotent producer's id and sequences; nil
 	// without Config.Idempotent.
 	producer *kafkaproduce.Producer
@@ -313,10 +204,10 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		p.sink.TransactionalID, p.sink.BeforeSend = cfg.Transactions.ID, p.txn.addPartitions
 	}
 	p.sink.Run(&p.wg)
-	p.holder = newHolder(p)
+	p.quarantine = newQuarantine(p)
 	if cfg.DeadLetters != nil {
 		p.wg.Add(1)
-		go p.holder.run()
+		go p.quarantine.run()
 	}
 	return p
 }
@@ -337,7 +228,7 @@ func (p *Publisher) Fatal() <-chan error { return p.fatal }
 // Publish queues ev for its topic; ack is called once ev is taken care of.
 // An event that can never become a record is handed to DeadLetters
 // here, synchronously, in stream order. An event of a quarantined
-// aggregate goes to the holder, which parks it without making the
+// aggregate goes to the quarantine, which parks it without making the
 // replication goroutine wait for the aggregate's lock. The error is for
 // failures the relay must stop on.
 func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
@@ -349,7 +240,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 	if p.txn != nil {
 		rec.rng = p.txn.enter(rec, ev.Size())
 	}
-	if p.cfg.DeadLetters != nil && p.holder.route(rec) {
+	if p.cfg.DeadLetters != nil && p.quarantine.route(rec) {
 		return nil
 	}
 	msg, reason, err := p.message(rec.msg.Topic, ev)
@@ -361,7 +252,7 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acke
 	return nil
 }
 
-// forward builds the record of an event the holder released and queues it
+// forward builds the record of an event the quarantine released and queues it
 // at its router, or dead-letters it when it cannot become a record. It
 // returns false when the publisher is closing or failed.
 func (p *Publisher) forward(rec *outgoing) bool {
@@ -376,9 +267,9 @@ func (p *Publisher) forward(rec *outgoing) bool {
 }
 
 // enqueue hands rec to its topic's router, unless it belongs to an
-// exactly-once range that is not open yet (see transactions.hold).
+// exactly-once range that is not open yet (see transactions.wait).
 func (p *Publisher) enqueue(rec *outgoing) {
-	if p.txn != nil && p.txn.hold(rec, rec.rng) {
+	if p.txn != nil && p.txn.wait(rec, rec.rng) {
 		return
 	}
 	p.enqueueNow(rec)
@@ -525,107 +416,22 @@ func (p *Publisher) fail(err error) {
 	}
 }
 
-// backoff returns a full-jitter delay for attempt (1-based).
-func (p *Publisher) backoff(attempt int) time.Duration {
-	return backoff.Jitter(attempt, p.cfg.BackoffBase, p.cfg.BackoffMax)
-}
-
-// beforeRetry returns the wait before retrying a batch that failed with
-// err for the attempt-th time, failing since since, and starts a metadata
-// refresh when the failure is a leader's move. While a partition leader
-// moves (its broker died, shut down or lost its followers) the new leader
-// takes over the moment the controller fences the old one, and
-// refreshMetadata shows it to the transport within healRetry: waiting
-// longer than that only adds to the outage, so for such failures the
-// delay is capped at healRetry, during healWindow. A cluster still
-// unreachable after that gets the usual exponential backoff, so a long
-// outage costs the brokers no more than a few requests per partition per
-// BackoffMax.
-func (p *Publisher) beforeRetry(attempt int, err error, since time.Time) time.Duration {
-	if errors.Is(err, kafka.ConcurrentTransactions) || verificationCancelled(err) {
-		// The previous transaction's markers are still being written
-		// (exactly-once): done within milliseconds, as the Java producer
-		// assumes when it retries AddPartitionsToTxn after 20 ms. With
-		// group commit every transaction's first request meets it, so the
-		// first retries come sooner: 2 ms doubling to 20 ms, jittered.
-		d := min(concurrentTxnRetry<<min(attempt-1, 4), concurrentTxnRetryMax)
-		return d/2 + backoff.Jitter(1, d/2, d/2)
-	}
-	if (healing(err) || kafkaproduce.CoordinatorMoving(err)) && time.Since(since) < healWindow {
-		p.refreshMetadata()
-		return backoff.Jitter(attempt, p.cfg.BackoffBase, max(min(p.cfg.BackoffMax, healRetry), p.cfg.BackoffBase))
-	}
-	return p.backoff(attempt)
-}
-
-// verificationCancelled reports a transactional batch refused because
-// its partition leader's check with the coordinator that the partition
-// is in the transaction (KIP-890) was cancelled by a later request of
-// the same transactional id: Kafka answers NOT_ENOUGH_REPLICAS with
-// "Unable to verify ... NETWORK_EXCEPTION". Nothing is wrong with the
-// replicas, and a retry passes at once: it gets CONCURRENT_TRANSACTIONS'
-// short retries, not a replica outage's backoff.
-func verificationCancelled(err error) bool {
-	return errors.Is(err, kafka.NotEnoughReplicas) && strings.Contains(err.Error(), "Unable to verify")
-}
-
-const (
-	// concurrentTxnRetry and concurrentTxnRetryMax bound the wait before
-	// a request the transaction coordinator answered
-	// CONCURRENT_TRANSACTIONS is sent again (see beforeRetry).
-	concurrentTxnRetry    = 2 * time.Millisecond
-	concurrentTxnRetryMax = 20 * time.Millisecond
-	// healWindow is how long after a batch's first failure a leader
-	// change gets fast retries (beforeRetry): longer than a broker's
-	// session timeout (9 s by default, 18 s on older clusters) plus an
-	// election.
-	healWindow = 30 * time.Second
-	// healRetry caps the retry delay during healWindow and spaces the
-	// metadata refreshes of refreshMetadata.
-	healRetry = 250 * time.Millisecond
-)
-
-// refreshMetadata makes the transport fetch the cluster's metadata anew,
-// at most once per healRetry over all lanes. kafka-go's Transport routes
-// every request by metadata it refreshes only every Kafka.MetadataTTL
-// (at a random moment within it) and never on NOT_LEADER_OR_FOLLOWER or a
-// dead broker, so a lane retrying at once would keep reaching the old
-// leader for up to a TTL after the election. Closing the transport's
-// pools (CloseIdleConnections: requests in flight finish on their
-// connections) makes the next request start a pool whose first step is
-// a metadata request, to whichever bootstrap broker answers. The Java
-// producer refreshes its metadata on these errors the same way.
-func (p *Publisher) refreshMetadata() {
-	if p.closeIdle == nil {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := p.refreshed.Load()
-	if now-last < int64(healRetry) || !p.refreshed.CompareAndSwap(last, now) {
-		return
-	}
-	p.closeIdle()
-}
-
-// sleep waits d unless the publisher closes first.
-func (p *Publisher) sleep(d time.Duration) bool { return backoff.Sleep(p.ctx, d) }
-
-// hold asks DeadLetters whether rec must be parked, retrying while
+// park asks DeadLetters whether rec must be parked, and parks it, retrying while
 // PostgreSQL is unavailable. ok is false when the publisher stops.
-func (p *Publisher) hold(rec *outgoing) (held, ok bool) {
+func (p *Publisher) park(rec *outgoing) (parked, ok bool) {
 	q := p.cfg.DeadLetters
 	if q == nil {
 		return false, true
 	}
 	ok = p.durably("park", func(ctx context.Context) error {
 		var err error
-		held, err = q.Hold(ctx, rec.ev, rec.msg.Topic)
+		parked, err = q.Hold(ctx, rec.ev, rec.msg.Topic)
 		return err
 	})
-	if ok && held {
+	if ok && parked {
 		rec.done()
 	}
-	return held, ok
+	return parked, ok
 }
 
 // settle dead-letters a record Kafka rejected for good (or fails the
@@ -643,14 +449,4 @@ func (p *Publisher) settle(rec *outgoing, reason string, cause error) bool {
 		rec.done()
 	}
 	return ok
-}
-
-// retryLog returns the log event for a retry: a warning when a failure
-// starts and every tenth attempt after, debug in between, so a long outage
-// is visible without a line per partition per backoff.
-func retryLevel(attempt int) slog.Level {
-	if attempt == 1 || attempt%10 == 0 {
-		return slog.LevelWarn
-	}
-	return slog.LevelDebug
 }

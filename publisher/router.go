@@ -7,7 +7,7 @@ package publisher
 // Publisher.wg) for the first record of a topic that has no router, and
 // again after a retired one. It stops when the publisher's context ends
 // (Close), when it fails the publisher (p.fail) or a park or dead-letter
-// cannot complete (hold, settle), or, idle, by retiring itself: sweep
+// cannot complete (park, settle), or, idle, by retiring itself: sweep
 // closes its empty queue and removes it from Publisher.routers (retired),
 // so the next record of the topic starts a new router.
 //
@@ -22,7 +22,7 @@ package publisher
 // the sink).
 //
 // It reads its queue q, which Publisher.enqueue pushes to (from Publish
-// and from the holder's forward), polled together with its sweep ticker
+// and from the quarantine's forward), polled together with its sweep ticker
 // and the publisher's context. It writes to its lanes' queues and is the
 // only goroutine that does. It starts the lanes (startLane) and stops one
 // (lane.stop) only once that lane has nothing outstanding. Metadata
@@ -107,7 +107,7 @@ func (r *router) run() {
 			// The topic stayed unknown past UnknownTopicTimeout: its
 			// events are poison, in order, until it appears.
 			for _, rec := range batch {
-				held, ok := r.p.hold(rec)
+				held, ok := r.p.park(rec)
 				if !ok {
 					return
 				}

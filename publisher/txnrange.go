@@ -1,7 +1,7 @@
 package publisher
 
 // This file holds the open range of exactly-once mode: what the
-// replication goroutine (enter, hold) and the lanes and the sink's senders
+// replication goroutine (enter, wait) and the lanes and the sink's senders
 // (settled, addPartitions) touch, under transactions.mu. The committer
 // (committer.go) closes ranges.
 
@@ -77,10 +77,10 @@ func (t *transactions) enter(rec *outgoing, size int) *txnRange {
 	return r
 }
 
-// defer reports whether rec must wait for its range to open (it was
+// wait reports whether rec must wait for its range to open (it was
 // published while the previous range committed, or the committer is
 // still enqueueing records published before it); it then queues it.
-func (t *transactions) hold(rec *outgoing, r *txnRange) bool {
+func (t *transactions) wait(rec *outgoing, r *txnRange) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r == t.open && !t.releasing {

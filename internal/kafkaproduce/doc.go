@@ -2,7 +2,7 @@
 // boundary: the producer's identity (producer id, epoch and per-partition
 // sequence numbers), the record-batch encoding, the produce round trip per
 // leader, and the InitProducerId round trip. Package publisher keeps what
-// is the relay's own: routing, lanes, poison events, the holder and
+// is the relay's own: routing, lanes, poison events, the quarantine and
 // exactly-once ranges; it calls this package for everything that goes on
 // the wire.
 //

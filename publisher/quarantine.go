@@ -7,7 +7,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-// holder decides the fate of events whose aggregate is quarantined, off
+// quarantine decides the fate of events whose aggregate is quarantined, off
 // the replication goroutine.
 //
 // Deciding takes the aggregate's advisory lock in PostgreSQL, and an
@@ -22,7 +22,7 @@ import (
 // Order per aggregate holds because an aggregate with an event here sends
 // every later event here too, until that event has been handed on: see
 // route and done.
-type holder struct {
+type quarantine struct {
 	p *Publisher
 	q *queue
 	// queued counts events queued or being decided, over all aggregates;
@@ -39,14 +39,14 @@ type aggregateKey struct{ typ, id string }
 
 func keyOf(ev *replication.Event) aggregateKey { return aggregateKey{ev.AggregateType, ev.AggregateID} }
 
-func newHolder(p *Publisher) *holder {
-	return &holder{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
+func newQuarantine(p *Publisher) *quarantine {
+	return &quarantine{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
 }
 
 // route queues rec when its aggregate is quarantined, or has an earlier
 // event queued here, and reports whether it did. It never waits for
 // PostgreSQL.
-func (h *holder) route(rec *outgoing) bool {
+func (h *quarantine) route(rec *outgoing) bool {
 	q := h.p.cfg.DeadLetters
 	// Only the replication goroutine adds events, so with none queued
 	// no aggregate can gain one between this check and the push.
@@ -68,7 +68,7 @@ func (h *holder) route(rec *outgoing) bool {
 // done ends rec's stay: after this, a later event of its aggregate may
 // take the direct path, so rec must already be parked, dead-lettered or
 // queued at its router.
-func (h *holder) done(rec *outgoing) {
+func (h *quarantine) done(rec *outgoing) {
 	key := keyOf(rec.ev)
 	h.mu.Lock()
 	if h.pending[key]--; h.pending[key] <= 0 {
@@ -81,7 +81,7 @@ func (h *holder) done(rec *outgoing) {
 // run decides queued events in arrival order until the publisher closes.
 // What it has not decided then is abandoned like every unacknowledged
 // event: the slot was not confirmed past it.
-func (h *holder) run() {
+func (h *quarantine) run() {
 	p := h.p
 	defer p.wg.Done()
 	var batch []*outgoing
@@ -91,7 +91,7 @@ func (h *holder) run() {
 			return
 		}
 		for _, rec := range batch {
-			held, ok := p.hold(rec)
+			held, ok := p.park(rec)
 			if !ok {
 				return
 			}

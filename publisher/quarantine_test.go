@@ -123,9 +123,9 @@ func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	if got := queued(); len(got) != 5 || got[4] != "x3" {
 		t.Fatalf("router queue %v, want x3 last", got)
 	}
-	p.holder.mu.Lock()
-	defer p.holder.mu.Unlock()
-	if p.holder.queued.Load() != 0 || len(p.holder.pending) != 0 {
-		t.Fatalf("holder still counts %d events (%v)", p.holder.queued.Load(), p.holder.pending)
+	p.quarantine.mu.Lock()
+	defer p.quarantine.mu.Unlock()
+	if p.quarantine.queued.Load() != 0 || len(p.quarantine.pending) != 0 {
+		t.Fatalf("quarantine still counts %d events (%v)", p.quarantine.queued.Load(), p.quarantine.pending)
 	}
 }
