@@ -15,14 +15,14 @@
 // batch taken. Batching is natural: whatever queued up while a request was
 // in flight is the next batch, so a busy partition sends large batches.
 //
-// Lanes do not send their own requests: a sink (internal/kafkaproduce) merges the batches
-// handed to it at the same moment into one multi-partition produce request
-// per leader broker, as the Java producer does, with a few such requests
-// in flight and a short linger (Config.Linger). At live rates a lane batch is a handful of
-// records, and a request per partition per round trip cost the broker
-// more CPU than the records did. Each batch still gets its own
-// partition's outcome, and a lane still waits for it, so order is
-// unchanged.
+// Lanes do not send their own requests: the relay's Kafka write boundary
+// merges the batches handed to it at the same moment into one
+// multi-partition produce request per leader broker, as the Java producer
+// does, with a few such requests in flight and a short linger
+// (Config.Linger). At live rates a lane batch is a handful of records, and
+// a request per partition per round trip cost the broker more CPU than
+// the records did. Each batch still gets its own partition's outcome, and
+// a lane still waits for it, so order is unchanged.
 //
 // The lane forms batches itself instead of going through the Writer
 // because the Writer would re-batch them: it waits its BatchTimeout on every
@@ -30,13 +30,12 @@
 // which profiling showed to be a fifth of the relay's CPU at steady load.
 // The operator commands publish through SyncWriter, a plain Writer.
 //
-// The batches are encoded by internal/kafkaproduce (AppendBatch) and sent
-// with kafka-go's rawproduce request, because its RecordSet encoder leaves
-// out the producer id: with Config.Idempotent (the relay's default) the
-// publisher takes a producer id and numbers each partition's batches
-// (kafkaproduce.Producer), so the broker discards a retried batch it
-// already stored. A retry
-// whose leader moved refreshes the transport's metadata first and waits
-// at most 250 ms (Publisher.beforeRetry), so recovery follows the
-// cluster's election instead of the exponential backoff.
+// The batches are encoded by the relay itself and sent with kafka-go's
+// rawproduce request, because its RecordSet encoder leaves out the
+// producer id: with Config.Idempotent (the relay's default) the publisher
+// takes a producer id and numbers each partition's batches, so the broker
+// discards a retried batch it already stored. A retry whose leader moved
+// refreshes the transport's metadata first and waits at most 250 ms
+// (Publisher.beforeRetry), so recovery follows the cluster's election
+// instead of the exponential backoff.
 package publisher
