@@ -45,7 +45,7 @@ type Resumption struct {
 // *AheadError.
 func (s *Store) Resume(ctx context.Context, conn *pgconn.PgConn, id Identity, confirmed, walEnd pglogrepl.LSN) (Resumption, error) {
 	cp, err := s.Latest(ctx)
-	if errors.Is(err, ErrNoCheckpoint) {
+	if errors.Is(err, ErrCheckpointNotFound) {
 		return Resumption{}, nil
 	}
 	if err != nil {

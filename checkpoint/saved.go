@@ -98,8 +98,8 @@ type Checkpoint struct {
 	SavedAt   time.Time
 }
 
-// ErrNoCheckpoint is returned when no checkpoint was saved for the slot.
-var ErrNoCheckpoint = errors.New("no checkpoint saved")
+// ErrCheckpointNotFound is returned when no checkpoint was saved for the slot.
+var ErrCheckpointNotFound = errors.New("no checkpoint saved")
 
 // MismatchError is a checkpoint saved on another cluster, or on a
 // timeline the server's does not descend from (Verify: on any other

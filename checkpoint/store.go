@@ -94,12 +94,12 @@ func scan(row pgx.Row) (Checkpoint, error) {
 	return cp, nil
 }
 
-// Latest returns the newest checkpoint, or ErrNoCheckpoint.
+// Latest returns the newest checkpoint, or ErrCheckpointNotFound.
 func (s *Store) Latest(ctx context.Context) (Checkpoint, error) {
 	cp, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM `+s.table+`
 		WHERE outbox_table = $1 AND slot = $2 ORDER BY id DESC LIMIT 1`, s.outbox, s.slot))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return cp, fmt.Errorf("slot %q of %s: %w", s.slot, s.outbox, ErrNoCheckpoint)
+		return cp, fmt.Errorf("slot %q of %s: %w", s.slot, s.outbox, ErrCheckpointNotFound)
 	}
 	if err != nil {
 		return cp, fmt.Errorf("read checkpoint: %w", err)

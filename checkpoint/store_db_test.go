@@ -37,7 +37,7 @@ func TestDBCheck(t *testing.T) {
 func TestDBSaveLatestRoundTrip(t *testing.T) {
 	e := newDBEnv(t)
 	_, err := e.store.Latest(e.ctx)
-	if !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), `"outbox_relay"`) {
+	if !errors.Is(err, ErrCheckpointNotFound) || !strings.Contains(err.Error(), `"outbox_relay"`) {
 		t.Fatalf("Latest of an empty table = %v", err)
 	}
 	before := time.Now().Add(-time.Minute)
@@ -214,7 +214,7 @@ func TestDBReset(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("Reset = %d, %v; want 2", n, err)
 	}
-	if _, err := e.store.Latest(e.ctx); !errors.Is(err, ErrNoCheckpoint) {
+	if _, err := e.store.Latest(e.ctx); !errors.Is(err, ErrCheckpointNotFound) {
 		t.Fatalf("Latest after Reset = %v", err)
 	}
 	if e.rows(t, "other_slot") != 1 {

@@ -14,16 +14,16 @@ import (
 // poison.Permanent (exit 1, slot position held), decode errors are retried
 // a bounded number of times, anything else reconnects.
 func (r *Relay) classifyStreamErr(err error) error {
-	var schemaErr *replication.SchemaError
+	var relationErr *replication.RelationError
 	var rowErr *replication.RowError
 	var eventErr *publisher.EventError
 	var haltErr *poison.HaltError
 	var renamedErr *replication.RelationRenamedError
-	if errors.As(err, &schemaErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
+	if errors.As(err, &relationErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
 		errors.As(err, &renamedErr) {
 		return poison.Permanent(err)
 	}
-	var decodeErr *replication.DecodeError
+	var decodeErr *replication.WALDecodeError
 	if errors.As(err, &decodeErr) {
 		return r.decodeFails.check(err)
 	}
@@ -41,7 +41,7 @@ func (r *Relay) classifyStreamErr(err error) error {
 // the same WAL the same way every time, so a message that fails again at
 // the same place is a protocol mismatch or a bug, and reconnecting forever
 // would hide it behind a healthy-looking process. Schema problems
-// (SchemaError, RowError, a renamed outbox) are never retried: the table
+// (RelationError, RowError, a renamed outbox) are never retried: the table
 // must be fixed first.
 const maxDecodeAttempts = 3
 
@@ -52,11 +52,11 @@ type decodeRetries struct {
 	n   int
 }
 
-// check returns err, a stream's *replication.DecodeError, to be retried
+// check returns err, a stream's *replication.WALDecodeError, to be retried
 // (reconnect with backoff), or marked poison.Permanent once the same failure
 // has repeated maxDecodeAttempts times in a row.
 func (d *decodeRetries) check(err error) error {
-	var de *replication.DecodeError
+	var de *replication.WALDecodeError
 	if !errors.As(err, &de) {
 		return err
 	}

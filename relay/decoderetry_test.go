@@ -3,12 +3,12 @@ package relay
 import (
 	"errors"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/poison"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -22,7 +22,7 @@ func stopAt(lsn uint64, err error) error {
 // row stops the relay; schema problems and a renamed outbox stop at once.
 func TestDecodeErrorsRetryBounded(t *testing.T) {
 	r := &Relay{}
-	garbled := stopAt(1, &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})
+	garbled := stopAt(1, &replication.WALDecodeError{Err: errors.New("pgoutput: message truncated")})
 	for i := 1; i < maxDecodeAttempts; i++ {
 		if err := r.classifyStreamErr(garbled); poison.IsPermanent(err) || err == nil {
 			t.Fatalf("attempt %d: %v is permanent, want a reconnect", i, err)
@@ -36,7 +36,7 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 	// Another message, or an attempt that ended otherwise, starts over.
 	r = &Relay{}
 	for i := 0; i < 2*maxDecodeAttempts; i++ {
-		if err := r.classifyStreamErr(stopAt(uint64(i), &replication.DecodeError{Err: errors.New("pgoutput: message truncated")})); poison.IsPermanent(err) {
+		if err := r.classifyStreamErr(stopAt(uint64(i), &replication.WALDecodeError{Err: errors.New("pgoutput: message truncated")})); poison.IsPermanent(err) {
 			t.Fatalf("failures at different positions stopped the relay: %v", err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestDecodeErrorsRetryBounded(t *testing.T) {
 	}
 
 	for _, err := range []error{
-		stopAt(1, &replication.SchemaError{Table: "public.outbox", Problems: []string{`missing column "aggregate_id"`}}),
+		stopAt(1, &replication.RelationError{Table: "public.outbox", Problems: []string{`missing column "aggregate_id"`}}),
 		stopAt(1, &replication.RowError{Column: "*", Reason: "tuple has 2 columns, relation 9"}),
 		&replication.StopError{Err: &replication.RelationRenamedError{OID: 1, Old: "public.outbox", New: "public.outbox_v2"}},
 	} {

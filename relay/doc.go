@@ -88,7 +88,7 @@
 // # Observability
 //
 // Handler serves /healthz (liveness), /readyz (Health as JSON: 200 when
-// ready) and /metrics (the outbox_relay_* series; see WithRegisterer).
+// ready) and /metrics (the outbox_relay_* series; see WithMetrics).
 // Logs go to the slog.Logger of WithLogger, with a stage attribute on
 // every record and event_id, aggregate_id and event_type for an event;
 // payloads are never logged.

@@ -69,14 +69,14 @@ func ExampleNew_invalid() {
 
 // Two relays of one process (two outbox tables, each with its slot) register their
 // collectors on the service's registry, told apart by a label.
-func ExampleWithRegisterer() {
+func ExampleWithMetrics() {
 	reg := prometheus.NewRegistry()
 	for _, outbox := range []string{"orders_outbox", "billing_outbox"} {
 		cfg := relay.DefaultConfig()
 		cfg.Database.URL = "postgres://app@db:5432/app"
 		cfg.Database.Table, cfg.Database.Slot, cfg.Database.Publication = outbox, outbox, outbox
 		cfg.Kafka.Brokers = []string{"kafka:9092"}
-		_, err := relay.New(cfg, relay.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": outbox}, reg)))
+		_, err := relay.New(cfg, relay.WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": outbox}, reg)))
 		fmt.Println(outbox, err)
 	}
 	// Output:

@@ -74,7 +74,7 @@ func (r *Relay) readiness(now time.Time) Health {
 //   - /readyz, the readiness probe: Health as JSON, 200 when ready and 503
 //     otherwise.
 //   - /metrics, the outbox_relay_* series in the Prometheus exposition
-//     format (see WithRegisterer).
+//     format (see WithMetrics).
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -11,8 +11,9 @@ import (
 
 // Option changes how New builds a Relay: where its logs, metrics and
 // spans go. The With functions of this package build them; relay, outbox
-// and inbox all take their logger, metrics and tracing this way, so an
-// application wires the three alike.
+// and inbox all take their logger, metrics and tracing this way, under the
+// same names (WithLogger, WithMetrics, WithTracerProvider, WithPropagator),
+// so an application wires the three alike.
 //
 // Option is an interface with an unexported method, so only this package
 // makes Options: a new option never breaks a caller, and nothing outside
@@ -50,21 +51,29 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) { o.logger = l })
 }
 
-// WithRegisterer registers the relay's Prometheus collectors (the
+// WithMetrics registers the relay's Prometheus collectors (the
 // outbox_relay_* series) on r instead of a private registry. Handler then
 // serves /metrics from r when r is also a prometheus.Gatherer (a
 // *prometheus.Registry is) and not at all otherwise. New fails when r
 // already has the collectors, such as another Relay's: wrap r with
 // prometheus.WrapRegistererWith and a distinguishing label for a second
 // one. The default private registry also holds the Go and process
-// collectors.
+// collectors; a nil r keeps it.
 //
-// The relay's metrics are Prometheus collectors, unlike the outbox's and
-// the inbox's (a Metrics interface each, with a Prometheus adapter): the
-// relay is a service whose metrics are its operating interface
-// (dashboards, alerts, the /metrics its Handler serves), while the outbox
-// and the inbox live inside an application that may use any metrics
-// system.
-func WithRegisterer(r prometheus.Registerer) Option {
+// The name is the outbox's and the inbox's (outbox.WithMetrics,
+// inbox.WithMetrics: where the measurements go), but the relay's metrics
+// are Prometheus collectors, so it takes a prometheus.Registerer, not a
+// Metrics interface with a Prometheus adapter: the relay is a service
+// whose metrics are its operating interface (dashboards, alerts, the
+// /metrics its Handler serves), while the outbox and the inbox live
+// inside an application that may use any metrics system.
+func WithMetrics(r prometheus.Registerer) Option {
 	return optionFunc(func(o *options) { o.registerer = r })
+}
+
+// WithRegisterer is WithMetrics under its former name.
+//
+// Deprecated: use WithMetrics.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return WithMetrics(r)
 }

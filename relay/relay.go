@@ -31,7 +31,7 @@ type Relay struct {
 	m    *metrics.Relay
 	// loopExitHook is a test hook (loopExit); nil outside tests.
 	loopExitHook func(loop string)
-	// gatherer serves /metrics (nil: not served; see WithRegisterer).
+	// gatherer serves /metrics (nil: not served; see WithMetrics).
 	gatherer prometheus.Gatherer
 	elector  *leader.Elector
 	running  atomic.Bool

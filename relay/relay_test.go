@@ -206,7 +206,7 @@ func TestRegistererCollision(t *testing.T) {
 	cfg.Database.URL, cfg.Kafka.Brokers = "postgres://u@h:5432/db", []string{"k:9092"}
 	reg := prometheus.NewRegistry()
 	labelled := func(v string) relay.Option {
-		return relay.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": v}, reg))
+		return relay.WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": v}, reg))
 	}
 	if _, err := relay.New(cfg, labelled("a")); err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestRegistererCollision(t *testing.T) {
 		t.Fatalf("registerer with another label: %v", err)
 	}
 	other := prometheus.NewRegistry()
-	r, err := relay.New(cfg, relay.WithRegisterer(other))
+	r, err := relay.New(cfg, relay.WithMetrics(other))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestMultiHostURLs(t *testing.T) {
 	} {
 		cfg := relay.DefaultConfig()
 		cfg.Database.URL, cfg.Kafka.Brokers = u, []string{"k:9092"}
-		if _, err := relay.New(cfg, relay.WithRegisterer(prometheus.NewRegistry())); err != nil {
+		if _, err := relay.New(cfg, relay.WithMetrics(prometheus.NewRegistry())); err != nil {
 			t.Errorf("%s: %v", u, err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/poison"
 	"log/slog"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
+	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -23,11 +23,11 @@ import (
 // every event committed since the old one was lost. recover handles it.
 func (r *Relay) refuseLostSlot(ctx context.Context) error {
 	_, err := r.slots.Status(ctx)
-	if !errors.Is(err, slot.ErrNotFound) {
+	if !errors.Is(err, slot.ErrSlotNotFound) {
 		return nil // Ensure reports other problems
 	}
 	cp, err := r.checkpoints.Latest(ctx)
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		return nil // first start: Ensure creates the slot
 	}
 	if err != nil {

@@ -125,7 +125,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start pglogrepl.LSN, rs resumeState, err error) {
 	st, err := r.slots.Status(sctx)
 	if err != nil {
-		if errors.Is(err, slot.ErrNotFound) {
+		if errors.Is(err, slot.ErrSlotNotFound) {
 			err = poison.Permanent(slotGone(err))
 		}
 		return nil, 0, rs, err

@@ -23,7 +23,7 @@ func (r *Relay) watchSlot(ctx context.Context, fail func(error)) {
 	every(ctx, r.cfg.Database.SlotCheckInterval, func() bool {
 		st, err := r.slots.Status(ctx)
 		switch {
-		case errors.Is(err, slot.ErrNotFound):
+		case errors.Is(err, slot.ErrSlotNotFound):
 			fail(slotGone(err))
 			return false
 		case err != nil:

@@ -14,7 +14,7 @@ import (
 // The row-to-event mapping under fuzz: a Relation message with fuzzed column
 // names, order, omissions and type OIDs, then an Insert whose values have
 // fuzzed kinds (text, NULL, unchanged TOAST, binary) and bytes. Both are
-// well-formed pgoutput, so the only acceptable failures are a *SchemaError
+// well-formed pgoutput, so the only acceptable failures are a *RelationError
 // for the relation and a *RowError for the row, and an independent model
 // (eventModel) says which one, for which column, and what the event holds.
 //
@@ -241,7 +241,7 @@ func eventFields(ev *Event) [6]string {
 
 // FuzzDecodeEvent fuzzes the mapping of a relation and an insert tuple to an
 // Event (newRelation, decodeEvent through (*Stream).decode). Invariants: no
-// panic; a well-formed message fails only with *SchemaError / *RowError, and
+// panic; a well-formed message fails only with *RelationError / *RowError, and
 // exactly when and where the model says (bytea hex errors included); a
 // decoded event equals the model, owns its memory (overwriting the receive
 // buffer afterwards changes nothing), its slices cannot be appended into one
@@ -273,9 +273,9 @@ func FuzzDecodeEvent(f *testing.F) {
 		pos, problems := relationModel(cols)
 		err := st.decode(1, relationBytes(7, "public", "outbox", cols))
 		if len(problems) > 0 {
-			var se *SchemaError
+			var se *RelationError
 			if !errors.As(err, &se) {
-				t.Fatalf("relation %v: got %v, want a SchemaError (%v)", cols, err, problems)
+				t.Fatalf("relation %v: got %v, want a RelationError (%v)", cols, err, problems)
 			}
 			for _, p := range problems {
 				if !strings.Contains(err.Error(), p) {

@@ -64,11 +64,11 @@ func TestRenamedOutboxStops(t *testing.T) {
 
 func TestRenamedOutboxStopsThroughHandle(t *testing.T) {
 	// The stream passes the error on as itself (permanent in run.go), not
-	// as a DecodeError.
+	// as a WALDecodeError.
 	st := streamWithOID(&recSink{}, nil)
 	err := st.decode(1, relationBytes(16384, "public", "outbox_v2", outboxCols))
 	var re *RelationRenamedError
-	var de *DecodeError
+	var de *WALDecodeError
 	if !errors.As(err, &re) || errors.As(err, &de) {
 		t.Fatalf("got %T %v", err, err)
 	}

@@ -153,7 +153,7 @@ func TestMissingColumnStops(t *testing.T) {
 		}
 	}
 	err := st.decode(1, relationBytes(1, "public", "outbox", cols))
-	var se *SchemaError
+	var se *RelationError
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), `missing column "aggregate_version"`) {
 		t.Fatalf("got %v", err)
 	}

@@ -80,14 +80,17 @@ type relation struct {
 	payloadBytea    bool
 }
 
-// SchemaError is an outbox relation that lacks a required column or has
-// one of a type the relay cannot map. The relay stops on it, LSN held.
-type SchemaError struct {
+// RelationError is an outbox relation, as a Relation message of the stream
+// describes it (sent again after every ALTER TABLE), that lacks a required
+// column or has one of a type the relay cannot map. The relay stops on it,
+// LSN held. The same check of the table before streaming, from the
+// catalog, fails with a migrations.SchemaError.
+type RelationError struct {
 	Table    string
 	Problems []string
 }
 
-func (e *SchemaError) Error() string {
+func (e *RelationError) Error() string {
 	return fmt.Sprintf("outbox table %s: %s", e.Table, strings.Join(e.Problems, "; "))
 }
 
@@ -122,7 +125,7 @@ func newRelation(m relationMsg) (*relation, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &SchemaError{Table: m.Namespace + "." + m.Name, Problems: problems}
+		return nil, &RelationError{Table: m.Namespace + "." + m.Name, Problems: problems}
 	}
 	rel.payloadBytea = types[colPayload] == oidBytea
 	return rel, nil

@@ -43,12 +43,15 @@ func (e *StopError) Error() string {
 }
 func (e *StopError) Unwrap() error { return e.Err }
 
-// DecodeError is a message that is not valid pgoutput protocol version 1:
-// a bug or a protocol mismatch that reconnecting cannot cure.
-type DecodeError struct{ Err error }
+// WALDecodeError is a pgoutput message (the WAL data of an XLogData
+// message) that is not valid pgoutput protocol version 1: a bug or a
+// protocol mismatch that reconnecting cannot cure. It is the relay's side
+// of decoding; a Kafka record an inbox cannot decode is a
+// record.DecodeError.
+type WALDecodeError struct{ Err error }
 
-func (e *DecodeError) Error() string { return "decode: " + e.Err.Error() }
-func (e *DecodeError) Unwrap() error { return e.Err }
+func (e *WALDecodeError) Error() string { return "decode: " + e.Err.Error() }
+func (e *WALDecodeError) Unwrap() error { return e.Err }
 
 // sinkError marks an error of the Sink, so it is not taken for a decode
 // error; it never leaves the package.
@@ -368,16 +371,16 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 			}
 			if err := s.decode(xld.WALStart, xld.WALData); err != nil {
 				var se *sinkError
-				var schema *SchemaError
+				var relation *RelationError
 				var row *RowError
 				var renamed *RelationRenamedError
 				var lookup *lookupError
 				switch {
 				case errors.As(err, &se):
 					err = se.err
-				case errors.As(err, &schema), errors.As(err, &row), errors.As(err, &renamed), errors.As(err, &lookup):
+				case errors.As(err, &relation), errors.As(err, &row), errors.As(err, &renamed), errors.As(err, &lookup):
 				default:
-					err = &DecodeError{Err: err}
+					err = &WALDecodeError{Err: err}
 				}
 				return &StopError{LSN: xld.WALStart, Err: err}
 			}

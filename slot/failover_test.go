@@ -58,7 +58,7 @@ func TestCreateFailoverByVersion(t *testing.T) {
 	} {
 		db := &fakeDB{version: tc.version}
 		_, err := NewManager(db, "s", "p", tc.opts...).Create(context.Background())
-		if !errors.Is(err, ErrNotFound) { // the fake has no slot to read back
+		if !errors.Is(err, ErrSlotNotFound) { // the fake has no slot to read back
 			t.Fatalf("%d: Create: %v", tc.version, err)
 		}
 		if len(db.execs) != 1 {

@@ -19,8 +19,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ErrNotFound is returned by Status for a slot that does not exist.
-var ErrNotFound = errors.New("replication slot does not exist")
+// ErrSlotNotFound is returned by Status for a slot that does not exist.
+var ErrSlotNotFound = errors.New("replication slot does not exist")
 
 // Status is a snapshot of a slot from pg_replication_slots.
 type Status struct {
@@ -69,7 +69,7 @@ func NewManager(db DB, slot, publication string, opts ...Option) *Manager {
 	return &Manager{db: db, slot: slot, publication: publication, opts: newOptions(opts)}
 }
 
-// Status reads the slot's row. It returns ErrNotFound when there is none.
+// Status reads the slot's row. It returns ErrSlotNotFound when there is none.
 func (m *Manager) Status(ctx context.Context) (Status, error) {
 	var s Status
 	var plugin, database, walStatus *string
@@ -84,7 +84,7 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		FROM pg_replication_slots s WHERE slot_name = $1`, m.slot).
 		Scan(&s.Name, &plugin, &database, &s.Active, &pid, &confirmed, &restart, &walStatus, &safe, &current, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("slot %q: %w", m.slot, ErrNotFound)
+		return s, fmt.Errorf("slot %q: %w", m.slot, ErrSlotNotFound)
 	}
 	if err != nil {
 		return s, fmt.Errorf("read slot %q: %w", m.slot, err)
@@ -160,7 +160,7 @@ func (m *Manager) Drop(ctx context.Context) error {
 // and verifies the relay may stream from it.
 func (m *Manager) Ensure(ctx context.Context) (Status, error) {
 	s, err := m.Status(ctx)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrSlotNotFound) {
 		s, err = m.Create(ctx)
 	}
 	if err != nil {

@@ -19,8 +19,8 @@ func TestStatusOnServer(t *testing.T) {
 	ctx, pool, name := sc.Ctx, sc.Pool, sc.Schema // the slot takes the reserved schema's unique name
 	m := NewManager(pool, name, name)
 
-	if _, err := m.Status(ctx); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Status of a missing slot = %v, want ErrNotFound", err)
+	if _, err := m.Status(ctx); !errors.Is(err, ErrSlotNotFound) {
+		t.Fatalf("Status of a missing slot = %v, want ErrSlotNotFound", err)
 	}
 	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, name, Plugin); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	st, err := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication).Status(ctx)
 	switch {
-	case errors.Is(err, slot.ErrNotFound):
+	case errors.Is(err, slot.ErrSlotNotFound):
 		out["slot_exists"] = false
 	case err != nil:
 		return err

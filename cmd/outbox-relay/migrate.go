@@ -54,7 +54,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	st, err := m.Status(ctx)
-	if errors.Is(err, slot.ErrNotFound) {
+	if errors.Is(err, slot.ErrSlotNotFound) {
 		st, err = m.Create(ctx)
 	}
 	if err != nil {

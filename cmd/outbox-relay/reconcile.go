@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/reconcile"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
@@ -55,7 +56,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer pool.Close()
 	rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader, ConsumerBeforeConnect: consumerHook})
-	var ce *reconcile.ConfigError
+	var ce *configerr.Error
 	if errors.As(err, &ce) {
 		return configError{ce.Err}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
@@ -67,7 +68,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Out:          stdout,
 		Progress:     backfill.PrintProgress(stderr, "replay"),
 	})
-	var ce *replay.ConfigError
+	var ce *configerr.Error
 	if errors.As(err, &ce) {
 		return configError{ce.Err}
 	}

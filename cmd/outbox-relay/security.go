@@ -16,12 +16,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
-// kafkaFlagErrors renames kafkaconn's field errors (of config.KafkaConn)
+// kafkaFlagErrors renames kafkaconn's setting errors (of config.KafkaConn)
 // after the flags.
 func kafkaFlagErrors(b *envflag.Binder, err error) []error {
 	var out []error
 	for _, e := range unjoin(err) {
-		var fe *kafkaconn.FieldError
+		var fe *kafkaconn.SettingError
 		if errors.As(e, &fe) {
 			if name, ok := b.Flag(kafkaConnPrefix + fe.Field); ok {
 				e = fmt.Errorf("%s: %w", name, fe.Err)

@@ -64,7 +64,7 @@ func readBound(ctx context.Context, db DB, t migrations.Table, slot string, id c
 		return b, err
 	}
 	cp, err := store.Latest(ctx)
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		return b, &NoCheckpointError{Slot: slot, Table: t.String(), Why: "has no checkpoint"}
 	}
 	if err != nil {

@@ -168,7 +168,7 @@ func TestStoreErrorsAreWrapped(t *testing.T) {
 	if _, err := s.List(ctx, Filter{}); !errors.Is(err, boom) {
 		t.Errorf("List = %v", err)
 	}
-	if _, err := s.Get(ctx, "e"); !errors.Is(err, boom) || errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, "e"); !errors.Is(err, boom) || errors.Is(err, ErrEntryNotFound) {
 		t.Errorf("Get = %v", err)
 	}
 	if _, err := s.FindAggregate(ctx, "9", ""); !errors.Is(err, boom) {

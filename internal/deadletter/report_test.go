@@ -117,7 +117,7 @@ func TestResultWrite(t *testing.T) {
 	if err := failed.Err(); err == nil || err.Error() != "aggregate order/o-1 stays quarantined: an event still fails" {
 		t.Errorf("failed: %v", err)
 	}
-	if errors.Is(failed.Err(), ErrNotFound) {
-		t.Error("a failed retry is not ErrNotFound")
+	if errors.Is(failed.Err(), ErrEntryNotFound) {
+		t.Error("a failed retry is not ErrEntryNotFound")
 	}
 }

@@ -58,7 +58,7 @@ func (s *Store) FindAggregate(ctx context.Context, id, typ string) (Aggregate, e
 	}
 	switch len(types) {
 	case 0:
-		return Aggregate{}, fmt.Errorf("aggregate %q: %w (nothing quarantined)", id, ErrNotFound)
+		return Aggregate{}, fmt.Errorf("aggregate %q: %w (nothing quarantined)", id, ErrEntryNotFound)
 	case 1:
 		return Aggregate{Type: types[0], ID: id}, nil
 	}

@@ -60,7 +60,7 @@ func TestDBRetry(t *testing.T) {
 	if e.status(t, "x") != StatusDead {
 		t.Fatal("a retry of one aggregate resolved another")
 	}
-	if _, err := e.store.FindAggregate(e.ctx, "9", ""); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.FindAggregate(e.ctx, "9", ""); !errors.Is(err, ErrEntryNotFound) {
 		t.Fatalf("aggregate still quarantined after a retry: %v", err)
 	}
 	// Nothing open: a second retry publishes nothing.
@@ -135,8 +135,8 @@ func TestDBDiscard(t *testing.T) {
 	if _, err := e.store.Discard(e.ctx, "q1", "published already", &recWriter{}); err == nil || !strings.Contains(err.Error(), "published") {
 		t.Fatalf("Discard of a published row = %v", err)
 	}
-	if _, err := e.store.Discard(e.ctx, "nope", "r", &recWriter{}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Discard of an unknown row = %v, want ErrNotFound", err)
+	if _, err := e.store.Discard(e.ctx, "nope", "r", &recWriter{}); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("Discard of an unknown row = %v, want ErrEntryNotFound", err)
 	}
 }
 

@@ -212,15 +212,16 @@ func scanEntry(row pgx.Row) (Entry, error) {
 	return e, err
 }
 
-// ErrNotFound is returned for an event the table does not hold.
-var ErrNotFound = errors.New("no dead-letter entry")
+// ErrEntryNotFound is returned for an event the table does not hold, and
+// for an aggregate with no open entry (FindAggregate).
+var ErrEntryNotFound = errors.New("no dead-letter entry")
 
 // Get returns one entry.
 func (s *Store) Get(ctx context.Context, eventID string) (Entry, error) {
 	e, err := scanEntry(s.db.QueryRow(ctx, `SELECT `+entryColumns+` FROM `+s.table+
 		` WHERE outbox_table = $1 AND event_id = $2`, s.outbox, eventID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("event %s: %w", eventID, ErrNotFound)
+		return e, fmt.Errorf("event %s: %w", eventID, ErrEntryNotFound)
 	}
 	return e, err
 }

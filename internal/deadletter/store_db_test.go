@@ -93,8 +93,8 @@ func TestDBPoisonInvalidEvent(t *testing.T) {
 
 func TestDBGetNotFound(t *testing.T) {
 	e := newDBEnv(t)
-	if _, err := e.store.Get(e.ctx, "nope"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get = %v, want ErrNotFound", err)
+	if _, err := e.store.Get(e.ctx, "nope"); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("Get = %v, want ErrEntryNotFound", err)
 	}
 }
 
@@ -187,10 +187,10 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 	if err != nil || len(a) != 1 || a[0].Pos.TxLSN != 0x100 {
 		t.Fatalf("store A lists %+v, %v", a, err)
 	}
-	if _, err := e.store.Get(e.ctx, "b-only"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.Get(e.ctx, "b-only"); !errors.Is(err, ErrEntryNotFound) {
 		t.Fatalf("store A gets B's row: %v", err)
 	}
-	if _, err := e.store.FindAggregate(e.ctx, "7", ""); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.FindAggregate(e.ctx, "7", ""); !errors.Is(err, ErrEntryNotFound) {
 		t.Fatalf("store A finds B's aggregate: %v", err)
 	}
 	fresh, err := NewQueue(e.ctx, e.store, poison.Quarantine, testLogger(t))
@@ -276,11 +276,11 @@ func TestDBFindAggregate(t *testing.T) {
 		t.Fatalf("FindAggregate(9) = %v, want ErrAmbiguous naming both types", err)
 	}
 	// Only open rows count: a resolved aggregate is not quarantined.
-	if _, err := e.store.FindAggregate(e.ctx, "5", ""); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("FindAggregate(5) = %v, want ErrNotFound", err)
+	if _, err := e.store.FindAggregate(e.ctx, "5", ""); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("FindAggregate(5) = %v, want ErrEntryNotFound", err)
 	}
-	if _, err := e.store.FindAggregate(e.ctx, "9", "shipment"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("FindAggregate(9, shipment) = %v, want ErrNotFound", err)
+	if _, err := e.store.FindAggregate(e.ctx, "9", "shipment"); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("FindAggregate(9, shipment) = %v, want ErrEntryNotFound", err)
 	}
 	e.exec(t, `UPDATE `+e.dlTable()+` SET status = 'published' WHERE event_id = 'i'`)
 	if agg, err := e.store.FindAggregate(e.ctx, "9", ""); err != nil || agg != (Aggregate{"order", "9"}) {

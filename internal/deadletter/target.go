@@ -11,7 +11,7 @@ type Target struct {
 }
 
 // Find resolves t to a quarantined aggregate. An event names its aggregate
-// whatever its status; an aggregate id must have open rows (ErrNotFound
+// whatever its status; an aggregate id must have open rows (ErrEntryNotFound
 // otherwise, ErrAmbiguous when it needs a type).
 func (s *Store) Find(ctx context.Context, t Target) (Aggregate, error) {
 	if t.EventID != "" {

@@ -64,8 +64,8 @@ func TestFindAndRetryAgainstStack(t *testing.T) {
 		{Target{AggregateID: "o-1"}, order1, nil},
 		{Target{AggregateID: "shared", AggregateType: "invoice"}, Aggregate{Type: "invoice", ID: "shared"}, nil},
 		{Target{AggregateID: "shared"}, Aggregate{}, ErrAmbiguous},
-		{Target{AggregateID: "none"}, Aggregate{}, ErrNotFound},
-		{Target{EventID: "e-9"}, Aggregate{}, ErrNotFound},
+		{Target{AggregateID: "none"}, Aggregate{}, ErrEntryNotFound},
+		{Target{EventID: "e-9"}, Aggregate{}, ErrEntryNotFound},
 	} {
 		got, err := s.Find(ctx, tc.target)
 		if got != tc.want || !errors.Is(err, tc.err) {
@@ -89,7 +89,7 @@ func TestFindAndRetryAgainstStack(t *testing.T) {
 	if res, err = s.Retry(ctx, order1, w); err != nil || !res.Lifted || res.Err() != nil || len(res.Outcomes) != 2 {
 		t.Errorf("second retry: %+v %v", res, err)
 	}
-	if _, err := s.Find(ctx, Target{AggregateID: "o-1"}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Find(ctx, Target{AggregateID: "o-1"}); !errors.Is(err, ErrEntryNotFound) {
 		t.Errorf("lifted aggregate still found: %v", err)
 	}
 }

@@ -114,23 +114,24 @@ type Security struct {
 	SessionLifetime time.Duration
 }
 
-// FieldError is a Build failure of one Config field; Field is the Go
-// field path (e.g. "TLS.CAFile"), so a CLI can name its own flag.
-type FieldError struct {
+// SettingError is a Build failure of one Config setting; Field is the Go
+// field path (e.g. "TLS.CAFile"), so a CLI can name its own flag. (The
+// library's error of a relay.Config field is relay.FieldError.)
+type SettingError struct {
 	Field string
 	Err   error
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
+func (e *SettingError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
 
-// Build checks c and loads its files. Every error is a *FieldError
+// Build checks c and loads its files. Every error is a *SettingError
 // (several are joined with errors.Join).
 func (c Config) Build() (Security, error) {
 	var s Security
 	var errs []error
 	fail := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, &SettingError{Field: field, Err: fmt.Errorf(format, args...)})
 	}
 	if c.TLS.On() {
 		tc, tlsErrs := c.TLS.build()
@@ -196,7 +197,7 @@ func mechanism(name, user, pass string) (sasl.Mechanism, error) {
 
 func (c TLSConfig) build() (*tls.Config, []error) {
 	var errs []error
-	fail := func(field string, err error) { errs = append(errs, &FieldError{Field: field, Err: err}) }
+	fail := func(field string, err error) { errs = append(errs, &SettingError{Field: field, Err: err}) }
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
 	if c.InsecureSkipVerify {
 		if c.CAFile != "" {

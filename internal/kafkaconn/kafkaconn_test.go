@@ -176,7 +176,7 @@ func TestBuild(t *testing.T) {
 		}
 	}
 	_, err = Config{TLS: TLSConfig{CertFile: p.clientCert}, SASL: SASLConfig{Mechanism: "gssapi"}}.Build()
-	var fe *FieldError
+	var fe *SettingError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "TLS.KeyFile") || !strings.Contains(err.Error(), "SASL.Mechanism") {
 		t.Fatalf("got %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 	var errs []error
 	fail := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: "SASL.OAuth." + field, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, &SettingError{Field: "SASL.OAuth." + field, Err: fmt.Errorf(format, args...)})
 	}
 	ext, err := ParseExtensions(c.Extensions)
 	if err != nil {
@@ -60,7 +60,7 @@ func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 	}
 	m, err := oauthbearer.Mechanism(p, ext)
 	if err != nil {
-		return nil, []error{&FieldError{Field: "SASL.OAuth.Extensions", Err: err}}
+		return nil, []error{&SettingError{Field: "SASL.OAuth.Extensions", Err: err}}
 	}
 	return m, nil
 }

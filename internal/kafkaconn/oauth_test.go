@@ -57,7 +57,7 @@ func TestBuildOAuthBearer(t *testing.T) {
 		{SASLConfig{SessionLifetime: -time.Second}, "SASL.SessionLifetime", "negative"},
 	} {
 		_, err := Config{SASL: c.cfg}.Build()
-		var fe *FieldError
+		var fe *SettingError
 		if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%+v: %v; want a %s error with %q", c.cfg, err, c.field, c.msg)
 		}

@@ -50,11 +50,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// ConfigError is a configuration value found invalid only when the run
-// used it (the consumer's database URL); the binary reports it like an
-// invalid flag (exit 2), not as a runtime failure.
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
@@ -74,12 +75,12 @@ func (c *consumer) states(ctx context.Context, ids []string) (map[string]string,
 func (r *run) checkConsumer(ctx context.Context) ([]UnconsumedEvent, error) {
 	pc, err := pgxpool.ParseConfig(r.cfg.ConsumerURL)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("--consumer-database-url: %w", err)}
+		return nil, &configerr.Error{Err: fmt.Errorf("--consumer-database-url: %w", err)}
 	}
 	outboxdb.SetBeforeConnect(pc, r.deps.ConsumerBeforeConnect)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("--consumer-database-url: %w", err)}
+		return nil, &configerr.Error{Err: fmt.Errorf("--consumer-database-url: %w", err)}
 	}
 	defer pool.Close()
 	c := &consumer{pool: pool, name: r.cfg.Consumer,

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -109,8 +110,8 @@ func TestRunAgainstStack(t *testing.T) {
 
 	// A consumer database URL that does not parse is a configuration error.
 	cfg.ConsumerURL = "postgres://h:notaport/db"
-	var ce *ConfigError
+	var ce *configerr.Error
 	if _, err := Run(ctx, cfg, deps); !errors.As(err, &ce) {
-		t.Errorf("bad consumer URL: %v, want a *ConfigError", err)
+		t.Errorf("bad consumer URL: %v, want a *configerr.Error", err)
 	}
 }

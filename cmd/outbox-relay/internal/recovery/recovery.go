@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) error {
 func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 	st, err := mgr.Status(ctx)
 	switch {
-	case errors.Is(err, slot.ErrNotFound):
+	case errors.Is(err, slot.ErrSlotNotFound):
 		cfg.Log.Warn("slot is missing; recreating it", slog.String("stage", "recover"), slog.String("slot", cfg.Outbox.Slot))
 		return nil
 	case err != nil:
@@ -187,7 +187,7 @@ func selection(ctx context.Context, checkpoints *checkpoint.Store, id checkpoint
 		return w, "every row in the table", false, nil
 	}
 	cp, err := checkpoints.Latest(ctx)
-	if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if err != nil && !errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		return w, "", false, err
 	}
 	var lin checkpoint.Lineage
@@ -214,7 +214,7 @@ func selection(ctx context.Context, checkpoints *checkpoint.Store, id checkpoint
 		}
 		return w, "", false, fmt.Errorf("no checkpoint history before %s on %s and track_commit_timestamp is off: use --all", t.Format(time.RFC3339), id)
 	}
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		return w, "", false, fmt.Errorf("%w: pass --since TIME (when the slot was last healthy) or --all", err)
 	}
 	if refused != nil {
@@ -295,7 +295,7 @@ func dropWhenInactive(m *slot.Manager) error {
 	defer cancel()
 	for {
 		st, err := m.Status(ctx)
-		if errors.Is(err, slot.ErrNotFound) {
+		if errors.Is(err, slot.ErrSlotNotFound) {
 			return nil
 		}
 		if err == nil && !st.Active {

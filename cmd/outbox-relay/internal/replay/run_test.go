@@ -103,7 +103,7 @@ func TestRunAgainstStack(t *testing.T) {
 
 	// Without a checkpoint there is nothing to start from.
 	cfg.Range = Range{FromCheckpoint: true}
-	if err := Run(ctx, cfg, deps); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if err := Run(ctx, cfg, deps); !errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		t.Errorf("--from-checkpoint without one: %v", err)
 	}
 }

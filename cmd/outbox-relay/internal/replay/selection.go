@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 )
 
 // Range says where a replay starts and stops, as the operator wrote it.
@@ -40,13 +41,6 @@ func (r Range) Validate() error {
 	}
 	return nil
 }
-
-// ConfigError is a Range value found malformed when it is mapped (after
-// connecting); the binary reports it like an invalid flag (exit 2).
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
 
 // History is the checkpoint history positions are mapped through
 // (*checkpoint.Store).
@@ -119,7 +113,7 @@ func (m mapper) fromCheckpoint(ctx context.Context, id checkpoint.Identity, w *b
 func (m mapper) fromLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	lsn, err := pglogrepl.ParseLSN(s)
 	if err != nil {
-		return "", &ConfigError{fmt.Errorf("--from-lsn %q: %w (use the X/Y form)", s, err)}
+		return "", &configerr.Error{Err: fmt.Errorf("--from-lsn %q: %w (use the X/Y form)", s, err)}
 	}
 	fence, ok, err := m.history.FenceBefore(ctx, id, lsn)
 	if err != nil {
@@ -136,7 +130,7 @@ func (m mapper) fromLSN(ctx context.Context, id checkpoint.Identity, s string, w
 func (m mapper) since(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return "", &ConfigError{fmt.Errorf("--since %q: use RFC 3339, e.g. 2026-12-02T18:00:00Z", s)}
+		return "", &configerr.Error{Err: fmt.Errorf("--since %q: use RFC 3339, e.g. 2026-12-02T18:00:00Z", s)}
 	}
 	w.Since = t
 	fence, ok, err := m.history.FenceBeforeTime(ctx, id, t)
@@ -163,7 +157,7 @@ func (m mapper) since(ctx context.Context, id checkpoint.Identity, s string, w *
 func (m mapper) toLSN(ctx context.Context, id checkpoint.Identity, s string, w *backfill.Selection) (string, error) {
 	lsn, err := pglogrepl.ParseLSN(s)
 	if err != nil {
-		return "", &ConfigError{fmt.Errorf("--to-lsn %q: %w (use the X/Y form)", s, err)}
+		return "", &configerr.Error{Err: fmt.Errorf("--to-lsn %q: %w (use the X/Y form)", s, err)}
 	}
 	fence, ok, err := m.history.FenceAfter(ctx, id, lsn)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 )
 
 func TestRangeValidate(t *testing.T) {
@@ -104,8 +105,8 @@ func TestWindowFromCheckpoint(t *testing.T) {
 	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); err == nil || !strings.Contains(err.Error(), "has no fence yet") {
 		t.Errorf("no fence: %v", err)
 	}
-	h.latestErr = checkpoint.ErrNoCheckpoint
-	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	h.latestErr = checkpoint.ErrCheckpointNotFound
+	if _, _, err := m.selection(context.Background(), Range{FromCheckpoint: true}); !errors.Is(err, checkpoint.ErrCheckpointNotFound) {
 		t.Errorf("no checkpoint: %v", err)
 	}
 }
@@ -176,9 +177,9 @@ func TestWindowMalformedValuesAreConfigErrors(t *testing.T) {
 		{Range{Since: "yesterday"}, `--since "yesterday": use RFC 3339, e.g. 2026-12-02T18:00:00Z`},
 	} {
 		_, _, err := m.selection(context.Background(), tc.r)
-		var ce *ConfigError
+		var ce *configerr.Error
 		if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want a *ConfigError %q", tc.r, err, tc.want)
+			t.Errorf("%+v: %v, want a *configerr.Error %q", tc.r, err, tc.want)
 		}
 	}
 }
