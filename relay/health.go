@@ -56,7 +56,7 @@ func (r *Relay) readiness(now time.Time) Health {
 	case st.Role == leader.RoleStandby && !st.LastContact.IsZero() && now.Sub(st.LastContact) <= r.cfg.Leader.Timeout:
 		h.Status = "ready"
 	case st.Role == leader.RoleStandby:
-		h.Reason = "standby, lock connection silent for longer than Leader.Timeout"
+		h.Reason = "standby, lock connection silent for longer than the leader timeout"
 	default:
 		h.Reason = "lock connection to PostgreSQL not established"
 	}

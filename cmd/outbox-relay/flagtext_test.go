@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -80,58 +76,6 @@ func TestLogRecordsNameFlags(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("log lacks %s:\n%s", want, got)
 		}
-	}
-}
-
-// TestProbesNameFlags: /readyz's reason and the metrics' help name flags;
-// other paths and binary bodies pass unchanged.
-func TestProbesNameFlags(t *testing.T) {
-	cfg := parsedRun(t)
-	lib := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && r.Header.Get("Accept-Encoding") != "" {
-			t.Errorf("%s asked for %q", r.URL.Path, r.Header.Get("Accept-Encoding"))
-		}
-		switch r.URL.Path {
-		case "/readyz":
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"status":"not_ready","reason":"standby, lock connection silent for longer than Leader.Timeout"}`)
-		case "/metrics":
-			if r.Header.Get("Accept") == "proto" {
-				w.Header().Set("Content-Type", "application/vnd.google.protobuf")
-			} else {
-				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			}
-			io.WriteString(w, "# HELP outbox_relay_stalled 1 while ... for Window.StallTimeout; 0 otherwise.\n")
-		default:
-			io.WriteString(w, "Window.StallTimeout")
-		}
-	})
-	srv := httptest.NewServer(flagtext.HTTP(lib, cfg.text))
-	defer srv.Close()
-	get := func(path, accept string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-		req.Header.Set("Accept", accept)
-		req.Header.Set("Accept-Encoding", "gzip")
-		res, err := srv.Client().Transport.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
-	if code, body := get("/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "longer than --leader-timeout") {
-		t.Errorf("/readyz: %d %s", code, body)
-	}
-	if _, body := get("/metrics", ""); !strings.Contains(body, "for --stall-timeout;") {
-		t.Errorf("/metrics: %s", body)
-	}
-	if _, body := get("/metrics", "proto"); !strings.Contains(body, "Window.StallTimeout") {
-		t.Errorf("/metrics as protobuf rewritten: %s", body)
-	}
-	if _, body := get("/healthz", ""); body != "Window.StallTimeout" {
-		t.Errorf("/healthz rewritten: %s", body)
 	}
 }
 

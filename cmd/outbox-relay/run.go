@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
-	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+
+	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -49,10 +49,10 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 	return r, nil
 }
 
-// runRelay serves the relay's probes and metrics on --metrics-addr
-// (/readyz's reason and the metrics' help name flags: flagtext.HTTP), with
-// --pprof the profiles on their own loopback --pprof-addr, and runs the
-// relay until SIGTERM.
+// runRelay serves the relay's probes and metrics on --metrics-addr, as the
+// relay's handler writes them (no rewriting: compression, content
+// negotiation and streaming are Prometheus's), with --pprof the profiles
+// on their own loopback --pprof-addr, and runs the relay until SIGTERM.
 func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
 	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
@@ -61,7 +61,7 @@ func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger
 			return fmt.Errorf("metrics: listen on %s: %w (set --metrics-addr to a free address, or empty to disable)", cfg.MetricsAddr, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/", flagtext.HTTP(r.Handler(), cfg.text))
+		mux.Handle("/", r.Handler())
 		srv, ln := httpserve.Server(mux, ln, httpserve.Probe)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()

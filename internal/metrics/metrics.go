@@ -341,7 +341,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		}),
 		Stalled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "stalled",
-			Help: "1 while events are in flight and no acknowledgement advanced for Window.StallTimeout; 0 otherwise.",
+			Help: "1 while events are in flight and no acknowledgement advanced for the stall timeout; 0 otherwise.",
 		}),
 		PG: newPGStats(),
 	}

@@ -2,17 +2,14 @@
 // libraries name what their user can change by its Go field path
 // ("exceeds Publish.MaxBatchBytes"), the binary's user has flags, so the
 // binary passes that text through a translation (built from how its flags
-// are bound) wherever it shows it: its log records (Handler) and the
-// relay's /readyz and /metrics (HTTP).
+// are bound) wherever it shows it: errors and its log records (Handler).
+// The relay's /readyz and /metrics are never rewritten: their texts name
+// no configuration field.
 package flagtext
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"maps"
-	"net/http"
-	"strings"
 )
 
 // Handler returns a slog.Handler that applies text to a record's message
@@ -70,57 +67,4 @@ func (t handler) attr(a slog.Attr) slog.Attr {
 		}
 	}
 	return slog.Attr{Key: a.Key, Value: v}
-}
-
-// HTTP serves h with text applied to the bodies of /readyz (the relay's
-// Health.Reason) and /metrics (the help of the series).
-// Only text bodies are rewritten (a protobuf exposition is passed on as it
-// is); they are asked for uncompressed.
-func HTTP(h http.Handler, text func(string) string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/readyz" && req.URL.Path != "/metrics" {
-			h.ServeHTTP(w, req)
-			return
-		}
-		req = req.Clone(req.Context())
-		req.Header.Del("Accept-Encoding")
-		rec := &recordedResponse{header: http.Header{}, code: http.StatusOK}
-		h.ServeHTTP(rec, req)
-		body := rec.body.Bytes()
-		if textual(rec.header.Get("Content-Type")) && rec.header.Get("Content-Encoding") == "" {
-			body = []byte(text(string(body)))
-			rec.header.Del("Content-Length")
-		}
-		maps.Copy(w.Header(), rec.header)
-		w.WriteHeader(rec.code)
-		_, _ = w.Write(body)
-	})
-}
-
-// textual reports whether a body of content type ct is text (JSON, the
-// Prometheus and OpenMetrics text formats).
-func textual(ct string) bool {
-	return strings.HasPrefix(ct, "text/") || strings.HasPrefix(ct, "application/json") ||
-		strings.HasPrefix(ct, "application/openmetrics-text")
-}
-
-// recordedResponse is a response held for rewriting.
-type recordedResponse struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-	wrote  bool
-}
-
-func (r *recordedResponse) Header() http.Header { return r.header }
-
-func (r *recordedResponse) WriteHeader(code int) {
-	if !r.wrote {
-		r.code, r.wrote = code, true
-	}
-}
-
-func (r *recordedResponse) Write(p []byte) (int, error) {
-	r.wrote = true
-	return r.body.Write(p)
 }

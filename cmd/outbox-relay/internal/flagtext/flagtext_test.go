@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -22,38 +20,5 @@ func TestHandler(t *testing.T) {
 	got := buf.String()
 	if strings.Contains(got, "Window.StallTimeout") || strings.Count(got, "--stall-timeout") != 4 || !strings.Contains(got, "n=3") {
 		t.Fatalf("not translated: %s", got)
-	}
-}
-
-// /readyz and /metrics text bodies are translated, other paths and
-// non-text bodies are not.
-func TestHTTP(t *testing.T) {
-	lib := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct := "text/plain"
-		if r.URL.Query().Get("binary") != "" {
-			ct = "application/vnd.google.protobuf"
-		}
-		w.Header().Set("Content-Type", ct)
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("stalled: Window.StallTimeout"))
-	})
-	srv := httptest.NewServer(HTTP(lib, text))
-	defer srv.Close()
-	for path, want := range map[string]string{
-		"/readyz":           "stalled: --stall-timeout",
-		"/metrics":          "stalled: --stall-timeout",
-		"/metrics?binary=1": "stalled: Window.StallTimeout",
-		"/healthz":          "stalled: Window.StallTimeout",
-	} {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		resp.Body.Close()
-		if b.String() != want || resp.StatusCode != http.StatusServiceUnavailable {
-			t.Errorf("%s: %d %q, want 503 %q", path, resp.StatusCode, b.String(), want)
-		}
 	}
 }
