@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -152,7 +153,7 @@ func (f ackFunc) Ack(n int) { f(n) }
 // testEvent returns an event of aggregate (typ, id); its topic is typ
 // under the tests' template.
 func testEvent(typ, id, eventID string) *replication.Event {
-	return &replication.Event{EventID: eventID, AggregateType: typ, AggregateID: id, EventType: "t", Payload: []byte("{}")}
+	return &replication.Event{Row: record.Row{EventID: eventID, AggregateType: typ, AggregateID: id, EventType: "t", Payload: []byte("{}")}}
 }
 
 // keyMoving returns an aggregate id that murmur2 puts on partition from

@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce/producetest"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -203,7 +204,7 @@ func laneOver(t *testing.T, f *producetest.Broker, unknownTopicTimeout time.Dura
 }
 
 func testRecord() *outgoing {
-	ev := &replication.Event{EventID: "e1", AggregateID: "a1", EventType: "created"}
+	ev := &replication.Event{Row: record.Row{EventID: "e1", AggregateID: "a1", EventType: "created"}}
 	return &outgoing{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
 }
 

@@ -14,10 +14,7 @@ import (
 
 func formatEvent() *replication.Event {
 	return &replication.Event{
-		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7",
-		EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a": 1, "b": null}`),
-		Headers:    []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`),
-		CommitTime: time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.FixedZone("x", 3600)),
+		Row: record.Row{EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7", EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a": 1, "b": null}`), Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`), CommitTime: time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.FixedZone("x", 3600))},
 	}
 }
 
@@ -75,10 +72,7 @@ func TestInvalidRecordConfigFailsPublish(t *testing.T) {
 // native format allocates what its encoder does (one header slice).
 func BenchmarkMessage(b *testing.B) {
 	ev := &replication.Event{
-		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001",
-		AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1",
-		Payload: []byte(`{"id": 1, "items": [{"sku": "a-1", "qty": 2, "price": 9.99}], "note": null, "total": 19.98}`),
-		Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`),
+		Row: record.Row{EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001", AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1", Payload: []byte(`{"id": 1, "items": [{"sku": "a-1", "qty": 2, "price": 9.99}], "note": null, "total": 19.98}`), Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`)},
 	}
 	for _, c := range []struct {
 		name string
@@ -157,14 +151,12 @@ func FuzzMessageSize(f *testing.F) {
 	f.Add("e", "t", "a", "1", "e", "1", bytes.Repeat([]byte("p"), 300), []byte(`{"`+string(bytes.Repeat([]byte("k"), 200))+`": "v"}`))
 	f.Fuzz(func(t *testing.T, eventID, aggType, aggID, aggVersion, eventType, schemaVersion string, payload, headers []byte) {
 		ev := &replication.Event{
-			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
-			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
-			CommitTime: time.Unix(1700000000, 123000),
+			Row: record.Row{EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion, EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers, CommitTime: time.Unix(1700000000, 123000)},
 		}
 		for _, rc := range []record.Config{{}, {Format: record.FormatDebezium, DebeziumExpandJSON: true},
 			{Format: record.FormatCloudEvents, CloudEventsSource: "/s"},
 			{Format: record.FormatCloudEvents, CloudEventsSource: "/s", CloudEventsMode: record.CloudEventsStructured}} {
-			msg, err := rc.Encode("topic", ev)
+			msg, err := rc.Encode("topic", &ev.Row)
 			if err != nil {
 				continue
 			}

@@ -312,7 +312,7 @@ func (p *Publisher) retired(r *router) {
 // its size. An error is an *EventError, with the reason of the dead
 // letter and of the publish_errors metric.
 func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message, string, error) {
-	msg, err := p.enc.Encode(topic, ev)
+	msg, err := p.enc.Encode(topic, &ev.Row)
 	if err != nil {
 		var ee *record.EncodeError
 		if !errors.As(err, &ee) { // Encode fails with an EncodeError alone

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -67,8 +68,9 @@ func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	r := &router{p: p, topic: "t", q: newQueue(), lanes: map[int]*lane{}}
 	p.routers["t"] = r
 	ev := func(id, agg string) *replication.Event {
-		return &replication.Event{EventID: id, AggregateType: "a", AggregateID: agg, EventType: "e",
-			AggregateVersion: "1", SchemaVersion: "1", Payload: []byte(`{}`)}
+		return &replication.Event{
+			Row: record.Row{EventID: id, AggregateType: "a", AggregateID: agg, EventType: "e", AggregateVersion: "1", SchemaVersion: "1", Payload: []byte(`{}`)},
+		}
 	}
 	publish := func(e *replication.Event) {
 		t.Helper()

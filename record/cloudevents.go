@@ -11,7 +11,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/jsontext"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // CloudEvents attribute values and header names of FormatCloudEvents
@@ -58,7 +57,7 @@ const cloudEventsHeaders = 10
 // (no content-type, a null value), in both modes: a structured event
 // always has a value, and compaction needs a null one. ev.EventType is not
 // empty (Encode refuses such a row first).
-func buildCloudEvents(topic string, ev *replication.Event, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
+func buildCloudEvents(topic string, ev *Row, source string, mode CloudEventsMode, tombstone bool) (kafka.Message, error) {
 	contentType := CloudEventsBinaryContentType
 	if isJSONText(ev.Payload) {
 		contentType = CloudEventsJSONContentType
@@ -139,7 +138,7 @@ func cloudEventsReserved(name string) bool {
 
 // structuredEvent renders the event in the JSON event format: data is the
 // payload itself when it is JSON, else data_base64.
-func structuredEvent(ev *replication.Event, source, ts, contentType string) []byte {
+func structuredEvent(ev *Row, source, ts, contentType string) []byte {
 	n := 256 + len(ev.EventID) + len(source) + len(ev.EventType) + len(ev.AggregateID) + len(ev.AggregateType) +
 		len(ev.AggregateVersion) + len(ev.SchemaVersion)
 	if contentType == CloudEventsJSONContentType {

@@ -6,7 +6,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/record/internal/jsonexpand"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // HeaderDebeziumID is the event id header of FormatDebezium records: the
@@ -27,7 +26,7 @@ const debeziumHeaders = 5
 // event_type, aggregate_type, aggregate_version, schema_version (the
 // router's header values are the columns' text, as Connect's
 // SimpleHeaderConverter writes them), then the row's headers.
-func buildDebezium(topic string, ev *replication.Event, expand bool) (kafka.Message, error) {
+func buildDebezium(topic string, ev *Row, expand bool) (kafka.Message, error) {
 	h := make([]kafka.Header, debeziumHeaders, debeziumHeaders+1)
 	h[0] = kafka.Header{Key: HeaderDebeziumID, Value: bytesOf(ev.EventID)}
 	h[1] = kafka.Header{Key: HeaderEventType, Value: bytesOf(ev.EventType)}

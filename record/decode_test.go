@@ -9,8 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // formatConfigs are the relay's record formats, as the relay's encoder is
@@ -28,8 +26,8 @@ var formatConfigs = []struct {
 		CloudEventsMode: CloudEventsStructured}, FormatCloudEvents},
 }
 
-func sourceEvent(payload []byte) *replication.Event {
-	return &replication.Event{
+func sourceEvent(payload []byte) *Row {
+	return &Row{
 		EventID: "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", AggregateType: "order", AggregateID: "order-1", AggregateVersion: "3",
 		EventType: "order.confirmed", SchemaVersion: "2", Payload: payload,
 		Headers:    []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "acme"}`),
@@ -85,7 +83,7 @@ func TestDecodeFormats(t *testing.T) {
 func TestDecodeTombstones(t *testing.T) {
 	for _, c := range formatConfigs {
 		ev := sourceEvent(nil)
-		ev.Invalid = replication.InvalidNullPayload
+		ev.Invalid = InvalidNullPayload
 		rc := c.rc
 		rc.TombstoneOnNullPayload = true
 		m, err := rc.Encode("t", ev)

@@ -29,7 +29,7 @@
 // # Encoding
 //
 // NewEncoder validates a Config once; Encoder.Encode then maps each
-// replication.Event (an outbox row as the relay reads it from the WAL) to
+// Row (an outbox row as the relay reads it from the WAL or the table) to
 // its kafka.Message, or to an *EncodeError for an event that can never
 // become a record. Config.Encode does both for a single event. Whatever a
 // record carries as text (the key, header names and values, JSON strings)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // Reasons an event cannot become a record (EncodeError.Code). They are
@@ -14,7 +12,7 @@ import (
 // outbox_relay_publish_errors_total.
 const (
 	// CodeInvalidRow is an outbox row with a NULL in a required column
-	// (replication.Event.Invalid; a NULL payload only without
+	// (Row.Invalid; a NULL payload only without
 	// Config.TombstoneOnNullPayload), without an event_type in
 	// FormatCloudEvents, or with a column the record carries as text that
 	// is not valid UTF-8 (an *InvalidUTF8Error: any text column, and the
@@ -73,7 +71,7 @@ func NewEncoder(c Config) (*Encoder, error) {
 // Encode returns the record of ev with this configuration, as NewEncoder
 // and Encoder.Encode do: an error is an invalid configuration or an
 // *EncodeError.
-func (c Config) Encode(topic string, ev *replication.Event) (kafka.Message, error) {
+func (c Config) Encode(topic string, ev *Row) (kafka.Message, error) {
 	e, err := NewEncoder(c)
 	if err != nil {
 		return kafka.Message{}, err
@@ -92,7 +90,7 @@ func (c Config) Encode(topic string, ev *replication.Event) (kafka.Message, erro
 // (docs/formats.md#invalid-utf-8). The record's key and header values
 // alias ev's strings, and its value ev.Payload unless the format rewrites
 // it: ev must not change while the record is in use.
-func (e *Encoder) Encode(topic string, ev *replication.Event) (kafka.Message, error) {
+func (e *Encoder) Encode(topic string, ev *Row) (kafka.Message, error) {
 	fail := func(code, reason string) (kafka.Message, error) {
 		return kafka.Message{}, &EncodeError{EventID: ev.EventID, AggregateID: ev.AggregateID, Code: code, Reason: reason}
 	}
@@ -105,7 +103,7 @@ func (e *Encoder) Encode(topic string, ev *replication.Event) (kafka.Message, er
 	// (when it is the row's only fault) a tombstone.
 	tombstone := false
 	if ev.Invalid != "" {
-		if !e.cfg.TombstoneOnNullPayload || ev.Invalid != replication.InvalidNullPayload {
+		if !e.cfg.TombstoneOnNullPayload || ev.Invalid != InvalidNullPayload {
 			return fail(CodeInvalidRow, ev.Invalid)
 		}
 		tombstone = true
@@ -152,7 +150,7 @@ func (e *Encoder) Encode(topic string, ev *replication.Event) (kafka.Message, er
 
 // build maps ev to its record in the configured format. tombstone says
 // that ev's payload is NULL and the record carries a null value.
-func (c *Config) build(topic string, ev *replication.Event, tombstone bool) (kafka.Message, error) {
+func (c *Config) build(topic string, ev *Row, tombstone bool) (kafka.Message, error) {
 	switch c.Format {
 	case "", FormatNative:
 		return buildMessage(topic, ev)

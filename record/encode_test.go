@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-func formatEvent() *replication.Event {
-	return &replication.Event{
+func formatEvent() *Row {
+	return &Row{
 		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7",
 		EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a": 1, "b": null}`),
 		Headers:    []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`),
@@ -213,7 +211,7 @@ func TestCloudEventsStructured(t *testing.T) {
 // rows stay invalid.
 func TestEncodeTombstones(t *testing.T) {
 	ev := formatEvent()
-	ev.Payload, ev.Invalid = nil, replication.InvalidNullPayload
+	ev.Payload, ev.Invalid = nil, InvalidNullPayload
 	var ee *EncodeError
 	if _, err := (Config{}).Encode("t", ev); !errors.As(err, &ee) || ee.Code != CodeInvalidRow || ee.EventID != ev.EventID {
 		t.Fatalf("NULL payload without tombstones: %v", err)
@@ -241,21 +239,21 @@ func TestEncodeErrors(t *testing.T) {
 	cases := []struct {
 		c     Config
 		topic string
-		edit  func(*replication.Event)
+		edit  func(*Row)
 		want  string
 	}{
-		{Config{}, "t", func(ev *replication.Event) { ev.Invalid = `column "event_type" is NULL` }, `invalid_row: column "event_type" is NULL`},
-		{Config{}, "", func(ev *replication.Event) { ev.Invalid = `column "event_type" is NULL` }, `invalid_row: column "event_type" is NULL`},
-		{Config{}, "", func(ev *replication.Event) { ev.AggregateID = "" }, "empty_aggregate_id: aggregate_id is empty"},
-		{ce, "a b", func(ev *replication.Event) { ev.EventType = "" }, `invalid_topic: invalid Kafka topic name "a b": only letters, digits, '.', '_' and '-' are allowed`},
-		{ce, "t", func(ev *replication.Event) { ev.EventType = "" }, "invalid_row: event_type is empty: a CloudEvent needs a type"},
-		{Config{}, "t", func(ev *replication.Event) { ev.Headers = []byte(`[1]`) },
+		{Config{}, "t", func(ev *Row) { ev.Invalid = `column "event_type" is NULL` }, `invalid_row: column "event_type" is NULL`},
+		{Config{}, "", func(ev *Row) { ev.Invalid = `column "event_type" is NULL` }, `invalid_row: column "event_type" is NULL`},
+		{Config{}, "", func(ev *Row) { ev.AggregateID = "" }, "empty_aggregate_id: aggregate_id is empty"},
+		{ce, "a b", func(ev *Row) { ev.EventType = "" }, `invalid_topic: invalid Kafka topic name "a b": only letters, digits, '.', '_' and '-' are allowed`},
+		{ce, "t", func(ev *Row) { ev.EventType = "" }, "invalid_row: event_type is empty: a CloudEvent needs a type"},
+		{Config{}, "t", func(ev *Row) { ev.Headers = []byte(`[1]`) },
 			"invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: not a JSON object"},
-		{Config{Format: FormatDebezium}, "t", func(ev *replication.Event) { ev.Headers = []byte(`{"id": "x"}`) },
+		{Config{Format: FormatDebezium}, "t", func(ev *Row) { ev.Headers = []byte(`{"id": "x"}`) },
 			`invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: row header "id" would repeat a header of the record format`},
 		// The native format too (issue 36, row 8: the record carried two
 		// event_id headers, and Java's lastHeader read the forged one).
-		{Config{}, "t", func(ev *replication.Event) { ev.Headers = []byte(`{"trace": "t", "event_id": "forged"}`) },
+		{Config{}, "t", func(ev *Row) { ev.Headers = []byte(`{"trace": "t", "event_id": "forged"}`) },
 			`invalid_headers: event 0190a1b2-0000-7000-8000-000000000001 (aggregate o-1): headers: row header "event_id" would repeat a header of the record format`},
 	}
 	for _, c := range cases {
@@ -282,7 +280,7 @@ func TestValidTopic(t *testing.T) {
 }
 
 func TestBuildMessage(t *testing.T) {
-	ev := &replication.Event{
+	ev := &Row{
 		EventID: "e1", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7",
 		EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a":1}`),
 		Headers: []byte(`{"trace_id": "t-1", "tenant": "acme"}`), CommitTime: time.Unix(100, 0),
@@ -317,7 +315,7 @@ func TestHeadersMustBeStringObject(t *testing.T) {
 }
 
 func BenchmarkBuildMessage(b *testing.B) {
-	ev := &replication.Event{
+	ev := &Row{
 		EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001",
 		AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1",
 		Payload: make([]byte, 300), Headers: []byte(`{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}`),

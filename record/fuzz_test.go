@@ -10,8 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // formatSeeds are events for the format fuzz targets: typical rows, empty
@@ -34,7 +32,7 @@ func formatSeeds(f *testing.F) {
 // firstInvalidColumn is the *InvalidUTF8Error Encode must return for ev's
 // text columns (in the outbox table's order), or nil when they are all
 // UTF-8: an independent statement of the rule of checkUTF8.
-func firstInvalidColumn(ev *replication.Event) *InvalidUTF8Error {
+func firstInvalidColumn(ev *Row) *InvalidUTF8Error {
 	for _, c := range []struct{ name, v string }{
 		{"event_id", ev.EventID}, {"aggregate_type", ev.AggregateType}, {"aggregate_id", ev.AggregateID},
 		{"aggregate_version", ev.AggregateVersion}, {"event_type", ev.EventType}, {"schema_version", ev.SchemaVersion},
@@ -101,7 +99,7 @@ func FuzzDebeziumRecord(f *testing.F) {
 		if aggID == "" {
 			aggID = "a" // Encode refuses an empty key before the rest
 		}
-		ev := &replication.Event{
+		ev := &Row{
 			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
 			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
 			CommitTime: time.Unix(1700000000, 123000),
@@ -181,7 +179,7 @@ func FuzzCloudEvents(f *testing.F) {
 		if aggID == "" {
 			aggID = "a" // Encode refuses an empty key before the rest
 		}
-		ev := &replication.Event{
+		ev := &Row{
 			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
 			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
 			CommitTime: time.Unix(1700000000, 123000),

@@ -31,7 +31,7 @@ const (
 )
 
 // bytesOf returns s's bytes without copying. The event's strings share one
-// immutable buffer per event (replication.Event), and kafka-go only reads
+// immutable buffer per event (Row), and kafka-go only reads
 // message bytes, so aliasing saves an allocation per header per event.
 func bytesOf(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))

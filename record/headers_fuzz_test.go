@@ -12,8 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // headerSeeds are headers column values: what PostgreSQL renders for jsonb
@@ -154,7 +152,7 @@ func FuzzBuildMessage(f *testing.F) {
 		if aggID == "" {
 			aggID = "a" // Encode refuses an empty key before the headers
 		}
-		ev := &replication.Event{
+		ev := &Row{
 			EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion,
 			EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers,
 			CommitTime: time.Unix(1700000000, 123000),

@@ -4,13 +4,11 @@ import (
 	"fmt"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // buildMessage maps an event to a Kafka message: key = aggregate_id, value =
 // payload, time = commit time, the standard headers then the row's headers.
-func buildMessage(topic string, ev *replication.Event) (kafka.Message, error) {
+func buildMessage(topic string, ev *Row) (kafka.Message, error) {
 	h := make([]kafka.Header, 5, 6)
 	h[0] = kafka.Header{Key: HeaderEventID, Value: bytesOf(ev.EventID)}
 	h[1] = kafka.Header{Key: HeaderEventType, Value: bytesOf(ev.EventType)}

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/record/internal/jsonexpand"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // roundTripConfigs are every format and mode, with and without
@@ -35,9 +34,9 @@ func roundTripConfigs() []Config {
 // JSON objects and other JSON values, binary and text payloads, an empty
 // payload, a NULL one, no headers, headers with escapes and non-ASCII
 // text, CloudEvents extension headers.
-func roundTripEvents() []*replication.Event {
-	base := func(n int, payload []byte, headers string) *replication.Event {
-		ev := &replication.Event{
+func roundTripEvents() []*Row {
+	base := func(n int, payload []byte, headers string) *Row {
+		ev := &Row{
 			EventID:       "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e" + strconv.Itoa(10+n),
 			AggregateType: "order", AggregateID: "order-" + strconv.Itoa(n), AggregateVersion: strconv.Itoa(n + 1),
 			EventType: "order.confirmed", SchemaVersion: "2", Payload: payload,
@@ -48,7 +47,7 @@ func roundTripEvents() []*replication.Event {
 		}
 		return ev
 	}
-	evs := []*replication.Event{
+	evs := []*Row{
 		base(0, []byte(`{"total": 10, "note": null, "items": [{"sku": "a-1", "qty": 2}]}`), `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "acme"}`),
 		base(1, []byte{0, 0, 0, 0, 42, 2, 0xff, '"', '{'}, `{"tenant": "acme"}`),
 		base(2, []byte(`[1, "x"]`), ""),
@@ -62,7 +61,7 @@ func roundTripEvents() []*replication.Event {
 	big.AggregateType, big.EventType = "invoice", "invoice.issued"
 	evs = append(evs, big)
 	null := base(8, nil, `{"tenant": "acme"}`)
-	null.Invalid = replication.InvalidNullPayload
+	null.Invalid = InvalidNullPayload
 	return append(evs, null)
 }
 

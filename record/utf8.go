@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // InvalidUTF8Error is a field that a record carries as text (the key, a
@@ -62,7 +60,7 @@ func invalidUTF8AtBytes(b []byte) int {
 // every format writes each of them as text (the key, header values, JSON
 // strings), and none may change them. The columns are checked in the
 // order of the outbox table.
-func checkUTF8(ev *replication.Event) *InvalidUTF8Error {
+func checkUTF8(ev *Row) *InvalidUTF8Error {
 	for _, c := range [...]struct{ name, v string }{
 		{"event_id", ev.EventID},
 		{"aggregate_type", ev.AggregateType},

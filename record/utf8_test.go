@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // badText is text that is not UTF-8, as a SQL_ASCII database (or a
@@ -108,21 +106,21 @@ func TestInvalidUTF8(t *testing.T) {
 		field  string // the field named in the error
 		offset int    // the offset of its first invalid byte
 		code   string // the EncodeError's code
-		set    func(*replication.Event)
+		set    func(*Row)
 		want   map[string]string
 	}{
-		{"event_id", 2, CodeInvalidRow, func(ev *replication.Event) { ev.EventID = badText }, all(refused)},
-		{"event_type", 2, CodeInvalidRow, func(ev *replication.Event) { ev.EventType = badText }, all(refused)},
-		{"aggregate_type", 2, CodeInvalidRow, func(ev *replication.Event) { ev.AggregateType = badText }, all(refused)},
-		{"aggregate_id", 2, CodeInvalidRow, func(ev *replication.Event) { ev.AggregateID = badText }, all(refused)},
-		{"aggregate_version", 2, CodeInvalidRow, func(ev *replication.Event) { ev.AggregateVersion = badText }, all(refused)},
-		{"schema_version", 2, CodeInvalidRow, func(ev *replication.Event) { ev.SchemaVersion = badText }, all(refused)},
+		{"event_id", 2, CodeInvalidRow, func(ev *Row) { ev.EventID = badText }, all(refused)},
+		{"event_type", 2, CodeInvalidRow, func(ev *Row) { ev.EventType = badText }, all(refused)},
+		{"aggregate_type", 2, CodeInvalidRow, func(ev *Row) { ev.AggregateType = badText }, all(refused)},
+		{"aggregate_id", 2, CodeInvalidRow, func(ev *Row) { ev.AggregateID = badText }, all(refused)},
+		{"aggregate_version", 2, CodeInvalidRow, func(ev *Row) { ev.AggregateVersion = badText }, all(refused)},
+		{"schema_version", 2, CodeInvalidRow, func(ev *Row) { ev.SchemaVersion = badText }, all(refused)},
 		{`the value of row header "tenant"`, 2, CodeInvalidHeaders,
-			func(ev *replication.Event) { ev.Headers = []byte(`{"tenant": "` + badText + `"}`) }, all(refused)},
+			func(ev *Row) { ev.Headers = []byte(`{"tenant": "` + badText + `"}`) }, all(refused)},
 		{"the name of row header 2", 2, CodeInvalidHeaders,
-			func(ev *replication.Event) { ev.Headers = []byte(`{"tenant": "acme", "` + badText + `": "v"}`) }, all(refused)},
-		{"payload", 12, CodeInvalidRow, func(ev *replication.Event) { ev.Payload = []byte(`{"note": "` + badText + `"}`) }, opaquePayload},
-		{"payload", 7, CodeInvalidRow, func(ev *replication.Event) { ev.Payload = []byte("\x00\x00\x00\x00\x07" + badText) }, opaquePayload},
+			func(ev *Row) { ev.Headers = []byte(`{"tenant": "acme", "` + badText + `": "v"}`) }, all(refused)},
+		{"payload", 12, CodeInvalidRow, func(ev *Row) { ev.Payload = []byte(`{"note": "` + badText + `"}`) }, opaquePayload},
+		{"payload", 7, CodeInvalidRow, func(ev *Row) { ev.Payload = []byte("\x00\x00\x00\x00\x07" + badText) }, opaquePayload},
 	}
 	for _, c := range cases {
 		for _, f := range utf8Formats() {
@@ -262,7 +260,7 @@ func TestInvalidUTF8Tombstone(t *testing.T) {
 		cfg := f.cfg
 		cfg.TombstoneOnNullPayload = true
 		ev := formatEvent()
-		ev.Payload, ev.Invalid = nil, replication.InvalidNullPayload
+		ev.Payload, ev.Invalid = nil, InvalidNullPayload
 		ev.AggregateID = badText
 		_, err := cfg.Encode("topic", ev)
 		var ue *InvalidUTF8Error

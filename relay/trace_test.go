@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/spantest"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -33,7 +34,7 @@ func tracedRelay(t testing.TB, tp trace.TracerProvider) *Relay {
 }
 
 func spanEvent(headers string) *replication.Event {
-	ev := &replication.Event{EventID: "0190a0b0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", EventType: "order.paid"}
+	ev := &replication.Event{Row: record.Row{EventID: "0190a0b0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", EventType: "order.paid"}}
 	if headers != "" {
 		ev.Headers = []byte(headers)
 	}

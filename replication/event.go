@@ -7,31 +7,20 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Event is one outbox row decoded from the WAL. It owns its memory: the
 // stream's receive buffer is reused, so every field is copied once into a
 // single allocation per event.
 type Event struct {
-	// LSN is the WAL position of the INSERT; CommitTime is its
-	// transaction's commit time (the Kafka record timestamp).
-	LSN        pglogrepl.LSN
-	CommitTime time.Time
+	// Row is the row's columns and commit time, what a record is made
+	// of (record.Row: its fields are the Event's).
+	record.Row
 
-	EventID       string
-	AggregateType string
-	AggregateID   string
-	// AggregateVersion and SchemaVersion are kept as PostgreSQL rendered
-	// them: they become Kafka header values verbatim.
-	AggregateVersion string
-	EventType        string
-	SchemaVersion    string
-	// Payload is the payload column: jsonb/json/text as rendered by
-	// PostgreSQL, bytea decoded to its raw bytes.
-	Payload []byte
-	// Headers is the raw JSON of the headers column, nil when NULL or
-	// when the table has no such column.
-	Headers []byte
+	// LSN is the WAL position of the INSERT.
+	LSN pglogrepl.LSN
 
 	// TxLSN (the transaction's commit LSN, from Begin) and Ordinal (the
 	// event's index among the transaction's outbox rows) order events
@@ -39,17 +28,11 @@ type Event struct {
 	// multi-row insert shares between rows.
 	TxLSN   pglogrepl.LSN
 	Ordinal int
-
-	// Invalid, when set, says why the row cannot become a record (a NULL
-	// in a required column, say); the relay dead-letters such events.
-	// InvalidNullPayload is a NULL payload and nothing else wrong: the
-	// publisher may make such a row a tombstone instead.
-	Invalid string
 }
 
-// InvalidNullPayload is Event.Invalid of a row whose payload is NULL and
-// whose other columns are all valid (the payload is checked last).
-const InvalidNullPayload = `column "payload" is NULL`
+// InvalidNullPayload is record.InvalidNullPayload, Event.Invalid of a row
+// whose payload is NULL and whose other columns are all valid.
+const InvalidNullPayload = record.InvalidNullPayload
 
 // Position is an event's stable place in the commit order.
 type Position struct {
@@ -97,7 +80,7 @@ func decodeEvent(rel *relation, cols []tupleColumn, lsn pglogrepl.LSN, commit ti
 	if len(cols) != rel.numColumns {
 		return nil, &RowError{LSN: lsn, Column: "*", Reason: fmt.Sprintf("tuple has %d columns, relation %d", len(cols), rel.numColumns)}
 	}
-	ev := &Event{LSN: lsn, CommitTime: commit}
+	ev := &Event{Row: record.Row{CommitTime: commit}, LSN: lsn}
 	// One buffer for every field; bytea payloads shrink by half when
 	// hex-decoded, so the text length is an upper bound.
 	total := 0

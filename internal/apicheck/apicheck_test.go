@@ -113,3 +113,19 @@ func TestLibrariesImportNoAWSSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerLinksNoReplicationStack: a consumer application imports
+// inbox (and with it record, which decodes what the relay wrote); it must
+// not link the relay's replication stack. record owns the wire-neutral
+// row (record.Row) that replication produces, not the other way round.
+func TestConsumerLinksNoReplicationStack(t *testing.T) {
+	for _, dep := range strings.Fields(goCmd(t, "list", "-deps", "./inbox", "./record")) {
+		switch {
+		case dep == "github.com/jackc/pglogrepl",
+			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/replication"),
+			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/migrations"),
+			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/slot"):
+			t.Errorf("inbox or record links %s", dep)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poison"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -69,9 +70,9 @@ var testTable = migrations.Table{Schema: "public", Name: "outbox"}
 // event returns a complete event of aggregate typ/agg at position lsn/ord.
 func event(id, typ, agg string, lsn pglogrepl.LSN, ord int) *replication.Event {
 	return &replication.Event{
-		EventID: id, AggregateType: typ, AggregateID: agg, AggregateVersion: "7", EventType: "created",
-		SchemaVersion: "2", Payload: []byte(`{"id":"` + id + `"}`), Headers: []byte(`{"trace":"t-` + id + `"}`),
-		CommitTime: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), TxLSN: lsn, Ordinal: ord,
+		Row:     record.Row{EventID: id, AggregateType: typ, AggregateID: agg, AggregateVersion: "7", EventType: "created", SchemaVersion: "2", Payload: []byte(`{"id":"` + id + `"}`), Headers: []byte(`{"trace":"t-` + id + `"}`), CommitTime: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)},
+		TxLSN:   lsn,
+		Ordinal: ord,
 	}
 }
 

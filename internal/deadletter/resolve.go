@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -157,9 +158,9 @@ func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, first func
 // event rebuilds the event an entry holds.
 func (e Entry) event() *replication.Event {
 	ev := &replication.Event{
-		EventID: e.EventID, AggregateType: e.Aggregate.Type, AggregateID: e.Aggregate.ID,
-		EventType: e.EventType, Payload: e.Payload, CommitTime: e.CommitTime,
-		TxLSN: e.Pos.TxLSN, Ordinal: e.Pos.Ordinal,
+		Row:     record.Row{EventID: e.EventID, AggregateType: e.Aggregate.Type, AggregateID: e.Aggregate.ID, EventType: e.EventType, Payload: e.Payload, CommitTime: e.CommitTime},
+		TxLSN:   e.Pos.TxLSN,
+		Ordinal: e.Pos.Ordinal,
 	}
 	if e.AggregateVersion != nil {
 		ev.AggregateVersion = strconv.FormatInt(*e.AggregateVersion, 10)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poison"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -73,8 +74,11 @@ func TestDBPoisonKeepsTheEvent(t *testing.T) {
 func TestDBPoisonInvalidEvent(t *testing.T) {
 	e := newDBEnv(t)
 	q := e.quarantine(t, poison.Quarantine)
-	ev := &replication.Event{AggregateType: "order", AggregateID: "9", TxLSN: 0x2000, Ordinal: 1,
-		Invalid: `column "aggregate_version" is NULL`}
+	ev := &replication.Event{
+		Row:     record.Row{AggregateType: "order", AggregateID: "9", Invalid: `column "aggregate_version" is NULL`},
+		TxLSN:   0x2000,
+		Ordinal: 1,
+	}
 	if err := q.Poison(e.ctx, ev, "", "invalid", ev.Invalid); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/record"
-	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // want is what the SDK must read from one record.
@@ -113,13 +112,9 @@ func TestSDKReadsRecords(t *testing.T) {
 			{"confluent-wire-format", []byte{0, 0, 0, 0x30, 0x39, 0x02, 0x06, 'a', 'b', 'c'}, "application/octet-stream"},
 			{"tombstone", nil, ""},
 		} {
-			ev := &replication.Event{
-				EventID: "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", AggregateType: "order", AggregateID: "order-42", AggregateVersion: "9000000000",
-				EventType: "order.confirmed", SchemaVersion: "3", Payload: c.payload, CommitTime: commit,
-				Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`),
-			}
+			ev := &record.Row{EventID: "0190d5a4-7c4e-7d1a-8b3e-0a1b2c3d4e5f", AggregateType: "order", AggregateID: "order-42", AggregateVersion: "9000000000", EventType: "order.confirmed", SchemaVersion: "3", Payload: c.payload, CommitTime: commit, Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`)}
 			if c.payload == nil {
-				ev.Invalid = replication.InvalidNullPayload
+				ev.Invalid = record.InvalidNullPayload
 			}
 			m, err := rc.Encode("outbox.event.order", ev)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -193,7 +194,7 @@ func (s *Source) Scan(ctx context.Context, db DB, w Selection, fn func(*replicat
 		if err := rows.Scan(&id, &aggType, &aggID, &aggVersion, &evType, &schemaVersion, &payload, &headers, &commit); err != nil {
 			return fmt.Errorf("read %s: %w", s.Table, err)
 		}
-		ev := &replication.Event{TxLSN: s.Pos, Ordinal: ordinal, Payload: payload}
+		ev := &replication.Event{Row: record.Row{Payload: payload}, TxLSN: s.Pos, Ordinal: ordinal}
 		ordinal++
 		str := func(p *string, col string) string {
 			if p == nil {

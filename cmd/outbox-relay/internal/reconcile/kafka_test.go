@@ -58,12 +58,13 @@ func TestEventIDOf(t *testing.T) {
 		}
 	}
 	// Every record format of the relay.
-	ev := &replication.Event{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "e",
-		SchemaVersion: "1", Payload: []byte("{}")}
+	ev := &replication.Event{
+		Row: record.Row{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "e", SchemaVersion: "1", Payload: []byte("{}")},
+	}
 	for _, rc := range []record.Config{{}, {Format: record.FormatDebezium},
 		{Format: record.FormatCloudEvents, CloudEventsSource: "/s"},
 		{Format: record.FormatCloudEvents, CloudEventsSource: "/s", CloudEventsMode: record.CloudEventsStructured}} {
-		m, err := rc.Encode("t", ev)
+		m, err := rc.Encode("t", &ev.Row)
 		if err != nil {
 			t.Fatal(err)
 		}
