@@ -60,7 +60,7 @@ func TestPublisherTombstones(t *testing.T) {
 }
 
 func TestInvalidRecordConfigFailsPublish(t *testing.T) {
-	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Record: record.Config{Format: record.FormatCloudEvents}}, nil, nil)
+	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Record: record.Config{Format: record.FormatCloudEvents}})
 	defer p.Close()
 	if err := p.Publish(t.Context(), formatEvent(), nil); err == nil || !strings.Contains(err.Error(), "source") {
 		t.Fatalf("Publish with an invalid record configuration: %v", err)

@@ -170,10 +170,17 @@ type Publisher struct {
 	cfgErr error
 }
 
-// New returns a Publisher; it does not contact Kafka until used.
-func New(cfg Config, log *slog.Logger, m Metrics) *Publisher {
+// New returns a Publisher for cfg, its logs and metrics where opts send
+// them (WithLogger, WithMetrics); it does not contact Kafka until used.
+func New(cfg Config, opts ...Option) *Publisher {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
 	cfg.defaults()
-	return newPublisher(cfg, log, m, cfg.Transport, cfg.Transport.CloseIdleConnections)
+	return newPublisher(cfg, o.logger, o.metrics, cfg.Transport, cfg.Transport.CloseIdleConnections)
 }
 
 // newPublisher returns a Publisher whose metadata and produce requests go

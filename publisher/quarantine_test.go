@@ -2,7 +2,6 @@ package publisher
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -62,7 +61,7 @@ func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Template: tt, DeadLetters: q}, slog.New(slog.DiscardHandler), metrics.New().Publisher())
+	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Template: tt, DeadLetters: q}, WithMetrics(metrics.New().Publisher()))
 	defer p.Close()
 	// A router without its goroutine: what is queued stays for inspection.
 	r := &router{p: p, topic: "t", q: newQueue(), lanes: map[int]*lane{}}

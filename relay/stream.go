@@ -64,7 +64,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 		}
 	}
 	pc.Transactions = r.transactionConfig(resume.id, src)
-	pub := publisher.New(pc, r.log, r.m.Publisher())
+	pub := publisher.New(pc, publisher.WithLogger(r.log), publisher.WithMetrics(r.m.Publisher()))
 	defer pub.Close()
 	if pc.Transactions != nil {
 		if resume, err = r.beginTransactions(sctx, pub, resume, src); err != nil {

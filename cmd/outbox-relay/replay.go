@@ -78,5 +78,5 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // replayPublisher is replay's publisher, on the one Kafka configuration.
 // It has no dead letters: quarantined aggregates are left out of a replay.
 func replayPublisher(cfg *config, stderr io.Writer) *publisher.Publisher {
-	return publisher.New(cfg.publisherConfig("outbox-relay"), newLogger(cfg, stderr), nil)
+	return publisher.New(cfg.publisherConfig("outbox-relay"), publisher.WithLogger(newLogger(cfg, stderr)))
 }

@@ -278,7 +278,7 @@ func (cfg Config) backfillSlot(ctx context.Context, pool *pgxpool.Pool, repl *pg
 	fmt.Fprintf(cfg.Out, "recover %s: back-filling %d events %s, up to the new slot's consistent point %s\n", cfg.Outbox.Table, total, desc, ex.ConsistentPoint)
 	pc := cfg.Publisher
 	pc.DeadLetters = quar
-	pub := publisher.New(pc, log, nil)
+	pub := publisher.New(pc, publisher.WithLogger(log))
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: cfg.Progress}
 	st, err := r.Run(ctx, tx, w, total)
