@@ -14,31 +14,25 @@ import (
 // valid, only more conservative.
 const maxFences = 256
 
-// Saver saves the acknowledged position at a bounded cadence. It never
-// saves a position the source has not reported, so a checkpoint is never
-// ahead of Kafka's acknowledgements.
-type Saver struct {
-	store     *Store
-	id        Identity
-	db        DB
-	source    func() Acked
-	interval  time.Duration
-	retention time.Duration
-	log       *slog.Logger
-
-	saved   pglogrepl.LSN
-	decoded pglogrepl.LSN // Decoded of the last save
-	// savedCommit and savedXid describe the transaction at saved.
-	savedCommit time.Time
-	savedXid    uint32
-	fence       *Fence  // newest fence at or before saved
-	pending     []Fence // fences ahead of the saved position, oldest first
-	partial     Partial // Partial of the last save
-	// carry is set while the continued checkpoint was saved under another
-	// identity (an ancestor timeline): the first Save writes its position
-	// again under id, even if nothing moved, so the newest row names the
-	// server's timeline (cleanup and replay accept only that).
-	carry bool
+// SaverConfig is what a Saver saves, where, and when.
+type SaverConfig struct {
+	// Store is where checkpoints go; DB captures fences on the server
+	// Identity names.
+	Store    *Store
+	DB       DB
+	Identity Identity
+	// Prev, if not nil, is the checkpoint to continue from
+	// (Resumption.Prev: saved on Identity, or on an ancestor timeline and
+	// limited to the WAL it shares with Identity's): positions at or
+	// before it are not saved again, except once under Identity when Prev
+	// was saved under another identity, and its fence is reused until a
+	// newer one applies.
+	Prev *Checkpoint
+	// Source reports the acknowledged position to save.
+	Source func() Acked
+	// Interval is the cadence of Run's saves; Retention how long saved
+	// history is kept (0: for ever).
+	Interval, Retention time.Duration
 
 	// OnSave, if set, is called after each successful save.
 	OnSave func(cp Checkpoint)
@@ -61,20 +55,47 @@ type Saver struct {
 	KickGap time.Duration
 }
 
-// NewSaver returns a saver of source's positions into store, on the
-// server identified by id. prev, if not nil, is the checkpoint to continue
-// from (Resumption.Prev: saved on id, or on an ancestor timeline and
-// limited to the WAL it shares with id's): positions at or before it are
-// not saved again, except once under id when prev was saved under another
-// identity, and its fence is reused until a newer one applies.
-func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() Acked,
-	interval, retention time.Duration, log *slog.Logger) *Saver {
-	s := &Saver{store: store, db: db, id: id, source: source, interval: interval, retention: retention, log: log}
-	if prev != nil {
+// Saver saves the acknowledged position at a bounded cadence. It never
+// saves a position the source has not reported, so a checkpoint is never
+// ahead of Kafka's acknowledgements.
+type Saver struct {
+	cfg SaverConfig
+	log *slog.Logger
+
+	saved   pglogrepl.LSN
+	decoded pglogrepl.LSN // Decoded of the last save
+	// savedCommit and savedXid describe the transaction at saved.
+	savedCommit time.Time
+	savedXid    uint32
+	fence       *Fence  // newest fence at or before saved
+	pending     []Fence // fences ahead of the saved position, oldest first
+	partial     Partial // Partial of the last save
+	// carry is set while the continued checkpoint was saved under another
+	// identity (an ancestor timeline): the first Save writes its position
+	// again under id, even if nothing moved, so the newest row names the
+	// server's timeline (cleanup and replay accept only that).
+	carry bool
+}
+
+// NewSaver returns a saver of cfg.Source's positions into cfg.Store, its
+// logs where opts send them (WithLogger).
+func NewSaver(cfg SaverConfig, opts ...Option) *Saver {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	log := o.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Saver{cfg: cfg, log: log}
+	if prev := cfg.Prev; prev != nil {
 		s.saved, s.fence, s.decoded = prev.LSN, prev.Fence, prev.Decoded
 		s.savedCommit, s.savedXid = prev.CommitTime, prev.Xid
 		s.partial = prev.Partial
-		s.carry = prev.Identity != id
+		s.carry = prev.Identity != cfg.Identity
 	}
 	return s
 }
@@ -84,7 +105,7 @@ func NewSaver(store *Store, db DB, id Identity, prev *Checkpoint, source func() 
 // are logged and retried at the next tick: a missing checkpoint only costs
 // duplicates after a crash, never loss.
 func (s *Saver) Run(ctx context.Context) {
-	t := time.NewTicker(s.interval)
+	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	var last time.Time
 	for {
@@ -100,9 +121,9 @@ func (s *Saver) Run(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
-		case <-s.Kick:
+		case <-s.cfg.Kick:
 			capture = false
-			if wait := s.KickGap - time.Since(last); wait > 0 {
+			if wait := s.cfg.KickGap - time.Since(last); wait > 0 {
 				select {
 				case <-time.After(wait):
 				case <-ctx.Done():
@@ -118,9 +139,9 @@ func (s *Saver) Run(ctx context.Context) {
 // saveBounded is Save within SaveTimeout, logging a failure.
 func (s *Saver) saveBounded(ctx context.Context, capture bool) error {
 	sctx := ctx
-	if s.SaveTimeout > 0 {
+	if s.cfg.SaveTimeout > 0 {
 		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, s.SaveTimeout)
+		sctx, cancel = context.WithTimeout(ctx, s.cfg.SaveTimeout)
 		defer cancel()
 	}
 	err := s.Save(sctx, capture)
@@ -128,7 +149,7 @@ func (s *Saver) saveBounded(ctx context.Context, capture bool) error {
 	case err == nil || errors.Is(err, context.Canceled) && ctx.Err() != nil:
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		s.log.Warn("checkpoint save timed out (a lock on the checkpoint table, or a commit waiting for a synchronous standby?); retrying",
-			slog.String("stage", "checkpoint"), slog.Duration("timeout", s.SaveTimeout), slog.Any("error", err))
+			slog.String("stage", "checkpoint"), slog.Duration("timeout", s.cfg.SaveTimeout), slog.Any("error", err))
 	default:
 		s.log.Warn("checkpoint not saved; retrying", slog.String("stage", "checkpoint"), slog.Any("error", err))
 	}
@@ -142,9 +163,9 @@ func (s *Saver) saveBounded(ctx context.Context, capture bool) error {
 func (s *Saver) Save(ctx context.Context, capture bool) error {
 	// The position is read before the fence is captured: the fence is then
 	// ahead of it and waits in pending until a later position passes it.
-	pos := s.source()
+	pos := s.cfg.Source()
 	if capture {
-		f, err := CaptureFence(ctx, s.db)
+		f, err := CaptureFence(ctx, s.cfg.DB)
 		if err != nil {
 			return err
 		}
@@ -169,22 +190,22 @@ func (s *Saver) Save(ctx context.Context, capture bool) error {
 		n++
 	}
 	s.pending = append(s.pending[:0], s.pending[n:]...)
-	cp := Checkpoint{LSN: pos.LSN, CommitTime: pos.CommitTime, Xid: pos.Xid, Identity: s.id, Fence: s.fence,
+	cp := Checkpoint{LSN: pos.LSN, CommitTime: pos.CommitTime, Xid: pos.Xid, Identity: s.cfg.Identity, Fence: s.fence,
 		Decoded: max(pos.Decoded, s.decoded), Partial: part}
-	if err := s.store.Save(ctx, cp, s.retention); err != nil {
+	if err := s.cfg.Store.Save(ctx, cp, s.cfg.Retention); err != nil {
 		return err
 	}
 	s.saved, s.decoded, s.savedCommit, s.savedXid = pos.LSN, cp.Decoded, pos.CommitTime, pos.Xid
 	s.partial, s.carry = part, false
-	if s.OnSave != nil {
-		s.OnSave(cp)
+	if s.cfg.OnSave != nil {
+		s.cfg.OnSave(cp)
 	}
 	return nil
 }
 
 func (s *Saver) attempted(err error) {
-	if s.Attempted != nil {
-		s.Attempted(err)
+	if s.cfg.Attempted != nil {
+		s.cfg.Attempted(err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 func TestDBSaver(t *testing.T) {
 	e := newDBEnv(t)
 	src := &source{a: Acked{LSN: 0x10, Xid: 3, CommitTime: time.Unix(100, 0)}}
-	s := NewSaver(e.store, e.pool, testID, nil, src.last, time.Hour, 0, testLogger(t))
+	s := NewSaver(SaverConfig{Store: e.store, DB: e.pool, Identity: testID, Source: src.last, Interval: time.Hour}, WithLogger(testLogger(t)))
 	if err := s.Save(e.ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestDBSaver(t *testing.T) {
 
 	// Restart: the new tracker starts behind the checkpoint.
 	src2 := &source{a: Acked{LSN: 0x10}}
-	s2 := NewSaver(e.store, e.pool, testID, &cp, src2.last, time.Hour, 0, testLogger(t))
+	s2 := NewSaver(SaverConfig{Store: e.store, DB: e.pool, Identity: testID, Prev: &cp, Source: src2.last, Interval: time.Hour}, WithLogger(testLogger(t)))
 	if err := s2.Save(e.ctx, true); err != nil {
 		t.Fatal(err)
 	}

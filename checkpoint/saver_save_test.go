@@ -38,9 +38,9 @@ func (s *source) last() Acked {
 func newTestSaver(t *testing.T, db *fakeDB, prev *Checkpoint, src *source) (*Saver, *[]Checkpoint) {
 	t.Helper()
 	store := NewStore(db, migrations.Table{Schema: "public", Name: "outbox"}, "outbox_relay")
-	s := NewSaver(store, db, testID, prev, src.last, time.Hour, 0, testLogger(t))
+	s := NewSaver(SaverConfig{Store: store, DB: db, Identity: testID, Prev: prev, Source: src.last, Interval: time.Hour}, WithLogger(testLogger(t)))
 	var saves []Checkpoint
-	s.OnSave = func(cp Checkpoint) { saves = append(saves, cp) }
+	s.cfg.OnSave = func(cp Checkpoint) { saves = append(saves, cp) }
 	return s, &saves
 }
 
@@ -150,7 +150,7 @@ func TestSaverCarriesAncestorCheckpoint(t *testing.T) {
 	old := Identity{SystemID: testID.SystemID, Timeline: testID.Timeline + 1}
 	prev := &Checkpoint{LSN: 0x500, CommitTime: time.Unix(50, 0), Xid: 50, Identity: old, Fence: f0, Decoded: 0x500}
 	src := &source{a: Acked{LSN: 0x300}} // the synchronized slot lags the checkpoint
-	s := NewSaver(NewStore(db, migrations.Table{Schema: "public", Name: "outbox"}, "outbox_relay"), db, testID, prev, src.last, time.Hour, 0, testLogger(t))
+	s := NewSaver(SaverConfig{Store: NewStore(db, migrations.Table{Schema: "public", Name: "outbox"}, "outbox_relay"), DB: db, Identity: testID, Prev: prev, Source: src.last, Interval: time.Hour}, WithLogger(testLogger(t)))
 	save(t, s, false)
 	w := lastWrite(t, db, 1)
 	if !w.insert || w.lsn != "0/500" || w.system != testID.SystemID || w.timeline != testID.Timeline || *w.fence() != *f0 || w.xid != int64(50) {
@@ -287,7 +287,7 @@ func TestSaverRun(t *testing.T) {
 		s, _ := newTestSaver(t, db, nil, src)
 		kick := make(chan struct{})
 		attempts := make(chan struct{}, 100)
-		s.Kick, s.Attempted = kick, func(error) { attempts <- struct{}{} }
+		s.cfg.Kick, s.cfg.Attempted = kick, func(error) { attempts <- struct{}{} }
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -311,8 +311,7 @@ func TestSaverRun(t *testing.T) {
 		// With a short interval the ticks capture fences.
 		db2 := &fakeDB{updated: 1}
 		db2.set(0x50, 7)
-		s2 := NewSaver(NewStore(db2, migrations.Table{Schema: "public", Name: "outbox"}, "s"), db2, testID, nil,
-			(&source{a: Acked{LSN: 0x100}}).last, 5*time.Millisecond, 0, testLogger(t))
+		s2 := NewSaver(SaverConfig{Store: NewStore(db2, migrations.Table{Schema: "public", Name: "outbox"}, "s"), DB: db2, Identity: testID, Source: (&source{a: Acked{LSN: 0x100}}).last, Interval: 5 * time.Millisecond}, WithLogger(testLogger(t)))
 		ctx2, cancel2 := context.WithCancel(context.Background())
 		done2 := make(chan struct{})
 		go func() {
@@ -355,7 +354,7 @@ func TestSaverKickGap(t *testing.T) {
 		s, _ := newTestSaver(t, db, nil, src)
 		kick := make(chan struct{})
 		attempts := make(chan time.Time, 100)
-		s.Kick, s.KickGap, s.Attempted = kick, gap, func(error) { attempts <- time.Now() }
+		s.cfg.Kick, s.cfg.KickGap, s.cfg.Attempted = kick, gap, func(error) { attempts <- time.Now() }
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -385,7 +384,7 @@ func TestSaverKickGap(t *testing.T) {
 		// and reading that signal here would let the source move before this
 		// Run's first save.
 		attempts = make(chan time.Time, 100)
-		s.Kick, s.KickGap, s.Attempted = kick, time.Hour, func(error) { attempts <- time.Now() }
+		s.cfg.Kick, s.cfg.KickGap, s.cfg.Attempted = kick, time.Hour, func(error) { attempts <- time.Now() }
 		ctx, cancel = context.WithCancel(context.Background())
 		done = make(chan struct{})
 		go func() {
@@ -471,7 +470,7 @@ func TestSaverTimeout(t *testing.T) {
 		s, _ := newTestSaver(t, db, nil, src)
 		kick := make(chan struct{})
 		attempts := make(chan error, 100)
-		s.Kick, s.SaveTimeout, s.Attempted = kick, 50*time.Millisecond, func(err error) { attempts <- err }
+		s.cfg.Kick, s.cfg.SaveTimeout, s.cfg.Attempted = kick, 50*time.Millisecond, func(err error) { attempts <- err }
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {

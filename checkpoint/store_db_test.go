@@ -173,7 +173,7 @@ func TestDBSaveAfterTimelineSwitch(t *testing.T) {
 	// (the newest it replicated) and carries it over.
 	prev := Checkpoint{LSN: 0x400, Xid: 4, Identity: testID, Fence: f1}
 	src := &source{a: Acked{LSN: 0x200}}
-	sv := NewSaver(e.store, e.pool, promoted, &prev, src.last, time.Hour, 0, testLogger(t))
+	sv := NewSaver(SaverConfig{Store: e.store, DB: e.pool, Identity: promoted, Prev: &prev, Source: src.last, Interval: time.Hour}, WithLogger(testLogger(t)))
 	if err := sv.Save(e.ctx, false); err != nil {
 		t.Fatal(err)
 	}

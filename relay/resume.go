@@ -222,13 +222,6 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) *startstop.Se
 	// tok is what the snapshot being saved knew; the saver goroutine both
 	// takes the snapshot and reports the attempt.
 	var tok checkpoint.SaveToken
-	sv := checkpoint.NewSaver(r.checkpoints, r.pool, rs.id, rs.prev,
-		func() checkpoint.Acked {
-			a := tr.Last()
-			tok, a.Decoded = a.Token, r.decoded.load()
-			return a
-		},
-		r.cfg.Checkpoints.Interval, r.cfg.Checkpoints.Retention, r.log)
 	// What is acknowledged of a large transaction is saved every kickStep
 	// acknowledgements (at most every 10 ms), not only every interval, and
 	// until a saved checkpoint contains them those acknowledgements hold
@@ -236,26 +229,35 @@ func (r *Relay) startSaver(rs resumeState, tr *checkpoint.Tracker) *startstop.Se
 	// whatever the throughput. A save that fails or times out releases
 	// them all the same: duplicates after a crash beat a stream stopped
 	// by a locked checkpoint table.
-	sv.Kick, sv.KickGap = tr.NotifyAcks(kickStep(r.cfg.Window.MaxEvents)), 10*time.Millisecond
-	sv.SaveTimeout = checkpointSaveTimeout
-	sv.Attempted = func(err error) {
-		if err == nil {
-			tr.Saved(tok)
-			return
-		}
-		if !errors.Is(err, context.Canceled) {
-			r.m.CheckpointSaveFailures.Inc()
-		}
-		if n := tr.SaveFailed(tok); n > 0 {
-			r.log.Warn("acknowledgements held for a checkpoint save released without it: a crash now re-sends them on top of the in-flight window",
-				slog.String("stage", "checkpoint"), slog.Int("released_events", n), slog.Any("error", err))
-		}
-	}
-	sv.OnSave = func(cp checkpoint.Checkpoint) {
-		r.m.CheckpointSaves.Inc()
-		r.m.CheckpointLSN.Set(float64(cp.LSN))
-		r.log.Debug("checkpoint saved", slog.String("stage", "checkpoint"), slog.String("lsn", cp.LSN.String()))
-	}
+	sv := checkpoint.NewSaver(checkpoint.SaverConfig{
+		Store: r.checkpoints, DB: r.pool, Identity: rs.id, Prev: rs.prev,
+		Source: func() checkpoint.Acked {
+			a := tr.Last()
+			tok, a.Decoded = a.Token, r.decoded.load()
+			return a
+		},
+		Interval: r.cfg.Checkpoints.Interval, Retention: r.cfg.Checkpoints.Retention,
+		Kick: tr.NotifyAcks(kickStep(r.cfg.Window.MaxEvents)), KickGap: 10 * time.Millisecond,
+		SaveTimeout: checkpointSaveTimeout,
+		Attempted: func(err error) {
+			if err == nil {
+				tr.Saved(tok)
+				return
+			}
+			if !errors.Is(err, context.Canceled) {
+				r.m.CheckpointSaveFailures.Inc()
+			}
+			if n := tr.SaveFailed(tok); n > 0 {
+				r.log.Warn("acknowledgements held for a checkpoint save released without it: a crash now re-sends them on top of the in-flight window",
+					slog.String("stage", "checkpoint"), slog.Int("released_events", n), slog.Any("error", err))
+			}
+		},
+		OnSave: func(cp checkpoint.Checkpoint) {
+			r.m.CheckpointSaves.Inc()
+			r.m.CheckpointLSN.Set(float64(cp.LSN))
+			r.log.Debug("checkpoint saved", slog.String("stage", "checkpoint"), slog.String("lsn", cp.LSN.String()))
+		},
+	}, checkpoint.WithLogger(r.log))
 	saver := startstop.New(func(ctx context.Context) {
 		defer r.loopExit("saver")
 		sv.Run(ctx)
