@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,41 @@ func TestCLISnapshots(t *testing.T) {
 				t.Errorf("output differs from %s (regenerate with -update if intended):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})
+	}
+}
+
+// TestHelpSnapshots keeps the --help of every command and verb, listed
+// from the commands themselves (a new one gets its golden file on the
+// first -update), as testdata/cli/help/<command>[-<verb>].golden: a change
+// of the CLI's implementation (a CLI library) shows here as the diff of
+// what users read, and each difference must be deliberate.
+//
+//	go test ./cmd/outbox-relay -run TestHelpSnapshots -update
+func TestHelpSnapshots(t *testing.T) {
+	cmds := commands()
+	names := make([]string, 0, len(cmds))
+	for name := range cmds {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		lines := [][]string{{name}}
+		if verbs := cmds[name].verbs; verbs != nil {
+			lines = nil
+			for _, v := range slices.Sorted(maps.Keys(verbs)) {
+				lines = append(lines, []string{name, v})
+			}
+		}
+		for _, args := range lines {
+			t.Run(strings.Join(args, "-"), func(t *testing.T) {
+				got := helpOf(t, strings.Join(args, " "))
+				got = strings.ReplaceAll(got, runtime.Version(), "GOVERSION")
+				path := filepath.Join("testdata", "cli", "help", strings.Join(args, "-")+".golden")
+				if !golden(t, path, got, "TestHelpSnapshots") {
+					want, _ := os.ReadFile(path)
+					t.Errorf("--help differs from %s (regenerate with -update if intended):\n--- got\n%s\n--- want\n%s", path, got, want)
+				}
+			})
+		}
 	}
 }
