@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrateslot"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -66,7 +67,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	if err := migrateFailover(ctx, cfg, pool, &st, stdout); err != nil {
+	if err := cfg.failover().Reconcile(ctx, pool, &st, stdout); err != nil {
 		return err
 	}
 	if cfg.GrantRole != "" {
@@ -111,7 +112,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
 	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Relay.Database.Publication, cfg.Relay.Database.Slot, st.ConfirmedFlushLSN, failoverNote(st))
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Relay.Database.Publication, cfg.Relay.Database.Slot, st.ConfirmedFlushLSN, migrateslot.Note(st))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrateslot"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -58,7 +59,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "created slot %s at %s%s\n", st.Name, st.ConfirmedFlushLSN, failoverNote(st))
+		fmt.Fprintf(stdout, "created slot %s at %s%s\n", st.Name, st.ConfirmedFlushLSN, migrateslot.Note(st))
 		return nil
 	case "drop":
 		if err := m.Drop(ctx); err != nil {
