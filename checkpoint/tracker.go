@@ -518,8 +518,8 @@ func (t *Tracker) Full() bool {
 // Space is signalled when acknowledgements make room in a full window.
 func (t *Tracker) Space() <-chan struct{} { return t.space }
 
-// Stats is a snapshot of the window, for metrics and shutdown.
-type Stats struct {
+// WindowStats is a snapshot of the window, for metrics and shutdown.
+type WindowStats struct {
 	Events int
 	Bytes  int64
 	// Held is the acknowledged events of the head transaction that wait
@@ -534,10 +534,10 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the window.
-func (t *Tracker) Stats() Stats {
+func (t *Tracker) Stats() WindowStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := Stats{Events: t.events, Bytes: t.bytes, Held: t.heldLocked(), Transactions: len(t.txs) - t.head, Acked: t.released}
+	s := WindowStats{Events: t.events, Bytes: t.bytes, Held: t.heldLocked(), Transactions: len(t.txs) - t.head, Acked: t.released}
 	if t.head < len(t.txs) {
 		s.OldestCommit = t.txs[t.head].CommitTime
 	}

@@ -107,30 +107,8 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 	}
 
 	// Steady load, as TestStallDetection's: 4 aggregates' events every 10 ms.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	w := env.NewWriter(NewLedger())
-	var (
-		wg       sync.WaitGroup
-		writeErr atomic.Value
-		stop     atomic.Bool
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; !stop.Load(); i++ {
-			aggs := make([]string, 4)
-			for j := range aggs {
-				aggs[j] = fmt.Sprintf("agg-%02d", (i*4+j)%40)
-			}
-			if _, err := w.Write(ctx, aggs, true); err != nil {
-				writeErr.Store(err)
-				return
-			}
-			// wall-clock: paces the load writer (a transaction every 10 ms)
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	stopLoad := steadyLoad(t, w)
 
 	// The lock's last confirmation, from /readyz, all along.
 	var (
@@ -197,13 +175,9 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 	stopHogs()
 	// wall-clock: load after the thaw, so the stream is seen to go on.
 	time.Sleep(2 * time.Second)
-	stop.Store(true)
-	wg.Wait()
+	stopLoad()
 	sampling.Store(false)
 	sw.Wait()
-	if err, _ := writeErr.Load().(error); err != nil {
-		t.Fatalf("load writer: %v", err)
-	}
 
 	expected := w.Ledger.Committed()
 	if !within(90*time.Second, 500*time.Millisecond, func() bool { return k.count(env.Topic, partitions) >= len(expected) }) {

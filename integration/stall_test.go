@@ -10,10 +10,8 @@ package integration
 // Before the freeze, the same load (a moving drain) never reports a stall.
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -58,40 +56,8 @@ func TestStallDetection(t *testing.T) {
 	}
 
 	// Steady load: a transaction of 4 aggregates' events every 10 ms.
-	// The writer stops between transactions (stop), never by cancelling a write: a commit
-	// cancelled on its way could be committed and unrecorded, and its events would count
-	// as unexpected.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	w := env.NewWriter(NewLedger())
-	var (
-		wg       sync.WaitGroup
-		writeErr atomic.Value
-		stop     atomic.Bool
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		aggs := make([]string, 40)
-		for i := range aggs {
-			aggs[i] = fmt.Sprintf("agg-%02d", i)
-		}
-		for i := 0; !stop.Load(); i++ {
-			if _, err := w.Write(ctx, aggs[(i*4)%40:(i*4)%40+4], true); err != nil {
-				writeErr.Store(err)
-				return
-			}
-			// wall-clock: paces the load writer (a transaction every 10 ms)
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	stopLoad := func() {
-		stop.Store(true)
-		wg.Wait()
-		if err, _ := writeErr.Load().(error); err != nil {
-			t.Fatalf("load writer: %v", err)
-		}
-	}
+	stopLoad := steadyLoad(t, w)
 
 	// wall-clock: a moving drain is no stall: probe /readyz for three stall timeouts (negative check).
 	for end := time.Now().Add(3 * stallTimeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {

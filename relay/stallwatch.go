@@ -42,7 +42,7 @@ func (w *stallWatch) reason() string {
 
 // observe samples the window (s is zero while no stream runs: nothing can
 // be acknowledged then, and /readyz already says why).
-func (w *stallWatch) observe(now time.Time, s checkpoint.Stats) {
+func (w *stallWatch) observe(now time.Time, s checkpoint.WindowStats) {
 	// Acknowledgements held for a checkpoint save count as in flight: a
 	// save that never ends stops the stream with nothing else in flight.
 	st, change := w.det.Observe(now, s.Events+s.Held, s.Acked)

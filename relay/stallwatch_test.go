@@ -28,7 +28,7 @@ func TestStallWatch(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	tick := func(inflight, acked int) {
 		now = now.Add(time.Second)
-		w.observe(now, checkpoint.Stats{Events: inflight, Acked: acked})
+		w.observe(now, checkpoint.WindowStats{Events: inflight, Acked: acked})
 	}
 
 	// A slow drain: one acknowledgement every 4 s for two minutes.
@@ -95,20 +95,20 @@ func TestStallReasonWithoutFailure(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	failures.Record(publisher.Failure{At: now.Add(-time.Hour), Reason: "Not Leader For Partition", Err: kafka.NotLeaderForPartition})
 	for i := 0; i <= 3; i++ {
-		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.Stats{Events: 7, Acked: 1})
+		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Events: 7, Acked: 1})
 	}
 	if got := w.reason(); !strings.Contains(got, "7 events in flight; last error: none since the last acknowledgement") {
 		t.Fatalf("reason %q", got)
 	}
 	// The stream ends (leadership lost, reconnect): nothing in flight.
-	w.observe(now.Add(4*time.Second), checkpoint.Stats{})
+	w.observe(now.Add(4*time.Second), checkpoint.WindowStats{})
 	if w.reason() != "" {
 		t.Fatalf("stall kept without a stream: %q", w.reason())
 	}
 	failures.Record(publisher.Failure{At: now.Add(5 * time.Second), Class: publisher.Transient, Reason: "unknown_topic_or_partition",
 		Topic: "t", Partition: -1, Attempt: 9, Err: kafka.UnknownTopicOrPartition})
 	for i := 5; i <= 9; i++ {
-		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.Stats{Events: 1, Acked: 0})
+		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Events: 1, Acked: 0})
 	}
 	if got := w.reason(); !strings.Contains(got, "on topic t metadata, attempt 9") {
 		t.Fatalf("reason %q", got)
@@ -124,7 +124,7 @@ func TestStallWithOnlyHeldAcks(t *testing.T) {
 	w := newStallWatch(3*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &publisher.LastFailure{})
 	now := time.Unix(1_700_000_000, 0)
 	for i := 0; i <= 3; i++ {
-		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.Stats{Held: 10000, Acked: 52000})
+		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Held: 10000, Acked: 52000})
 	}
 	if testutil.ToFloat64(m.Stalled) != 1 {
 		t.Fatalf("held acknowledgements with no progress for the timeout: no stall reported (logs %s)", logs.String())

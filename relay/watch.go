@@ -118,7 +118,7 @@ func (r *Relay) observe(ctx context.Context) {
 		if r.streaming.Load() {
 			r.stalls.observe(time.Now(), s)
 		} else {
-			r.stalls.observe(time.Now(), checkpoint.Stats{})
+			r.stalls.observe(time.Now(), checkpoint.WindowStats{})
 		}
 		r.m.InflightEvents.Set(float64(s.Events))
 		r.m.InflightBytes.Set(float64(s.Bytes))
