@@ -152,8 +152,8 @@ func (f ackFunc) Ack(n int) { f(n) }
 
 // testEvent returns an event of aggregate (typ, id); its topic is typ
 // under the tests' template.
-func testEvent(typ, id, eventID string) *replication.Event {
-	return &replication.Event{Row: record.Row{EventID: eventID, AggregateType: typ, AggregateID: id, EventType: "t", Payload: []byte("{}")}}
+func testEvent(typ, id, eventID string) *replication.WALEvent {
+	return &replication.WALEvent{Row: record.Row{EventID: eventID, AggregateType: typ, AggregateID: id, EventType: "t", Payload: []byte("{}")}}
 }
 
 // keyMoving returns an aggregate id that murmur2 puts on partition from
@@ -199,7 +199,7 @@ func BenchmarkPublish(b *testing.B) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("bench", 6)
 	p, _ := startPublisher(b, Config{}, slog.New(slog.DiscardHandler), c)
-	events := make([]*replication.Event, 1000)
+	events := make([]*replication.WALEvent, 1000)
 	for i := range events {
 		events[i] = testEvent("bench", fmt.Sprintf("agg-%d", i), fmt.Sprintf("e-%d", i))
 	}

@@ -205,7 +205,7 @@ func (t *transactions) release(r *txnRange) {
 
 // writePosition produces the position record of a range ending with last
 // into the open transaction, retrying like a lane.
-func (t *transactions) writePosition(last *replication.Event) error {
+func (t *transactions) writePosition(last *replication.WALEvent) error {
 	p := t.p
 	msg := &kafka.Message{Key: t.cfg.PositionKey, Value: t.cfg.Position(last, t.positionsCount), Time: time.Now()}
 	var buf []byte

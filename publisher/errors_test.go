@@ -204,7 +204,7 @@ func laneOver(t *testing.T, f *producetest.Broker, unknownTopicTimeout time.Dura
 }
 
 func testRecord() *outgoing {
-	ev := &replication.Event{Row: record.Row{EventID: "e1", AggregateID: "a1", EventType: "created"}}
+	ev := &replication.WALEvent{Row: record.Row{EventID: "e1", AggregateID: "a1", EventType: "created"}}
 	return &outgoing{ev: ev, msg: kafka.Message{Topic: "t", Key: []byte("a1"), Value: []byte("{}")}, size: 10}
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
-func formatEvent() *replication.Event {
-	return &replication.Event{
+func formatEvent() *replication.WALEvent {
+	return &replication.WALEvent{
 		Row: record.Row{EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", AggregateVersion: "7", EventType: "order.confirmed", SchemaVersion: "2", Payload: []byte(`{"a": 1, "b": null}`), Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`), CommitTime: time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.FixedZone("x", 3600))},
 	}
 }
@@ -71,7 +71,7 @@ func TestInvalidRecordConfigFailsPublish(t *testing.T) {
 // each format (Publisher.message: checks, dispatch, the record). The
 // native format allocates what its encoder does (one header slice).
 func BenchmarkMessage(b *testing.B) {
-	ev := &replication.Event{
+	ev := &replication.WALEvent{
 		Row: record.Row{EventID: "0190a1b2-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "ord-000001", AggregateVersion: "3", EventType: "order.confirmed", SchemaVersion: "1", Payload: []byte(`{"id": 1, "items": [{"sku": "a-1", "qty": 2, "price": 9.99}], "note": null, "total": 19.98}`), Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`)},
 	}
 	for _, c := range []struct {
@@ -101,11 +101,11 @@ func BenchmarkMessage(b *testing.B) {
 // then the size).
 func TestMessageReasons(t *testing.T) {
 	p := encoderPublisher(t, record.Config{}, 1<<10)
-	for reason, edit := range map[string]func(*replication.Event){
-		"invalid_row":        func(ev *replication.Event) { ev.Invalid = `column "event_type" is NULL` },
-		"empty_aggregate_id": func(ev *replication.Event) { ev.AggregateID = "" },
-		"invalid_headers":    func(ev *replication.Event) { ev.Headers = []byte(`[1]`) },
-		"message_too_large":  func(ev *replication.Event) { ev.Payload = make([]byte, 2<<10) },
+	for reason, edit := range map[string]func(*replication.WALEvent){
+		"invalid_row":        func(ev *replication.WALEvent) { ev.Invalid = `column "event_type" is NULL` },
+		"empty_aggregate_id": func(ev *replication.WALEvent) { ev.AggregateID = "" },
+		"invalid_headers":    func(ev *replication.WALEvent) { ev.Headers = []byte(`[1]`) },
+		"message_too_large":  func(ev *replication.WALEvent) { ev.Payload = make([]byte, 2<<10) },
 	} {
 		ev := formatEvent()
 		edit(ev)
@@ -150,7 +150,7 @@ func FuzzMessageSize(f *testing.F) {
 	f.Add("e", "t", "a", "1", "e", "1", []byte{0, 0xff}, []byte(`{"x": "y"}`))
 	f.Add("e", "t", "a", "1", "e", "1", bytes.Repeat([]byte("p"), 300), []byte(`{"`+string(bytes.Repeat([]byte("k"), 200))+`": "v"}`))
 	f.Fuzz(func(t *testing.T, eventID, aggType, aggID, aggVersion, eventType, schemaVersion string, payload, headers []byte) {
-		ev := &replication.Event{
+		ev := &replication.WALEvent{
 			Row: record.Row{EventID: eventID, AggregateType: aggType, AggregateID: aggID, AggregateVersion: aggVersion, EventType: eventType, SchemaVersion: schemaVersion, Payload: payload, Headers: headers, CommitTime: time.Unix(1700000000, 123000)},
 		}
 		for _, rc := range []record.Config{{}, {Format: record.FormatDebezium, DebeziumExpandJSON: true},

@@ -58,14 +58,14 @@ type DeadLetters interface {
 	// Quarantines reports, from memory and without waiting, whether ev's
 	// aggregate is quarantined. Events it reports go to Hold off the
 	// replication goroutine.
-	Quarantines(ev *replication.Event) bool
+	Quarantines(ev *replication.WALEvent) bool
 	// Hold parks ev if its aggregate is quarantined before it and
 	// reports whether ev is taken care of. It may wait for an operator's
 	// dlq retry of the aggregate.
-	Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error)
+	Hold(ctx context.Context, ev *replication.WALEvent, topic string) (bool, error)
 	// Poison dead-letters ev and quarantines its aggregate; an error
 	// (such as the halt policy's) stops the relay.
-	Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error
+	Poison(ctx context.Context, ev *replication.WALEvent, topic, class, reason string) error
 }
 
 // Metrics receives the publisher's measurements. The relay implements it
@@ -112,7 +112,7 @@ func (nopMetrics) ProducerFenced()                                        {}
 
 // outgoing is one event on its way to Kafka.
 type outgoing struct {
-	ev     *replication.Event
+	ev     *replication.WALEvent
 	msg    kafka.Message
 	size   int
 	ack    Acker
@@ -238,7 +238,7 @@ func (p *Publisher) Fatal() <-chan error { return p.fatal }
 // aggregate goes to the quarantine, which parks it without making the
 // replication goroutine wait for the aggregate's lock. The error is for
 // failures the relay must stop on.
-func (p *Publisher) Publish(ctx context.Context, ev *replication.Event, ack Acker) error {
+func (p *Publisher) Publish(ctx context.Context, ev *replication.WALEvent, ack Acker) error {
 	if p.cfgErr != nil {
 		return p.cfgErr
 	}
@@ -318,7 +318,7 @@ func (p *Publisher) retired(r *router) {
 // message builds ev's record on topic (record.Encoder.Encode) and checks
 // its size. An error is an *EventError, with the reason of the dead
 // letter and of the publish_errors metric.
-func (p *Publisher) message(topic string, ev *replication.Event) (kafka.Message, string, error) {
+func (p *Publisher) message(topic string, ev *replication.WALEvent) (kafka.Message, string, error) {
 	msg, err := p.enc.Encode(topic, &ev.Row)
 	if err != nil {
 		var ee *record.EncodeError
@@ -354,7 +354,7 @@ func (p *Publisher) reservedTopic(topic string) string {
 }
 
 // poison hands ev to DeadLetters, or fails without one.
-func (p *Publisher) poison(ctx context.Context, ev *replication.Event, topic, reason string, cause error, ack Acker) error {
+func (p *Publisher) poison(ctx context.Context, ev *replication.WALEvent, topic, reason string, cause error, ack Acker) error {
 	p.m.PublishError(reason, string(Permanent))
 	q := p.cfg.DeadLetters
 	if q == nil {

@@ -37,7 +37,9 @@ type quarantine struct {
 // aggregateKey identifies an aggregate: order is promised per aggregate.
 type aggregateKey struct{ typ, id string }
 
-func keyOf(ev *replication.Event) aggregateKey { return aggregateKey{ev.AggregateType, ev.AggregateID} }
+func keyOf(ev *replication.WALEvent) aggregateKey {
+	return aggregateKey{ev.AggregateType, ev.AggregateID}
+}
 
 func newQuarantine(p *Publisher) *quarantine {
 	return &quarantine{p: p, q: newQueue(), pending: map[aggregateKey]int{}}

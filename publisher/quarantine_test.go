@@ -20,13 +20,13 @@ type lockedQuarantine struct {
 	lifted  bool
 }
 
-func (q *lockedQuarantine) Quarantines(ev *replication.Event) bool {
+func (q *lockedQuarantine) Quarantines(ev *replication.WALEvent) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return ev.AggregateID == "x" && !q.lifted
 }
 
-func (q *lockedQuarantine) Hold(ctx context.Context, ev *replication.Event, _ string) (bool, error) {
+func (q *lockedQuarantine) Hold(ctx context.Context, ev *replication.WALEvent, _ string) (bool, error) {
 	if ev.AggregateID != "x" {
 		return false, nil
 	}
@@ -41,7 +41,7 @@ func (q *lockedQuarantine) Hold(ctx context.Context, ev *replication.Event, _ st
 	return false, nil
 }
 
-func (q *lockedQuarantine) Poison(context.Context, *replication.Event, string, string, string) error {
+func (q *lockedQuarantine) Poison(context.Context, *replication.WALEvent, string, string, string) error {
 	return nil
 }
 
@@ -66,12 +66,12 @@ func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	// A router without its goroutine: what is queued stays for inspection.
 	r := &router{p: p, topic: "t", q: newQueue(), lanes: map[int]*lane{}}
 	p.routers["t"] = r
-	ev := func(id, agg string) *replication.Event {
-		return &replication.Event{
+	ev := func(id, agg string) *replication.WALEvent {
+		return &replication.WALEvent{
 			Row: record.Row{EventID: id, AggregateType: "a", AggregateID: agg, EventType: "e", AggregateVersion: "1", SchemaVersion: "1", Payload: []byte(`{}`)},
 		}
 	}
-	publish := func(e *replication.Event) {
+	publish := func(e *replication.WALEvent) {
 		t.Helper()
 		done := make(chan error, 1)
 		go func() { done <- p.Publish(context.Background(), e, nopAck{}) }()

@@ -40,7 +40,7 @@ func NewSyncWriter(cfg Config) *SyncWriter {
 
 // Write publishes ev, retrying transient failures a few times. The error
 // of a failed write says whether it is permanent.
-func (s *SyncWriter) Write(ctx context.Context, ev *replication.Event) error {
+func (s *SyncWriter) Write(ctx context.Context, ev *replication.WALEvent) error {
 	enc, err := record.NewEncoder(s.cfg.Record)
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ type TransactionConfig struct {
 	// count the record is written under (its partition is the key's among
 	// them), which a reader compares with the count it sees: partitions
 	// added since move the key, so newer records may be in another one.
-	Position func(last *replication.Event, partitions int) []byte
+	Position func(last *replication.WALEvent, partitions int) []byte
 }
 
 // TransactionError is a failure of the publisher's Kafka transaction.

@@ -206,7 +206,7 @@ func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publ
 	c.setPartitions("pos", 1)
 	cfg := Config{Transactions: &TransactionConfig{
 		ID: "tid", Interval: interval, PositionsTopic: "pos", PositionKey: []byte("slot"),
-		Position: func(last *replication.Event, _ int) []byte { return []byte(last.EventID) },
+		Position: func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) },
 	}}
 	p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
 	if err := p.Begin(context.Background()); err != nil {

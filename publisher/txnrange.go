@@ -25,7 +25,7 @@ type txnRange struct {
 	bytes    int
 	began    time.Time
 	// last is its last event in stream order: the position it commits.
-	last *replication.Event
+	last *replication.WALEvent
 	// acks are its events' Ackers, called once the transaction commits.
 	acks []deferredAck
 	// waiting holds its records that reached enqueue while the previous

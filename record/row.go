@@ -3,7 +3,7 @@ package record
 import "time"
 
 // Row is an outbox row as a record is made of it, whoever read it: the
-// relay from the WAL (replication.Event carries one), a back-fill or a
+// relay from the WAL (replication.WALEvent carries one), a back-fill or a
 // replay from the table, dead letters from their own table. It holds the
 // columns as text, as PostgreSQL renders them, so a record carries them
 // verbatim, and it knows nothing of where it was read: record, and with

@@ -274,7 +274,7 @@ type WindowConfig struct {
 	MaxBytes  int64
 	// StallTimeout is how long events may wait in flight with no
 	// acknowledgement before the relay reports a stall (logged, the
-	// outbox_relay_stalled gauge, Health not ready); negative never
+	// outbox_relay_stalled gauge, Readiness not ready); negative never
 	// reports one.
 	StallTimeout time.Duration
 }

@@ -60,7 +60,7 @@
 // named by its Go path ("Publish.MaxBatch").
 //
 // Every message of the relay and of the packages under it - errors, log
-// records, Health's Reason, the metrics' help, the fixes it suggests -
+// records, Readiness's Reason, the metrics' help, the fixes it suggests -
 // names what to change the same way: "record of 2000000 bytes exceeds
 // Publish.MaxBatchBytes 921600", "no acknowledgement for
 // Window.StallTimeout". What is inside Kafka.TLS and Kafka.SASL is named
@@ -87,7 +87,7 @@
 //
 // # Observability
 //
-// Handler serves /healthz (liveness), /readyz (Health as JSON: 200 when
+// Handler serves /healthz (liveness), /readyz (Readiness as JSON: 200 when
 // ready) and /metrics (the outbox_relay_* series; see WithMetrics).
 // Logs go to the slog.Logger of WithLogger, with a stage attribute on
 // every record and event_id, aggregate_id and event_type for an event;

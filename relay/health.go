@@ -8,8 +8,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 )
 
-// Health is the relay's readiness, as /readyz reports it.
-type Health struct {
+// Readiness is the relay's readiness, as /readyz reports it.
+type Readiness struct {
 	// Status is "ready" or "not_ready".
 	Status string
 	// Role is "leader", "standby", "connecting" (no working lock
@@ -28,15 +28,21 @@ type Health struct {
 	LastContact time.Time
 }
 
-// Health reports readiness: ready is a leader whose replication stream
+// Readiness reports readiness: ready is a leader whose replication stream
 // runs, or a standby whose lock connection answered within Leader.Timeout
 // (it can take over). Anything else - starting up, a leader waiting for
 // the slot or reconnecting, a leader whose delivery stalled, a standby cut
 // off from PostgreSQL - is not ready.
-func (r *Relay) Health() Health { return r.readiness(time.Now()) }
+func (r *Relay) Readiness() Readiness { return r.readiness(time.Now()) }
 
-func (r *Relay) readiness(now time.Time) Health {
-	h := Health{Status: "not_ready", Streaming: r.streaming.Load()}
+// Health is Readiness.
+//
+// Deprecated: use Readiness (outbox.Health is the producer's back-pressure
+// reading, a different thing).
+func (r *Relay) Health() Readiness { return r.Readiness() }
+
+func (r *Relay) readiness(now time.Time) Readiness {
+	h := Readiness{Status: "not_ready", Streaming: r.streaming.Load()}
 	if why := r.stopped.Load(); why != nil {
 		h.Role, h.Reason = "stopped", *why
 		return h
@@ -71,7 +77,7 @@ func (r *Relay) readiness(now time.Time) Health {
 //     does not depend on PostgreSQL or Kafka, so an outage never gets a
 //     healthy relay restarted (which would not help and loses its
 //     in-flight window).
-//   - /readyz, the readiness probe: Health as JSON, 200 when ready and 503
+//   - /readyz, the readiness probe: Readiness as JSON, 200 when ready and 503
 //     otherwise.
 //   - /metrics, the outbox_relay_* series in the Prometheus exposition
 //     format (see WithMetrics).
@@ -106,7 +112,7 @@ type healthBody struct {
 	Stalled            bool     `json:"stalled,omitempty"`
 }
 
-func bodyOf(h Health, now time.Time) healthBody {
+func bodyOf(h Readiness, now time.Time) healthBody {
 	b := healthBody{Status: h.Status, Role: h.Role, Streaming: h.Streaming, Reason: h.Reason, Stalled: h.Stalled}
 	if !h.LastContact.IsZero() {
 		age := now.Sub(h.LastContact).Seconds()

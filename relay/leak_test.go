@@ -65,7 +65,7 @@ func TestRunWaitsForItsLoops(t *testing.T) {
 			}
 			written += 10
 			if !waitFor(20*time.Second, func() bool { return published(r) >= 10 }) {
-				t.Fatalf("published %v events within 20s: %+v", published(r), r.Health())
+				t.Fatalf("published %v events within 20s: %+v", published(r), r.Readiness())
 			}
 			// A few heartbeats, cleanup runs, scrapes and saves before the stop.
 			// wall-clock: the loops work against the real servers and report no rounds to wait on.

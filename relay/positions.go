@@ -72,7 +72,7 @@ func (r *Relay) transactionConfig(id checkpoint.Identity, src Source) *publisher
 		// Half the window each: the next range fills while one commits.
 		MaxEvents: max(r.cfg.Window.MaxEvents/2, 1), MaxBytes: int(max(r.cfg.Window.MaxBytes/2, 1)),
 		PositionsTopic: p.PositionsTopic, PositionKey: []byte(src.PositionKey()),
-		Position: func(last *replication.Event, partitions int) []byte {
+		Position: func(last *replication.WALEvent, partitions int) []byte {
 			v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: src.Slot, SystemID: id.SystemID, Timeline: id.Timeline,
 				CommitLSN: last.TxLSN.String(), Events: last.Ordinal + 1, EventID: last.EventID, CommittedAt: time.Now().UTC(),
 				Partitions: partitions})

@@ -35,7 +35,7 @@ type Relay struct {
 	gatherer prometheus.Gatherer
 	elector  *leader.Elector
 	running  atomic.Bool
-	// stopped is why Run returned ("" while it runs or before): Health
+	// stopped is why Run returned ("" while it runs or before): Readiness
 	// reports it instead of the last role.
 	stopped atomic.Pointer[string]
 
@@ -52,7 +52,7 @@ type Relay struct {
 	// loops are the background loops Run and lead start and wait for
 	// (services.go).
 	loops services
-	// streaming is true while a replication stream runs (Health).
+	// streaming is true while a replication stream runs (Readiness).
 	streaming atomic.Bool
 	// decoded is the highest position handed to the publisher (redelivery.go).
 	decoded decodedMark

@@ -59,7 +59,7 @@ func TestFailoverInProcess(t *testing.T) {
 	defer stops[1]()
 	leader := func() int {
 		for i, r := range relays {
-			if h := r.Health(); h.Role == "leader" && h.Streaming {
+			if h := r.Readiness(); h.Role == "leader" && h.Streaming {
 				return i
 			}
 		}
@@ -78,7 +78,7 @@ func TestFailoverInProcess(t *testing.T) {
 		t.Fatalf("relay %d: Run: %v", first, err)
 	}
 	if !waitFor(20*time.Second, func() bool { return leader() == 1-first }) {
-		t.Fatalf("relay %d did not take over within 20s: %+v", 1-first, relays[1-first].Health())
+		t.Fatalf("relay %d did not take over within 20s: %+v", 1-first, relays[1-first].Readiness())
 	}
 	if err := <-written; err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestHealthAfterRunReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := r.Health(); h.Role == "stopped" {
+	if h := r.Readiness(); h.Role == "stopped" {
 		t.Fatalf("Health before Run = %+v", h)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -273,7 +273,7 @@ func TestHealthAfterRunReturns(t *testing.T) {
 	if runErr == nil {
 		t.Fatal("Run against a closed port returned nil")
 	}
-	h := r.Health()
+	h := r.Readiness()
 	if h.Status != "not_ready" || h.Role != "stopped" || !strings.Contains(h.Reason, runErr.Error()) {
 		t.Fatalf("Health after Run failed with %v = %+v, want not_ready, role stopped and the error", runErr, h)
 	}

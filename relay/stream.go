@@ -251,7 +251,7 @@ func (s *sink) Begin(b replication.Begin) error {
 	return nil
 }
 
-func (s *sink) Insert(ev *replication.Event) error {
+func (s *sink) Insert(ev *replication.WALEvent) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
 	if s.skipped(ev.Ordinal) {

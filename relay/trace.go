@@ -77,7 +77,7 @@ func (r *Relay) publishSpans() *publishSpans {
 // the publisher acknowledges ev, then acknowledges through ack. An event
 // the sampler drops gets ack itself back: no span, no wrapper, and no
 // topic rendered.
-func (p *publishSpans) start(ev *replication.Event, ack publisher.Acker) publisher.Acker {
+func (p *publishSpans) start(ev *replication.WALEvent, ack publisher.Acker) publisher.Acker {
 	_, span := p.tracer.Start(p.producer(ev), "publish", producerKind...)
 	if !span.IsRecording() {
 		span.End()
@@ -100,7 +100,7 @@ func (p *publishSpans) start(ev *replication.Event, ack publisher.Acker) publish
 // producer returns a context carrying the producer's span context from
 // ev's headers (raw JSON), or Background. Headers that cannot hold one of
 // the propagator's fields are not looked into.
-func (p *publishSpans) producer(ev *replication.Event) context.Context {
+func (p *publishSpans) producer(ev *replication.WALEvent) context.Context {
 	ctx := context.Background()
 	h := ev.Headers
 	if len(h) == 0 {

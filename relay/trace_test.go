@@ -33,8 +33,8 @@ func tracedRelay(t testing.TB, tp trace.TracerProvider) *Relay {
 	return &Relay{opts: options{tracerProvider: tp}, c: compiled{template: tmpl}}
 }
 
-func spanEvent(headers string) *replication.Event {
-	ev := &replication.Event{Row: record.Row{EventID: "0190a0b0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", EventType: "order.paid"}}
+func spanEvent(headers string) *replication.WALEvent {
+	ev := &replication.WALEvent{Row: record.Row{EventID: "0190a0b0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "o-1", EventType: "order.paid"}}
 	if headers != "" {
 		ev.Headers = []byte(headers)
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // BenchmarkDecodeInsert measures decoding one outbox INSERT (~300-byte
-// payload) into an Event, the per-row work of the stream.
+// payload) into a WALEvent, the per-row work of the stream.
 func BenchmarkDecodeInsert(b *testing.B) {
 	sink := &countSink{}
 	st := newTestStream(sink)
@@ -31,6 +31,6 @@ func BenchmarkDecodeInsert(b *testing.B) {
 
 type countSink struct{ n int }
 
-func (c *countSink) Begin(Begin) error      { return nil }
-func (c *countSink) Insert(ev *Event) error { c.n++; return nil }
-func (c *countSink) Commit(Commit) error    { return nil }
+func (c *countSink) Begin(Begin) error         { return nil }
+func (c *countSink) Insert(ev *WALEvent) error { c.n++; return nil }
+func (c *countSink) Commit(Commit) error       { return nil }

@@ -11,12 +11,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
-// Event is one outbox row decoded from the WAL. It owns its memory: the
+// WALEvent is one outbox row decoded from the WAL. It owns its memory: the
 // stream's receive buffer is reused, so every field is copied once into a
 // single allocation per event.
-type Event struct {
+type WALEvent struct {
 	// Row is the row's columns and commit time, what a record is made
-	// of (record.Row: its fields are the Event's).
+	// of (record.Row: its fields are the WALEvent's).
 	record.Row
 
 	// LSN is the WAL position of the INSERT.
@@ -30,7 +30,7 @@ type Event struct {
 	Ordinal int
 }
 
-// InvalidNullPayload is record.InvalidNullPayload, Event.Invalid of a row
+// InvalidNullPayload is record.InvalidNullPayload, WALEvent.Invalid of a row
 // whose payload is NULL and whose other columns are all valid.
 const InvalidNullPayload = record.InvalidNullPayload
 
@@ -41,7 +41,7 @@ type Position struct {
 }
 
 // Pos returns the event's position.
-func (e *Event) Pos() Position { return Position{e.TxLSN, e.Ordinal} }
+func (e *WALEvent) Pos() Position { return Position{e.TxLSN, e.Ordinal} }
 
 // Before reports whether p comes before q in commit order.
 func (p Position) Before(q Position) bool {
@@ -49,7 +49,7 @@ func (p Position) Before(q Position) bool {
 }
 
 // Size is the event's accounted size in the in-flight window.
-func (e *Event) Size() int {
+func (e *WALEvent) Size() int {
 	return len(e.EventID) + len(e.AggregateType) + len(e.AggregateID) + len(e.AggregateVersion) +
 		len(e.EventType) + len(e.SchemaVersion) + len(e.Payload) + len(e.Headers)
 }
@@ -71,16 +71,16 @@ func (e *RowError) Error() string {
 	return fmt.Sprintf("outbox row at LSN %s (event_id %s): column %q: %s", e.LSN, id, e.Column, e.Reason)
 }
 
-// decodeEvent maps an insert's tuple to an Event through rel's column
+// decodeEvent maps an insert's tuple to a WALEvent through rel's column
 // positions, which come from the Relation message by name. A value that
 // cannot be mapped (a NULL in a required column, undecodable bytea) does
 // not stop the stream: the event is returned with Invalid set, so the
 // relay can dead-letter it with everything else the row held.
-func decodeEvent(rel *relation, cols []tupleColumn, lsn pglogrepl.LSN, commit time.Time) (*Event, error) {
+func decodeEvent(rel *relation, cols []tupleColumn, lsn pglogrepl.LSN, commit time.Time) (*WALEvent, error) {
 	if len(cols) != rel.numColumns {
 		return nil, &RowError{LSN: lsn, Column: "*", Reason: fmt.Sprintf("tuple has %d columns, relation %d", len(cols), rel.numColumns)}
 	}
-	ev := &Event{Row: record.Row{CommitTime: commit}, LSN: lsn}
+	ev := &WALEvent{Row: record.Row{CommitTime: commit}, LSN: lsn}
 	// One buffer for every field; bytea payloads shrink by half when
 	// hex-decoded, so the text length is an upper bound.
 	total := 0

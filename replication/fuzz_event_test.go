@@ -235,7 +235,7 @@ func modelEvent(cols []testCol, pos [numRoles]int, values []fuzzValue) eventMode
 	return m
 }
 
-func eventFields(ev *Event) [6]string {
+func eventFields(ev *WALEvent) [6]string {
 	return [6]string{ev.EventID, ev.AggregateType, ev.AggregateID, ev.AggregateVersion, ev.EventType, ev.SchemaVersion}
 }
 

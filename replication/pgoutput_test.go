@@ -68,13 +68,13 @@ func commitBytes(commit, end uint64) []byte {
 // recSink records what the stream decodes.
 type recSink struct {
 	begins  []Begin
-	events  []*Event
+	events  []*WALEvent
 	commits []Commit
 }
 
-func (r *recSink) Begin(b Begin) error    { r.begins = append(r.begins, b); return nil }
-func (r *recSink) Insert(ev *Event) error { r.events = append(r.events, ev); return nil }
-func (r *recSink) Commit(c Commit) error  { r.commits = append(r.commits, c); return nil }
+func (r *recSink) Begin(b Begin) error       { r.begins = append(r.begins, b); return nil }
+func (r *recSink) Insert(ev *WALEvent) error { r.events = append(r.events, ev); return nil }
+func (r *recSink) Commit(c Commit) error     { r.commits = append(r.commits, c); return nil }
 func newTestStream(sink Sink) *Stream {
 	return NewStream(nil, Config{Namespace: "public", Table: "outbox"}, sink, nil, nopLogger())
 }

@@ -86,7 +86,7 @@ type Commit struct {
 // stream's goroutine; an error stops the stream.
 type Sink interface {
 	Begin(b Begin) error
-	Insert(ev *Event) error
+	Insert(ev *WALEvent) error
 	Commit(c Commit) error
 }
 

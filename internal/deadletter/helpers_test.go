@@ -68,8 +68,8 @@ func (r errRow) Scan(...any) error { return r.err }
 var testTable = migrations.Table{Schema: "public", Name: "outbox"}
 
 // event returns a complete event of aggregate typ/agg at position lsn/ord.
-func event(id, typ, agg string, lsn pglogrepl.LSN, ord int) *replication.Event {
-	return &replication.Event{
+func event(id, typ, agg string, lsn pglogrepl.LSN, ord int) *replication.WALEvent {
+	return &replication.WALEvent{
 		Row:     record.Row{EventID: id, AggregateType: typ, AggregateID: agg, AggregateVersion: "7", EventType: "created", SchemaVersion: "2", Payload: []byte(`{"id":"` + id + `"}`), Headers: []byte(`{"trace":"t-` + id + `"}`), CommitTime: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)},
 		TxLSN:   lsn,
 		Ordinal: ord,
@@ -177,7 +177,7 @@ func (e *dbEnv) quarantine(t *testing.T, p poison.Policy) *Queue {
 }
 
 // mustPoison dead-letters ev through q, failing the test on error.
-func mustPoison(t *testing.T, q *Queue, ev *replication.Event) {
+func mustPoison(t *testing.T, q *Queue, ev *replication.WALEvent) {
 	t.Helper()
 	if err := q.Poison(context.Background(), ev, "orders", "permanent", "message too large"); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func mustPoison(t *testing.T, q *Queue, ev *replication.Event) {
 }
 
 // hold calls q.Hold, failing the test on error.
-func hold(t *testing.T, q *Queue, ev *replication.Event) bool {
+func hold(t *testing.T, q *Queue, ev *replication.WALEvent) bool {
 	t.Helper()
 	held, err := q.Hold(context.Background(), ev, "orders")
 	if err != nil {
@@ -205,11 +205,11 @@ func ids(entries []Entry) []string {
 
 // recWriter records what it publishes and fails the events in fail.
 type recWriter struct {
-	got  []*replication.Event
+	got  []*replication.WALEvent
 	fail map[string]error
 }
 
-func (w *recWriter) Write(_ context.Context, ev *replication.Event) error {
+func (w *recWriter) Write(_ context.Context, ev *replication.WALEvent) error {
 	if err := w.fail[ev.EventID]; err != nil {
 		return err
 	}

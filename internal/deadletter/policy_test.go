@@ -39,7 +39,7 @@ func TestHoldDecidedInMemory(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name string
-		ev   *replication.Event
+		ev   *replication.WALEvent
 		want bool
 	}{
 		{"another aggregate", event("a", "order", "10", 0x600, 0), false},

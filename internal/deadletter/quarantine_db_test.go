@@ -24,7 +24,7 @@ func TestDBQuarantineParksLaterEvents(t *testing.T) {
 	mustPoison(t, q, event("p", "order", "9", 0x500, 1)) // redelivered before the slot moved past it
 
 	cases := []struct {
-		ev   *replication.Event
+		ev   *replication.WALEvent
 		held bool
 		row  string
 	}{
@@ -173,7 +173,7 @@ type gateWriter struct {
 	got     []string
 }
 
-func (w *gateWriter) Write(ctx context.Context, ev *replication.Event) error {
+func (w *gateWriter) Write(ctx context.Context, ev *replication.WALEvent) error {
 	if w.started != nil {
 		close(w.started)
 		w.started = nil
@@ -274,7 +274,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 	a := event("a", "order", "9", 0x500, 1)
 	b := event("b", "order", "9", 0x600, 0)
 	mustPoison(t, q, p)
-	for _, ev := range []*replication.Event{a, b} {
+	for _, ev := range []*replication.WALEvent{a, b} {
 		if !hold(t, q, ev) {
 			t.Fatalf("%s not parked", ev.EventID)
 		}
@@ -286,7 +286,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 
 	// The retry ran while the quarantine was in memory: the stream comes
 	// back to p, a and b (the range was aborted), then to a new event.
-	for _, ev := range []*replication.Event{p, a, b} {
+	for _, ev := range []*replication.WALEvent{p, a, b} {
 		if !hold(t, q, ev) {
 			t.Errorf("redelivered %s after the retry: published again", ev.EventID)
 		}
@@ -302,7 +302,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 	if err := q2.Reload(e.ctx, 0x500); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range []*replication.Event{p, a, b} {
+	for _, ev := range []*replication.WALEvent{p, a, b} {
 		if !q2.Quarantines(ev) || !hold(t, q2, ev) {
 			t.Errorf("redelivered %s after a restart: published again", ev.EventID)
 		}
@@ -335,7 +335,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 	if err := q4.Reload(e.ctx, 0x800); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range []*replication.Event{d, c} {
+	for _, ev := range []*replication.WALEvent{d, c} {
 		if !q4.Quarantines(ev) || !hold(t, q4, ev) {
 			t.Errorf("redelivered %s after the discard: published", ev.EventID)
 		}

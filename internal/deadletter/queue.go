@@ -96,7 +96,7 @@ func (q *Queue) Quarantined() int {
 // parked, or dead-lettered when it is poison too), which an operator's dlq
 // retry can hold for long, so the caller decides it off the replication
 // goroutine.
-func (q *Queue) Quarantines(ev *replication.Event) bool {
+func (q *Queue) Quarantines(ev *replication.WALEvent) bool {
 	q.mu.Lock()
 	_, ok := q.open[Aggregate{ev.AggregateType, ev.AggregateID}]
 	if !ok && len(q.resolved) > 0 {
@@ -118,7 +118,7 @@ func (q *Queue) Quarantines(ev *replication.Event) bool {
 // duplicate after its successors, and a discarded one would reach
 // consumers against the operator's decision. Hold reports it handled and
 // logs it; its row says what happened to it.
-func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (bool, error) {
+func (q *Queue) Hold(ctx context.Context, ev *replication.WALEvent, topic string) (bool, error) {
 	agg := Aggregate{ev.AggregateType, ev.AggregateID}
 	q.mu.Lock()
 	pos, ok := q.open[agg]
@@ -186,7 +186,7 @@ func (q *Queue) Hold(ctx context.Context, ev *replication.Event, topic string) (
 }
 
 // logResolved reports a redelivered event that an operator resolved.
-func (q *Queue) logResolved(ev *replication.Event, status string) {
+func (q *Queue) logResolved(ev *replication.WALEvent, status string) {
 	q.log.Info("redelivered event already resolved by an operator ("+status+"); not published again (outbox-relay dlq show)",
 		slog.String("stage", "quarantine"), slog.String("event_id", ev.EventID), slog.String("aggregate_id", ev.AggregateID),
 		slog.String("event_type", ev.EventType), slog.String("status", status))
@@ -194,7 +194,7 @@ func (q *Queue) logResolved(ev *replication.Event, status string) {
 
 // Poison writes ev as dead with its reason and quarantines its aggregate.
 // Under poison.Halt it writes nothing and returns a *poison.HaltError.
-func (q *Queue) Poison(ctx context.Context, ev *replication.Event, topic, class, reason string) error {
+func (q *Queue) Poison(ctx context.Context, ev *replication.WALEvent, topic, class, reason string) error {
 	if q.policy == poison.Halt {
 		return &poison.HaltError{EventID: ev.EventID, AggregateID: ev.AggregateID, Reason: reason, Held: "the slot position"}
 	}

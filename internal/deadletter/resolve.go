@@ -14,7 +14,7 @@ import (
 
 // Writer publishes one event synchronously (publisher.SyncWriter).
 type Writer interface {
-	Write(ctx context.Context, ev *replication.Event) error
+	Write(ctx context.Context, ev *replication.WALEvent) error
 }
 
 // Outcome is what happened to one entry during a retry.
@@ -156,8 +156,8 @@ func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, first func
 }
 
 // event rebuilds the event an entry holds.
-func (e Entry) event() *replication.Event {
-	ev := &replication.Event{
+func (e Entry) event() *replication.WALEvent {
+	ev := &replication.WALEvent{
 		Row:     record.Row{EventID: e.EventID, AggregateType: e.Aggregate.Type, AggregateID: e.Aggregate.ID, EventType: e.EventType, Payload: e.Payload, CommitTime: e.CommitTime},
 		TxLSN:   e.Pos.TxLSN,
 		Ordinal: e.Pos.Ordinal,

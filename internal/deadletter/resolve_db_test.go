@@ -19,7 +19,7 @@ func quarantined(t *testing.T, e *dbEnv) *Queue {
 	mustPoison(t, q, event("x", "order", "10", 0x400, 0))
 	// Parked in arrival order, not commit order: a retry must follow
 	// commit order.
-	for _, ev := range []*replication.Event{event("q2", "order", "9", 0x700, 0), event("q1", "order", "9", 0x600, 0)} {
+	for _, ev := range []*replication.WALEvent{event("q2", "order", "9", 0x700, 0), event("q1", "order", "9", 0x600, 0)} {
 		if !hold(t, q, ev) {
 			t.Fatalf("%s not parked", ev.EventID)
 		}

@@ -93,7 +93,7 @@ const lockKey = `hashtextextended($1 || '/' || $2 || '/' || $3, 0)`
 
 // insert writes ev with status in tx. A row for the same event (a
 // redelivery) is left as it is.
-func (s *Store) insert(ctx context.Context, tx pgx.Tx, ev *replication.Event, topic, status, class, reason string) error {
+func (s *Store) insert(ctx context.Context, tx pgx.Tx, ev *replication.WALEvent, topic, status, class, reason string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (outbox_table, event_id, aggregate_type, aggregate_id,
 			aggregate_version, event_type, schema_version, payload, headers, topic, tx_lsn, tx_ordinal,
 			commit_time, status, reason, class, system_identifier)
@@ -111,7 +111,7 @@ func (s *Store) insert(ctx context.Context, tx pgx.Tx, ev *replication.Event, to
 // eventKey is the row key of ev; an event without an id (impossible with
 // the default primary key, possible with a user's table) is keyed by its
 // position.
-func eventKey(ev *replication.Event) string {
+func eventKey(ev *replication.WALEvent) string {
 	if ev.EventID != "" {
 		return ev.EventID
 	}

@@ -74,7 +74,7 @@ func TestDBPoisonKeepsTheEvent(t *testing.T) {
 func TestDBPoisonInvalidEvent(t *testing.T) {
 	e := newDBEnv(t)
 	q := e.quarantine(t, poison.Quarantine)
-	ev := &replication.Event{
+	ev := &replication.WALEvent{
 		Row:     record.Row{AggregateType: "order", AggregateID: "9", Invalid: `column "aggregate_version" is NULL`},
 		TxLSN:   0x2000,
 		Ordinal: 1,

@@ -17,7 +17,7 @@ type writer struct {
 	written []string
 }
 
-func (w *writer) Write(_ context.Context, ev *replication.Event) error {
+func (w *writer) Write(_ context.Context, ev *replication.WALEvent) error {
 	if w.fail[ev.EventID] {
 		return errors.New("still too large")
 	}

@@ -83,10 +83,10 @@ func (e *dbEnv) source(mark string) *Source {
 }
 
 // scan returns the events of w and checks that Count agrees.
-func (e *dbEnv) scan(t *testing.T, s *Source, w Selection) []*replication.Event {
+func (e *dbEnv) scan(t *testing.T, s *Source, w Selection) []*replication.WALEvent {
 	t.Helper()
-	var out []*replication.Event
-	if err := s.Scan(e.ctx, e.pool, w, func(ev *replication.Event) error {
+	var out []*replication.WALEvent
+	if err := s.Scan(e.ctx, e.pool, w, func(ev *replication.WALEvent) error {
 		out = append(out, ev)
 		return nil
 	}); err != nil {
@@ -102,7 +102,7 @@ func (e *dbEnv) scan(t *testing.T, s *Source, w Selection) []*replication.Event 
 	return out
 }
 
-func eventIDs(evs []*replication.Event) []string {
+func eventIDs(evs []*replication.WALEvent) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.EventID
@@ -111,7 +111,7 @@ func eventIDs(evs []*replication.Event) []string {
 }
 
 // has reports whether evs hold every id of want.
-func has(evs []*replication.Event, want ...string) bool {
+func has(evs []*replication.WALEvent, want ...string) bool {
 	got := eventIDs(evs)
 	for _, id := range want {
 		if !slices.Contains(got, id) {

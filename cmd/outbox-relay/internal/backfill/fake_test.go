@@ -119,7 +119,7 @@ type fakePub struct {
 	fatal chan error
 
 	mu          sync.Mutex
-	got         []*replication.Event
+	got         []*replication.WALEvent
 	pending     []publisher.Acker
 	inflight    int
 	maxInflight int
@@ -139,7 +139,7 @@ func newFakePub() *fakePub {
 
 func (p *fakePub) Fatal() <-chan error { return p.fatal }
 
-func (p *fakePub) Publish(_ context.Context, ev *replication.Event, ack publisher.Acker) error {
+func (p *fakePub) Publish(_ context.Context, ev *replication.WALEvent, ack publisher.Acker) error {
 	if ev.EventID == p.failAt {
 		return errPublish
 	}

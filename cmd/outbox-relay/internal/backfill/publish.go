@@ -14,7 +14,7 @@ import (
 // order of Publish calls per partition, retries transient failures and
 // hands poison events to its quarantine.
 type Publisher interface {
-	Publish(ctx context.Context, ev *replication.Event, ack publisher.Acker) error
+	Publish(ctx context.Context, ev *replication.WALEvent, ack publisher.Acker) error
 	Fatal() <-chan error
 }
 
@@ -92,7 +92,7 @@ func (r *Runner) Run(ctx context.Context, db DB, w Selection, total int64) (Stat
 		}
 		return nil
 	}
-	err := r.Source.Scan(ctx, db, w, func(ev *replication.Event) error {
+	err := r.Source.Scan(ctx, db, w, func(ev *replication.WALEvent) error {
 		if err := wait(window - 1); err != nil {
 			return err
 		}

@@ -179,7 +179,7 @@ func (s *Source) selectSQL(w Selection) (string, []any) {
 
 // Scan calls fn for every row of w in publishing order. The events own
 // their memory.
-func (s *Source) Scan(ctx context.Context, db DB, w Selection, fn func(*replication.Event) error) error {
+func (s *Source) Scan(ctx context.Context, db DB, w Selection, fn func(*replication.WALEvent) error) error {
 	q, args := s.selectSQL(w)
 	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
@@ -194,7 +194,7 @@ func (s *Source) Scan(ctx context.Context, db DB, w Selection, fn func(*replicat
 		if err := rows.Scan(&id, &aggType, &aggID, &aggVersion, &evType, &schemaVersion, &payload, &headers, &commit); err != nil {
 			return fmt.Errorf("read %s: %w", s.Table, err)
 		}
-		ev := &replication.Event{Row: record.Row{Payload: payload}, TxLSN: s.Pos, Ordinal: ordinal}
+		ev := &replication.WALEvent{Row: record.Row{Payload: payload}, TxLSN: s.Pos, Ordinal: ordinal}
 		ordinal++
 		str := func(p *string, col string) string {
 			if p == nil {

@@ -46,7 +46,7 @@ func TestDBScanOrderAndContent(t *testing.T) {
 	if fmt.Sprint(perAgg) != fmt.Sprint(want) {
 		t.Fatalf("versions per aggregate %v, want %v", perAgg, want)
 	}
-	i := slices.IndexFunc(evs, func(ev *replication.Event) bool { return ev.EventID == inv })
+	i := slices.IndexFunc(evs, func(ev *replication.WALEvent) bool { return ev.EventID == inv })
 	ev := evs[i]
 	var created time.Time
 	if err := e.pool.QueryRow(e.ctx, `SELECT created_at FROM `+e.tbl.Quoted()+` WHERE event_id = $1`, inv).Scan(&created); err != nil {
@@ -56,7 +56,7 @@ func TestDBScanOrderAndContent(t *testing.T) {
 		string(ev.Headers) != `{"trace": "t1"}` || !ev.CommitTime.Equal(created) || ev.Invalid != "" {
 		t.Fatalf("event %+v (created_at %v)", ev, created)
 	}
-	if evs[slices.IndexFunc(evs, func(ev *replication.Event) bool { return ev.EventID == ids[key{"A", 1}] })].Headers != nil {
+	if evs[slices.IndexFunc(evs, func(ev *replication.WALEvent) bool { return ev.EventID == ids[key{"A", 1}] })].Headers != nil {
 		t.Fatal("NULL headers without a mark must stay nil")
 	}
 }

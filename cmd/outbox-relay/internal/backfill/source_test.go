@@ -146,9 +146,9 @@ func TestScanRows(t *testing.T) {
 	nullPayload[6], nullPayload[7], nullPayload[8] = nil, nil, nil
 	db := &fakeDB{rows: [][]any{outboxRow("e1", "order", "9", "1"), outboxRow("e2", "order", "9", "2"), nullVersion, nullPayload}}
 	s := &Source{Table: testTable, Schema: fullSchema, Pos: 0xABC}
-	var got []*replication.Event
+	var got []*replication.WALEvent
 	before := time.Now()
-	if err := s.Scan(context.Background(), db, Selection{}, func(ev *replication.Event) error {
+	if err := s.Scan(context.Background(), db, Selection{}, func(ev *replication.WALEvent) error {
 		got = append(got, ev)
 		return nil
 	}); err != nil {
@@ -185,18 +185,18 @@ func TestScanErrors(t *testing.T) {
 		t.Errorf("query error: %v", err)
 	}
 	rows := [][]any{outboxRow("e1", "order", "9", "1"), outboxRow("e2", "order", "9", "2")}
-	if err := s.Scan(ctx, &fakeDB{rows: rows, rowsErr: boom}, Selection{}, func(*replication.Event) error { return nil }); !errors.Is(err, boom) {
+	if err := s.Scan(ctx, &fakeDB{rows: rows, rowsErr: boom}, Selection{}, func(*replication.WALEvent) error { return nil }); !errors.Is(err, boom) {
 		t.Errorf("rows error: %v", err)
 	}
 	// The callback's error stops the scan and is returned as it is.
 	stop := errors.New("stop")
 	n := 0
-	err := s.Scan(ctx, &fakeDB{rows: rows}, Selection{}, func(*replication.Event) error { n++; return stop })
+	err := s.Scan(ctx, &fakeDB{rows: rows}, Selection{}, func(*replication.WALEvent) error { n++; return stop })
 	if err != stop || n != 1 {
 		t.Errorf("callback error: %v after %d events", err, n)
 	}
 	bad := [][]any{{strp("only one column")}}
-	if err := s.Scan(ctx, &fakeDB{rows: bad}, Selection{}, func(*replication.Event) error { return nil }); err == nil {
+	if err := s.Scan(ctx, &fakeDB{rows: bad}, Selection{}, func(*replication.WALEvent) error { return nil }); err == nil {
 		t.Error("a scan error was ignored")
 	}
 }

@@ -58,7 +58,7 @@ func TestEventIDOf(t *testing.T) {
 		}
 	}
 	// Every record format of the relay.
-	ev := &replication.Event{
+	ev := &replication.WALEvent{
 		Row: record.Row{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "e", SchemaVersion: "1", Payload: []byte("{}")},
 	}
 	for _, rc := range []record.Config{{}, {Format: record.FormatDebezium},

@@ -129,7 +129,7 @@ var errStopScan = errors.New("stop scan")
 // list prints the first n events of w, for a dry run.
 func list(ctx context.Context, out io.Writer, src *backfill.Source, db backfill.DB, w backfill.Selection, n int) error {
 	listed := 0
-	err := src.Scan(ctx, db, w, func(ev *replication.Event) error {
+	err := src.Scan(ctx, db, w, func(ev *replication.WALEvent) error {
 		if listed >= n {
 			return errStopScan
 		}

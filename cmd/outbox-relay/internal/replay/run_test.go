@@ -23,11 +23,11 @@ import (
 // recorder is a Publisher that acknowledges every event at once.
 type recorder struct {
 	mu     sync.Mutex
-	events []*replication.Event
+	events []*replication.WALEvent
 	closed bool
 }
 
-func (r *recorder) Publish(_ context.Context, ev *replication.Event, ack publisher.Acker) error {
+func (r *recorder) Publish(_ context.Context, ev *replication.WALEvent, ack publisher.Acker) error {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	r.mu.Unlock()
