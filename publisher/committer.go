@@ -138,8 +138,8 @@ func (t *transactions) partitionsAgain(next *txnRange) []*kafkaproduce.Batch {
 	}
 	var bs []*kafkaproduce.Batch
 	for k := range t.added {
-		if k != t.positions && topics[k.topic] && len(bs) < maxPartitionsAgain {
-			bs = append(bs, &kafkaproduce.Batch{Topic: k.topic, Partition: k.partition})
+		if k != t.positions && topics[k.Topic] && len(bs) < maxPartitionsAgain {
+			bs = append(bs, &kafkaproduce.Batch{Topic: k.Topic, Partition: k.Partition})
 		}
 	}
 	return bs
@@ -158,7 +158,7 @@ func (t *transactions) partitionsAgain(next *txnRange) []*kafkaproduce.Batch {
 // Kafka adds none of the request, so the positions partition is added
 // on its own.
 func (t *transactions) beginNext(again []*kafkaproduce.Batch) {
-	bs := append([]*kafkaproduce.Batch{{Topic: t.positions.topic, Partition: t.positions.partition}}, again...)
+	bs := append([]*kafkaproduce.Batch{{Topic: t.positions.Topic, Partition: t.positions.Partition}}, again...)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
 		errs := t.addPartitions(t.p.ctx, bs)
 		if errs == nil {
@@ -213,7 +213,7 @@ func (t *transactions) writePosition(last *replication.WALEvent) error {
 	for attempt := 1; ; attempt++ {
 		st, err := p.producer.Stamp(p.ctx, t.seq)
 		if err == nil {
-			buf, err = p.deliver(t.seq, st, kafkaproduce.Batch{Topic: t.positions.topic, Partition: t.positions.partition, Leader: -1, Last: true},
+			buf, err = p.deliver(t.seq, st, kafkaproduce.Batch{Topic: t.positions.Topic, Partition: t.positions.Partition, Leader: -1, Last: true},
 				[]*kafka.Message{msg}, buf)
 		}
 		if err == nil {
@@ -226,7 +226,7 @@ func (t *transactions) writePosition(last *replication.WALEvent) error {
 			return te
 		}
 		if class, reason := classify(err); class != Transient {
-			return fatalError(t.positions.topic, t.positions.partition, reason, err)
+			return fatalError(t.positions.Topic, t.positions.Partition, reason, err)
 		}
 		if failing.IsZero() {
 			failing = time.Now()
@@ -235,7 +235,7 @@ func (t *transactions) writePosition(last *replication.WALEvent) error {
 		}
 		d := p.beforeRetry(attempt, err, failing)
 		p.log.LogAttrs(context.Background(), retryLevel(attempt), "position record not written, retrying", slog.String("stage", "transaction"),
-			slog.String("topic", t.positions.topic), slog.Int("partition", t.positions.partition), slog.Int("attempt", attempt),
+			slog.String("topic", t.positions.Topic), slog.Int("partition", t.positions.Partition), slog.Int("attempt", attempt),
 			slog.Duration("backoff", d), slog.Any("error", err))
 		if !p.sleep(d) {
 			return p.ctx.Err()

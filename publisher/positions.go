@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
 )
 
 // ensurePositionsTopic finds the position records' partition (by the
@@ -50,8 +51,8 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 	if n <= 0 {
 		return fmt.Errorf("positions topic %s: no partitions", topic)
 	}
-	t.positions, t.positionsCount = topicPartition{topic, keyPartition(key, n)}, n
-	t.seq = t.p.producer.Sequence(topic, t.positions.partition)
+	t.positions, t.positionsCount = kafkaproduce.TopicPartition{Topic: topic, Partition: keyPartition(key, n)}, n
+	t.seq = t.p.producer.Sequence(topic, t.positions.Partition)
 	return nil
 }
 
@@ -80,7 +81,7 @@ func (p *Publisher) PositionPartition() int {
 	if p.txn == nil {
 		return -1
 	}
-	return p.txn.positions.partition
+	return p.txn.positions.Partition
 }
 
 // PositionPartitionOf is the partition of the positions topic that holds

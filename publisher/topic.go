@@ -65,9 +65,3 @@ func (t TopicTemplate) Render(aggregateType, eventType string) string {
 	}
 	return b.String()
 }
-
-// topicPartition names one partition of a topic.
-type topicPartition struct {
-	topic     string
-	partition int
-}

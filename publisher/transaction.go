@@ -141,7 +141,7 @@ type transactions struct {
 	// positions is the partition of the position records, and its
 	// sequence state; positionsCount the topic's partition count. Set by
 	// begin.
-	positions      topicPartition
+	positions      kafkaproduce.TopicPartition
 	positionsCount int
 	seq            *kafkaproduce.Seq
 
@@ -158,7 +158,7 @@ type transactions struct {
 	// enqueue meanwhile queue behind them.
 	releasing bool
 	// added is the partitions added to the open Kafka transaction.
-	added map[topicPartition]bool
+	added map[kafkaproduce.TopicPartition]bool
 	// wake tells the committer to look again: a range got its first
 	// event or filled up.
 	wake chan struct{}
@@ -177,7 +177,7 @@ func newTransactions(p *Publisher, cfg TransactionConfig) *transactions {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 8 << 20
 	}
-	return &transactions{p: p, cfg: cfg, client: p.client, coord: kafkaproduce.Txn{Client: p.client, ID: cfg.ID, Timeout: cfg.Timeout}, open: &txnRange{}, added: map[topicPartition]bool{},
+	return &transactions{p: p, cfg: cfg, client: p.client, coord: kafkaproduce.Txn{Client: p.client, ID: cfg.ID, Timeout: cfg.Timeout}, open: &txnRange{}, added: map[kafkaproduce.TopicPartition]bool{},
 		wake: make(chan struct{}, 1)}
 }
 

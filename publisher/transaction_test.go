@@ -35,7 +35,7 @@ type txnBroker struct {
 	*idempotentBroker
 	mu      sync.Mutex
 	epoch   int16
-	added   map[topicPartition]bool
+	added   map[kafkaproduce.TopicPartition]bool
 	pending []string // records of the open transaction, "topic/key/event_id"
 	visible []string // committed records, in commit order
 	ops     []string // the requests, in order: "init", "add", "produce", "commit"
@@ -54,7 +54,7 @@ type txnBroker struct {
 }
 
 func newTxnBroker() *txnBroker {
-	return &txnBroker{idempotentBroker: newIdempotentBroker(), added: map[topicPartition]bool{}, other: map[string]*idempotentBroker{}}
+	return &txnBroker{idempotentBroker: newIdempotentBroker(), added: map[kafkaproduce.TopicPartition]bool{}, other: map[string]*idempotentBroker{}}
 }
 
 func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.Message) (protocol.Message, error) {
@@ -80,7 +80,7 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 				case refused:
 					code = int16(kafkaproduce.ErrOperationNotAttempted)
 				default:
-					b.added[topicPartition{t.Name, int(p)}] = true
+					b.added[kafkaproduce.TopicPartition{Topic: t.Name, Partition: int(p)}] = true
 				}
 				rr.Results = append(rr.Results, addpartitionstotxn.ResponsePartition{PartitionIndex: p, ErrorCode: code})
 			}
@@ -122,7 +122,7 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		b.mu.Lock()
 		for _, t := range req.Topics {
 			for _, p := range t.Partitions {
-				if req.TransactionalID == "" || !b.added[topicPartition{t.Topic, int(p.Partition)}] {
+				if req.TransactionalID == "" || !b.added[kafkaproduce.TopicPartition{Topic: t.Topic, Partition: int(p.Partition)}] {
 					b.mu.Unlock()
 					return nil, fmt.Errorf("transactional produce to %s[%d] not added to the transaction (transactional id %q)", t.Topic, p.Partition, req.TransactionalID)
 				}
@@ -363,7 +363,7 @@ func TestAddPartitionsRefusalStaysWithItsTopic(t *testing.T) {
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if !b.added[topicPartition{"orders", 0}] || !b.added[topicPartition{"orders", 1}] || b.added[topicPartition{"secret", 0}] {
+		if !b.added[kafkaproduce.TopicPartition{Topic: "orders", Partition: 0}] || !b.added[kafkaproduce.TopicPartition{Topic: "orders", Partition: 1}] || b.added[kafkaproduce.TopicPartition{Topic: "secret", Partition: 0}] {
 			t.Fatalf("partitions in the transaction: %v", b.added)
 		}
 	})

@@ -120,7 +120,7 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Bat
 	t.mu.Lock()
 	for _, b := range bs {
 		k := kafkaproduce.TopicPartition{Topic: b.Topic, Partition: b.Partition}
-		if !t.added[topicPartition{b.Topic, b.Partition}] && !slices.Contains(missing, k) {
+		if !t.added[k] && !slices.Contains(missing, k) {
 			missing = append(missing, k)
 		}
 	}
@@ -150,7 +150,7 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Bat
 	if len(failed) == 0 {
 		t.mu.Lock()
 		for _, k := range missing {
-			t.added[topicPartition{k.Topic, k.Partition}] = true
+			t.added[k] = true
 		}
 		t.mu.Unlock()
 		return nil

@@ -339,7 +339,7 @@ func (c *config) conflicts(b *envflag.Binder, s scope) []error {
 	if s&scopeRun != 0 && c.PProf {
 		// Profiles and goroutine stacks describe the process from the
 		// inside: never on the probe port, which the chart exposes.
-		if host, _, err := net.SplitHostPort(c.PProfAddr); err != nil || !loopback(host) || host == "" {
+		if host, _, err := net.SplitHostPort(c.PProfAddr); err != nil || !allLoopback(host) || host == "" {
 			errs = append(errs, fmt.Errorf("--pprof-addr %q: use a loopback host:port such as 127.0.0.1:6060 (profiles are never served beyond this machine)", c.PProfAddr))
 		}
 	}

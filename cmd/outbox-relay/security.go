@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/loopback"
 	"github.com/outbox-relay/outbox-relay/internal/secretfile"
 )
 
@@ -80,7 +80,7 @@ func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
 	if mode == "" {
 		mode = os.Getenv("PGSSLMODE") // as libpq and pgconn read it
 	}
-	if mode != "verify-full" && mode != "verify-ca" && !loopback(effectiveHosts(c.Relay.Database.URL)) {
+	if mode != "verify-full" && mode != "verify-ca" && !allLoopback(effectiveHosts(c.Relay.Database.URL)) {
 		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
 	}
 }
@@ -100,14 +100,14 @@ func effectiveHosts(url string) string {
 	return strings.Join(hosts, ",")
 }
 
-// loopback reports whether every host of a (multi-host) host list is local.
-func loopback(hosts string) bool {
+// allLoopback reports whether every host of a (multi-host) host list is local.
+func allLoopback(hosts string) bool {
 	for _, host := range strings.Split(hosts, ",") {
-		host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(host), "["), "]")
-		if host == "" || host == "localhost" || strings.HasPrefix(host, "/") {
+		host = strings.TrimSpace(host)
+		if host == "" || strings.HasPrefix(host, "/") { // the local socket
 			continue
 		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		if !loopback.Host(host) {
 			return false
 		}
 	}

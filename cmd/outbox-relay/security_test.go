@@ -224,8 +224,8 @@ func TestLoopbackHostLists(t *testing.T) {
 		"pg-a":                false,
 		"10.0.0.1":            false,
 	} {
-		if got := loopback(hosts); got != want {
-			t.Errorf("loopback(%q) = %v, want %v", hosts, got, want)
+		if got := allLoopback(hosts); got != want {
+			t.Errorf("allLoopback(%q) = %v, want %v", hosts, got, want)
 		}
 	}
 }

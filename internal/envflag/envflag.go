@@ -177,7 +177,7 @@ func (b *Binder) String(p *string, name, def, help string) Binding {
 // parameters.
 func StringVar[T ~string](b *Binder, p *T, name string, def T, help string) Binding {
 	*p = def
-	return b.register(p, stringValue[T]{p: p, nonEmpty: def != "", def: def}, name, help)
+	return b.register(p, stringValue[T]{p: p, def: def}, name, help)
 }
 
 // OptionalString is String for a flag whose empty value means something
@@ -185,7 +185,7 @@ func StringVar[T ~string](b *Binder, p *T, name string, def T, help string) Bind
 // any other flag with a default is refused.
 func (b *Binder) OptionalString(p *string, name, def, help string) Binding {
 	*p = def
-	return b.register(p, stringValue[string]{p: p}, name, help)
+	return b.register(p, stringValue[string]{p: p, def: def, optional: true}, name, help)
 }
 
 // Secret is String for a secret: its value may also come from the file

@@ -73,15 +73,15 @@ type typed interface{ Type() string }
 // meaning of its own (OptionalString).
 type stringValue[T ~string] struct {
 	p        *T
-	nonEmpty bool
 	def      T
+	optional bool
 }
 
 func (v stringValue[T]) Set(s string) error {
 	if err := checkText(s, false); err != nil {
 		return err
 	}
-	if s == "" && v.nonEmpty {
+	if s == "" && v.def != "" && !v.optional {
 		return fmt.Errorf("empty: leave the flag out for its default, %q", string(v.def))
 	}
 	*v.p = T(s)

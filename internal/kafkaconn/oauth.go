@@ -2,12 +2,12 @@ package kafkaconn
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 
 	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/outbox-relay/outbox-relay/internal/loopback"
 	"github.com/outbox-relay/outbox-relay/oauthbearer"
 )
 
@@ -36,7 +36,7 @@ func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 		switch {
 		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
 			fail("TokenEndpoint", "token endpoint must be an http(s) URL")
-		case u.Scheme == "http" && !loopbackHost(u.Hostname()):
+		case u.Scheme == "http" && !loopback.Host(u.Hostname()):
 			// The grant sends the client secret in the request.
 			fail("TokenEndpoint", "token endpoint %s://%s would receive the client secret in clear text: use https (http only on a loopback address)",
 				u.Scheme, u.Host)
@@ -63,16 +63,6 @@ func (c OAuthConfig) build() (sasl.Mechanism, []error) {
 		return nil, []error{&SettingError{Field: "SASL.OAuth.Extensions", Err: err}}
 	}
 	return m, nil
-}
-
-// loopbackHost reports whether host is this machine: localhost or a
-// loopback address.
-func loopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // ParseExtensions parses "key=value,key2=value2" (empty: none) and checks

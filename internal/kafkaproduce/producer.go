@@ -55,12 +55,7 @@ type Producer struct {
 	// an entry for every partition ever written (a lane evicted while
 	// idle must not restart at 0 under the same id): a few words per
 	// partition.
-	seqs map[topicPartition]*Seq
-}
-
-type topicPartition struct {
-	topic     string
-	partition int
+	seqs map[TopicPartition]*Seq
 }
 
 // Seq is one partition's sequence state; only the partition's sender
@@ -75,12 +70,12 @@ type Seq struct {
 // an idempotent producer's (InitProducerID) at the first Stamp, or, when
 // transactional, the transactional id's (Adopt).
 func NewProducer(rt kafka.RoundTripper, addr net.Addr, transactional bool) *Producer {
-	return &Producer{rt: rt, addr: addr, transactional: transactional, id: -1, seqs: map[topicPartition]*Seq{}}
+	return &Producer{rt: rt, addr: addr, transactional: transactional, id: -1, seqs: map[TopicPartition]*Seq{}}
 }
 
 // Sequence returns the sequence state of a partition.
 func (p *Producer) Sequence(topic string, partition int) *Seq {
-	k := topicPartition{topic, partition}
+	k := TopicPartition{topic, partition}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.seqs[k]

@@ -145,8 +145,7 @@ func findTxnCoordinator(ctx context.Context, c *kafka.Client, id string) (int, e
 	txn := kafkaproduce.Txn{Client: c, ID: id}
 	for {
 		node, err := txn.FindCoordinator(ctx)
-		var kerr kafka.Error
-		if err == nil || !errors.As(err, &kerr) || !kafkaproduce.CoordinatorMoving(err) {
+		if !kafkaproduce.CoordinatorMoving(err) {
 			return node, err
 		}
 		select {
