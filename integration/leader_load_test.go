@@ -124,7 +124,8 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 		defer sw.Done()
 		for sampling.Load() {
 			if relayFrozen.Load() {
-				time.Sleep(50 * time.Millisecond) // a frozen relay answers nothing
+				// wall-clock: a frozen relay answers nothing; look again soon
+				time.Sleep(50 * time.Millisecond)
 				continue
 			}
 			resp, err := probeClient.Get("http://" + addr + "/readyz")
@@ -147,9 +148,12 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 		}
 	}()
 
-	// wall-clock: load and hogs for a moment before any fault.
+	// Under load and hogs, the stream delivers before any fault.
 	startHogs()
-	time.Sleep(2 * time.Second)
+	delivered := func(n int) bool { return k.count(env.Topic, partitions) >= n }
+	if !within(30*time.Second, 100*time.Millisecond, func() bool { return delivered(1) }) {
+		t.Fatalf("nothing delivered under load; tail:\n%s", relay.LogTail(30))
+	}
 	frozen.Store(true)
 	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -160,8 +164,11 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 	thaw()
 	kafkaMax := maxContact.Load().(float64)
 
-	// wall-clock: the relay catches up for a moment, then is frozen as a stalled machine would hold it.
-	time.Sleep(2 * time.Second)
+	// The relay catches up with what was committed while the broker was
+	// frozen, then is frozen itself as a stalled machine would hold it.
+	if n := w.Ledger.CommittedCount(); !within(60*time.Second, 100*time.Millisecond, func() bool { return delivered(n) }) {
+		t.Fatalf("the relay did not catch up after the broker's thaw: %d of %d; tail:\n%s", k.count(env.Topic, partitions), n, relay.LogTail(30))
+	}
 	relayFrozen.Store(true)
 	if err := syscall.Kill(relay.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -173,8 +180,11 @@ func TestLeaderHoldsWhileKafkaStruggles(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopHogs()
-	// wall-clock: load after the thaw, so the stream is seen to go on.
-	time.Sleep(2 * time.Second)
+	// The stream goes on after the thaw: what is committed from now on
+	// arrives too.
+	if n := w.Ledger.CommittedCount() + 40; !within(60*time.Second, 100*time.Millisecond, func() bool { return delivered(n) }) {
+		t.Fatalf("nothing more delivered after the relay's thaw; tail:\n%s", relay.LogTail(30))
+	}
 	stopLoad()
 	sampling.Store(false)
 	sw.Wait()
