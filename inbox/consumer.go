@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/fielderr"
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
@@ -180,78 +181,8 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	var errs []error
-	if cfg.Name == "" || len(cfg.Name) > 200 {
-		errs = append(errs, errors.New("inbox: Name is required (1-200 characters); it keys processed_events"))
-	}
-	if cfg.GroupID == "" {
-		cfg.GroupID = cfg.Name
-	}
-	if len(cfg.Brokers) == 0 {
-		errs = append(errs, errors.New("inbox: Brokers is required"))
-	}
-	if len(cfg.Topics) == 0 {
-		errs = append(errs, errors.New("inbox: Topics is required"))
-	}
-	if cfg.Pool == nil {
-		errs = append(errs, errors.New("inbox: Pool is required"))
-	}
-	if (cfg.Handler == nil) == (cfg.BatchHandler == nil) {
-		errs = append(errs, errors.New("inbox: exactly one of Handler and BatchHandler is required"))
-	}
-	if cfg.Schema == "" {
-		cfg.Schema = "public"
-	}
-	if err := validIdent(cfg.Schema); err != nil {
-		errs = append(errs, fmt.Errorf("inbox: Schema %w", err))
-	}
-	if p, err := poison.ParsePolicy(string(cfg.Policy)); err != nil {
-		errs = append(errs, fmt.Errorf("inbox: %w", err))
-	} else {
-		cfg.Policy = p
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&cfg.BackoffBase, 100*time.Millisecond)
-	def(&cfg.BackoffMax, 5*time.Second)
-	def(&cfg.CommitInterval, time.Second)
-	def(&cfg.PruneInterval, time.Hour)
-	def(&cfg.ShutdownTimeout, 10*time.Second)
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = 5
-	}
-	if cfg.CommitBatch == 0 {
-		cfg.CommitBatch = 1000
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 500
-	}
-	def(&cfg.BatchLinger, 5*time.Millisecond)
-	if cfg.Concurrency == 0 && cfg.Pool != nil {
-		cfg.Concurrency = int(cfg.Pool.Config().MaxConns)
-	}
-	if cfg.StartOffset == 0 {
-		cfg.StartOffset = kafka.FirstOffset
-	}
-	if cfg.MaxAttempts < 1 || cfg.CommitBatch < 1 || cfg.BatchSize < 1 || cfg.BatchSize > maxBatchSize || (cfg.Concurrency < 1 && cfg.Pool != nil) {
-		errs = append(errs, fmt.Errorf("inbox: MaxAttempts (%d), CommitBatch (%d) and Concurrency (%d) must be at least 1, BatchSize (%d) 1 to %d",
-			cfg.MaxAttempts, cfg.CommitBatch, cfg.Concurrency, cfg.BatchSize, maxBatchSize))
-	}
-	if cfg.BackoffBase < 0 || cfg.BackoffMax < cfg.BackoffBase || cfg.CommitInterval < 0 || cfg.PruneInterval < 0 || cfg.BatchLinger < 0 {
-		errs = append(errs, errors.New("inbox: durations must be positive and BackoffBase <= BackoffMax"))
-	}
-	if err := CheckRetention(cfg.Retention, cfg.ReplayWindow); err != nil {
-		errs = append(errs, err)
-	}
-	if f, err := parseRecordFormat(cfg.RecordFormat); err != nil {
-		errs = append(errs, err)
-	} else {
-		cfg.RecordFormat = f
-	}
-	if err := errors.Join(errs...); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency)}
@@ -261,6 +192,124 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 	c.m = forConsumer(o.metrics, cfg.Name)
 	c.tr = newTracing(o, cfg.GroupID)
 	return c, nil
+}
+
+// FieldError is one invalid Config field: its Go path (Field), the
+// rejected value (Value, nil when beside the point) and what to do (Err).
+// Validate and New join one per problem. It is relay's FieldError too: one
+// type, so one errors.As handles every package's configuration errors.
+type FieldError = fielderr.Error
+
+// ErrRequired is the Err of a FieldError for a required field left empty.
+var ErrRequired = fielderr.ErrRequired
+
+// Validate checks every field of c, with the defaults New gives the fields
+// left zero, without any I/O. The error joins one *FieldError per problem;
+// each says how to fix it.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+// withDefaults is c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.GroupID == "" {
+		c.GroupID = c.Name
+	}
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.BackoffBase, 100*time.Millisecond)
+	def(&c.BackoffMax, 5*time.Second)
+	def(&c.CommitInterval, time.Second)
+	def(&c.PruneInterval, time.Hour)
+	def(&c.ShutdownTimeout, 10*time.Second)
+	def(&c.BatchLinger, 5*time.Millisecond)
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.CommitBatch == 0 {
+		c.CommitBatch = 1000
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Concurrency == 0 && c.Pool != nil {
+		c.Concurrency = int(c.Pool.Config().MaxConns)
+	}
+	if c.StartOffset == 0 {
+		c.StartOffset = kafka.FirstOffset
+	}
+	if p, err := poison.ParsePolicy(string(c.Policy)); err == nil {
+		c.Policy = p
+	}
+	if f, err := parseRecordFormat(c.RecordFormat); err == nil {
+		c.RecordFormat = f
+	}
+	return c
+}
+
+// validate checks c, its defaults set.
+func (c Config) validate() error {
+	var l fielderr.List
+	switch {
+	case c.Name == "":
+		l.Wrap("Name", fmt.Errorf("%w (1-200 characters; it keys processed_events)", ErrRequired))
+	case len(c.Name) > 200:
+		l.Fail("Name", nil, "%d characters: use at most 200", len(c.Name))
+	}
+	if len(c.Brokers) == 0 {
+		l.Wrap("Brokers", ErrRequired)
+	}
+	if len(c.Topics) == 0 {
+		l.Wrap("Topics", ErrRequired)
+	}
+	if c.Pool == nil {
+		l.Wrap("Pool", ErrRequired)
+	}
+	if (c.Handler == nil) == (c.BatchHandler == nil) {
+		l.Wrap("Handler", errors.New("set exactly one of Handler and BatchHandler"))
+	}
+	if err := validIdent(c.Schema); err != nil {
+		l.Wrap("Schema", err)
+	}
+	if _, err := poison.ParsePolicy(string(c.Policy)); err != nil {
+		l.Wrap("Policy", err)
+	}
+	if _, err := parseRecordFormat(c.RecordFormat); err != nil {
+		l.Wrap("RecordFormat", err)
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"MaxAttempts", c.MaxAttempts}, {"CommitBatch", c.CommitBatch}, {"BatchSize", c.BatchSize}} {
+		if n.v < 1 {
+			l.Fail(n.field, n.v, "use 1 or more (0: the default)")
+		}
+	}
+	if c.BatchSize > maxBatchSize {
+		l.Fail("BatchSize", c.BatchSize, "use at most %d", maxBatchSize)
+	}
+	if c.Concurrency < 1 && c.Pool != nil {
+		l.Fail("Concurrency", c.Concurrency, "use 1 or more (0: the pool's MaxConns)")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"BackoffBase", c.BackoffBase}, {"CommitInterval", c.CommitInterval}, {"PruneInterval", c.PruneInterval}, {"BatchLinger", c.BatchLinger}} {
+		if d.v < 0 {
+			l.Fail(d.field, d.v, "use a positive duration (0: the default)")
+		}
+	}
+	if c.BackoffMax < c.BackoffBase {
+		l.Fail("BackoffMax", c.BackoffMax, "use at least BackoffBase (%s)", c.BackoffBase)
+	}
+	if err := CheckRetention(c.Retention, c.ReplayWindow); err != nil {
+		l = append(l, err)
+	}
+	return l.Err()
 }
 
 // CheckRetention validates a processed_events retention against the replay
@@ -273,15 +322,15 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 func CheckRetention(retention, replayWindow time.Duration) error {
 	switch {
 	case replayWindow < 0:
-		return errors.New("inbox: ReplayWindow must not be negative")
+		return &FieldError{Field: "ReplayWindow", Value: replayWindow, Err: errors.New("must not be negative")}
 	case retention <= 0:
 		return nil
 	case replayWindow == 0:
-		return fmt.Errorf("inbox: Retention %s needs ReplayWindow: set it to the longest time after which an event can be delivered again "+
-			"(the topics' retention.ms if offsets may be reset to the earliest)", retention)
+		return &FieldError{Field: "Retention", Value: retention, Err: errors.New("needs ReplayWindow: set it to the longest time after which an event can be delivered again " +
+			"(the topics' retention.ms if offsets may be reset to the earliest)")}
 	case retention < replayWindow:
-		return fmt.Errorf("inbox: Retention %s is shorter than ReplayWindow %s: an event redelivered after its processed_events row "+
-			"was deleted would be applied twice; raise Retention to at least %s", retention, replayWindow, replayWindow)
+		return &FieldError{Field: "Retention", Value: retention, Err: fmt.Errorf("is shorter than ReplayWindow %s: an event redelivered after its processed_events row "+
+			"was deleted would be applied twice; raise Retention to at least %s", replayWindow, replayWindow)}
 	}
 	return nil
 }

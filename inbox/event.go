@@ -19,7 +19,7 @@ func parseRecordFormat(f record.Format) (record.Format, error) {
 	case "", record.FormatNative, record.FormatDebezium, record.FormatCloudEvents:
 		return f, nil
 	}
-	return "", fmt.Errorf("inbox: record format %q: use native, debezium, cloudevents or auto", f)
+	return "", fmt.Errorf("record format %q: use native, debezium, cloudevents or auto", f)
 }
 
 // recordNamespace derives stable ids for records that have no usable

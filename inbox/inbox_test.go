@@ -34,7 +34,7 @@ func TestParseRecordFormat(t *testing.T) {
 			t.Errorf("parseRecordFormat(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := parseRecordFormat("avro"); err == nil || err.Error() != `inbox: record format "avro": use native, debezium, cloudevents or auto` {
+	if _, err := parseRecordFormat("avro"); err == nil || err.Error() != `record format "avro": use native, debezium, cloudevents or auto` {
 		t.Fatalf("avro: %v", err)
 	}
 }
@@ -109,10 +109,25 @@ func TestNewValidates(t *testing.T) {
 	bad.Retention = time.Hour
 	bad.ReplayWindow = 2 * time.Hour
 	_, err = New(bad)
-	for _, want := range []string{"Name is required", "Topics", "Handler", "Schema", `policy "sometimes"`, "shorter than ReplayWindow"} {
+	for _, want := range []string{"Name: is required", "Topics", "Handler", "Schema", `policy "sometimes"`, "shorter than ReplayWindow"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New: want %q in %v", want, err)
 		}
+	}
+	// One *FieldError per problem, as relay's Validate reports them.
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	if want := "Name Topics Handler Schema Policy Retention"; strings.Join(fields, " ") != want {
+		t.Errorf("fields %v, want %s", fields, want)
+	}
+	if bad.Validate() == nil {
+		t.Error("Validate accepted what New refuses")
 	}
 }
 

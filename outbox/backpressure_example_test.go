@@ -104,5 +104,7 @@ func ExampleNewHealthMonitor() {
 	})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid HealthConfig: db is nil; Slot is required; Interval -1s is negative
+	// outbox: health monitor: db is nil
+	// Slot: is required
+	// Interval -1s: use a positive duration (0: DefaultHealthInterval)
 }

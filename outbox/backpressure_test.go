@@ -667,10 +667,14 @@ func TestNewHealthMonitorValidates(t *testing.T) {
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, want := range []string{"db is nil", "Slot is required", "Interval -1ns is negative"} {
+	for _, want := range []string{"db is nil", "Slot: is required", "Interval -1ns: use a positive duration"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "Slot" {
+		t.Errorf("want a *FieldError for Slot first, got %v", fe)
 	}
 	m, err := NewHealthMonitor(&fakeSlot{}, HealthConfig{Slot: "s"})
 	if err != nil || m.cfg != (HealthConfig{Slot: "s", Interval: DefaultHealthInterval}) {

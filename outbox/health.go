@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/fielderr"
 	"github.com/outbox-relay/outbox-relay/internal/walforecast"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -172,6 +172,19 @@ type monitorState struct {
 	until  time.Time // the reading is stale after this: refuse nothing
 }
 
+// Validate checks every field of c without any I/O. The error joins one
+// *FieldError per problem.
+func (c HealthConfig) Validate() error {
+	var l fielderr.List
+	if c.Slot == "" {
+		l.Wrap("Slot", ErrRequired)
+	}
+	if c.Interval < 0 {
+		l.Fail("Interval", c.Interval, "use a positive duration (0: DefaultHealthInterval)")
+	}
+	return l.Err()
+}
+
 // NewHealthMonitor returns a monitor of cfg.Slot on db. It reads nothing
 // until Run or Refresh; until the first successful refresh nothing is
 // refused. The error lists every invalid field.
@@ -180,18 +193,12 @@ type monitorState struct {
 // the Metrics of its Writers); the Writer's own options change nothing
 // here.
 func NewHealthMonitor(db Querier, cfg HealthConfig, opts ...Option) (*HealthMonitor, error) {
-	var p []string
+	var errs []error
 	if db == nil {
-		p = append(p, "db is nil")
+		errs = append(errs, errors.New("db is nil"))
 	}
-	if cfg.Slot == "" {
-		p = append(p, "Slot is required")
-	}
-	if cfg.Interval < 0 {
-		p = append(p, fmt.Sprintf("Interval %s is negative", cfg.Interval))
-	}
-	if len(p) > 0 {
-		return nil, errors.New("outbox: invalid HealthConfig: " + strings.Join(p, "; "))
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
+		return nil, fmt.Errorf("outbox: health monitor: %w", err)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultHealthInterval

@@ -4,7 +4,19 @@ import (
 	"log/slog"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/outbox-relay/outbox-relay/fielderr"
 )
+
+// FieldError is one invalid Config field: its Go path (Field), the
+// rejected value (Value, nil when beside the point) and what to do (Err).
+// HealthConfig.Validate joins one per problem. It is relay's and inbox's
+// FieldError too: one type, so one errors.As handles every package's
+// configuration errors.
+type FieldError = fielderr.Error
+
+// ErrRequired is the Err of a FieldError for a required field left empty.
+var ErrRequired = fielderr.ErrRequired
 
 // Option changes how NewWriter builds a Writer or NewHealthMonitor a
 // HealthMonitor. The With functions of this package build them, and each

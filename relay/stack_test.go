@@ -67,7 +67,7 @@ func newStack(t *testing.T, partitions int) *stack {
 	if _, err := migrations.Apply(ctx, db, s.table, migrations.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m := slot.NewManager(db, s.cfg.Database.Slot, s.cfg.Database.Publication)
+	m := slot.NewManager(db, slot.Config{Name: s.cfg.Database.Slot, Publication: s.cfg.Database.Publication})
 	if err := m.EnsurePublication(ctx, s.table.Quoted(), s.table.Schema, s.table.Name); err != nil {
 		t.Fatal(err)
 	}

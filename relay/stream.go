@@ -89,7 +89,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 		Namespace: r.c.table.Schema, Table: r.c.table.Name,
 		TableOID: oid, CurrentName: r.currentName,
 		StatusInterval: r.cfg.Database.StatusInterval,
-	}, sink, progress, r.log)
+	}, sink, progress, replication.WithLogger(r.log))
 	saver := r.startSaver(resume, tracker)
 	defer saver.Stop()
 	s.OnStatus(func(flush pglogrepl.LSN) {

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/fielderr"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -20,37 +19,17 @@ import (
 )
 
 // ErrRequired is the Err of a FieldError for a required field left empty.
-var ErrRequired = errors.New("is required")
+var ErrRequired = fielderr.ErrRequired
 
-// FieldError is one invalid Config field. Validate and New join them (see
-// errors.Join), so a caller can list every problem at once and name each
-// in its own terms: the binary prints its flag names instead of Field.
-type FieldError struct {
-	// Field is the field's Go path, e.g. "Publish.MaxBatch", or a group's
-	// name ("Leader") for a rule over several of its fields.
-	Field string
-	// Value is the rejected value; nil when it is beside the point (or
-	// secret, like a URL with a password).
-	Value any
-	// Err says what is wrong and how to fix it. It may name other fields
-	// by their Go path.
-	Err error
-}
-
-// Error formats e as "Field Value: Err" (strings quoted), or "Field: Err"
-// without a Value.
-func (e *FieldError) Error() string {
-	if e.Value == nil {
-		return e.Field + ": " + e.Err.Error()
-	}
-	if s, ok := e.Value.(string); ok {
-		return fmt.Sprintf("%s %q: %v", e.Field, s, e.Err)
-	}
-	return fmt.Sprintf("%s %v: %v", e.Field, e.Value, e.Err)
-}
-
-// Unwrap returns Err.
-func (e *FieldError) Unwrap() error { return e.Err }
+// FieldError is one invalid Config field: Field (its Go path, e.g.
+// "Publish.MaxBatch", or a group's name such as "Leader" for a rule over
+// several fields), Value (the rejected value; nil when beside the point or
+// secret) and Err (what is wrong and how to fix it). Validate and New join
+// them (errors.Join), so a caller can list every problem at once and name
+// each in its own terms: the binary prints its flag names instead of
+// Field. It is the FieldError of inbox and outbox too: one type, so one
+// errors.As handles every package's configuration errors.
+type FieldError = fielderr.Error
 
 // Validate checks every field and the rules between them, without any I/O.
 // The error joins one *FieldError per problem; each says how to fix it.
@@ -68,15 +47,7 @@ type compiled struct {
 }
 
 // checks collects FieldErrors.
-type checks []error
-
-func (cs *checks) fail(field string, value any, format string, args ...any) {
-	*cs = append(*cs, &FieldError{Field: field, Value: value, Err: fmt.Errorf(format, args...)})
-}
-
-func (cs *checks) wrap(field string, err error) {
-	*cs = append(*cs, &FieldError{Field: field, Err: err})
-}
+type checks = fielderr.List
 
 // compile validates c (with its defaults set: withDefaults), component by
 // component, and parses what Run needs.
@@ -91,9 +62,9 @@ func (c Config) compile() (compiled, error) {
 	c.Cleanup.validate(&cs)
 	c.Stats.validate(&cs)
 	if c.ShutdownTimeout <= 0 {
-		cs.fail("ShutdownTimeout", c.ShutdownTimeout, "use a positive duration")
+		cs.Fail("ShutdownTimeout", c.ShutdownTimeout, "use a positive duration")
 	}
-	return out, errors.Join(cs...)
+	return out, cs.Err()
 }
 
 // connString reports whether s has the form of a PostgreSQL connection
@@ -112,131 +83,131 @@ func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 	var err error
 	switch {
 	case d.URL == "":
-		cs.wrap("Database.URL", ErrRequired)
+		cs.Wrap("Database.URL", ErrRequired)
 	case !connString(d.URL):
-		cs.fail("Database.URL", nil, "must be a postgres:// URL or a key=value connection string, e.g. postgres://user:pass@host:5432/db or host=db dbname=app user=relay")
+		cs.Fail("Database.URL", nil, "must be a postgres:// URL or a key=value connection string, e.g. postgres://user:pass@host:5432/db or host=db dbname=app user=relay")
 	default:
 		if out.pool, err = outboxdb.ParseConfig(d.URL); err != nil {
-			cs.wrap("Database.URL", err)
+			cs.Wrap("Database.URL", err)
 		} else {
 			outboxdb.SetBeforeConnect(out.pool, d.BeforeConnect)
 		}
 	}
 	for _, n := range []struct{ field, v string }{{"Database.Slot", d.Slot}, {"Database.Publication", d.Publication}} {
 		if !outboxdb.ValidName(n.v) {
-			cs.fail(n.field, n.v, "use 1-63 lower-case letters, digits and underscores")
+			cs.Fail(n.field, n.v, "use 1-63 lower-case letters, digits and underscores")
 		}
 	}
 	if t, err := migrations.ParseTable(d.Table); err != nil {
-		cs.wrap("Database.Table", err)
+		cs.Wrap("Database.Table", err)
 	} else {
 		out.table = t
 	}
 	if d.StatusInterval <= 0 || d.StatusInterval > 30*time.Second {
-		cs.fail("Database.StatusInterval", d.StatusInterval, "use a value in (0, 30s], well under wal_sender_timeout")
+		cs.Fail("Database.StatusInterval", d.StatusInterval, "use a value in (0, 30s], well under wal_sender_timeout")
 	}
 	if d.SlotCheckInterval <= 0 {
-		cs.fail("Database.SlotCheckInterval", d.SlotCheckInterval, "use a positive duration")
+		cs.Fail("Database.SlotCheckInterval", d.SlotCheckInterval, "use a positive duration")
 	}
 	if d.WALSenderTimeout < 0 || d.WALSenderTimeout > 0 && (d.WALSenderTimeout < time.Second || d.WALSenderTimeout < 3*d.StatusInterval) {
-		cs.fail("Database.WALSenderTimeout", d.WALSenderTimeout,
+		cs.Fail("Database.WALSenderTimeout", d.WALSenderTimeout,
 			"use 0 (the server's setting) or at least 1s and 3 x Database.StatusInterval (%s)", 3*d.StatusInterval)
 	}
 }
 
 func (k KafkaConfig) validate(cs *checks) {
 	if len(k.Brokers) == 0 {
-		cs.wrap("Kafka.Brokers", ErrRequired)
+		cs.Wrap("Kafka.Brokers", ErrRequired)
 	}
 	for _, b := range k.Brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			cs.fail("Kafka.Brokers", nil, "%q is not host:port", b)
+			cs.Fail("Kafka.Brokers", nil, "%q is not host:port", b)
 		}
 	}
 	if k.MetadataTTL <= 0 {
-		cs.fail("Kafka.MetadataTTL", k.MetadataTTL, "use a positive duration")
+		cs.Fail("Kafka.MetadataTTL", k.MetadataTTL, "use a positive duration")
 	}
 	if k.SessionLifetime < 0 || (k.SessionLifetime > 0 && k.SessionLifetime < 5*time.Second) {
-		cs.fail("Kafka.SessionLifetime", k.SessionLifetime, "use zero (token expiry only) or at least 5s")
+		cs.Fail("Kafka.SessionLifetime", k.SessionLifetime, "use zero (token expiry only) or at least 5s")
 	}
 }
 
 func (p PublishConfig) validate(cs *checks, out *compiled) {
 	if t, err := publisher.ParseTopicTemplate(p.TopicTemplate); err != nil {
-		cs.wrap("Publish.TopicTemplate", err)
+		cs.Wrap("Publish.TopicTemplate", err)
 	} else {
 		out.template = t
 	}
 	if p.MaxBatch < 1 || p.MaxBatch > 100000 {
-		cs.fail("Publish.MaxBatch", p.MaxBatch, "use 1..100000")
+		cs.Fail("Publish.MaxBatch", p.MaxBatch, "use 1..100000")
 	}
 	if p.Linger > time.Second {
-		cs.fail("Publish.Linger", p.Linger, "use at most 1s (5ms, like the Java producer's linger.ms, is the default; negative sends at once)")
+		cs.Fail("Publish.Linger", p.Linger, "use at most 1s (5ms, like the Java producer's linger.ms, is the default; negative sends at once)")
 	}
 	if p.MaxBatchBytes < 1024 {
-		cs.fail("Publish.MaxBatchBytes", p.MaxBatchBytes, "use at least 1024")
+		cs.Fail("Publish.MaxBatchBytes", p.MaxBatchBytes, "use at least 1024")
 	}
 	if p.BackoffBase <= 0 {
-		cs.fail("Publish.BackoffBase", p.BackoffBase, "use a positive duration")
+		cs.Fail("Publish.BackoffBase", p.BackoffBase, "use a positive duration")
 	} else if p.BackoffMax < p.BackoffBase {
-		cs.fail("Publish.BackoffMax", p.BackoffMax, "use at least Publish.BackoffBase (%s)", p.BackoffBase)
+		cs.Fail("Publish.BackoffMax", p.BackoffMax, "use at least Publish.BackoffBase (%s)", p.BackoffBase)
 	}
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"Publish.UnknownTopicTimeout", p.UnknownTopicTimeout}, {"Publish.PartitionRefresh", p.PartitionRefresh}, {"Publish.TopicIdleTimeout", p.TopicIdleTimeout}} {
 		if d.v <= 0 {
-			cs.fail(d.field, d.v, "use a positive duration")
+			cs.Fail(d.field, d.v, "use a positive duration")
 		}
 	}
 	if p.TopicPartitions < 1 {
-		cs.fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
+		cs.Fail("Publish.TopicPartitions", p.TopicPartitions, "use at least 1")
 	}
 	if p.TopicReplicationFactor < -1 || p.TopicReplicationFactor > math.MaxInt16 {
-		cs.fail("Publish.TopicReplicationFactor", p.TopicReplicationFactor, "use -1 (the brokers' default) or 1..%d", math.MaxInt16)
+		cs.Fail("Publish.TopicReplicationFactor", p.TopicReplicationFactor, "use -1 (the brokers' default) or 1..%d", math.MaxInt16)
 	}
 	// In every delivery mode: at-least-once refuses rows routed to it too.
 	if p.PositionsTopic != "" {
 		if err := record.ValidTopic(p.PositionsTopic); err != nil {
-			cs.wrap("Publish.PositionsTopic", err)
+			cs.Wrap("Publish.PositionsTopic", err)
 		}
 	}
 	p.validateDelivery(cs)
 	if pol, err := poison.ParsePolicy(string(p.PoisonPolicy)); err != nil {
-		cs.wrap("Publish.PoisonPolicy", err)
+		cs.Wrap("Publish.PoisonPolicy", err)
 	} else {
 		out.policy = pol
 	}
 	format, err := record.ParseFormat(string(p.RecordFormat))
 	if err != nil {
-		cs.fail("Publish.RecordFormat", string(p.RecordFormat), "use native, debezium or cloudevents")
+		cs.Fail("Publish.RecordFormat", string(p.RecordFormat), "use native, debezium or cloudevents")
 	}
 	if _, err := record.ParseCloudEventsMode(string(p.CloudEventsMode)); err != nil {
-		cs.fail("Publish.CloudEventsMode", string(p.CloudEventsMode), "use binary or structured")
+		cs.Fail("Publish.CloudEventsMode", string(p.CloudEventsMode), "use binary or structured")
 	}
 	if format == record.FormatCloudEvents {
 		switch err := record.CheckCloudEventsSource(p.CloudEventsSource); {
 		case p.CloudEventsSource == "":
-			cs.fail("Publish.CloudEventsSource", nil, "is required with Publish.RecordFormat cloudevents: a URI-reference naming the producer, e.g. /orders-service")
+			cs.Fail("Publish.CloudEventsSource", nil, "is required with Publish.RecordFormat cloudevents: a URI-reference naming the producer, e.g. /orders-service")
 		case err != nil:
-			cs.wrap("Publish.CloudEventsSource", err)
+			cs.Wrap("Publish.CloudEventsSource", err)
 		}
 	}
 }
 
 func (w WindowConfig) validate(cs *checks, p PublishConfig) {
 	if w.MaxEvents < 1 {
-		cs.fail("Window.MaxEvents", w.MaxEvents, "use at least 1")
+		cs.Fail("Window.MaxEvents", w.MaxEvents, "use at least 1")
 	}
 	if w.MaxBytes < int64(p.MaxBatchBytes) {
-		cs.fail("Window.MaxBytes", w.MaxBytes, "use at least Publish.MaxBatchBytes (%d)", p.MaxBatchBytes)
+		cs.Fail("Window.MaxBytes", w.MaxBytes, "use at least Publish.MaxBatchBytes (%d)", p.MaxBatchBytes)
 	}
 }
 
 // connectOptions are the replication connections' options: the
 // BeforeConnect hook, if any.
-func (d DatabaseConfig) connectOptions() []replication.ConnectOption {
-	return []replication.ConnectOption{replication.WithBeforeConnect(d.BeforeConnect)} // nil: none
+func (d DatabaseConfig) connectOptions() []replication.Option {
+	return []replication.Option{replication.WithBeforeConnect(d.BeforeConnect)} // nil: none
 }
 
 // elector is the election configuration of the leader's lock.
@@ -254,7 +225,7 @@ func (l LeaderConfig) validate(cs *checks, d DatabaseConfig) {
 		return
 	}
 	for _, e := range unjoin(err) {
-		cs.wrap("Leader", e)
+		cs.Wrap("Leader", e)
 	}
 }
 
@@ -262,16 +233,16 @@ func (c CleanupConfig) validate(cs *checks) {
 	// A negative interval is an explicit 0 (the CLI's): never a cadence,
 	// even with cleanup off, where it would be ignored silently.
 	if c.Interval < 0 || c.OlderThan > 0 && c.Interval < 100*time.Millisecond {
-		cs.fail("Cleanup.Interval", c.Interval, "use at least 100ms (minutes are typical)")
+		cs.Fail("Cleanup.Interval", c.Interval, "use at least 100ms (minutes are typical)")
 	}
 }
 
 func (s StatsConfig) validate(cs *checks) {
 	if s.Interval > 0 && s.Interval < 100*time.Millisecond {
-		cs.fail("Stats.Interval", s.Interval, "use at least 100ms (15s is plenty for dashboards; negative turns the statistics off)")
+		cs.Fail("Stats.Interval", s.Interval, "use at least 100ms (15s is plenty for dashboards; negative turns the statistics off)")
 	}
 	if s.WALDiskBudget < 0 {
-		cs.fail("Stats.WALDiskBudget", s.WALDiskBudget, "use 0 (none) or the bytes of WAL the server can hold, e.g. 10737418240 for 10 GiB")
+		cs.Fail("Stats.WALDiskBudget", s.WALDiskBudget, "use 0 (none) or the bytes of WAL the server can hold, e.g. 10737418240 for 10 GiB")
 	}
 }
 
@@ -291,22 +262,22 @@ func (p PublishConfig) validateDelivery(cs *checks) {
 		return
 	case ExactlyOnce:
 	default:
-		cs.fail("Publish.Delivery", string(p.Delivery), "use %s or %s", AtLeastOnce, ExactlyOnce)
+		cs.Fail("Publish.Delivery", string(p.Delivery), "use %s or %s", AtLeastOnce, ExactlyOnce)
 		return
 	}
 	if p.NoIdempotence {
-		cs.fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: leave Publish.NoIdempotence false")
+		cs.Fail("Publish.NoIdempotence", p.NoIdempotence, "exactly-once writes with a transactional producer, which is idempotent: leave Publish.NoIdempotence false")
 	}
 	if p.TransactionInterval < time.Millisecond || p.TransactionInterval > time.Minute {
-		cs.fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (1ms, group commit, is the default)")
+		cs.Fail("Publish.TransactionInterval", p.TransactionInterval, "use 1ms..1m (1ms, group commit, is the default)")
 	}
 	if p.TransactionTimeout < time.Second || p.TransactionTimeout < 10*p.TransactionInterval {
-		cs.fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at least 1s and 10 times Publish.TransactionInterval (%s)", p.TransactionInterval)
+		cs.Fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at least 1s and 10 times Publish.TransactionInterval (%s)", p.TransactionInterval)
 	}
 	if p.TransactionTimeout > 15*time.Minute {
-		cs.fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at most 15m, the brokers' default transaction.max.timeout.ms")
+		cs.Fail("Publish.TransactionTimeout", p.TransactionTimeout, "use at most 15m, the brokers' default transaction.max.timeout.ms")
 	}
 	if p.PositionsTopic == "" {
-		cs.wrap("Publish.PositionsTopic", ErrRequired)
+		cs.Wrap("Publish.PositionsTopic", ErrRequired)
 	}
 }

@@ -1,13 +1,10 @@
 package replication
 
 import (
-	"log/slog"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 )
-
-func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // FuzzDecode feeds arbitrary bytes to the pgoutput decoder after a valid
 // outbox relation: it must never panic, whatever the input claims.

@@ -13,7 +13,7 @@ func outboxInsert(id uint32) []byte {
 
 // streamWithOID is a test stream whose outbox public.outbox has oid 16384.
 func streamWithOID(sink Sink, lookup NameLookup) *Stream {
-	return NewStream(nil, Config{Namespace: "public", Table: "outbox", TableOID: 16384, CurrentName: lookup}, sink, nil, nopLogger())
+	return NewStream(nil, Config{Namespace: "public", Table: "outbox", TableOID: 16384, CurrentName: lookup}, sink, nil)
 }
 
 func TestRenamedOutboxStops(t *testing.T) {
@@ -33,7 +33,7 @@ func TestRenamedOutboxStops(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sink := &recSink{}
-			st := NewStream(nil, Config{Namespace: "public", Table: "outbox", TableOID: c.oid}, sink, nil, nopLogger())
+			st := NewStream(nil, Config{Namespace: "public", Table: "outbox", TableOID: c.oid}, sink, nil)
 			if c.announce {
 				must(t, st.decode(1, relationBytes(16384, "public", "outbox", outboxCols)))
 				must(t, st.decode(2, beginBytes(10, 1)))

@@ -76,7 +76,7 @@ func (r *recSink) Begin(b Begin) error       { r.begins = append(r.begins, b); r
 func (r *recSink) Insert(ev *WALEvent) error { r.events = append(r.events, ev); return nil }
 func (r *recSink) Commit(c Commit) error     { r.commits = append(r.commits, c); return nil }
 func newTestStream(sink Sink) *Stream {
-	return NewStream(nil, Config{Namespace: "public", Table: "outbox"}, sink, nil, nopLogger())
+	return NewStream(nil, Config{Namespace: "public", Table: "outbox"}, sink, nil)
 }
 
 func TestDecodeTransaction(t *testing.T) {

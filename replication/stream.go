@@ -152,13 +152,15 @@ type Stream struct {
 }
 
 // NewStream prepares a stream on conn, a connection opened with
-// replication=database (see Connect).
-func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, log *slog.Logger) *Stream {
+// replication=database (see Connect). Its option is WithLogger; without it
+// the stream logs nothing.
+func NewStream(conn *pgconn.PgConn, cfg Config, sink Sink, progress Progress, opts ...Option) *Stream {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = time.Second
 	}
+	o := newOptions(opts)
 	s := &Stream{
-		conn: conn, cfg: cfg, sink: sink, progress: progress, log: log,
+		conn: conn, cfg: cfg, sink: sink, progress: progress, log: o.logger,
 		relations: make(map[uint32]*relation),
 		outboxIDs: make(map[uint32]struct{}),
 		others:    make(map[uint32]struct{}),
@@ -179,18 +181,15 @@ const ApplicationName = "outbox-relay"
 
 // Connect opens a logical replication connection to the database of dsn.
 // Options add run-time parameters or a hook that sets credentials.
-func Connect(ctx context.Context, dsn string, opts ...ConnectOption) (*pgconn.PgConn, error) {
+func Connect(ctx context.Context, dsn string, opts ...Option) (*pgconn.PgConn, error) {
 	return ConnectParams(ctx, dsn, nil, opts...)
 }
 
 // ConnectParams is Connect with extra run-time parameters for the session,
 // e.g. wal_sender_timeout, which bounds how long the server keeps the
 // walsender of a client that went silent (and so the slot busy).
-func ConnectParams(ctx context.Context, dsn string, params map[string]string, opts ...ConnectOption) (*pgconn.PgConn, error) {
-	var o connectOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+func ConnectParams(ctx context.Context, dsn string, params map[string]string, opts ...Option) (*pgconn.PgConn, error) {
+	o := newOptions(opts)
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
@@ -211,25 +210,6 @@ func ConnectParams(ctx context.Context, dsn string, params map[string]string, op
 		return nil, fmt.Errorf("open replication connection: %w", err)
 	}
 	return conn, nil
-}
-
-// ConnectOption changes how Connect and ConnectParams connect. Options
-// rather than more parameters keep the signatures stable as they grow.
-type ConnectOption func(*connectOptions)
-
-type connectOptions struct {
-	beforeConnect func(context.Context, *pgconn.Config) error
-}
-
-// WithBeforeConnect calls f with the parsed connection configuration just
-// before each connection is opened, so that credentials that rotate or
-// expire (a password file, a cloud IAM token) are fetched at every
-// connect instead of being fixed in the URL. f may set Password or any
-// other field (Fallbacks share Password); an error aborts the connect.
-// The configuration is the connect's own copy. This is the same hook as
-// relay.DatabaseConfig.BeforeConnect, which the relay passes here.
-func WithBeforeConnect(f func(ctx context.Context, cfg *pgconn.Config) error) ConnectOption {
-	return func(o *connectOptions) { o.beforeConnect = f }
 }
 
 // Start issues START_REPLICATION at start. start must not be later than the

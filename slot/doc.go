@@ -11,7 +11,7 @@
 // because streaming from such a slot would silently lose or steal events.
 //
 // On PostgreSQL 17 and later the slot is created as a failover slot
-// (WithFailover, on by default): standbys with sync_replication_slots = on
+// (unless Config.NoFailover): standbys with sync_replication_slots = on
 // keep a synchronized copy, so after a failover the promoted standby has
 // the slot and the relay resumes there instead of losing the events after
 // its position. SetFailover changes an existing slot's flag.

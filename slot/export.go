@@ -31,14 +31,15 @@ var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 
 // CreateExported creates the slot (pgoutput) on conn, a replication
 // connection, with an exported snapshot; on PostgreSQL 17+ as a failover
-// slot unless WithFailover(false). The publication must exist.
-func CreateExported(ctx context.Context, conn *pgconn.PgConn, name string, opts ...Option) (Exported, error) {
+// slot unless cfg.NoFailover. The publication must exist.
+func CreateExported(ctx context.Context, conn *pgconn.PgConn, cfg Config) (Exported, error) {
+	name := cfg.Name
 	v, err := replicationServerVersion(ctx, conn)
 	if err != nil {
 		return Exported{}, fmt.Errorf("create slot %q: %w", name, err)
 	}
 	sql := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s EXPORT_SNAPSHOT", quoteIdent(name), Plugin)
-	if newOptions(opts).failoverOn(v) {
+	if cfg.failoverOn(v) {
 		sql = fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s (SNAPSHOT 'export', FAILOVER)", quoteIdent(name), Plugin)
 	}
 	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, sql))

@@ -16,31 +16,23 @@ import (
 // must be back-filled (outbox-relay recover).
 const FailoverVersion = 170000
 
-// Option configures how a slot is created (NewManager, CreateExported).
-type Option func(*options)
-
-type options struct {
-	failover bool
-}
-
-// newOptions applies opts over the defaults: failover slots on.
-func newOptions(opts []Option) options {
-	o := options{failover: true}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
-}
-
-// WithFailover sets whether the slot is created with failover = true on
-// PostgreSQL 17 and later (the default): standbys with
-// sync_replication_slots = on then keep a copy, so a failover does not lose
-// the slot. Turn it off only where no standby may ever take over, or where
-// the primary's synchronized_standby_slots must not hold the relay back
-// (a failover slot's changes wait for the standbys it names). Before 17
-// the option is ignored: those servers have no failover slots.
-func WithFailover(on bool) Option {
-	return func(o *options) { o.failover = on }
+// Config names a slot and its publication, and says how the slot is
+// created (NewManager's Create and Ensure, CreateExported).
+type Config struct {
+	// Name is the logical replication slot's name.
+	Name string
+	// Publication is the publication the slot streams (Manager only).
+	Publication string
+	// NoFailover creates the slot without failover = true on PostgreSQL
+	// 17 and later. By default (false) it is a failover slot: standbys
+	// with sync_replication_slots = on then keep a copy, so a failover
+	// does not lose it. Turn failover off only where no standby may ever
+	// take over, or where the primary's synchronized_standby_slots must
+	// not hold the relay back (a failover slot's changes wait for the
+	// standbys it names). Before 17 it changes nothing: those servers
+	// have no failover slots. The negative form keeps the zero Config's
+	// default the safe one, as relay.DatabaseConfig.NoFailoverSlot does.
+	NoFailover bool
 }
 
 // ServerVersion reads server_version_num, e.g. 170006 for 17.6.
@@ -81,6 +73,6 @@ func failoverCommand(on bool) string {
 
 // failoverOn reports whether a slot created on a server of version v is a
 // failover slot: asked for, and a server that has them.
-func (o options) failoverOn(v int) bool {
-	return o.failover && v >= FailoverVersion
+func (c Config) failoverOn(v int) bool {
+	return !c.NoFailover && v >= FailoverVersion
 }

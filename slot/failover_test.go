@@ -42,22 +42,22 @@ func (r intRow) Scan(dest ...any) error {
 }
 
 // TestCreateFailoverByVersion: the slot is created with failover = true on
-// 17+ unless WithFailover(false), and with the two-argument call before 17
+// 17+ unless NoFailover, and with the two-argument call before 17
 // (whose servers reject the fifth argument).
 func TestCreateFailoverByVersion(t *testing.T) {
 	for _, tc := range []struct {
 		version  int
-		opts     []Option
+		no       bool
 		failover bool
 	}{
-		{170006, nil, true},
-		{180001, []Option{WithFailover(true)}, true},
-		{170006, []Option{WithFailover(false)}, false},
-		{160010, nil, false},
-		{150018, []Option{WithFailover(true)}, false},
+		{170006, false, true},
+		{180001, false, true},
+		{170006, true, false},
+		{160010, false, false},
+		{150018, false, false},
 	} {
 		db := &fakeDB{version: tc.version}
-		_, err := NewManager(db, "s", "p", tc.opts...).Create(context.Background())
+		_, err := NewManager(db, Config{Name: "s", Publication: "p", NoFailover: tc.no}).Create(context.Background())
 		if !errors.Is(err, ErrSlotNotFound) { // the fake has no slot to read back
 			t.Fatalf("%d: Create: %v", tc.version, err)
 		}
@@ -66,7 +66,7 @@ func TestCreateFailoverByVersion(t *testing.T) {
 		}
 		five := strings.Contains(db.execs[0], "$2, false, false, true)")
 		if five != tc.failover {
-			t.Errorf("version %d, opts %d: SQL %q, want failover %v", tc.version, len(tc.opts), db.execs[0], tc.failover)
+			t.Errorf("version %d, NoFailover %v: SQL %q, want failover %v", tc.version, tc.no, db.execs[0], tc.failover)
 		}
 		if db.args[0][0] != "s" || db.args[0][1] != Plugin {
 			t.Errorf("args %v", db.args[0])

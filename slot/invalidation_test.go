@@ -110,7 +110,7 @@ func TestLostErrorNamesTheReason(t *testing.T) {
 func TestStatusReadsTheReasonOfALostSlot(t *testing.T) {
 	ctx := context.Background()
 	db := &statusDB{slot: slotRow("reserved"), reason: scanRow{vals: []any{strPtr(ReasonIdleTimeout)}}}
-	m := NewManager(db, "s1", "p1")
+	m := NewManager(db, Config{Name: "s1", Publication: "p1"})
 	st, err := m.Status(ctx)
 	if err != nil || st.InvalidationReason != "" || db.reasonQueries != 0 {
 		t.Fatalf("healthy slot: Status = %+v, %v; %d reason queries, want 0", st, err, db.reasonQueries)

@@ -60,13 +60,13 @@ type Manager struct {
 	db          DB
 	slot        string
 	publication string
-	opts        options
+	cfg         Config
 }
 
-// NewManager returns a manager for slot and publication on db. The options
-// say how Create (and Ensure) create the slot.
-func NewManager(db DB, slot, publication string, opts ...Option) *Manager {
-	return &Manager{db: db, slot: slot, publication: publication, opts: newOptions(opts)}
+// NewManager returns a manager on db for the slot and publication cfg
+// names; cfg also says how Create (and Ensure) create the slot.
+func NewManager(db DB, cfg Config) *Manager {
+	return &Manager{db: db, slot: cfg.Name, publication: cfg.Publication, cfg: cfg}
 }
 
 // Status reads the slot's row. It returns ErrSlotNotFound when there is none.
@@ -128,14 +128,14 @@ func deref(s *string) string {
 }
 
 // Create creates the slot with the pgoutput plugin, on PostgreSQL 17+ as a
-// failover slot unless WithFailover(false). The publication must exist
+// failover slot unless Config.NoFailover. The publication must exist
 // first: pgoutput looks it up as of each decoded transaction.
 func (m *Manager) Create(ctx context.Context) (Status, error) {
 	v, err := ServerVersion(ctx, m.db)
 	if err != nil {
 		return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
 	}
-	if m.opts.failoverOn(v) {
+	if m.cfg.failoverOn(v) {
 		// (name, plugin, temporary, two_phase, failover)
 		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2, false, false, true)`, m.slot, Plugin)
 	} else {

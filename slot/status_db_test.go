@@ -17,7 +17,7 @@ import (
 func TestStatusOnServer(t *testing.T) {
 	sc := testenv.Reserve(t)
 	ctx, pool, name := sc.Ctx, sc.Pool, sc.Schema // the slot takes the reserved schema's unique name
-	m := NewManager(pool, name, name)
+	m := NewManager(pool, Config{Name: name, Publication: name})
 
 	if _, err := m.Status(ctx); !errors.Is(err, ErrSlotNotFound) {
 		t.Fatalf("Status of a missing slot = %v, want ErrSlotNotFound", err)

@@ -64,7 +64,7 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := checkpointreport.Usable(ctx, cfg.Relay.Database.URL, cfg.replOpts(), cp, out); err != nil {
 		return err
 	}
-	st, err := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication).Status(ctx)
+	st, err := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication}).Status(ctx)
 	switch {
 	case errors.Is(err, slot.ErrSlotNotFound):
 		out["slot_exists"] = false

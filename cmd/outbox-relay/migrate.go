@@ -47,7 +47,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication, slot.WithFailover(cfg.failoverSlot()))
+	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: cfg.Relay.Database.NoFailoverSlot})
 	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
 		return err
 	}
@@ -127,6 +127,6 @@ func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 
 // replOpts are the replication connections' options: the credentials
 // hook of --database-password-file or --database-auth.
-func (c *config) replOpts() []replication.ConnectOption {
-	return []replication.ConnectOption{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
+func (c *config) replOpts() []replication.Option {
+	return []replication.Option{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
 }

@@ -49,7 +49,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	m := slot.NewManager(pool, cfg.Relay.Database.Slot, cfg.Relay.Database.Publication, slot.WithFailover(verb == "create" && !noFailover))
+	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: verb != "create" || noFailover})
 	switch verb {
 	case "create":
 		if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {

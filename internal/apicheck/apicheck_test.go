@@ -22,6 +22,7 @@ const module = "github.com/outbox-relay/outbox-relay"
 // a side effect of a new directory: put new code under internal/.
 var public = []string{
 	"checkpoint",
+	"fielderr", // the one configuration error type of relay, inbox and outbox (their FieldError aliases it)
 	"inbox",
 	"inbox/inboxprom",
 	"migrations",

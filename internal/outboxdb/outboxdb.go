@@ -78,7 +78,7 @@ type Outbox struct {
 	Slot        string
 	Publication string
 	// FailoverSlot: a slot created for streaming is a failover slot on
-	// PostgreSQL 17+ (slot.WithFailover).
+	// PostgreSQL 17+ (slot.Config.NoFailover).
 	FailoverSlot bool
 }
 
@@ -108,7 +108,7 @@ func (o Outbox) Check(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger)
 	}
 	c := &Checked{
 		Schema:      schema,
-		Slots:       slot.NewManager(pool, o.Slot, o.Publication, slot.WithFailover(o.FailoverSlot)),
+		Slots:       slot.NewManager(pool, slot.Config{Name: o.Slot, Publication: o.Publication, NoFailover: !o.FailoverSlot}),
 		Checkpoints: checkpoint.NewStore(pool, o.Table, o.Slot),
 		DeadLetters: deadletter.NewStore(pool, o.Table),
 	}
@@ -144,7 +144,7 @@ func ExplainMissingTable(ctx context.Context, db migrations.Querier, publication
 
 // Identify runs IDENTIFY_SYSTEM on a short-lived replication connection:
 // the cluster and timeline a checkpoint must belong to.
-func Identify(ctx context.Context, dsn string, opts ...replication.ConnectOption) (checkpoint.Identity, error) {
+func Identify(ctx context.Context, dsn string, opts ...replication.Option) (checkpoint.Identity, error) {
 	conn, err := replication.Connect(ctx, dsn, opts...)
 	if err != nil {
 		return checkpoint.Identity{}, err

@@ -86,7 +86,7 @@ func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEve
 	if _, err := migrations.Apply(ctx, db, table, migrations.ApplyOptions{PayloadType: payloadType, NullablePayload: true}); err != nil {
 		t.Fatal(err)
 	}
-	m := slot.NewManager(db, cfg.Database.Slot, cfg.Database.Publication)
+	m := slot.NewManager(db, slot.Config{Name: cfg.Database.Slot, Publication: cfg.Database.Publication})
 	if err := m.EnsurePublication(ctx, table.Quoted(), table.Schema, table.Name); err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (w *world) relayConfig(name string) (relay.Config, string) {
 	cfg.Database.Slot = "tr_" + w.sfx + "_" + name
 	prefix := "tr." + w.sfx + "." + name
 	cfg.Publish.TopicTemplate = prefix + ".{aggregate_type}"
-	m := slot.NewManager(w.db, cfg.Database.Slot, cfg.Database.Publication)
+	m := slot.NewManager(w.db, slot.Config{Name: cfg.Database.Slot, Publication: cfg.Database.Publication})
 	if err := m.EnsurePublication(ctx, w.table.Quoted(), w.table.Schema, w.table.Name); err != nil {
 		w.t.Fatal(err)
 	}

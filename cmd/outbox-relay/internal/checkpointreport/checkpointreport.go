@@ -18,7 +18,7 @@ import (
 // (checkpoint.Store.Resume): saved on the server's system and timeline, or
 // on an earlier timeline of the same system (a promoted standby) at or
 // before where that timeline ended.
-func Usable(ctx context.Context, url string, opts []replication.ConnectOption, cp checkpoint.Checkpoint, out map[string]any) error {
+func Usable(ctx context.Context, url string, opts []replication.Option, cp checkpoint.Checkpoint, out map[string]any) error {
 	conn, err := replication.Connect(ctx, url, opts...)
 	if err != nil {
 		return err

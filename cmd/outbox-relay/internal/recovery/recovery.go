@@ -60,8 +60,8 @@ type Config struct {
 }
 
 // replOpts are the replication connections' options.
-func (c Config) replOpts() []replication.ConnectOption {
-	return []replication.ConnectOption{replication.WithBeforeConnect(c.BeforeConnect)} // nil: none
+func (c Config) replOpts() []replication.Option {
+	return []replication.Option{replication.WithBeforeConnect(c.BeforeConnect)} // nil: none
 }
 
 // Run recovers the slot and returns once the back-fill is acknowledged and
@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ex, err := slot.CreateExported(ctx, repl, cfg.Outbox.Slot, slot.WithFailover(cfg.Outbox.FailoverSlot))
+	ex, err := slot.CreateExported(ctx, repl, slot.Config{Name: cfg.Outbox.Slot, NoFailover: !cfg.Outbox.FailoverSlot})
 	if err != nil {
 		repl.Close(context.Background())
 		return err
