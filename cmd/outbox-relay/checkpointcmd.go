@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/checkpointreport"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/report"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -60,23 +58,10 @@ func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	out := checkpointreport.JSON(cp)
-	if err := checkpointreport.Usable(ctx, cfg.Relay.Database.URL, cfg.replOpts(), cp, out); err != nil {
+	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
+	out, err := report.Checkpoint(ctx, cp, m, cfg.Relay.Database.URL, cfg.replOpts())
+	if err != nil {
 		return err
 	}
-	st, err := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication}).Status(ctx)
-	switch {
-	case errors.Is(err, slot.ErrSlotNotFound):
-		out["slot_exists"] = false
-	case err != nil:
-		return err
-	default:
-		out["slot_exists"] = true
-		out["slot_confirmed_flush_lsn"] = st.ConfirmedFlushLSN.String()
-		out["slot_wal_status"] = st.WALStatus
-		out["ahead_of_slot_bytes"] = int64(cp.LSN) - int64(st.ConfirmedFlushLSN)
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return report.Write(stdout, out)
 }

@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrateslot"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrate"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
@@ -31,89 +28,23 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := slot.CheckServer(ctx, pool, log); err != nil {
-		return err
-	}
-	applied, err := migrations.Apply(ctx, pool, cfg.table, migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload})
-	if err != nil {
-		return err
-	}
-	if _, err := migrations.Validate(ctx, pool, cfg.table); err != nil {
-		return err
-	}
-	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: cfg.Relay.Database.NoFailoverSlot})
-	if err := m.EnsurePartitionRoot(ctx, cfg.table.Quoted()); err != nil {
-		return err
-	}
-	if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
-		return err
-	}
-	st, err := m.Status(ctx)
-	if errors.Is(err, slot.ErrSlotNotFound) {
-		st, err = m.Create(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	if err := m.Check(ctx, st); err != nil {
-		var active *slot.ActiveError
-		if !errors.As(err, &active) { // a running relay is fine here
-			return err
-		}
-	}
-	if err := cfg.failover().Reconcile(ctx, pool, &st, stdout); err != nil {
-		return err
-	}
-	if cfg.GrantRole != "" {
-		prov, err := pgprovider.Detect(ctx, pool)
-		if err != nil {
-			return err
-		}
-		opts := migrations.GrantOptions{Cleanup: cfg.GrantCleanup, ReplicationRole: prov.ReplicationRole()}
-		created, grants, err := migrations.GrantRuntimeRole(ctx, pool, cfg.GrantRole, cfg.table, opts)
-		if err != nil {
-			return err
-		}
-		right := "REPLICATION"
-		if opts.ReplicationRole != "" {
-			right = "member of " + opts.ReplicationRole
-		}
-		verb := "exists, has " + right
-		if created {
-			verb = "created (LOGIN, " + right + ", no password: ALTER ROLE " + cfg.GrantRole + " PASSWORD '...' or use certificates)"
-		}
-		fmt.Fprintf(stdout, "role %s %s; granted:\n", cfg.GrantRole, verb)
-		for _, g := range grants {
-			fmt.Fprintf(stdout, "  %s ON %s  -- %s\n", g.Privileges, g.Object, cfg.text(g.Why))
-		}
-		if attrs, err := migrations.UnusedRoleAttributes(ctx, pool, cfg.GrantRole); err != nil {
-			return err
-		} else if len(attrs) > 0 {
-			// Granted REPLICATION on top of them: say so, not silently.
-			q := pgx.Identifier{cfg.GrantRole}.Sanitize()
-			fmt.Fprintf(stdout, "warning: role %s also has %s, which the relay never uses: ALTER ROLE %s NO%s\n",
-				cfg.GrantRole, strings.Join(attrs, ", "), q, strings.Join(attrs, " NO"))
-		}
-		if notes := prov.GrantRoleNotes(pgx.Identifier{cfg.GrantRole}.Sanitize()); len(notes) > 0 {
-			fmt.Fprintf(stdout, "on %s (what only its console or tooling can do, and what differs):\n", prov.Name())
-			for _, n := range notes {
-				fmt.Fprintf(stdout, "  - %s\n", cfg.text(n))
-			}
-		}
-	}
-	if len(applied) == 0 {
-		fmt.Fprintf(stdout, "table %s is up to date\n", cfg.table)
-	} else {
-		fmt.Fprintf(stdout, "table %s: applied migrations %v\n", cfg.table, applied)
-	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", cfg.Relay.Database.Publication, cfg.Relay.Database.Slot, st.ConfirmedFlushLSN, migrateslot.Note(st))
-	return nil
+	d := cfg.Relay.Database
+	return migrate.Run(ctx, pool, migrate.Options{
+		Table: cfg.table,
+		Slot:  slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot},
+		Failover: migrate.Failover{Slot: d.Slot, Want: !d.NoFailoverSlot, Set: cfg.failoverSlotSet,
+			Connect: func(ctx context.Context) (*pgconn.PgConn, error) {
+				return replication.Connect(ctx, d.URL, cfg.replOpts()...)
+			}},
+		Apply: migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload},
+		Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
+		Text:  cfg.text,
+	}, newLogger(cfg, stderr), stdout)
 }
 
 func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrateslot"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrate"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/report"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -59,7 +59,7 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "created slot %s at %s%s\n", st.Name, st.ConfirmedFlushLSN, migrateslot.Note(st))
+		fmt.Fprintf(stdout, "created slot %s at %s%s\n", st.Name, st.ConfirmedFlushLSN, migrate.Note(st))
 		return nil
 	case "drop":
 		if err := m.Drop(ctx); err != nil {
@@ -72,14 +72,5 @@ func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	out := map[string]any{
-		"slot": st.Name, "plugin": st.Plugin, "database": st.Database, "active": st.Active,
-		"active_pid": st.ActivePID, "confirmed_flush_lsn": st.ConfirmedFlushLSN.String(),
-		"restart_lsn": st.RestartLSN.String(), "wal_status": st.WALStatus, "safe_wal_size": st.SafeWALSize,
-		"current_wal_lsn": st.CurrentLSN.String(), "lag_bytes": st.LagBytes, "retained_bytes": st.RetainedBytes,
-		"failover": st.Failover,
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return report.Write(stdout, report.Slot(st))
 }

@@ -1,7 +1,8 @@
-// Package checkpointreport is what `outbox-relay checkpoint show` reports
-// about a saved checkpoint: its fields, and whether the relay would apply
-// it on the server it now connects to.
-package checkpointreport
+// Package report is what the binary's inspection commands print: `slot
+// status`'s view of the slot, and `checkpoint show`'s of the newest saved
+// checkpoint (its fields, whether the relay would apply it on the server it
+// now connects to, and how it stands to the slot), each as one JSON object.
+package report
 
 import (
 	"context"
@@ -11,14 +12,38 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/replication"
+	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-// Usable identifies the server on a replication connection and
+// Checkpoint is `checkpoint show`'s report of cp, the slot's newest
+// checkpoint: its fields (checkpointJSON), whether it applies on the
+// server at url (usable), and how far ahead of the slot m manages it is.
+func Checkpoint(ctx context.Context, cp checkpoint.Checkpoint, m *slot.Manager, url string, opts []replication.Option) (map[string]any, error) {
+	out := checkpointJSON(cp)
+	if err := usable(ctx, url, opts, cp, out); err != nil {
+		return nil, err
+	}
+	st, err := m.Status(ctx)
+	switch {
+	case errors.Is(err, slot.ErrSlotNotFound):
+		out["slot_exists"] = false
+	case err != nil:
+		return nil, err
+	default:
+		out["slot_exists"] = true
+		out["slot_confirmed_flush_lsn"] = st.ConfirmedFlushLSN.String()
+		out["slot_wal_status"] = st.WALStatus
+		out["ahead_of_slot_bytes"] = int64(cp.LSN) - int64(st.ConfirmedFlushLSN)
+	}
+	return out, nil
+}
+
+// usable identifies the server on a replication connection and
 // reports in out whether cp applies there, as the relay decides it
 // (checkpoint.Store.Resume): saved on the server's system and timeline, or
 // on an earlier timeline of the same system (a promoted standby) at or
 // before where that timeline ended.
-func Usable(ctx context.Context, url string, opts []replication.Option, cp checkpoint.Checkpoint, out map[string]any) error {
+func usable(ctx context.Context, url string, opts []replication.Option, cp checkpoint.Checkpoint, out map[string]any) error {
 	conn, err := replication.Connect(ctx, url, opts...)
 	if err != nil {
 		return err
@@ -56,8 +81,9 @@ func Usable(ctx context.Context, url string, opts []replication.Option, cp check
 	return nil
 }
 
-// JSON is cp as `checkpoint show` prints it, with its age.
-func JSON(cp checkpoint.Checkpoint) map[string]any {
+// checkpointJSON is cp's fields as `checkpoint show` prints them, with
+// its age.
+func checkpointJSON(cp checkpoint.Checkpoint) map[string]any {
 	m := map[string]any{
 		"outbox_table": cp.OutboxTable, "slot": cp.Slot, "lsn": cp.LSN.String(),
 		"system_identifier": cp.Identity.SystemID, "timeline": cp.Identity.Timeline,

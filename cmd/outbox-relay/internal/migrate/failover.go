@@ -1,6 +1,4 @@
-// Package migrateslot is what migrate does to an existing slot: it
-// reconciles the slot's failover flag with --failover-slot.
-package migrateslot
+package migrate
 
 import (
 	"context"
