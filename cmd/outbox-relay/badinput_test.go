@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -47,21 +46,6 @@ func meant(f *flag.Flag, v string) bool {
 		return strings.Contains(usage, "negative") || strings.Contains(usage, v+" ") || strings.Contains(usage, v+":")
 	}
 	return false
-}
-
-// commandFlags lists every flag of every command and verb, by command
-// line ("dlq show"), from the commands' own registration (knownEnv's
-// listing mode): a new flag is covered without being named here.
-func commandFlags(t *testing.T) map[string][]*flag.Flag {
-	t.Helper()
-	out := map[string][]*flag.Flag{}
-	l := &envLister{Writer: io.Discard, names: map[string]bool{}, visit: func(cmd string, fs *flag.FlagSet) {
-		fs.VisitAll(func(f *flag.Flag) { out[cmd] = append(out[cmd], f) })
-	}}
-	if err := l.list(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // positional are the arguments a command line needs besides flags.

@@ -28,15 +28,13 @@ var checkpointSummaries = map[string]string{
 		"run and recover; replay and cleanup want one of the server's own timeline).",
 }
 
-func cmdCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	verb, err := groupVerb(args, checkpointUsage, stderr, checkpointSummaries)
-	if err != nil {
-		return err
-	}
-	cfg, err := parse("checkpoint "+verb, checkpointSummaries[verb], args[1:], scopeDB, stderr)
-	if err != nil {
-		return err
-	}
+// checkpointCommand is the checkpoint verb: show or reset.
+func checkpointCommand(verb string) command {
+	return command{name: "checkpoint " + verb, summary: checkpointSummaries[verb], scope: scopeDB,
+		body: func(ctx context.Context, x *invocation) error { return checkpointVerb(ctx, verb, x.cfg, x.stdout) }}
+}
+
+func checkpointVerb(ctx context.Context, verb string, cfg *config, stdout io.Writer) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -18,39 +17,36 @@ A partitioned outbox (range on created_at) has its old partitions detached and d
 Refused without a checkpoint, or with one of another system identifier or timeline.
 Checkpoints older than the cutoff are pruned (a replay from them would miss deleted rows).`
 
-func cmdCleanup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o cleanup.Options
-	cfg, rest, err := parseWith("cleanup", "", cleanupSummary, args, scopeDB, stderr, func(b *envflag.Binder) {
+func cleanupCommand() command {
+	return command{name: "cleanup", summary: cleanupSummary, scope: scopeDB, bind: func(b *envflag.Binder) body {
+		var o cleanup.Options
 		b.Fields(&o, "Options.") // Validate names Options.OlderThan: run prints --older-than
 		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 7d or 168h")
 		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
 		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches (0: none, batches back to back)")
 		b.Duration(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
 		b.Bool(&o.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
-	})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
-	}
-	if err := o.Validate(); err != nil {
-		return configError{err}
-	}
-	pool, err := connectPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
-	if err != nil {
-		return err
-	}
-	c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
-	res, err := c.Run(ctx)
-	if err != nil {
-		return err
-	}
-	res.Write(stdout, cfg.table.String(), o.DryRun)
-	return nil
+		return func(ctx context.Context, x *invocation) error {
+			cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
+			if err := o.Validate(); err != nil {
+				return configError{err}
+			}
+			pool, err := connectPool(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
+			if err != nil {
+				return err
+			}
+			c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
+			res, err := c.Run(ctx)
+			if err != nil {
+				return err
+			}
+			res.Write(stdout, cfg.table.String(), o.DryRun)
+			return nil
+		}
+	}}
 }

@@ -33,16 +33,40 @@ var dlqSummaries = map[string]string{
 	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.",
 }
 
-func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || isHelp(args[0]) {
-		_, err := groupVerb(args, dlqUsage, stderr, nil)
-		return err
+// dlqCommand is the dlq verb: list, show, retry or discard.
+func dlqCommand(verb string) command {
+	c := command{name: "dlq " + verb, summary: dlqSummaries[verb], scope: scopeDB, args: " EVENT_ID"}
+	switch verb {
+	case "list":
+		c.args = ""
+	case "retry", "discard":
+		c.scope |= scopeKafka
 	}
-	verb := args[0]
-	cfg, f, err := parseDLQ(verb, args[1:], stderr)
-	if err != nil {
-		return err
+	c.bind = func(b *envflag.Binder) body {
+		var f dlqFlags
+		b.Fields(&f.target, "Target.") // deadletter's errors name Target.AggregateType
+		if verb == "list" || verb == "retry" {
+			b.String(&f.target.AggregateID, "aggregate", "", "aggregate_id")
+			b.String(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
+		}
+		if verb == "list" {
+			b.Bool(&f.all, "all", false, "include resolved (published, discarded) entries")
+			b.Bool(&f.asJSON, "json", false, "print JSON lines")
+		}
+		if verb == "discard" {
+			b.String(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
+		}
+		return func(ctx context.Context, x *invocation) error {
+			if err := f.check(verb, x.args); err != nil {
+				return err
+			}
+			return dlqVerb(ctx, verb, f, x.cfg, x.stdout)
+		}
 	}
+	return c
+}
+
+func dlqVerb(ctx context.Context, verb string, f dlqFlags, cfg *config, stdout io.Writer) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
@@ -99,51 +123,22 @@ type dlqFlags struct {
 	asJSON, all bool
 }
 
-// parseDLQ parses the flags of dlq verb and checks its argument.
-func parseDLQ(verb string, args []string, stderr io.Writer) (*config, dlqFlags, error) {
-	var f dlqFlags
-	s, argsUsage := scopeDB, " EVENT_ID"
-	switch verb {
-	case "list":
-		argsUsage = ""
-	case "show":
-	case "retry", "discard":
-		s |= scopeKafka
-	default:
-		fmt.Fprint(stderr, dlqUsage)
-		return nil, f, fmt.Errorf("%w: unknown dlq command %q", errUsage, verb)
-	}
-	cfg, rest, err := parseWith("dlq "+verb, argsUsage, dlqSummaries[verb], args, s, stderr, func(b *envflag.Binder) {
-		b.Fields(&f.target, "Target.") // deadletter's errors name Target.AggregateType
-		if verb == "list" || verb == "retry" {
-			b.String(&f.target.AggregateID, "aggregate", "", "aggregate_id")
-			b.String(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
-		}
-		if verb == "list" {
-			b.Bool(&f.all, "all", false, "include resolved (published, discarded) entries")
-			b.Bool(&f.asJSON, "json", false, "print JSON lines")
-		}
-		if verb == "discard" {
-			b.String(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
-		}
-	})
-	if err != nil {
-		return nil, f, err
-	}
-	if len(rest) > 0 {
-		f.target.EventID = rest[0]
+// check checks the arguments of dlq verb and takes its EVENT_ID.
+func (f *dlqFlags) check(verb string, args []string) error {
+	if len(args) > 0 {
+		f.target.EventID = args[0]
 	}
 	switch {
-	case verb == "show" && len(rest) != 1:
-		return nil, f, fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
-	case verb == "retry" && ((f.target.EventID == "") == (f.target.AggregateID == "") || len(rest) > 1):
-		return nil, f, fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
-	case verb == "discard" && len(rest) != 1:
-		return nil, f, fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
+	case verb == "show" && len(args) != 1:
+		return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
+	case verb == "retry" && ((f.target.EventID == "") == (f.target.AggregateID == "") || len(args) > 1):
+		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
+	case verb == "discard" && len(args) != 1:
+		return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
 	case verb == "discard" && f.reason == "":
-		return nil, f, configError{errors.New("--reason is required: say why the event is discarded")}
+		return configError{errors.New("--reason is required: say why the event is discarded")}
 	}
-	return cfg, f, nil
+	return nil
 }
 
 // dlqWriter publishes the events of dlq retry and discard, one at a time,

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"maps"
-	"slices"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -20,7 +15,7 @@ import (
 // configuration (all but version and --help) refuses such a variable
 // before doing anything, with one line per variable naming it and the
 // closest known name, exit code 2 (exitUsage). Values are never printed:
-// they may be secrets. parseWith runs the check once the command line is
+// they may be secrets. configure runs the check once the command line is
 // parsed (so --help still helps) and before the configuration is validated.
 //
 // The check is global, not per command: a variable is known when a flag
@@ -36,9 +31,9 @@ import (
 // ignore it. What the check rejects is a name nothing reads.
 //
 // The known names are those of the flags the commands register, listed by
-// running every command and verb in listing mode (knownEnv, parseWith),
-// plus each secret flag's <ENV>_FILE: there is no list of flags to keep
-// in step, and a new flag is known as soon as it is registered.
+// walking the command tree (knownEnv), plus each secret flag's <ENV>_FILE:
+// there is no list of flags to keep in step, and a new flag is known as
+// soon as it is declared.
 
 // testStatusHoldEnv names a test hook of binaries built with -tags
 // testhooks (the integration suite's): standby status updates confirm only
@@ -80,10 +75,7 @@ func checkEnv(environ, own []string) error {
 	if envflag.Unknown(environ, envPrefix, known) == nil {
 		return nil // the usual case: only the command's own variables
 	}
-	all, err := knownEnv()
-	if err != nil {
-		return err
-	}
+	all := knownEnv()
 	maps.Copy(all, notFlagKnown())
 	unknown := unknownEnvError(envflag.Unknown(environ, envPrefix, all))
 	if len(unknown) == 0 {
@@ -119,57 +111,14 @@ func (e unknownEnvError) lines() []string {
 func (e unknownEnvError) Error() string        { return strings.Join(e.lines(), "\n") }
 func (e unknownEnvError) Is(target error) bool { return target == errUsage }
 
-// envLister is the stderr of a command run by knownEnv: parseWith sees it,
-// registers the command's flags on a Binder that reads no environment,
-// adds their variables and returns errListed instead of parsing.
-type envLister struct {
-	io.Writer
-	names map[string]bool
-	// visit, when set, sees each command's flags (the bad-input test
-	// generates its cases from them).
-	visit func(cmd string, fs *flag.FlagSet)
-}
-
-func (l *envLister) add(names ...string) {
-	for _, n := range names {
-		l.names[n] = true
-	}
-}
-
-// errListed ends a command run by knownEnv once its flags are listed.
-var errListed = errors.New("flags listed")
-
 // knownEnv returns the environment variables of every flag of every
-// command and verb. Each command parses its flags before doing anything
-// else, so running it with an envLister as stderr does nothing but list
-// them; a command that returns anything but errListed broke that rule, and
-// is reported rather than having its variables rejected.
-func knownEnv() (map[string]bool, error) {
-	l := &envLister{Writer: io.Discard, names: map[string]bool{}}
-	if err := l.list(); err != nil {
-		return nil, err
-	}
-	return l.names, nil
-}
-
-// list runs every command and verb in listing mode.
-func (l *envLister) list() error {
-	cmds := commands()
-	for _, name := range slices.Sorted(maps.Keys(cmds)) {
-		c := cmds[name]
-		calls := [][]string{nil}
-		if c.verbs != nil {
-			calls = nil
-			for _, verb := range slices.Sorted(maps.Keys(c.verbs)) {
-				calls = append(calls, []string{verb})
-			}
+// command and verb, walking the command tree.
+func knownEnv() map[string]bool {
+	names := map[string]bool{}
+	visitFlags(func(_ command, b *envflag.Binder, _ *flag.FlagSet) {
+		for _, n := range b.EnvNames() {
+			names[n] = true
 		}
-		for _, args := range calls {
-			if err := c.run(context.Background(), args, io.Discard, l); !errors.Is(err, errListed) {
-				return fmt.Errorf("listing the flags of %q: %v (a command must parse its flags before anything else)",
-					strings.Join(append([]string{name}, args...), " "), err)
-			}
-		}
-	}
-	return nil
+	})
+	return names
 }

@@ -74,10 +74,6 @@ func andList(s []string) string {
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
-// flagTextSink is implemented by run's stderr (cliStderr): parseWith gives
-// it the command's flagText, for the errors run prints.
-type flagTextSink interface{ setFlagText(func(string) string) }
-
 // text is c.flagText, or nothing to translate before the flags are
 // parsed.
 func (c *config) text(s string) string {

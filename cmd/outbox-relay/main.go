@@ -8,18 +8,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 )
 
@@ -79,18 +78,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return dispatch(ctx, args, stdout, out)
 }
 
-// dispatch runs the command args[0] with ctx and returns its exit code:
+// dispatch runs the command line args with ctx and returns its exit code:
 // run's work once the process is set up (tests call it with a cancelled
 // ctx, so a command line that passes validation stops at its first
 // connection).
 func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) int {
 	var stderr io.Writer = out
-	cmd, ok := commands()[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
-	}
-	err := cmd.run(ctx, args[1:], stdout, stderr)
+	err := execute(ctx, args, stdout, out)
 	var ce configError
 	var help *helpRequest
 	var nc notCheckedError
@@ -98,6 +92,8 @@ func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStde
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, errPrinted):
+		return exitUsage
 	case errors.As(err, &help):
 		fmt.Fprint(stdout, help.usage)
 		return exitOK
@@ -121,15 +117,27 @@ func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStde
 	}
 }
 
+// execute finds the command of args in the tree (commands.go), configures
+// it from its flags and environment and runs its body.
+func execute(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) error {
+	c, rest, err := find(args, out)
+	if err != nil {
+		return err
+	}
+	cfg, body, positional, err := configure(c, rest, out)
+	if err != nil {
+		return err
+	}
+	return body(ctx, &invocation{cfg: cfg, args: positional, stdout: stdout, stderr: out})
+}
+
 // cliStderr is run's stderr: it redacts secrets (redact.Writer), and the
 // errors run prints name configuration fields by the flags of the command
-// (flagText, set by parseWith: flagtext.go).
+// (flagText, set by configure: flagtext.go).
 type cliStderr struct {
 	*redact.Writer
 	flagText func(string) string
 }
-
-func (w *cliStderr) setFlagText(f func(string) string) { w.flagText = f }
 
 // text is err's text with the fields it names in flag terms.
 func (w *cliStderr) text(err error) string {
@@ -137,33 +145,6 @@ func (w *cliStderr) text(err error) string {
 		return err.Error()
 	}
 	return w.flagText(err.Error())
-}
-
-// command is a subcommand: run dispatches args[0] to it. A group's verbs
-// (slot, dlq, checkpoint) are the keys of its summaries, which every verb
-// has for its --help; knownEnv walks them.
-type command struct {
-	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-	verbs map[string]string
-}
-
-// commands are the subcommands by name (a function, not a variable: the
-// commands' flag parsing reads it, through knownEnv).
-func commands() map[string]command {
-	return map[string]command{
-		"migrate": {run: cmdMigrate},
-		"run": {run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdRun(ctx, args, stderr)
-		}},
-		"slot":       {run: cmdSlot, verbs: slotSummaries},
-		"dlq":        {run: cmdDLQ, verbs: dlqSummaries},
-		"checkpoint": {run: cmdCheckpoint, verbs: checkpointSummaries},
-		"replay":     {run: cmdReplay},
-		"recover":    {run: cmdRecover},
-		"cleanup":    {run: cmdCleanup},
-		"doctor":     {run: cmdDoctor},
-		"reconcile":  {run: cmdReconcile},
-	}
 }
 
 var errUsage = errors.New("usage error")
@@ -186,96 +167,6 @@ type helpRequest struct{ usage string }
 
 func (h *helpRequest) Error() string        { return "help requested" }
 func (h *helpRequest) Is(target error) bool { return target == flag.ErrHelp }
-
-// parse parses a subcommand's flags and validates the configuration.
-func parse(name, summary string, args []string, s scope, stderr io.Writer) (*config, error) {
-	cfg, rest, err := parseWith(name, "", summary, args, s, stderr, nil)
-	if err == nil && len(rest) > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
-	}
-	return cfg, err
-}
-
-// parseWith is parse for subcommands with their own flags (registered by
-// extra on the same Binder, so they have environment fallbacks too) and
-// positional arguments (returned; described by argsUsage).
-//
-// Every command calls it before doing anything else; with an *envLister
-// as stderr it only registers the flags, adds their environment variables
-// to the lister and returns errListed (knownEnv).
-func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*envflag.Binder)) (*config, []string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	// The flag package prints the whole usage before any parse error;
-	// run prints the one-line error instead, and --help's usage to stdout.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	lister, listing := stderr.(*envLister)
-	b := envflag.New(fs, envPrefix)
-	if listing {
-		b = envflag.Listing(fs, envPrefix)
-	}
-	cfg := &config{}
-	cfg.bind(b, s)
-	if extra != nil {
-		extra(b)
-	}
-	if listing {
-		lister.add(b.EnvNames()...)
-		if lister.visit != nil {
-			lister.visit(name, fs)
-		}
-		return nil, nil, errListed
-	}
-	// Flags may follow positional arguments (dlq show ID --json).
-	var rest []string
-	for {
-		if err := b.Parse(args); err != nil {
-			var ve *envflag.ValueError
-			switch {
-			case errors.Is(err, flag.ErrHelp):
-				return nil, nil, &helpRequest{commandUsage(name, argsUsage, summary, b)}
-			case errors.As(err, &ve):
-				return nil, nil, configError{err}
-			}
-			return nil, nil, &usageError{name, err}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		rest = append(rest, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	cfg.flagText = envflag.FlagText(flagNames(b))
-	if sink, ok := stderr.(flagTextSink); ok {
-		sink.setFlagText(cfg.flagText)
-	}
-	// Before validate: a misspelt variable explains a missing or default
-	// value better than the error about that value would.
-	if err := checkEnv(os.Environ(), b.EnvNames()); err != nil {
-		return nil, nil, err
-	}
-	if sink, ok := stderr.(secretSink); ok {
-		sink.Add(secrets(b)...)
-	}
-	if err := cfg.validate(b, s); err != nil {
-		return nil, nil, configError{err}
-	}
-	// Every command that connects warns about the settings that weaken
-	// a secure setup, not only run: replay, recover, dlq, doctor and
-	// reconcile send the same credentials.
-	if s&(scopeDB|scopeKafka) != 0 {
-		cfg.warnInsecure(newLogger(cfg, stderr), s&scopeKafka != 0)
-	}
-	return cfg, rest, nil
-}
-
-// commandUsage is a subcommand's --help text.
-func commandUsage(name, argsUsage, summary string, b *envflag.Binder) string {
-	var w strings.Builder
-	fmt.Fprintf(&w, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
-	b.PrintDefaults(&w)
-	return w.String()
-}
 
 // newLogger builds the process logger: the libraries log through
 // *slog.Logger, the binary writes zerolog's JSON (or console) lines, never

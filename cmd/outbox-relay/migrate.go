@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,36 +14,35 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parse("migrate",
-		"Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n"+
-			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n"+
-			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n"+
-			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n"+
-			"grants it exactly the table privileges listed in the README; run it as a superuser (on a managed service,\n"+
-			"its admin role) for that. On RDS and Aurora the role gets membership in rds_replication instead of\n"+
+func migrateCommand() command {
+	return command{name: "migrate", scope: scopeDB | scopeMigrate,
+		summary: "Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n" +
+			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n" +
+			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n" +
+			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n" +
+			"grants it exactly the table privileges listed in the README; run it as a superuser (on a managed service,\n" +
+			"its admin role) for that. On RDS and Aurora the role gets membership in rds_replication instead of\n" +
 			"REPLICATION; on a managed service it also prints what only the provider's console can do.",
-		args, scopeDB|scopeMigrate, stderr)
-	if err != nil {
-		return err
-	}
-	pool, err := connectPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	d := cfg.Relay.Database
-	return migrate.Run(ctx, pool, migrate.Options{
-		Table: cfg.table,
-		Slot:  slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot},
-		Failover: migrate.Failover{Slot: d.Slot, Want: !d.NoFailoverSlot, Set: cfg.failoverSlotSet,
-			Connect: func(ctx context.Context) (*pgconn.PgConn, error) {
-				return replication.Connect(ctx, d.URL, cfg.replOpts()...)
-			}},
-		Apply: migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload},
-		Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
-		Text:  cfg.text,
-	}, newLogger(cfg, stderr), stdout)
+		body: func(ctx context.Context, x *invocation) error {
+			cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
+			pool, err := connectPool(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			d := cfg.Relay.Database
+			return migrate.Run(ctx, pool, migrate.Options{
+				Table: cfg.table,
+				Slot:  slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot},
+				Failover: migrate.Failover{Slot: d.Slot, Want: !d.NoFailoverSlot, Set: cfg.failoverSlotSet,
+					Connect: func(ctx context.Context) (*pgconn.PgConn, error) {
+						return replication.Connect(ctx, d.URL, cfg.replOpts()...)
+					}},
+				Apply: migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload},
+				Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
+				Text:  cfg.text,
+			}, newLogger(cfg, stderr), stdout)
+		}}
 }
 
 func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {

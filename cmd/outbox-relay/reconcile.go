@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,9 +22,9 @@ table and compared in SQL; the consumer is checked in chunks.`
 // errMissing makes the command exit 3: the comparison found missing events.
 var errMissing = reconcile.ErrMissing
 
-func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o reconcile.Config
-	cfg, rest, err := parseWith("reconcile", "", reconcileSummary, args, scopeDB|scopeKafka, stderr, func(b *envflag.Binder) {
+func reconcileCommand() command {
+	return command{name: "reconcile", summary: reconcileSummary, scope: scopeDB | scopeKafka, bind: func(b *envflag.Binder) body {
+		var o reconcile.Config
 		b.Duration(&o.Since, "since", 0, "range: events committed to the outbox in the last DURATION (required), e.g. 1h")
 		b.Duration(&o.Settle, "settle", 30*time.Second, "ignore events committed in the last DURATION: they may still be in flight (0: none, for a writer that has stopped)")
 		b.String(&o.Consumer, "consumer", "", "also check this inbox consumer's processed_events")
@@ -35,34 +33,31 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		b.String(&o.AggregateType, "aggregate-type", "", "only events of this aggregate_type (e.g. the ones the consumer subscribes to)")
 		b.Int(&o.MaxList, "max-list", 50, "most missing events listed per comparison (all are counted; 0: count only)")
 		b.Duration(&o.ReadTimeout, "read-timeout", 30*time.Second, "give up on a partition that yields no record for this long")
-	})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
-	}
-	if err := o.Validate(); err != nil {
-		return configError{err}
-	}
-	var consumerHook func(context.Context, *pgconn.Config) error
-	if o.ConsumerURL == "" {
-		o.ConsumerURL, consumerHook = cfg.Relay.Database.URL, cfg.Relay.Database.BeforeConnect
-	}
-	o.Table, o.Template = cfg.table, cfg.template
-	pool, err := connectPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader, ConsumerBeforeConnect: consumerHook})
-	var ce *configerr.Error
-	if errors.As(err, &ce) {
-		return configError{ce.Err}
-	}
-	if err != nil {
-		return err
-	}
-	rep.Write(stdout)
-	return rep.Err()
+		return func(ctx context.Context, x *invocation) error {
+			cfg, stdout := x.cfg, x.stdout
+			if err := o.Validate(); err != nil {
+				return configError{err}
+			}
+			var consumerHook func(context.Context, *pgconn.Config) error
+			if o.ConsumerURL == "" {
+				o.ConsumerURL, consumerHook = cfg.Relay.Database.URL, cfg.Relay.Database.BeforeConnect
+			}
+			o.Table, o.Template = cfg.table, cfg.template
+			pool, err := connectPool(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader, ConsumerBeforeConnect: consumerHook})
+			var ce *configerr.Error
+			if errors.As(err, &ce) {
+				return configError{ce.Err}
+			}
+			if err != nil {
+				return err
+			}
+			rep.Write(stdout)
+			return rep.Err()
+		}
+	}}
 }

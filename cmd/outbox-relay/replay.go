@@ -27,9 +27,9 @@ may be included, none inside the range is missed):
   --aggregate A [--aggregate-type T] --event-type E            filters
   --dry-run                                                    count and list, publish nothing`
 
-func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o replay.Config
-	cfg, rest, err := parseWith("replay", "", replaySummary, args, scopeDB|scopeKafka, stderr, func(b *envflag.Binder) {
+func replayCommand() command {
+	return command{name: "replay", summary: replaySummary, scope: scopeDB | scopeKafka, bind: func(b *envflag.Binder) body {
+		var o replay.Config
 		b.String(&o.Range.FromLSN, "from-lsn", "", "start at this WAL position (e.g. from checkpoint show)")
 		b.String(&o.Range.ToLSN, "to-lsn", "", "stop at this WAL position")
 		b.Bool(&o.Range.FromCheckpoint, "from-checkpoint", false, "start at the newest saved checkpoint")
@@ -40,39 +40,36 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		b.String(&o.EventType, "event-type", "", "only this event_type")
 		b.Bool(&o.DryRun, "dry-run", false, "count and list the matching events, publish nothing")
 		b.Int(&o.List, "list", 20, "with --dry-run, how many events to list (0: count only)")
-	})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
-	}
-	if err := o.Range.Validate(); err != nil {
-		return configError{err}
-	}
-	if o.List < 0 {
-		return configError{fmt.Errorf("--list %d: use 0 (count only) or more", o.List)}
-	}
-	o.Table, o.Slot = cfg.table, cfg.Relay.Database.Slot
-	pool, err := connectPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	err = replay.Run(ctx, o, replay.Deps{
-		Pool: pool,
-		Identify: func(ctx context.Context) (checkpoint.Identity, error) {
-			return outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
-		},
-		NewPublisher: func() replay.Publisher { return replayPublisher(cfg, stderr) },
-		Out:          stdout,
-		Progress:     backfill.PrintProgress(stderr, "replay"),
-	})
-	var ce *configerr.Error
-	if errors.As(err, &ce) {
-		return configError{ce.Err}
-	}
-	return err
+		return func(ctx context.Context, x *invocation) error {
+			cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
+			if err := o.Range.Validate(); err != nil {
+				return configError{err}
+			}
+			if o.List < 0 {
+				return configError{fmt.Errorf("--list %d: use 0 (count only) or more", o.List)}
+			}
+			o.Table, o.Slot = cfg.table, cfg.Relay.Database.Slot
+			pool, err := connectPool(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			err = replay.Run(ctx, o, replay.Deps{
+				Pool: pool,
+				Identify: func(ctx context.Context) (checkpoint.Identity, error) {
+					return outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
+				},
+				NewPublisher: func() replay.Publisher { return replayPublisher(cfg, stderr) },
+				Out:          stdout,
+				Progress:     backfill.PrintProgress(stderr, "replay"),
+			})
+			var ce *configerr.Error
+			if errors.As(err, &ce) {
+				return configError{ce.Err}
+			}
+			return err
+		}
+	}}
 }
 
 // replayPublisher is replay's publisher, on the one Kafka configuration.

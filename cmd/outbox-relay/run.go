@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,21 +13,19 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parse("run",
-		"Streams outbox inserts from the replication slot to Kafka (acks=all, keyed by aggregate_id,\n"+
-			"murmur2 partitioning) and confirms the slot only past events Kafka acknowledged.\n"+
+func runCommand() command {
+	return command{name: "run", scope: scopeDB | scopeKafka | scopeRun,
+		summary: "Streams outbox inserts from the replication slot to Kafka (acks=all, keyed by aggregate_id,\n" +
+			"murmur2 partitioning) and confirms the slot only past events Kafka acknowledged.\n" +
 			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0.",
-		args, scopeDB|scopeKafka|scopeRun, stderr)
-	if err != nil {
-		return err
-	}
-	log := newLogger(cfg, stderr)
-	r, err := newRelay(cfg, log)
-	if err != nil {
-		return err
-	}
-	return runRelay(ctx, cfg, r, log)
+		body: func(ctx context.Context, x *invocation) error {
+			log := newLogger(x.cfg, x.stderr)
+			r, err := newRelay(x.cfg, log)
+			if err != nil {
+				return err
+			}
+			return runRelay(ctx, x.cfg, r, log)
+		}}
 }
 
 // newRelay sets up the process for streaming and returns its relay: the

@@ -48,9 +48,6 @@ func secrets(b *envflag.Binder) []string {
 	return s
 }
 
-// secretSink is implemented by the redacting stderr of run().
-type secretSink interface{ Add(secrets ...string) }
-
 // warnInsecure logs settings that weaken a secure setup; they are allowed,
 // since they are explicit, but should never go unnoticed.
 func (c *config) warnInsecure(log *slog.Logger, kafka bool) {

@@ -243,15 +243,7 @@ func TestHelpHidesSecrets(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", file)
 	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD", "SaslSecret")
 	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_OAUTH_CLIENT_SECRET", "OAuthSecret")
-	var names []string
-	for name, c := range commands() {
-		if len(c.verbs) == 0 {
-			names = append(names, name)
-		}
-		for verb := range c.verbs {
-			names = append(names, name+" "+verb)
-		}
-	}
+	names := commandNames()
 	sort.Strings(names)
 	for _, name := range names {
 		var out, errOut bytes.Buffer

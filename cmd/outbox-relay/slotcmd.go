@@ -27,23 +27,20 @@ var slotSummaries = map[string]string{
 	"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
 }
 
-func cmdSlot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	verb, err := groupVerb(args, slotUsage, stderr, slotSummaries)
-	if err != nil {
-		return err
-	}
-	var noFailover bool // --failover-slot, negated
-	cfg, rest, err := parseWith("slot "+verb, "", slotSummaries[verb], args[1:], scopeDB, stderr, func(b *envflag.Binder) {
+// slotCommand is the slot verb: status, create or drop.
+func slotCommand(verb string) command {
+	return command{name: "slot " + verb, summary: slotSummaries[verb], scope: scopeDB, bind: func(b *envflag.Binder) body {
+		var noFailover bool // --failover-slot, negated
 		if verb == "create" {
 			bindFailoverSlot(b, &noFailover, "")
 		}
-	})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %v", errUsage, rest)
-	}
+		return func(ctx context.Context, x *invocation) error {
+			return slotVerb(ctx, verb, noFailover, x.cfg, x.stdout)
+		}
+	}}
+}
+
+func slotVerb(ctx context.Context, verb string, noFailover bool, cfg *config, stdout io.Writer) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
