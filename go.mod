@@ -3,6 +3,7 @@ module github.com/outbox-relay/outbox-relay
 go 1.26.0
 
 require (
+	github.com/alecthomas/kong v1.17.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.21
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.3

@@ -10,6 +10,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/alecthomas/kong v1.17.0 // indirect
+
 require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kong"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
@@ -19,13 +21,13 @@ import (
 // never a value of the kind: the command must refuse them. edge ones are
 // well-formed but empty, zero, negative or huge: a command refuses them
 // unless acceptedEdge lists the flag and value with the reason it is valid.
-var badValues = map[string]struct{ malformed, edge []string }{
-	"int":      {malformed: []string{"abc", "1.5", "1e3", "99999999999999999999", ""}, edge: []string{"0", "-1", "2147483648"}},
-	"duration": {malformed: []string{"abc", "10", "1e300d", "9999999999h", ""}, edge: []string{"0", "-1s", "876000h"}},
-	"size":     {malformed: []string{"lots", "1.5.5MiB", "99999999999999999999", ""}, edge: []string{"0", "-1", "1EiB"}},
-	"bool":     {malformed: []string{"maybe", "2"}},
-	"string":   {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
-	"list":     {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
+var badValues = map[envflag.Kind]struct{ malformed, edge []string }{
+	envflag.KindInt:      {malformed: []string{"abc", "1.5", "1e3", "99999999999999999999", ""}, edge: []string{"0", "-1", "2147483648"}},
+	envflag.KindDuration: {malformed: []string{"abc", "10", "1e300d", "9999999999h", ""}, edge: []string{"0", "-1s", "876000h"}},
+	envflag.KindSize:     {malformed: []string{"lots", "1.5.5MiB", "99999999999999999999", ""}, edge: []string{"0", "-1", "1EiB"}},
+	envflag.KindBool:     {malformed: []string{"maybe", "2"}},
+	envflag.KindString:   {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
+	envflag.KindList:     {edge: []string{"", "line\nbreak", strings.Repeat("x", 1<<16)}},
 }
 
 // documentedZero matches usage text that gives 0 a meaning ("0
@@ -35,8 +37,8 @@ var documentedZero = regexp.MustCompile(`\b0(:| disables| keeps| means)`)
 // meant reports whether a well-formed edge value v of flag f has a meaning
 // its usage states. Every other edge value but the default must be
 // refused; a new flag gets this rule without being named here.
-func meant(f *flag.Flag, v string) bool {
-	usage := f.Usage
+func meant(f *kong.Flag, v string) bool {
+	usage := f.Help
 	switch {
 	case v == "":
 		return strings.Contains(usage, "empty")
@@ -56,6 +58,14 @@ var positional = map[string][]string{
 	"cleanup":     {"--older-than", "7d"},
 	"reconcile":   {"--since", "1h"},
 	"replay":      {"--all"},
+}
+
+// defaultOf is flag f's default as text; without one, its kind's zero.
+func defaultOf(f *kong.Flag, kind envflag.Kind) string {
+	if f.HasDefault {
+		return f.Default
+	}
+	return map[envflag.Kind]string{envflag.KindInt: "0", envflag.KindSize: "0", envflag.KindDuration: "0s", envflag.KindBool: "false"}[kind]
 }
 
 type outcome struct {
@@ -79,27 +89,33 @@ func (o outcome) errorLines() int {
 // attempt runs a command line the way main does, with a cancelled
 // context: a configuration that passes validation stops at its first
 // connection (exit 1), one that does not exits 2.
-func attempt(t *testing.T, cmd string, args []string) outcome {
+func attempt(t *testing.T, p *commandParser, args []string) outcome {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errOut bytes.Buffer
-	line := append(strings.Fields(cmd), positional[cmd]...)
-	code := dispatch(ctx, append(line, args...), &out, &cliStderr{Writer: redact.NewWriter(&errOut)})
+	stderr := &cliStderr{Writer: redact.NewWriter(&errOut)}
+	line := append(append(strings.Fields(p.name), positional[p.name]...), args...)
+	c, x, err := p.configure(line, stderr)
+	if err == nil {
+		x.stdout = &out
+		err = c.run(ctx, x)
+	}
+	code := outcomeOf(line[0], err, &out, stderr)
 	return outcome{code, out.String(), errOut.String()}
 }
 
 func TestBadInputEveryFlag(t *testing.T) {
 	helpOf(t, "migrate") // unsets OUTBOX_RELAY_* and GOMAXPROCS
 	base := map[string]string{
-		envPrefix + "DATABASE_URL":  "postgres://relay@127.0.0.1:1/app",
-		envPrefix + "KAFKA_BROKERS": "127.0.0.1:1",
-		envPrefix + "METRICS_ADDR":  "127.0.0.1:0",
+		config.EnvPrefix + "DATABASE_URL":  "postgres://relay@127.0.0.1:1/app",
+		config.EnvPrefix + "KAFKA_BROKERS": "127.0.0.1:1",
+		config.EnvPrefix + "METRICS_ADDR":  "127.0.0.1:0",
 	}
 	for k, v := range base {
 		t.Setenv(k, v)
 	}
-	flags := commandFlags(t)
+	flags := everyFlag(t)
 	for _, cmd := range slices.Sorted(func(yield func(string) bool) {
 		for k := range flags {
 			if !yield(k) {
@@ -107,19 +123,23 @@ func TestBadInputEveryFlag(t *testing.T) {
 			}
 		}
 	}) {
-		if o := attempt(t, cmd, nil); o.code == exitUsage || o.errorLines() > 1 {
+		p, err := newCommandParser(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := attempt(t, p, nil); o.code == exitUsage || o.errorLines() > 1 {
 			t.Errorf("%s: the base command line is refused: %s", cmd, o.stderr)
 			continue
 		}
 		for _, f := range flags[cmd] {
-			kind, _ := envflag.Kind(f)
+			kind, _ := envflag.FlagKind(f)
 			vals, ok := badValues[kind]
 			if !ok {
 				t.Errorf("%s --%s: no bad values for kind %q", cmd, f.Name, kind)
 				continue
 			}
 			check := func(v string, mustRefuse bool) {
-				o := attempt(t, cmd, []string{"--" + f.Name + "=" + v})
+				o := attempt(t, p, []string{"--" + f.Name + "=" + v})
 				desc := fmt.Sprintf("%s --%s=%.40q", cmd, f.Name, v)
 				if s := o.stdout + o.stderr; strings.Contains(s, "panic") || strings.Contains(s, "goroutine ") {
 					t.Errorf("%s: panicked:\n%.2000s", desc, s)
@@ -127,7 +147,7 @@ func TestBadInputEveryFlag(t *testing.T) {
 				}
 				// The default, given explicitly, may be refused (a
 				// required flag's empty default) or taken.
-				isDefault := v == f.DefValue || kind == "duration" && v == "0" && f.DefValue == "0s"
+				isDefault := v == defaultOf(f, kind) || kind == envflag.KindDuration && v == "0" && defaultOf(f, kind) == "0s"
 				accepted := !mustRefuse && meant(f, v)
 				switch {
 				case o.code == exitUsage && o.errorLines() != 1:
@@ -142,9 +162,9 @@ func TestBadInputEveryFlag(t *testing.T) {
 			for _, v := range vals.malformed {
 				check(v, true)
 				// The same value from the environment: the same refusal.
-				env := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+				env := config.EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 				t.Setenv(env, v)
-				if o := attempt(t, cmd, nil); o.code != exitUsage || o.errorLines() != 1 || !strings.Contains(o.stderr, env) {
+				if o := attempt(t, p, nil); o.code != exitUsage || o.errorLines() != 1 || !strings.Contains(o.stderr, env) {
 					t.Errorf("%s with %s=%q: exit %d, want 2 with one line naming the variable:\n%.2000s", cmd, env, v, o.code, o.stderr)
 				}
 				os.Unsetenv(env)
@@ -152,10 +172,10 @@ func TestBadInputEveryFlag(t *testing.T) {
 					os.Setenv(env, old)
 				}
 			}
-			if _, secret := envflag.Kind(f); secret {
+			if _, secret := envflag.FlagKind(f); secret {
 				// A refused secret is not yet registered for redaction:
 				// its error must not quote it.
-				o := attempt(t, cmd, []string{"--" + f.Name + "=s3cr3t\x01"})
+				o := attempt(t, p, []string{"--" + f.Name + "=s3cr3t\x01"})
 				if o.code != exitUsage || strings.Contains(o.stdout+o.stderr, "s3cr3t") {
 					t.Errorf("%s --%s with a control character: exit %d, and the output must not show the value:\n%s", cmd, f.Name, o.code, o.stderr)
 				}

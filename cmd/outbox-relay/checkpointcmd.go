@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/report"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -28,19 +29,26 @@ var checkpointSummaries = map[string]string{
 		"run and recover; replay and cleanup want one of the server's own timeline).",
 }
 
-// checkpointCommand is the checkpoint verb: show or reset.
-func checkpointCommand(verb string) command {
-	return command{name: "checkpoint " + verb, summary: checkpointSummaries[verb], scope: scopeDB,
-		body: func(ctx context.Context, x *invocation) error { return checkpointVerb(ctx, verb, x.cfg, x.stdout) }}
+// checkpointCmd is checkpoint show and checkpoint reset.
+type checkpointCmd struct {
+	config.LogFlags
+	config.DBFlags
 }
 
-func checkpointVerb(ctx context.Context, verb string, cfg *config, stdout io.Writer) error {
+func (*checkpointCmd) about(name string) about {
+	return about{summary: checkpointSummaries[verbOf(name)], scope: config.ScopeDB}
+}
+func (*checkpointCmd) run(ctx context.Context, x *invocation) error {
+	return checkpointVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
+}
+
+func checkpointVerb(ctx context.Context, verb string, cfg *config.Config, stdout io.Writer) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	store := checkpoint.NewStore(pool, cfg.table, cfg.Relay.Database.Slot)
+	store := checkpoint.NewStore(pool, cfg.Table(), cfg.Relay.Database.Slot)
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
@@ -49,7 +57,7 @@ func checkpointVerb(ctx context.Context, verb string, cfg *config, stdout io.Wri
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted %d checkpoint rows of slot %s (%s)\n", n, cfg.Relay.Database.Slot, cfg.table)
+		fmt.Fprintf(stdout, "deleted %d checkpoint rows of slot %s (%s)\n", n, cfg.Relay.Database.Slot, cfg.Table())
 		return nil
 	}
 	cp, err := store.Latest(ctx)
@@ -57,7 +65,7 @@ func checkpointVerb(ctx context.Context, verb string, cfg *config, stdout io.Wri
 		return err
 	}
 	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
-	out, err := report.Checkpoint(ctx, cp, m, cfg.Relay.Database.URL, cfg.replOpts())
+	out, err := report.Checkpoint(ctx, cp, m, cfg.Relay.Database.URL, cfg.ReplOpts())
 	if err != nil {
 		return err
 	}

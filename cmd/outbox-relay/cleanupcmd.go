@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"time"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
@@ -17,36 +17,43 @@ A partitioned outbox (range on created_at) has its old partitions detached and d
 Refused without a checkpoint, or with one of another system identifier or timeline.
 Checkpoints older than the cutoff are pruned (a replay from them would miss deleted rows).`
 
-func cleanupCommand() command {
-	return command{name: "cleanup", summary: cleanupSummary, scope: scopeDB, bind: func(b *envflag.Binder) body {
-		var o cleanup.Options
-		b.Fields(&o, "Options.") // Validate names Options.OlderThan: run prints --older-than
-		b.Duration(&o.OlderThan, "older-than", 0, "delete only rows created longer ago than this (required), e.g. 7d or 168h")
-		b.Int(&o.BatchSize, "batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE transaction (1..%d)", cleanup.MaxBatchSize))
-		b.Duration(&o.Pause, "pause", cleanup.DefaultPause, "pause between batches (0: none, batches back to back)")
-		b.Duration(&o.MaxDuration, "max-duration", 0, "stop after this long (0: until done); the next run continues")
-		b.Bool(&o.DryRun, "dry-run", false, "count what would be deleted, delete nothing")
-		return func(ctx context.Context, x *invocation) error {
-			cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
-			if err := o.Validate(); err != nil {
-				return configError{err}
-			}
-			pool, err := connectPool(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.replOpts()...)
-			if err != nil {
-				return err
-			}
-			c := &cleanup.Cleaner{DB: pool, Table: cfg.table, Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, stderr)}
-			res, err := c.Run(ctx)
-			if err != nil {
-				return err
-			}
-			res.Write(stdout, cfg.table.String(), o.DryRun)
-			return nil
-		}
-	}}
+// cleanupCmd is cleanup; its options are cleanup.Options (Validate names
+// them Options.OlderThan: the error prints --older-than).
+type cleanupCmd struct {
+	config.LogFlags
+	config.DBFlags
+	OlderThan   time.Duration `name:"older-than" help:"delete only rows created longer ago than this (required), e.g. 7d or 168h" to:"Options.OlderThan"`
+	BatchSize   int           `name:"batch-size" default:"${cleanup_batch_size}" help:"rows per DELETE transaction (1..${cleanup_max_batch_size})" to:"Options.BatchSize"`
+	Pause       time.Duration `name:"pause" default:"${cleanup_pause}" help:"pause between batches (0: none, batches back to back)" to:"Options.Pause"`
+	MaxDuration time.Duration `name:"max-duration" help:"stop after this long (0: until done); the next run continues" to:"Options.MaxDuration"`
+	DryRun      bool          `name:"dry-run" help:"count what would be deleted, delete nothing" to:"Options.DryRun"`
+
+	Options cleanup.Options `kong:"-"`
+}
+
+func (*cleanupCmd) about(string) about {
+	return about{summary: cleanupSummary, scope: config.ScopeDB}
+}
+
+func (c *cleanupCmd) run(ctx context.Context, x *invocation) error {
+	cfg, o := x.cfg, c.Options
+	if err := o.Validate(); err != nil {
+		return configError{err}
+	}
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	id, err := outboxdb.Identify(ctx, cfg.Relay.Database.URL, cfg.ReplOpts()...)
+	if err != nil {
+		return err
+	}
+	cl := &cleanup.Cleaner{DB: pool, Table: cfg.Table(), Slot: cfg.Relay.Database.Slot, Identity: id, Options: o, Log: newLogger(cfg, x.stderr)}
+	res, err := cl.Run(ctx)
+	if err != nil {
+		return err
+	}
+	res.Write(x.stdout, cfg.Table().String(), o.DryRun)
+	return nil
 }

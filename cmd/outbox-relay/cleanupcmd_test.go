@@ -11,18 +11,18 @@ func TestCleanupScheduleFlags(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	t.Setenv("OUTBOX_RELAY_CLEANUP_OLDER_THAN", "72h")
-	cfg, err := parse("run", "", []string{"--cleanup-interval", "5m"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--cleanup-interval", "5m"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := cfg.Relay.Cleanup; c.OlderThan != 72*time.Hour || c.Interval != 5*time.Minute {
 		t.Fatalf("schedule %+v", c)
 	}
-	_, err = parse("run", "", []string{"--cleanup-older-than", "-1h", "--cleanup-interval", "1ms"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", []string{"--cleanup-older-than", "-1h", "--cleanup-interval", "1ms"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), `--cleanup-older-than "-1h": negative: use 0 or more`) {
 		t.Fatalf("negative --cleanup-older-than: %v", err)
 	}
-	_, err = parse("run", "", []string{"--cleanup-older-than", "1h", "--cleanup-interval", "1ms"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", []string{"--cleanup-older-than", "1h", "--cleanup-interval", "1ms"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--cleanup-interval 1ms: use at least 100ms") {
 		t.Fatalf("tiny --cleanup-interval: %v", err)
 	}

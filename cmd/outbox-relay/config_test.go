@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"reflect"
@@ -21,24 +20,24 @@ func TestEnvFallbackAndFlagPrecedence(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092, b:9092")
 	t.Setenv("OUTBOX_RELAY_HEARTBEAT_INTERVAL", "3s")
 	t.Setenv("OUTBOX_RELAY_SLOT", "from_env")
-	cfg, err := parse("run", "", []string{"--slot", "from_flag"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--slot", "from_flag"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Relay.Database.Slot != "from_flag" || cfg.Relay.Database.HeartbeatInterval != 3*time.Second || len(cfg.Relay.Kafka.Brokers) != 2 || cfg.table.String() != "public.outbox" {
+	if cfg.Relay.Database.Slot != "from_flag" || cfg.Relay.Database.HeartbeatInterval != 3*time.Second || len(cfg.Relay.Kafka.Brokers) != 2 || cfg.Table().String() != "public.outbox" {
 		t.Fatalf("config %+v", cfg)
 	}
-	if cfg.template.Render("order", "x") != "outbox.event.order" {
+	if cfg.Template().Render("order", "x") != "outbox.event.order" {
 		t.Fatal("default topic template")
 	}
 }
 
 func TestInvalidConfigSaysHowToFix(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_STATUS_INTERVAL", "soon")
-	_, err := parse("run", "", []string{
+	_, err := parse("run", []string{
 		"--database-url", "mysql://x", "--kafka-brokers", "nohost", "--topic-template", "t.{oops}",
 		"--log-format", "xml", "--slot", "Bad-Name",
-	}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	}, &bytes.Buffer{})
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
 	}
@@ -58,7 +57,7 @@ func TestInvalidConfigSaysHowToFix(t *testing.T) {
 func TestMissingRequiredConfig(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "") // set when the stack's env is
-	_, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err := parse("run", nil, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL=postgres://") ||
 		!strings.Contains(err.Error(), "OUTBOX_RELAY_KAFKA_BROKERS=") {
 		t.Fatalf("got %v", err)
@@ -91,15 +90,14 @@ func TestLeaderConfig(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	t.Setenv("OUTBOX_RELAY_LEADER_TIMEOUT", "4s")
-	cfg, err := parse("run", "", []string{"--leader-keepalive-interval", "500ms", "--leader-poll-interval", "1s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--leader-keepalive-interval", "500ms", "--leader-poll-interval", "1s"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rc := cfg.Relay; rc.Leader.Timeout != 4*time.Second || rc.Leader.KeepaliveInterval != 500*time.Millisecond || rc.Leader.PollInterval != time.Second || rc.Database.Slot != "outbox_relay" {
 		t.Fatalf("leader config %+v", rc.Leader)
 	}
-	_, err = parse("run", "", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"},
-		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", []string{"--leader-keepalive-interval", "3s", "--leader-poll-interval", "3s", "--wal-sender-timeout", "500ms"}, &bytes.Buffer{})
 	if err == nil {
 		t.Fatal("inconsistent leader timeouts accepted")
 	}
@@ -113,7 +111,7 @@ func TestLeaderConfig(t *testing.T) {
 func TestStallTimeoutConfig(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
-	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +119,14 @@ func TestStallTimeoutConfig(t *testing.T) {
 		t.Fatalf("default --stall-timeout %s, want 1m", cfg.Relay.Window.StallTimeout)
 	}
 	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "0")
-	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != -1 {
+	if cfg, err = parse("run", nil, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != -1 {
 		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=0 (off, relay.Config's -1): %v %v", cfg, err)
 	}
 	t.Setenv("OUTBOX_RELAY_STALL_TIMEOUT", "5s")
-	if cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != 5*time.Second {
+	if cfg, err = parse("run", nil, &bytes.Buffer{}); err != nil || cfg.Relay.Window.StallTimeout != 5*time.Second {
 		t.Fatalf("OUTBOX_RELAY_STALL_TIMEOUT=5s: %v", err)
 	}
-	_, err = parse("run", "", []string{"--stall-timeout", "-1s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", []string{"--stall-timeout", "-1s"}, &bytes.Buffer{})
 	if _, ok := err.(configError); !ok || !strings.Contains(fmt.Sprint(err), `--stall-timeout "-1s": negative: use 0 or more`) {
 		t.Fatalf("negative --stall-timeout: %T %v", err, err)
 	}
@@ -139,7 +137,7 @@ func TestStallTimeoutConfig(t *testing.T) {
 // positive.
 func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
 	base := []string{"--database-url", "postgres://u@h:5432/db", "--kafka-brokers", "a:9092"}
-	cfg, err := parse("run", "", base, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", base, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,14 +145,14 @@ func TestPartitionRefreshAndIdleTimeout(t *testing.T) {
 		t.Fatalf("defaults: refresh %s, idle %s", p.PartitionRefresh, p.TopicIdleTimeout)
 	}
 	t.Setenv("OUTBOX_RELAY_TOPIC_IDLE_TIMEOUT", "30s")
-	cfg, err = parse("run", "", append(base, "--partition-refresh", "5s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err = parse("run", append(base, "--partition-refresh", "5s"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p := cfg.Relay.Publish; p.PartitionRefresh != 5*time.Second || p.TopicIdleTimeout != 30*time.Second {
 		t.Fatalf("set: refresh %s, idle %s", p.PartitionRefresh, p.TopicIdleTimeout)
 	}
-	_, err = parse("run", "", append(base, "--partition-refresh", "0s"), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", append(base, "--partition-refresh", "0s"), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--partition-refresh") {
 		t.Fatalf("zero refresh: %v", err)
 	}
@@ -166,11 +164,11 @@ func TestValuesInTheFormsPeopleType(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	t.Setenv("OUTBOX_RELAY_WAL_DISK_BUDGET", "50GB")
 	sink := redact.NewWriter(&bytes.Buffer{})
-	cfg, err := parse("run", "", []string{
+	cfg, err := parse("run", []string{
 		"--database-url", "host=db port=5432 dbname=app user=relay password=kw-secret-1 sslmode=verify-full",
 		"--max-inflight-bytes", "16MiB", "--max-batch-bytes", "900KiB", "--checkpoint-retention", "7d",
 		"--cleanup-older-than", "1d12h",
-	}, scopeDB|scopeKafka|scopeRun, sink)
+	}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +180,7 @@ func TestValuesInTheFormsPeopleType(t *testing.T) {
 	if got := sink.String("password=kw-secret-1"); got != "password="+redact.Mask {
 		t.Fatalf("keyword password not redacted: %q", got)
 	}
-	if _, err := parse("run", "", []string{"--database-url", "mysql://x", "--max-inflight-bytes", "1048576"}, scopeDB|scopeKafka|scopeRun, sink); err == nil ||
+	if _, err := parse("run", []string{"--database-url", "mysql://x", "--max-inflight-bytes", "1048576"}, sink); err == nil ||
 		!strings.Contains(err.Error(), "key=value connection string") {
 		t.Fatalf("mysql URL: %v", err)
 	}
@@ -194,8 +192,8 @@ func TestValuesInTheFormsPeopleType(t *testing.T) {
 func TestRecordFormatFlags(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "127.0.0.1:9092")
-	cfg, err := parse("run", "", []string{"--record-format", "cloudevents", "--cloudevents-source", "/orders", "--cloudevents-mode", "structured",
-		"--tombstone-on-null-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--record-format", "cloudevents", "--cloudevents-source", "/orders", "--cloudevents-mode", "structured",
+		"--tombstone-on-null-payload"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,11 +202,11 @@ func TestRecordFormatFlags(t *testing.T) {
 	if got := cfg.Relay.Publish.Record(); got != want {
 		t.Fatalf("relay record config %+v", got)
 	}
-	if got := cfg.publisherConfig("x").Record; got != want {
+	if got := cfg.PublisherConfig("x").Record; got != want {
 		t.Fatalf("side publisher record config %+v", got)
 	}
 	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
-	if cfg, err = parse("run", "", []string{"--debezium-expand-json-payload"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil ||
+	if cfg, err = parse("run", []string{"--debezium-expand-json-payload"}, &bytes.Buffer{}); err != nil ||
 		cfg.Relay.Publish.Record() != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
 		t.Fatalf("%+v %v", cfg.Relay.Publish.Record(), err)
 	}
@@ -218,22 +216,17 @@ func TestRecordFormatFlags(t *testing.T) {
 		"--cloudevents-mode batch":                              `--cloudevents-mode "batch": use binary or structured`,
 		"--record-format cloudevents --cloudevents-source a%zz": "--cloudevents-source",
 	} {
-		_, err := parse("run", "", strings.Fields(args), scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		_, err := parse("run", strings.Fields(args), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", args, err, msg)
 		}
 	}
 }
 
-// runBinder registers the flags of run (every relay.Config knob) on a
-// Binder that reads no environment.
-func runBinder() (*config, *envflag.Binder) {
-	var c config
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	b := envflag.Listing(fs, envPrefix)
-	c.bind(b, scopeDB|scopeKafka|scopeRun)
-	return &c, b
+// runNames are run's flags by the field each sets (its Go path), as
+// errors name them ("--failover-slot=false" for a negated field).
+func runNames() map[string]string {
+	return envflag.Names(commandFlags("run"))
 }
 
 // relayLeaves lists the Go paths of relay.Config's fields that are not
@@ -255,19 +248,21 @@ func relayLeaves(v reflect.Value, prefix string, out map[string]reflect.Value) {
 // --database-auth (Database.BeforeConnect), and each flag's path (derived from the pointer it is bound
 // to) names the field it sets.
 func TestEveryRelayFieldHasAFlag(t *testing.T) {
-	c, b := runBinder()
-	names := b.FlagNames()
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	names := runNames()
 	leaves := map[string]reflect.Value{}
-	relayLeaves(reflect.ValueOf(&c.Relay).Elem(), "", leaves)
+	relayLeaves(reflect.ValueOf(relay.DefaultConfig()), "", leaves)
 	for path := range leaves {
 		if _, ok := names[path]; !ok && path != "Kafka.TLS" && path != "Kafka.SASL" && path != "Database.BeforeConnect" {
 			t.Errorf("relay.Config's %s has no flag", path)
 		}
 	}
-	for path := range names {
-		flagName, _ := b.Flag(path) // "--failover-slot", where names has "--failover-slot=false"
-		if strings.HasPrefix(path, kafkaConnPrefix) || path == "Kafka.Brokers" {
-			continue // built from --kafka-brokers and the TLS/SASL flags
+	for path, name := range names {
+		flagName, _, _ := strings.Cut(name, "=") // "--failover-slot", where names has "--failover-slot=false"
+		if _, relayField := leaves[path]; !relayField && (strings.HasPrefix(path, "kafkaconn.") || path == "Kafka.Brokers" ||
+			!strings.Contains(path, ".") || strings.HasPrefix(path, "PGAuth.") || strings.HasPrefix(path, "Trace.")) {
+			continue // built from --kafka-brokers and the TLS/SASL flags, or the binary's own
 		}
 		leaf, ok := leaves[path]
 		if !ok {
@@ -276,10 +271,19 @@ func TestEveryRelayFieldHasAFlag(t *testing.T) {
 		}
 		var set []string
 		for _, value := range twoValues(leaf) {
-			if err := b.Parse([]string{flagName + "=" + value}); err != nil {
+			cfg, err := parse("run", []string{flagName + "=" + value}, io.Discard)
+			if err != nil && !strings.Contains(err.Error(), flagName) {
 				t.Fatalf("%s: %v", flagName, err)
 			}
-			set = append(set, fmt.Sprint(leaf.Interface()))
+			if cfg == nil {
+				// Valid alone, refused by a rule over other fields:
+				// parsed, which is what this test is about.
+				set = append(set, value)
+				continue
+			}
+			got := map[string]reflect.Value{}
+			relayLeaves(reflect.ValueOf(cfg.Relay), "", got)
+			set = append(set, fmt.Sprint(got[path].Interface()))
 		}
 		if set[0] == set[1] {
 			t.Errorf("%s does not set %s", flagName, path)
@@ -306,20 +310,17 @@ func twoValues(v reflect.Value) []string {
 func TestZeroFlagsReachTheRelayAsOff(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
-	c, b := runBinder()
-	leaves := map[string]reflect.Value{}
-	relayLeaves(reflect.ValueOf(&c.Relay).Elem(), "", leaves)
 	def := map[string]reflect.Value{}
 	relayLeaves(reflect.ValueOf(relay.DefaultConfig()), "", def)
 	n := 0
-	for path := range b.FlagNames() {
-		flagName, _ := b.Flag(path)
+	for path, name := range runNames() {
+		flagName, _, _ := strings.Cut(name, "=")
 		d, ok := def[path]
 		if !ok || !d.CanInt() || d.Int() == 0 {
 			continue
 		}
 		n++
-		cfg, err := parse("run", "", []string{flagName, "0"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		cfg, err := parse("run", []string{flagName, "0"}, &bytes.Buffer{})
 		switch {
 		case err != nil && !strings.Contains(err.Error(), flagName+" 0"):
 			t.Errorf("%s 0: refused without the 0 given: %v", flagName, err)
@@ -341,12 +342,12 @@ func TestZeroFlagsReachTheRelayAsOff(t *testing.T) {
 // settings, or are not levels the relay logs at (issue 36, row 6).
 func TestLogLevelsAreTheRelays(t *testing.T) {
 	for _, lvl := range []string{"debug", "info", "warn", "error", "INFO"} {
-		if _, err := parse("migrate", "", []string{"--log-level", lvl}, scopeDB, &bytes.Buffer{}); err != nil && strings.Contains(err.Error(), "--log-level") {
+		if _, err := parse("migrate", []string{"--log-level", lvl}, &bytes.Buffer{}); err != nil && strings.Contains(err.Error(), "--log-level") {
 			t.Errorf("--log-level %s refused: %v", lvl, err)
 		}
 	}
 	for _, lvl := range []string{"disabled", "panic", "fatal", "trace", "", "loud"} {
-		_, err := parse("migrate", "", []string{"--log-level", lvl}, scopeDB, &bytes.Buffer{})
+		_, err := parse("migrate", []string{"--log-level", lvl}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "use debug, info, warn or error") && !(lvl == "" && strings.Contains(err.Error(), "empty")) {
 			t.Errorf("--log-level %q: %v", lvl, err)
 		}
@@ -373,7 +374,7 @@ func TestConflictingFlags(t *testing.T) {
 		{[]string{"--topic-replication-factor", "-2"}, "--topic-replication-factor"},
 		{[]string{"--topic-replication-factor", "40000"}, "--topic-replication-factor"},
 	} {
-		_, err := parse("run", "", c.args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		_, err := parse("run", c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error with %q", c.args, err, c.want)
 		}
@@ -383,7 +384,7 @@ func TestConflictingFlags(t *testing.T) {
 		{"--topic-replication-factor", "3"}, {"--topic-replication-factor", "-1"}, {"--pprof"}, {"--pprof", "--pprof-addr", "[::1]:7000"},
 		{"--pprof", "--metrics-addr", ""},
 	} {
-		if _, err := parse("run", "", args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{}); err != nil {
+		if _, err := parse("run", args, &bytes.Buffer{}); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,10 +13,15 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
-// docs/configuration.md is generated from the binary's real flag sets: each
-// subcommand's --help, exactly as a user sees it. The test fails when the
+// docs/configuration.md is generated from the command tree: each
+// command's description and flags, as --help shows them. The test fails when the
 // file is stale; regenerate it with
 //
 //	go test ./cmd/outbox-relay -run TestConfigurationDoc -update
@@ -79,9 +85,7 @@ func usageCommands(t *testing.T) []docCommand {
 type docFlag struct{ name, typ, env, def, help string }
 
 var (
-	flagLine = regexp.MustCompile(`^  -(\S+)(?: (\S+))?$`)
-	envPart  = regexp.MustCompile(` \(env ([A-Z0-9_]+)(?: or ([A-Z0-9_]+))?\)`)
-	defPart  = regexp.MustCompile(` \(default (.*)\)$`)
+	defPart = regexp.MustCompile(` \(default (.*)\)$`)
 )
 
 // helpOf runs `outbox-relay <args> --help` in-process with a clean
@@ -91,7 +95,7 @@ func helpOf(t *testing.T, args string) string {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, envPrefix) || k == "GOMAXPROCS" {
+		if strings.HasPrefix(k, config.EnvPrefix) || k == "GOMAXPROCS" {
 			os.Unsetenv(k)
 			t.Cleanup(func() { os.Setenv(k, v) })
 		}
@@ -103,38 +107,50 @@ func helpOf(t *testing.T, args string) string {
 	return out.String() + errOut.String()
 }
 
-// parseHelp splits a --help text into its description and flags.
-func parseHelp(text string) (desc string, flags []docFlag) {
-	head, fl, _ := strings.Cut(text, "\nFlags:\n")
-	if _, rest, ok := strings.Cut(head, "\n\n"); ok {
-		desc = strings.TrimSpace(rest)
+// docOf is a command's description and flags, from the command tree: its
+// about and its flags' model, as --help prints them. A group (checkpoint)
+// has its usage text's description and no flags. Call helpOf first: the
+// defaults read GOMAXPROCS.
+func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
+	t.Helper()
+	if !slices.Contains(commandNames(), args) {
+		head, _, _ := strings.Cut(helpOf(t, args), "\nFlags:\n")
+		if _, rest, ok := strings.Cut(head, "\n\n"); ok {
+			desc = strings.TrimSpace(rest)
+		}
+		return desc, nil
 	}
-	var cur *docFlag
-	for _, l := range strings.Split(fl, "\n") {
-		if m := flagLine.FindStringSubmatch(l); m != nil {
-			flags = append(flags, docFlag{name: m[1], typ: m[2]})
-			cur = &flags[len(flags)-1]
-			continue
-		}
-		if cur != nil && strings.HasPrefix(l, "    \t") {
-			cur.help = strings.TrimSpace(cur.help + " " + strings.TrimSpace(l))
-		}
+	env := envflag.NewEnv(config.EnvPrefix)
+	var helped bool
+	k, err := newParser(grammar(args), env, io.Discard, &helped)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range flags {
-		f := &flags[i]
-		if m := defPart.FindStringSubmatch(f.help); m != nil {
-			f.def, f.help = m[1], strings.TrimSuffix(f.help, m[0])
+	node := k.Model.Leaves(true)[0]
+	desc = node.Target.Addr().Interface().(cmd).about(args).summary
+	fs := envflag.Flags(node)
+	slices.SortFunc(fs, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })
+	for _, f := range fs {
+		kind, secret := envflag.FlagKind(f)
+		d := docFlag{name: f.Name, help: strings.ReplaceAll(f.Help, "\n", " ")}
+		switch kind {
+		case envflag.KindBool:
+		case envflag.KindList:
+			d.typ = "string"
+		default:
+			d.typ = string(kind)
 		}
-		if m := envPart.FindStringSubmatch(f.help); m != nil {
-			f.env = "`" + m[1] + "`"
-			if m[2] != "" {
-				f.env += " or `" + m[2] + "`"
-			}
-			f.help = strings.Replace(f.help, m[0], "", 1)
+		names := env.Names(f)
+		d.env = "`" + strings.Join(names, "` or `") + "`"
+		var help strings.Builder
+		envflag.PrintFlags(&help, []*kong.Flag{f}, env)
+		if m := defPart.FindStringSubmatch(strings.TrimSpace(help.String())); m != nil && !secret {
+			d.def = m[1]
 		}
-		if f.typ == "" && f.def == "" {
-			f.def = "false"
+		if d.typ == "" && d.def == "" {
+			d.def = "false"
 		}
+		flags = append(flags, d)
 	}
 	return desc, flags
 }
@@ -161,6 +177,8 @@ func mdCell(s string) string {
 const configDocIntro = "# Configuration reference\n\n" +
 	"<!-- Generated from the binary's flag sets by cmd/outbox-relay/configdoc_test.go; do not edit.\n" +
 	"     Regenerate: go test ./cmd/outbox-relay -run TestConfigurationDoc -update -->\n\n" +
+	"A flag is given as `--name value` or `--name=value` (a boolean as `--name` or `--name=false`); the single-dash\n" +
+	"form of earlier releases (`-name value`) is still accepted.\n\n" +
 	"Every flag has an environment fallback: `--database-url` is `OUTBOX_RELAY_DATABASE_URL`. A flag\n" +
 	"on the command line wins over the environment, which wins over the default. Secrets (the database\n" +
 	"URL, the SASL password) may also come from a file named by the variable with a `_FILE` suffix, so\n" +
@@ -202,8 +220,8 @@ type docSection struct {
 func renderConfigDoc(t *testing.T) string {
 	var b strings.Builder
 	var notFlags strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(notFlagEnv)) {
-		fmt.Fprintf(&notFlags, "- `%s`: %s\n", name, notFlagEnv[name])
+	for _, name := range slices.Sorted(maps.Keys(config.NotFlagEnv)) {
+		fmt.Fprintf(&notFlags, "- `%s`: %s\n", name, config.NotFlagEnv[name])
 	}
 	fmt.Fprintf(&b, configDocIntro, notFlags.String())
 	cmds := usageCommands(t)
@@ -272,7 +290,7 @@ func collectFlags(t *testing.T, cmds []docCommand) ([]docSection, []*docRow) {
 		sec := docSection{cmd: c.args}
 		if c.args != "version" {
 			var flags []docFlag
-			sec.desc, flags = parseHelp(helpOf(t, c.args))
+			sec.desc, flags = docOf(t, c.args)
 			for _, f := range flags {
 				key := f.name + "\x00" + f.help
 				r := byKey[key]

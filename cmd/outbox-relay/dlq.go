@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -33,116 +32,142 @@ var dlqSummaries = map[string]string{
 	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.",
 }
 
-// dlqCommand is the dlq verb: list, show, retry or discard.
-func dlqCommand(verb string) command {
-	c := command{name: "dlq " + verb, summary: dlqSummaries[verb], scope: scopeDB, args: " EVENT_ID"}
-	switch verb {
-	case "list":
-		c.args = ""
-	case "retry", "discard":
-		c.scope |= scopeKafka
-	}
-	c.bind = func(b *envflag.Binder) body {
-		var f dlqFlags
-		b.Fields(&f.target, "Target.") // deadletter's errors name Target.AggregateType
-		if verb == "list" || verb == "retry" {
-			b.String(&f.target.AggregateID, "aggregate", "", "aggregate_id")
-			b.String(&f.target.AggregateType, "aggregate-type", "", "aggregate_type, when the id is ambiguous")
-		}
-		if verb == "list" {
-			b.Bool(&f.all, "all", false, "include resolved (published, discarded) entries")
-			b.Bool(&f.asJSON, "json", false, "print JSON lines")
-		}
-		if verb == "discard" {
-			b.String(&f.reason, "reason", "", "why the event is discarded (required, recorded)")
-		}
-		return func(ctx context.Context, x *invocation) error {
-			if err := f.check(verb, x.args); err != nil {
-				return err
-			}
-			return dlqVerb(ctx, verb, f, x.cfg, x.stdout)
-		}
-	}
-	return c
+// dlqTarget are the flags that name a dead-letter entry's aggregate
+// (deadletter's errors name them Target.AggregateType).
+type dlqTarget struct {
+	Aggregate     string            `name:"aggregate" help:"aggregate_id" to:"Target.AggregateID"`
+	AggregateType string            `name:"aggregate-type" help:"aggregate_type, when the id is ambiguous" to:"Target.AggregateType"`
+	Target        deadletter.Target `kong:"-"`
 }
 
-func dlqVerb(ctx context.Context, verb string, f dlqFlags, cfg *config, stdout io.Writer) error {
+// dlqListCmd is dlq list.
+type dlqListCmd struct {
+	config.LogFlags
+	config.DBFlags
+	dlqTarget
+	All  bool `name:"all" help:"include resolved (published, discarded) entries"`
+	JSON bool `name:"json" help:"print JSON lines"`
+}
+
+func (*dlqListCmd) about(string) about {
+	return about{summary: dlqSummaries["list"], scope: config.ScopeDB}
+}
+func (c *dlqListCmd) run(ctx context.Context, x *invocation) error {
+	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
+		entries, err := store.List(ctx, deadletter.Filter{AggregateID: c.Target.AggregateID, AggregateType: c.Target.AggregateType, All: c.All})
+		for i := range entries {
+			entries[i].Reason = x.cfg.Text(entries[i].Reason) // the relay's: "exceeds Publish.MaxBatchBytes"
+		}
+		if err != nil {
+			return err
+		}
+		return deadletter.WriteEntries(x.stdout, entries, c.JSON)
+	})
+}
+
+// dlqShowCmd is dlq show.
+type dlqShowCmd struct {
+	config.LogFlags
+	config.DBFlags
+	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`
+}
+
+func (*dlqShowCmd) about(string) about {
+	return about{args: " EVENT_ID", summary: dlqSummaries["show"], scope: config.ScopeDB}
+}
+func (c *dlqShowCmd) run(ctx context.Context, x *invocation) error {
+	if c.EventID == "" {
+		return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
+	}
+	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
+		e, err := store.Get(ctx, c.EventID)
+		if err != nil {
+			return err
+		}
+		e.Reason = x.cfg.Text(e.Reason)
+		return deadletter.WriteEntry(x.stdout, e)
+	})
+}
+
+// dlqRetryCmd is dlq retry.
+type dlqRetryCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.KafkaFlags
+	dlqTarget
+	EventID string `arg:"" optional:"" name:"event-id" help:"an event of the aggregate"`
+}
+
+func (*dlqRetryCmd) about(string) about {
+	return about{args: " EVENT_ID", summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka}
+}
+func (c *dlqRetryCmd) run(ctx context.Context, x *invocation) error {
+	if (c.EventID == "") == (c.Target.AggregateID == "") {
+		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
+	}
+	c.Target.EventID = c.EventID
+	return republish(ctx, x, func(store *deadletter.Store, w *publisher.SyncWriter) (deadletter.Result, error) {
+		agg, err := store.Find(ctx, c.Target)
+		if err != nil {
+			return deadletter.Result{}, err
+		}
+		return store.Retry(ctx, agg, w)
+	})
+}
+
+// dlqDiscardCmd is dlq discard.
+type dlqDiscardCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.KafkaFlags
+	Reason  string `name:"reason" help:"why the event is discarded (required, recorded)"`
+	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`
+}
+
+func (*dlqDiscardCmd) about(string) about {
+	return about{args: " EVENT_ID", summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka}
+}
+func (c *dlqDiscardCmd) run(ctx context.Context, x *invocation) error {
+	if c.EventID == "" {
+		return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
+	}
+	if c.Reason == "" {
+		return configError{errors.New("--reason is required: say why the event is discarded")}
+	}
+	return republish(ctx, x, func(store *deadletter.Store, w *publisher.SyncWriter) (deadletter.Result, error) {
+		return store.Discard(ctx, c.EventID, c.Reason, w)
+	})
+}
+
+// withStore runs f with the dead-letter store of the outbox.
+func withStore(ctx context.Context, cfg *config.Config, f func(*deadletter.Store) error) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	store := deadletter.NewStore(pool, cfg.table)
+	store := deadletter.NewStore(pool, cfg.Table())
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
-	switch verb {
-	case "list":
-		entries, err := store.List(ctx, deadletter.Filter{AggregateID: f.target.AggregateID, AggregateType: f.target.AggregateType, All: f.all})
-		if err != nil {
-			return err
-		}
-		for i := range entries {
-			entries[i].Reason = cfg.text(entries[i].Reason)
-		}
-		return deadletter.WriteEntries(stdout, entries, f.asJSON)
-	case "show":
-		e, err := store.Get(ctx, f.target.EventID)
-		if err != nil {
-			return err
-		}
-		e.Reason = cfg.text(e.Reason) // the relay's text: "exceeds Publish.MaxBatchBytes"
-		return deadletter.WriteEntry(stdout, e)
-	}
-	w := dlqWriter(cfg)
-	defer w.Close()
-	var res deadletter.Result
-	if verb == "retry" {
-		agg, err := store.Find(ctx, f.target)
-		if err != nil {
-			return err
-		}
-		res, err = store.Retry(ctx, agg, w)
-		if err != nil {
-			return err
-		}
-	} else if res, err = store.Discard(ctx, f.target.EventID, f.reason, w); err != nil {
-		return err
-	}
-	for i := range res.Outcomes {
-		res.Outcomes[i].Error = cfg.text(res.Outcomes[i].Error)
-	}
-	res.Write(stdout)
-	return res.Err()
+	return f(store)
 }
 
-// dlqFlags are the flags and argument of one dlq command.
-type dlqFlags struct {
-	target      deadletter.Target
-	reason      string
-	asJSON, all bool
-}
-
-// check checks the arguments of dlq verb and takes its EVENT_ID.
-func (f *dlqFlags) check(verb string, args []string) error {
-	if len(args) > 0 {
-		f.target.EventID = args[0]
-	}
-	switch {
-	case verb == "show" && len(args) != 1:
-		return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
-	case verb == "retry" && ((f.target.EventID == "") == (f.target.AggregateID == "") || len(args) > 1):
-		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
-	case verb == "discard" && len(args) != 1:
-		return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
-	case verb == "discard" && f.reason == "":
-		return configError{errors.New("--reason is required: say why the event is discarded")}
-	}
-	return nil
-}
-
-// dlqWriter publishes the events of dlq retry and discard, one at a time,
-// on the one Kafka configuration.
-func dlqWriter(cfg *config) *publisher.SyncWriter {
-	return publisher.NewSyncWriter(cfg.publisherConfig("outbox-relay-dlq"))
+// republish runs f, a retry or a discard, with a writer that publishes
+// the events one at a time on the one Kafka configuration, and prints
+// what became of them.
+func republish(ctx context.Context, x *invocation, f func(*deadletter.Store, *publisher.SyncWriter) (deadletter.Result, error)) error {
+	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
+		w := publisher.NewSyncWriter(x.cfg.PublisherConfig("outbox-relay-dlq"))
+		defer w.Close()
+		res, err := f(store, w)
+		if err != nil {
+			return err
+		}
+		for i := range res.Outcomes {
+			res.Outcomes[i].Error = x.cfg.Text(res.Outcomes[i].Error)
+		}
+		res.Write(x.stdout)
+		return res.Err()
+	})
 }

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/doctor"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -38,75 +39,66 @@ const doctorSummary = "Checks wal_level, max_replication_slots, max_wal_senders,
 	"(synced, failover, persistent). A gap fails when the slot has failover = true and warns otherwise;\n" +
 	"failover = false fails when --standby-url is given. Before 17 a standby gets the checks that exist there."
 
-// doctorCommand checks PostgreSQL's settings, the publication, the slot and
+// doctorCmd is doctor: it checks PostgreSQL's settings, the publication, the slot and
 // the Kafka topics and prints pass/warn/fail findings with their fixes; a
 // fail exits 1, a database it cannot connect to (nothing checked) exits 4.
-func doctorCommand() command {
-	return command{name: "doctor", summary: doctorSummary, scope: scopeDB | scopeKafka, bind: func(b *envflag.Binder) body {
-		var topics string
-		var standbyURLs []string
-		var dedupe, outboxRetention, cpRetention time.Duration
-		b.ConnStrings(&standbyURLs, "standby-url", "a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated")
-		b.String(&topics, "topics", "", "comma-separated topics to check (default: the template rendered for event types found in the outbox)")
-		b.Duration(&dedupe, "consumer-dedupe-retention", 0, "how long consumers remember event ids; warns when a topic retains records longer (0 skips)")
-		b.Duration(&outboxRetention, "cleanup-older-than", 0, "the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other retention periods (0: no cleanup)")
-		b.Duration(&cpRetention, "checkpoint-retention", 7*24*time.Hour, "the relay's --checkpoint-retention, checked against the other retention periods (0: kept for ever)")
-		return func(ctx context.Context, x *invocation) error {
-			cfg, stdout := x.cfg, x.stdout
-			for i, u := range standbyURLs {
-				if _, err := outboxdb.ParseConfig(u); err != nil {
-					return configError{fmt.Errorf("--standby-url #%d: %w", i+1, err)}
-				}
-			}
-			rep := &doctor.Report{}
-			pool, err := connectPool(ctx, cfg)
-			if err != nil {
-				return notCheckedError{err}
-			}
-			defer pool.Close()
-			target := doctor.Target{
-				Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, Schema: cfg.table.Schema, Table: cfg.table.Name,
-				Cleanup: outboxRetention > 0,
-			}
-			doctor.CheckPostgres(ctx, pool, target, rep)
-			standbys := make([]doctor.Standby, len(standbyURLs))
-			for i, u := range standbyURLs {
-				var closeStandby func()
-				standbys[i], closeStandby = doctor.OpenStandby(ctx, u, cfg.Relay.Database.BeforeConnect)
-				defer closeStandby()
-			}
-			doctor.CheckFailover(ctx, pool, target, standbys, rep)
+type doctorCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.KafkaFlags
+	StandbyURL              []string      `name:"standby-url" help:"a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated" secret:"dsn"`
+	Topics                  string        `name:"topics" help:"comma-separated topics to check (default: the template rendered for event types found in the outbox)"`
+	ConsumerDedupeRetention time.Duration `name:"consumer-dedupe-retention" help:"how long consumers remember event ids; warns when a topic retains records longer (0 skips)"`
+	CleanupOlderThan        time.Duration `name:"cleanup-older-than" help:"the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other retention periods (0: no cleanup)"`
+	CheckpointRetention     time.Duration `name:"checkpoint-retention" default:"168h0m0s" help:"the relay's --checkpoint-retention, checked against the other retention periods (0: kept for ever)"`
+}
 
-			names := doctor.SplitTopics(topics)
-			if len(names) == 0 {
-				names = doctor.OutboxTopics(ctx, pool, cfg.table, cfg.template.Render)
-			}
-			kt := doctor.KafkaTarget{Brokers: cfg.Relay.Kafka.Brokers, Topics: names, DedupeRetention: dedupe,
-				Idempotent: !cfg.Relay.Publish.NoIdempotence,
-				Client:     func() (*kafka.Client, func()) { return cfg.kafkaClient("outbox-relay-doctor", 10*time.Second) }}
-			doctor.CheckKafka(ctx, kt, rep)
-			if p := cfg.Relay.Publish; p.Delivery == relay.ExactlyOnce {
-				src, err := relay.LookupSource(ctx, pool, cfg.Relay.Database.Slot)
-				if err != nil {
-					return notCheckedError{fmt.Errorf("the default transactional id carries the source: %w", err)}
-				}
-				doctor.CheckTransactions(ctx, kt, doctor.TransactionTarget{
-					TransactionalID: cfg.Relay.TransactionalID(src), PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout,
-				}, rep)
-			}
-			ret := doctor.Retention{Outbox: outboxRetention, Checkpoint: cpRetention, Dedupe: dedupe}
-			ret.Kafka, ret.KafkaInfinite, _ = doctor.KafkaRetention(ctx, kt)
-			doctor.CheckRetention(ret, rep)
-			// Findings may quote library errors, which name relay.Config fields.
-			var out strings.Builder
-			rep.Write(&out)
-			io.WriteString(stdout, cfg.text(out.String()))
-			if rep.Failed() {
-				return errors.New("some checks failed (see the fixes above)")
-			}
-			return nil
+func (*doctorCmd) about(string) about {
+	return about{summary: doctorSummary, scope: config.ScopeDB | config.ScopeKafka}
+}
+
+func (c *doctorCmd) run(ctx context.Context, x *invocation) error {
+	cfg, stdout := x.cfg, x.stdout
+	for i, u := range c.StandbyURL {
+		if _, err := outboxdb.ParseConfig(u); err != nil {
+			return configError{fmt.Errorf("--standby-url #%d: %w", i+1, err)}
 		}
-	}}
+	}
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return notCheckedError{err}
+	}
+	defer pool.Close()
+	d, p := cfg.Relay.Database, cfg.Relay.Publish
+	o := doctor.Options{
+		Target: doctor.Target{Slot: d.Slot, Publication: d.Publication, Schema: cfg.Table().Schema, Table: cfg.Table().Name,
+			Cleanup: c.CleanupOlderThan > 0},
+		Standbys: c.StandbyURL, BeforeConnect: d.BeforeConnect,
+		Topics: doctor.SplitTopics(c.Topics), Table: cfg.Table(), Render: cfg.Template().Render,
+		Kafka: doctor.KafkaTarget{Brokers: cfg.Relay.Kafka.Brokers, DedupeRetention: c.ConsumerDedupeRetention,
+			Idempotent: !p.NoIdempotence,
+			Client:     func() (*kafka.Client, func()) { return cfg.KafkaClient("outbox-relay-doctor", 10*time.Second) }},
+		Retention: doctor.Retention{Outbox: c.CleanupOlderThan, Checkpoint: c.CheckpointRetention, Dedupe: c.ConsumerDedupeRetention},
+	}
+	if p.Delivery == relay.ExactlyOnce {
+		o.Transactions = &doctor.TransactionTarget{PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout}
+		o.TransactionalID = func(ctx context.Context, db *pgxpool.Pool) (string, error) {
+			src, err := relay.LookupSource(ctx, db, d.Slot)
+			return cfg.Relay.TransactionalID(src), err
+		}
+	}
+	rep, err := doctor.Run(ctx, pool, o)
+	if err != nil {
+		return notCheckedError{err}
+	}
+	// Findings may quote library errors, which name relay.Config fields.
+	var out strings.Builder
+	rep.Write(&out)
+	io.WriteString(stdout, cfg.Text(out.String()))
+	if rep.Failed() {
+		return errors.New("some checks failed (see the fixes above)")
+	}
+	return nil
 }
 
 // notCheckedError is a failure before any check ran (exit 4): a monitor

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 )
 
 // helpEnvNames returns every environment variable the --help of every
@@ -19,7 +21,8 @@ func helpEnvNames(t *testing.T) map[string][]string {
 	t.Helper()
 	names := map[string][]string{}
 	for _, cmd := range everyCommand(t) {
-		_, flags := parseHelp(helpOf(t, cmd))
+		helpOf(t, "migrate")
+		_, flags := docOf(t, cmd)
 		for _, f := range flags {
 			for _, m := range regexp.MustCompile("`([A-Z0-9_]+)`").FindAllStringSubmatch(f.env, -1) {
 				names[cmd] = append(names[cmd], m[1])
@@ -141,13 +144,13 @@ func TestEveryFlagVariableIsAccepted(t *testing.T) {
 func TestNotFlagEnvAccepted(t *testing.T) {
 	known := knownEnv()
 	var env []string
-	for name, reader := range notFlagEnv {
-		if !strings.HasPrefix(name, envPrefix) || reader == "" || known[name] {
-			t.Errorf("notFlagEnv[%s] = %q: want an OUTBOX_RELAY_* name no flag reads, and who reads it", name, reader)
+	for name, reader := range config.NotFlagEnv {
+		if !strings.HasPrefix(name, config.EnvPrefix) || reader == "" || known[name] {
+			t.Errorf("config.NotFlagEnv[%s] = %q: want an OUTBOX_RELAY_* name no flag reads, and who reads it", name, reader)
 		}
 		env = append(env, name+"=1")
 	}
-	if err := checkEnv(env, nil); err != nil {
+	if err := config.CheckEnv(env, nil, knownEnv); err != nil {
 		t.Fatal(err)
 	}
 	for _, cmd := range []string{"migrate", "run", "dlq list"} {
@@ -167,7 +170,7 @@ var notVariables = map[string]bool{
 
 // TestRepositoryVariablesAreAccepted: every OUTBOX_RELAY_* name in the
 // repository (Go, scripts, Makefile, CI, Helm chart, compose file,
-// Dockerfile, docs, examples) is a flag's or in notFlagEnv, so no
+// Dockerfile, docs, examples) is a flag's or in config.NotFlagEnv, so no
 // variable the tests, scripts or examples set beside the relay stops it.
 // The tests of this package and their golden files use made-up names on
 // purpose and are left out.
@@ -199,8 +202,8 @@ func TestRepositoryVariablesAreAccepted(t *testing.T) {
 		}
 		files++
 		for _, n := range name.FindAll(text, -1) {
-			if n := string(n); !known[n] && notFlagEnv[n] == "" && !notVariables[n] {
-				t.Errorf("%s: %s is neither a flag's variable nor in notFlagEnv (envcheck.go): the relay refuses it", rel, n)
+			if n := string(n); !known[n] && config.NotFlagEnv[n] == "" && !notVariables[n] {
+				t.Errorf("%s: %s is neither a flag's variable nor in config.NotFlagEnv (internal/config/envcheck.go): the relay refuses it", rel, n)
 			}
 		}
 		return nil

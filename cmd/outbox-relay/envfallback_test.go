@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 )
 
 // everyCommand lists every command that takes flags, from the top-level
@@ -38,13 +40,14 @@ func TestEveryFlagHasAnEnvFallback(t *testing.T) {
 	credential := regexp.MustCompile(`password|database-url|secret|token`)
 	n := 0
 	for _, cmd := range everyCommand(t) {
-		_, flags := parseHelp(helpOf(t, cmd))
+		helpOf(t, "migrate")
+		_, flags := docOf(t, cmd)
 		if len(flags) == 0 {
 			t.Errorf("%s --help lists no flags", cmd)
 		}
 		for _, f := range flags {
 			n++
-			want := "`" + envPrefix + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_")) + "`"
+			want := "`" + config.EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_")) + "`"
 			if !strings.HasPrefix(f.env, want) {
 				t.Errorf("%s --%s: environment fallback %q, want %s", cmd, f.name, f.env, want)
 			}

@@ -3,21 +3,19 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-func parsedRun(t *testing.T) *config {
+func parsedRun(t *testing.T) *config.Config {
 	t.Helper()
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
-	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,21 +40,17 @@ func TestFlagTextNamesFlags(t *testing.T) {
 		"no Database.NoFailoverSlot here; ShutdownTimeout":                 "no --failover-slot=false here; --shutdown-timeout",
 		"Leader and Leaders stay":                                          "Leader and Leaders stay",
 	} {
-		if got := cfg.flagText(in); got != want {
+		if got := cfg.FlagText(in); got != want {
 			t.Errorf("%q:\n got %q\nwant %q", in, got, want)
 		}
 	}
 	// cleanup has no --checkpoint-interval: the relay's setting is run's.
 	t.Setenv("OUTBOX_RELAY_OLDER_THAN", "1h")
-	cfg, _, err := parseWith("cleanup", "", "", nil, scopeDB, &bytes.Buffer{}, func(b *envflag.Binder) {
-		o := new(struct{ OlderThan time.Duration })
-		b.Fields(o, "Options.")
-		b.Duration(&o.OlderThan, "older-than", 0, "")
-	})
+	cfg, err := parse("cleanup", nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.flagText("checkpoints on by Checkpoints.Interval; Options.OlderThan 0"); got != "checkpoints on by --checkpoint-interval; --older-than 0" {
+	if got := cfg.FlagText("checkpoints on by Checkpoints.Interval; Options.OlderThan 0"); got != "checkpoints on by --checkpoint-interval; --older-than 0" {
 		t.Errorf("cleanup: %q", got)
 	}
 }
@@ -79,29 +73,16 @@ func TestLogRecordsNameFlags(t *testing.T) {
 	}
 }
 
-// TestKafkaSecurityFieldsHaveFlags: every path of kafkaSecurityFields
-// names flags, in every command (those without Kafka flags use run's).
-func TestKafkaSecurityFieldsHaveFlags(t *testing.T) {
-	b := envflag.Listing(flag.NewFlagSet("migrate", flag.ContinueOnError), envPrefix)
-	(&config{}).bind(b, scopeDB|scopeMigrate)
-	names := flagNames(b)
-	for field := range kafkaSecurityFields {
-		if !strings.HasPrefix(names[field], "--kafka-") {
-			t.Errorf("%s: %q", field, names[field])
-		}
-	}
-}
-
 // TestMigrateGrantsNameFlags: the grant migrate prints for the cleanup
 // schedule names run's flag, although migrate has no such flag.
 func TestMigrateGrantsNameFlags(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
-	cfg, err := parse("migrate", "", nil, scopeDB|scopeMigrate, &bytes.Buffer{})
+	cfg, err := parse("migrate", nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants := migrations.RuntimeGrants(cfg.table, "db", migrations.GrantOptions{Cleanup: true})
-	why := cfg.text(grants[len(grants)-1].Why)
+	grants := migrations.RuntimeGrants(cfg.Table(), "db", migrations.GrantOptions{Cleanup: true})
+	why := cfg.Text(grants[len(grants)-1].Why)
 	if !strings.Contains(why, "(--cleanup-older-than) deletes rows Kafka has acknowledged") {
 		t.Fatalf("cleanup grant: %q", why)
 	}

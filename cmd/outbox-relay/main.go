@@ -11,8 +11,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/process"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 
 	"github.com/rs/zerolog"
@@ -73,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
 	out := &cliStderr{Writer: redact.NewWriter(stderr)}
-	ctx, stop := interruptible(out, os.Exit)
+	ctx, stop := process.Interruptible(out, os.Exit, exitInterrupted)
 	defer stop()
 	return dispatch(ctx, args, stdout, out)
 }
@@ -83,12 +87,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 // ctx, so a command line that passes validation stops at its first
 // connection).
 func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) int {
+	return outcomeOf(args[0], execute(ctx, args, stdout, out), stdout, out)
+}
+
+// outcomeOf prints the outcome err of command name (its first word) and
+// returns its exit code.
+func outcomeOf(name string, err error, stdout io.Writer, out *cliStderr) int {
 	var stderr io.Writer = out
-	err := execute(ctx, args, stdout, out)
 	var ce configError
 	var help *helpRequest
 	var nc notCheckedError
-	var ue unknownEnvError
+	var ue config.UnknownEnvError
 	switch {
 	case err == nil:
 		return exitOK
@@ -98,37 +107,34 @@ func dispatch(ctx context.Context, args []string, stdout io.Writer, out *cliStde
 		fmt.Fprint(stdout, help.usage)
 		return exitOK
 	case errors.As(err, &ue):
-		for _, line := range ue.lines() {
-			fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], line)
+		for _, line := range ue.Lines() {
+			fmt.Fprintf(stderr, "outbox-relay %s: %s\n", name, line)
 		}
 		return exitUsage
 	case errors.As(err, &ce), errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(err))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", name, out.text(err))
 		return exitUsage
 	case errors.Is(err, errMissing):
-		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(err))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", name, out.text(err))
 		return exitMissing
 	case errors.As(err, &nc):
-		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(hint.With(nc.err)))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", name, out.text(hint.With(nc.err)))
 		return exitNotChecked
 	default:
-		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", args[0], out.text(hint.With(err)))
+		fmt.Fprintf(stderr, "outbox-relay %s: %s\n", name, out.text(hint.With(err)))
 		return exitFailure
 	}
 }
 
-// execute finds the command of args in the tree (commands.go), configures
-// it from its flags and environment and runs its body.
+// execute parses and validates the command line (configure, cli.go) and
+// runs its command.
 func execute(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) error {
-	c, rest, err := find(args, out)
+	c, x, err := configure(args, out)
 	if err != nil {
 		return err
 	}
-	cfg, body, positional, err := configure(c, rest, out)
-	if err != nil {
-		return err
-	}
-	return body(ctx, &invocation{cfg: cfg, args: positional, stdout: stdout, stderr: out})
+	x.stdout = stdout
+	return c.run(ctx, x)
 }
 
 // cliStderr is run's stderr: it redacts secrets (redact.Writer), and the
@@ -172,18 +178,35 @@ func (h *helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 // *slog.Logger, the binary writes zerolog's JSON (or console) lines, never
 // payloads, with the configuration fields the libraries name in flag
 // terms (flagtext.Handler).
-func newLogger(cfg *config, w io.Writer) *slog.Logger {
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	var out io.Writer = w
 	if cfg.LogFormat == "console" {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
-	zl := zerolog.New(out).Level(cfg.level).With().Timestamp().Str("service", "outbox-relay").Logger()
-	return slog.New(flagtext.Handler(zerolog.NewSlogHandler(zl), cfg.text))
+	zl := zerolog.New(out).Level(cfg.Level()).With().Timestamp().Str("service", "outbox-relay").Logger()
+	return slog.New(flagtext.Handler(zerolog.NewSlogHandler(zl), cfg.Text))
 }
 
 // versionLine is what version and --version print.
 func versionLine() string {
 	return fmt.Sprintf("outbox-relay %s (revision %s, built %s, %s)",
 		buildinfo.Version(), buildinfo.Revision(), buildinfo.BuildDate(), buildinfo.GoVersion())
+}
+
+// configError marks an invalid configuration (exit code 2).
+type configError struct{ err error }
+
+// Error is one line for one problem, and a list for several (each on its
+// own line, so none hides behind the first).
+func (e configError) Error() string {
+	if msg := e.err.Error(); !strings.Contains(msg, "\n") {
+		return "invalid configuration: " + msg
+	}
+	return "invalid configuration:\n" + indent(e.err.Error())
+}
+func (e configError) Unwrap() error { return e.err }
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrate"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -14,8 +15,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-func migrateCommand() command {
-	return command{name: "migrate", scope: scopeDB | scopeMigrate,
+// migrateCmd is migrate.
+type migrateCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.MigrateFlags
+}
+
+func (*migrateCmd) about(string) about {
+	return about{scope: config.ScopeDB | config.ScopeMigrate,
 		summary: "Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n" +
 			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n" +
 			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n" +
@@ -23,39 +31,35 @@ func migrateCommand() command {
 			"grants it exactly the table privileges listed in the README; run it as a superuser (on a managed service,\n" +
 			"its admin role) for that. On RDS and Aurora the role gets membership in rds_replication instead of\n" +
 			"REPLICATION; on a managed service it also prints what only the provider's console can do.",
-		body: func(ctx context.Context, x *invocation) error {
-			cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
-			pool, err := connectPool(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			d := cfg.Relay.Database
-			return migrate.Run(ctx, pool, migrate.Options{
-				Table: cfg.table,
-				Slot:  slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot},
-				Failover: migrate.Failover{Slot: d.Slot, Want: !d.NoFailoverSlot, Set: cfg.failoverSlotSet,
-					Connect: func(ctx context.Context) (*pgconn.PgConn, error) {
-						return replication.Connect(ctx, d.URL, cfg.replOpts()...)
-					}},
-				Apply: migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload},
-				Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
-				Text:  cfg.text,
-			}, newLogger(cfg, stderr), stdout)
-		}}
+	}
 }
 
-func connectPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
+func (*migrateCmd) run(ctx context.Context, x *invocation) error {
+	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d := cfg.Relay.Database
+	return migrate.Run(ctx, pool, migrate.Options{
+		Table: cfg.Table(),
+		Slot:  slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot},
+		Failover: migrate.Failover{Slot: d.Slot, Want: !d.NoFailoverSlot, Set: cfg.FailoverSlotSet,
+			Connect: func(ctx context.Context) (*pgconn.PgConn, error) {
+				return replication.Connect(ctx, d.URL, cfg.ReplOpts()...)
+			}},
+		Apply: migrations.ApplyOptions{PayloadType: cfg.PayloadType, NullablePayload: cfg.NullablePayload},
+		Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
+		Text:  cfg.Text,
+	}, newLogger(cfg, stderr), stdout)
+}
+
+func connectPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	pc, err := outboxdb.ParseConfig(cfg.Relay.Database.URL)
 	if err != nil {
 		return nil, configError{fmt.Errorf("--database-url: %w", err)}
 	}
 	outboxdb.SetBeforeConnect(pc, cfg.Relay.Database.BeforeConnect)
 	return outboxdb.Connect(ctx, pc)
-}
-
-// replOpts are the replication connections' options: the credentials
-// hook of --database-password-file or --database-auth.
-func (c *config) replOpts() []replication.Option {
-	return []replication.Option{replication.WithBeforeConnect(c.Relay.Database.BeforeConnect)} // nil: none
 }

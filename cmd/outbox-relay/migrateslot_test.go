@@ -31,13 +31,13 @@ func TestFailoverSlotFlag(t *testing.T) {
 		if tc.env == "" {
 			os.Unsetenv("OUTBOX_RELAY_FAILOVER_SLOT")
 		}
-		for name, s := range map[string]scope{"migrate": scopeDB | scopeMigrate, "run": scopeDB | scopeKafka | scopeRun} {
-			cfg, err := parse(name, "", tc.args, s, &bytes.Buffer{})
+		for _, name := range []string{"migrate", "run"} {
+			cfg, err := parse(name, tc.args, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.failoverSlot() != tc.on || cfg.failoverSlotSet != tc.set || cfg.Relay.Database.NoFailoverSlot == tc.on {
-				t.Errorf("%s env %q args %q: failover %v set %v, want %v %v", name, tc.env, tc.args, cfg.failoverSlot(), cfg.failoverSlotSet, tc.on, tc.set)
+			if cfg.FailoverSlot() != tc.on || cfg.FailoverSlotSet != tc.set || cfg.Relay.Database.NoFailoverSlot == tc.on {
+				t.Errorf("%s env %q args %q: failover %v set %v, want %v %v", name, tc.env, tc.args, cfg.FailoverSlot(), cfg.FailoverSlotSet, tc.on, tc.set)
 			}
 		}
 	}
@@ -48,11 +48,11 @@ func TestFailoverSlotFlag(t *testing.T) {
 func TestFailoverSlotFlagWhereSlotsAreCreated(t *testing.T) {
 	for cmd, want := range map[string]bool{"migrate": true, "run": true, "recover": true, "slot create": true,
 		"slot status": false, "slot drop": false, "doctor": false, "replay": false} {
-		if got := strings.Contains(helpOf(t, cmd), "\n  -failover-slot\n"); got != want {
+		if got := strings.Contains(helpOf(t, cmd), "\n  --failover-slot\n"); got != want {
 			t.Errorf("%s --help lists --failover-slot: %v, want %v", cmd, got, want)
 		}
 	}
-	if !strings.Contains(helpOf(t, "doctor"), "\n  -standby-url string\n") {
+	if !strings.Contains(helpOf(t, "doctor"), "\n  --standby-url string\n") {
 		t.Error("doctor --help lacks --standby-url")
 	}
 }

@@ -20,8 +20,8 @@ func TestNewRelaySetsUpLikeRun(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@db.example:5432/db?sslmode=require")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	var parsed bytes.Buffer
-	cfg, err := parse("recover", "", []string{"--max-procs", "1", "--cleanup-older-than", "168h", "--cleanup-interval", "1m",
-		"--kafka-tls-insecure-skip-verify"}, scopeDB|scopeKafka|scopeRun, &parsed)
+	cfg, err := parse("recover", []string{"--max-procs", "1", "--cleanup-older-than", "168h", "--cleanup-interval", "1m",
+		"--kafka-tls-insecure-skip-verify"}, &parsed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,24 +61,21 @@ func TestEveryConnectingCommandWarns(t *testing.T) {
 	helpOf(t, "migrate") // unsets OUTBOX_RELAY_*
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@db.example:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
-	for _, c := range []struct {
-		name  string
-		scope scope
-	}{{"replay", scopeDB | scopeKafka}, {"dlq retry", scopeDB | scopeKafka}, {"doctor", scopeDB | scopeKafka}, {"reconcile", scopeDB | scopeKafka}} {
+	for _, name := range []string{"replay", "dlq retry", "doctor", "reconcile"} {
 		var errOut bytes.Buffer
-		if _, err := parse(c.name, "", []string{"--kafka-tls-insecure-skip-verify"}, c.scope, &errOut); err != nil {
+		if _, err := parse(name, []string{"--kafka-tls-insecure-skip-verify"}, &errOut); err != nil {
 			t.Fatal(err)
 		}
 		for _, want := range []string{"--kafka-tls-insecure-skip-verify: broker certificates are not verified", "does not verify the server's certificate"} {
 			if !strings.Contains(errOut.String(), want) {
-				t.Errorf("%s: no warning %q:\n%s", c.name, want, errOut.String())
+				t.Errorf("%s: no warning %q:\n%s", name, want, errOut.String())
 			}
 		}
 	}
 	t.Setenv("PGHOST", "db.example")
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@/db?sslmode=require")
 	var errOut bytes.Buffer
-	if _, err := parse("dlq list", "", nil, scopeDB, &errOut); err != nil {
+	if _, err := parse("dlq list", nil, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(errOut.String(), "does not verify the server's certificate") {
@@ -86,7 +83,7 @@ func TestEveryConnectingCommandWarns(t *testing.T) {
 	}
 	t.Setenv("PGHOST", "/var/run/postgresql")
 	errOut.Reset()
-	if _, err := parse("dlq list", "", nil, scopeDB, &errOut); err != nil {
+	if _, err := parse("dlq list", nil, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(errOut.String(), "does not verify the server's certificate") {

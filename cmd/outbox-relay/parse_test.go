@@ -1,76 +1,60 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kong"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
-// parse configures a command of scope s named name (with summary) from
-// args, as the dispatcher does, writing its warnings to stderr.
-func parse(name, summary string, args []string, s scope, stderr io.Writer) (*config, error) {
-	cfg, _, err := parseWith(name, "", summary, args, s, stderr, nil)
-	return cfg, err
-}
-
-// parseWith is parse with flags of the command's own (extra) and
-// positional arguments (described by argsUsage; returned).
-func parseWith(name, argsUsage, summary string, args []string, s scope, stderr io.Writer, extra func(*envflag.Binder)) (*config, []string, error) {
-	c := command{name: name, args: argsUsage, summary: summary, scope: s, bind: func(b *envflag.Binder) body {
-		if extra != nil {
-			extra(b)
-		}
-		return nil
-	}}
-	out, ok := stderr.(*cliStderr)
+// parse configures command name ("run", "dlq list") from args, as the
+// dispatcher does, writing its warnings to stderr (a *redact.Writer is
+// used as it is, so a test sees what it masks).
+func parse(name string, args []string, stderr io.Writer) (*config.Config, error) {
+	rw, ok := stderr.(*redact.Writer)
 	if !ok {
-		rw, ok := stderr.(*redact.Writer)
-		if !ok {
-			rw = redact.NewWriter(stderr)
-		}
-		out = &cliStderr{Writer: rw}
+		rw = redact.NewWriter(stderr)
 	}
-	cfg, _, rest, err := configure(c, args, out)
-	return cfg, rest, err
+	_, x, err := configure(append(strings.Fields(name), args...), &cliStderr{Writer: rw})
+	if err != nil {
+		return nil, err
+	}
+	return x.cfg, nil
 }
 
-// commandNames are the command lines of every command and verb, in the
-// tree's order.
-func commandNames() []string {
-	var names []string
-	for _, c := range commandTree() {
-		names = append(names, c.name)
-	}
-	return names
-}
-
-// commandFlags lists every flag of every command and verb, by command
+// everyFlag lists every flag of every command and verb, by command
 // line ("dlq show"), from the command tree: a new flag is covered without
 // being named here.
-func commandFlags(t *testing.T) map[string][]*flag.Flag {
+func everyFlag(t *testing.T) map[string][]*kong.Flag {
 	t.Helper()
-	out := map[string][]*flag.Flag{}
-	visitFlags(func(c command, _ *envflag.Binder, fs *flag.FlagSet) {
-		fs.VisitAll(func(f *flag.Flag) { out[c.name] = append(out[c.name], f) })
-	})
+	out := map[string][]*kong.Flag{}
+	visitCommands(func(name string, node *kong.Node, _ *envflag.Env) { out[name] = envflag.Flags(node) })
 	return out
 }
 
-// TestTreeNamesAreUnique: one command line selects one command, and every
-// group's verbs are in the tree.
-func TestTreeNamesAreUnique(t *testing.T) {
+// TestTreeCommands: every command of the tree describes itself (about),
+// and every group's verbs are its group's.
+func TestTreeCommands(t *testing.T) {
 	seen := map[string]bool{}
-	for _, name := range commandNames() {
+	visitCommands(func(name string, node *kong.Node, _ *envflag.Env) {
 		if seen[name] {
 			t.Errorf("%q twice", name)
 		}
 		seen[name] = true
+		c, ok := node.Target.Addr().Interface().(cmd)
+		if !ok || c.about(name).summary == "" {
+			t.Errorf("%q: no about", name)
+		}
 		if group, _, ok := strings.Cut(name, " "); ok && groups[group] == "" {
 			t.Errorf("%q: %s is no group", name, group)
 		}
+	})
+	if len(seen) != 16 {
+		t.Errorf("%d commands, want 16", len(seen))
 	}
 }

@@ -6,13 +6,17 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/process"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 )
 
 func TestMaxProcs(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
-	parseRun := func(args ...string) (*config, error) {
-		return parse("run", "", args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	parseRun := func(args ...string) (*config.Config, error) {
+		return parse("run", args, &bytes.Buffer{})
 	}
 
 	// GOMAXPROCS may be set by whoever runs the tests; both cases are
@@ -48,10 +52,10 @@ func TestMaxProcs(t *testing.T) {
 
 	prev := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
-	if got := applyMaxProcs(1); got != 1 {
-		t.Fatalf("applyMaxProcs(1) = %d", got)
+	if got := process.ApplyMaxProcs(1); got != 1 {
+		t.Fatalf("process.ApplyMaxProcs(1) = %d", got)
 	}
-	if got := applyMaxProcs(0); got != 1 {
-		t.Fatalf("applyMaxProcs(0) changed GOMAXPROCS to %d", got)
+	if got := process.ApplyMaxProcs(0); got != 1 {
+		t.Fatalf("process.ApplyMaxProcs(0) changed GOMAXPROCS to %d", got)
 	}
 }

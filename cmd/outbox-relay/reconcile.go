@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/configerr"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/reconcile"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 )
 
 const reconcileSummary = `Compares the events committed to the outbox table in a time range with the
@@ -22,42 +22,50 @@ table and compared in SQL; the consumer is checked in chunks.`
 // errMissing makes the command exit 3: the comparison found missing events.
 var errMissing = reconcile.ErrMissing
 
-func reconcileCommand() command {
-	return command{name: "reconcile", summary: reconcileSummary, scope: scopeDB | scopeKafka, bind: func(b *envflag.Binder) body {
-		var o reconcile.Config
-		b.Duration(&o.Since, "since", 0, "range: events committed to the outbox in the last DURATION (required), e.g. 1h")
-		b.Duration(&o.Settle, "settle", 30*time.Second, "ignore events committed in the last DURATION: they may still be in flight (0: none, for a writer that has stopped)")
-		b.String(&o.Consumer, "consumer", "", "also check this inbox consumer's processed_events")
-		b.ConnString(&o.ConsumerURL, "consumer-database-url", "", "the consumer's database (default: --database-url)")
-		b.String(&o.ConsumerSchema, "consumer-schema", "public", "schema of the consumer's inbox tables")
-		b.String(&o.AggregateType, "aggregate-type", "", "only events of this aggregate_type (e.g. the ones the consumer subscribes to)")
-		b.Int(&o.MaxList, "max-list", 50, "most missing events listed per comparison (all are counted; 0: count only)")
-		b.Duration(&o.ReadTimeout, "read-timeout", 30*time.Second, "give up on a partition that yields no record for this long")
-		return func(ctx context.Context, x *invocation) error {
-			cfg, stdout := x.cfg, x.stdout
-			if err := o.Validate(); err != nil {
-				return configError{err}
-			}
-			var consumerHook func(context.Context, *pgconn.Config) error
-			if o.ConsumerURL == "" {
-				o.ConsumerURL, consumerHook = cfg.Relay.Database.URL, cfg.Relay.Database.BeforeConnect
-			}
-			o.Table, o.Template = cfg.table, cfg.template
-			pool, err := connectPool(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.kafkaClient, KafkaReader: cfg.kafkaReader, ConsumerBeforeConnect: consumerHook})
-			var ce *configerr.Error
-			if errors.As(err, &ce) {
-				return configError{ce.Err}
-			}
-			if err != nil {
-				return err
-			}
-			rep.Write(stdout)
-			return rep.Err()
-		}
-	}}
+// reconcileCmd is reconcile; its options are reconcile.Config.
+type reconcileCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.KafkaFlags
+	Since               time.Duration `name:"since" help:"range: events committed to the outbox in the last DURATION (required), e.g. 1h" to:"Options.Since"`
+	Settle              time.Duration `name:"settle" default:"30s" help:"ignore events committed in the last DURATION: they may still be in flight (0: none, for a writer that has stopped)" to:"Options.Settle"`
+	Consumer            string        `name:"consumer" help:"also check this inbox consumer's processed_events" to:"Options.Consumer"`
+	ConsumerDatabaseURL string        `name:"consumer-database-url" help:"the consumer's database (default: --database-url)" to:"Options.ConsumerURL" secret:"dsn"`
+	ConsumerSchema      string        `name:"consumer-schema" default:"public" help:"schema of the consumer's inbox tables" to:"Options.ConsumerSchema"`
+	AggregateType       string        `name:"aggregate-type" help:"only events of this aggregate_type (e.g. the ones the consumer subscribes to)" to:"Options.AggregateType"`
+	MaxList             int           `name:"max-list" default:"50" help:"most missing events listed per comparison (all are counted; 0: count only)" to:"Options.MaxList"`
+	ReadTimeout         time.Duration `name:"read-timeout" default:"30s" help:"give up on a partition that yields no record for this long" to:"Options.ReadTimeout"`
+
+	Options reconcile.Config `kong:"-"`
+}
+
+func (*reconcileCmd) about(string) about {
+	return about{summary: reconcileSummary, scope: config.ScopeDB | config.ScopeKafka}
+}
+
+func (c *reconcileCmd) run(ctx context.Context, x *invocation) error {
+	cfg, stdout, o := x.cfg, x.stdout, c.Options
+	if err := o.Validate(); err != nil {
+		return configError{err}
+	}
+	var consumerHook func(context.Context, *pgconn.Config) error
+	if o.ConsumerURL == "" {
+		o.ConsumerURL, consumerHook = cfg.Relay.Database.URL, cfg.Relay.Database.BeforeConnect
+	}
+	o.Table, o.Template = cfg.Table(), cfg.Template()
+	pool, err := connectPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := reconcile.Run(ctx, o, reconcile.Deps{Pool: pool, KafkaClient: cfg.KafkaClient, KafkaReader: cfg.KafkaReader, ConsumerBeforeConnect: consumerHook})
+	var ce *configerr.Error
+	if errors.As(err, &ce) {
+		return configError{ce.Err}
+	}
+	if err != nil {
+		return err
+	}
+	rep.Write(stdout)
+	return rep.Err()
 }

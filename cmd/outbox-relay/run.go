@@ -8,39 +8,51 @@ import (
 	"net/http"
 	"net/http/pprof"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/process"
+
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-func runCommand() command {
-	return command{name: "run", scope: scopeDB | scopeKafka | scopeRun,
+// runCmd is run: the relay.
+type runCmd struct {
+	config.LogFlags
+	config.DBFlags
+	config.KafkaFlags
+	config.RunFlags
+}
+
+func (*runCmd) about(string) about {
+	return about{scope: config.ScopeDB | config.ScopeKafka | config.ScopeRun,
 		summary: "Streams outbox inserts from the replication slot to Kafka (acks=all, keyed by aggregate_id,\n" +
 			"murmur2 partitioning) and confirms the slot only past events Kafka acknowledged.\n" +
-			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0.",
-		body: func(ctx context.Context, x *invocation) error {
-			log := newLogger(x.cfg, x.stderr)
-			r, err := newRelay(x.cfg, log)
-			if err != nil {
-				return err
-			}
-			return runRelay(ctx, x.cfg, r, log)
-		}}
+			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0."}
+}
+
+func (*runCmd) run(ctx context.Context, x *invocation) error {
+	log := newLogger(x.cfg, x.stderr)
+	r, err := newRelay(x.cfg, log)
+	if err != nil {
+		return err
+	}
+	return runRelay(ctx, x.cfg, r, log)
 }
 
 // newRelay sets up the process for streaming and returns its relay: the
 // one construction path of `run` and of `recover` (which streams after its
 // back-fill), so both apply --max-procs and run the cleanup schedule
-// alike (parseWith warned about insecure settings).
-func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
-	log.Info("Go scheduler", slog.String("stage", "startup"), slog.Int("gomaxprocs", applyMaxProcs(cfg.MaxProcs)))
-	opts, err := cfg.Trace.options(log) // tracing.go
+// alike (configure warned about insecure settings).
+func newRelay(cfg *config.Config, log *slog.Logger) (*relay.Relay, error) {
+	log.Info("Go scheduler", slog.String("stage", "startup"), slog.Int("gomaxprocs", process.ApplyMaxProcs(cfg.MaxProcs)))
+	opts, err := cfg.Trace.Options(log) // tracing.go
 	if err != nil {
 		return nil, configError{err}
 	}
 	r, err := relay.New(cfg.Relay, append(opts, relay.WithLogger(log))...)
 	if err != nil {
-		cfg.Trace.shutdown(log)
+		cfg.Trace.Shutdown(log)
 		return nil, configError{err}
 	}
 	return r, nil
@@ -50,8 +62,8 @@ func newRelay(cfg *config, log *slog.Logger) (*relay.Relay, error) {
 // relay's handler writes them (no rewriting: compression, content
 // negotiation and streaming are Prometheus's), with --pprof the profiles
 // on their own loopback --pprof-addr, and runs the relay until SIGTERM.
-func runRelay(ctx context.Context, cfg *config, r *relay.Relay, log *slog.Logger) error {
-	defer cfg.Trace.shutdown(log) // after Run: the last spans are exported
+func runRelay(ctx context.Context, cfg *config.Config, r *relay.Relay, log *slog.Logger) error {
+	defer cfg.Trace.Shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {

@@ -31,47 +31,46 @@ func TestSecretsFromFiles(t *testing.T) {
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", url)
 	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE", pw)
 	sink := redact.NewWriter(&bytes.Buffer{})
-	cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "scram-sha-512", "--kafka-sasl-username", "relay"},
-		scopeDB|scopeKafka|scopeRun, sink)
+	cfg, err := parse("run", []string{"--kafka-sasl-mechanism", "scram-sha-512", "--kafka-sasl-username", "relay"}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Relay.Database.URL != "postgres://relay:from-file-1@db:5432/app?sslmode=verify-full" || cfg.KafkaConn.SASL.Password != "sasl-secret" {
 		t.Fatalf("url %q password %q", cfg.Relay.Database.URL, cfg.KafkaConn.SASL.Password)
 	}
-	if cfg.Relay.Kafka.SASL != cfg.kafkaSecurity.SASL {
+	if cfg.Relay.Kafka.SASL != cfg.KafkaSecurity().SASL {
 		t.Fatal("relay.Config's Kafka.SASL is not the one built from the flags")
 	}
-	if cfg.kafkaSecurity.SASL == nil || cfg.kafkaSecurity.SASL.Name() != "SCRAM-SHA-512" {
-		t.Fatalf("SASL %v", cfg.kafkaSecurity.SASL)
+	if cfg.KafkaSecurity().SASL == nil || cfg.KafkaSecurity().SASL.Name() != "SCRAM-SHA-512" {
+		t.Fatalf("SASL %v", cfg.KafkaSecurity().SASL)
 	}
 	if got := sink.String("from-file-1,sasl-secret"); got != redact.Mask+","+redact.Mask {
-		t.Fatalf("secrets not registered for redaction: %q", got)
+		t.Fatalf("config.Secrets not registered for redaction: %q", got)
 	}
 }
 
 func TestSecretFileErrors(t *testing.T) {
 	baseEnv(t)
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", "/nonexistent/url")
-	_, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err := parse("run", nil, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "both OUTBOX_RELAY_DATABASE_URL and OUTBOX_RELAY_DATABASE_URL_FILE are set") {
 		t.Fatalf("got %v", err)
 	}
 	os.Unsetenv("OUTBOX_RELAY_DATABASE_URL")
-	_, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", nil, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL_FILE: stat /nonexistent/url") {
 		t.Fatalf("got %v", err)
 	}
 	// Issue 36, row 5: /dev/zero ended the process with "out of memory".
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL_FILE", "/dev/zero")
-	_, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	_, err = parse("run", nil, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_DATABASE_URL_FILE: /dev/zero is not a regular file (a device)") {
 		t.Fatalf("got %v", err)
 	}
 	os.Unsetenv("OUTBOX_RELAY_DATABASE_URL_FILE")
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h/db")
 	t.Setenv("OUTBOX_RELAY_DATABASE_PASSWORD_FILE", "/dev/zero")
-	cfg, err := parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", nil, &bytes.Buffer{})
 	if err == nil {
 		// The password file is read at every connection.
 		_, err = pgauth.ReadPasswordFile(cfg.PGAuth.PasswordFile)
@@ -98,13 +97,12 @@ func TestExposedSecretFileWarns(t *testing.T) {
 	}
 	t.Setenv("OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE", link)
 	warnings := func() string {
-		cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-tls"},
-			scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		cfg, err := parse("run", []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-tls"}, &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var logs bytes.Buffer
-		cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+		cfg.WarnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
 		return logs.String()
 	}
 	if w := warnings(); !strings.Contains(w, "a secret file is readable by every user") || !strings.Contains(w, link) {
@@ -145,7 +143,7 @@ func TestKafkaSecurityConfigSaysHowToFix(t *testing.T) {
 		{[]string{"--kafka-sasl-username", "u"}, []string{"--kafka-sasl-mechanism: a SASL username or password is set but no mechanism"}},
 	}
 	for _, c := range cases {
-		_, err := parse("run", "", c.args, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		_, err := parse("run", c.args, &bytes.Buffer{})
 		var ce configError
 		if !errors.As(err, &ce) {
 			t.Errorf("%v: got %v, want a configError", c.args, err)
@@ -161,20 +159,20 @@ func TestKafkaSecurityConfigSaysHowToFix(t *testing.T) {
 
 func TestInsecureSkipVerifyOnlyWhenExplicit(t *testing.T) {
 	baseEnv(t)
-	cfg, err := parse("run", "", []string{"--kafka-tls"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--kafka-tls"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.kafkaSecurity.TLS == nil || cfg.kafkaSecurity.TLS.InsecureSkipVerify {
-		t.Fatalf("TLS %+v", cfg.kafkaSecurity.TLS)
+	if cfg.KafkaSecurity().TLS == nil || cfg.KafkaSecurity().TLS.InsecureSkipVerify {
+		t.Fatalf("TLS %+v", cfg.KafkaSecurity().TLS)
 	}
 	t.Setenv("OUTBOX_RELAY_KAFKA_TLS_INSECURE_SKIP_VERIFY", "true")
-	cfg, err = parse("run", "", nil, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err = parse("run", nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.kafkaSecurity.TLS.InsecureSkipVerify || !strings.Contains(cfg.kafkaSecurity.Describe(), "WITHOUT certificate verification") {
-		t.Fatalf("explicit skip-verify not applied: %s", cfg.kafkaSecurity.Describe())
+	if !cfg.KafkaSecurity().TLS.InsecureSkipVerify || !strings.Contains(cfg.KafkaSecurity().Describe(), "WITHOUT certificate verification") {
+		t.Fatalf("explicit skip-verify not applied: %s", cfg.KafkaSecurity().Describe())
 	}
 }
 
@@ -204,29 +202,10 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	rw := redact.NewWriter(&buf)
 	// (It fails validation - a password without mechanism - and still
 	// registers them first, since a validation error may quote one.)
-	_, _ = parse("slot status", "", nil, scopeDB|scopeKafka, rw)
+	_, _ = parse("replay", nil, rw) // a command with both secrets
 	fmt.Fprintf(rw, "echo postgres://u:db-pass-9@h/db sasl-pass-9\n")
 	if strings.Contains(buf.String(), "pass-9") {
 		t.Errorf("not masked: %s", buf.String())
-	}
-}
-
-// TestLoopbackHostLists: the certificate warning is skipped only when every
-// host of a multi-host URL is local.
-func TestLoopbackHostLists(t *testing.T) {
-	for hosts, want := range map[string]bool{
-		"":                    true,
-		"localhost":           true,
-		"127.0.0.1,::1":       true,
-		"[::1],[::1]":         true,
-		"/var/run/postgresql": true,
-		"127.0.0.1,pg-b":      false,
-		"pg-a":                false,
-		"10.0.0.1":            false,
-	} {
-		if got := allLoopback(hosts); got != want {
-			t.Errorf("allLoopback(%q) = %v, want %v", hosts, got, want)
-		}
 	}
 }
 
@@ -271,25 +250,24 @@ func TestHelpHidesSecrets(t *testing.T) {
 func TestOAuthOverPlaintext(t *testing.T) {
 	baseEnv(t)
 	for _, endpoint := range []string{"http://127.0.0.1:8080/token", "http://localhost/token", "http://[::1]:9/token", "https://idp.example/token"} {
-		cfg, err := parse("run", "", []string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", endpoint,
-			"--kafka-sasl-oauth-client-id", "c", "--kafka-sasl-oauth-client-secret", "s"}, scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+		cfg, err := parse("run", []string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-endpoint", endpoint,
+			"--kafka-sasl-oauth-client-id", "c", "--kafka-sasl-oauth-client-secret", "s"}, &bytes.Buffer{})
 		if err != nil {
 			t.Errorf("%s: %v", endpoint, err)
 			continue
 		}
 		var logs bytes.Buffer
-		cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+		cfg.WarnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
 		if !strings.Contains(logs.String(), "SASL OAUTHBEARER without TLS sends the bearer token in clear text") {
 			t.Errorf("%s without --kafka-tls: no warning:\n%s", endpoint, logs.String())
 		}
 	}
-	cfg, err := parse("run", "", []string{"--kafka-tls", "--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-file", "/t"},
-		scopeDB|scopeKafka|scopeRun, &bytes.Buffer{})
+	cfg, err := parse("run", []string{"--kafka-tls", "--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-sasl-oauth-token-file", "/t"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	cfg.warnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
+	cfg.WarnInsecure(slog.New(slog.NewTextHandler(&logs, nil)), true)
 	if strings.Contains(logs.String(), "OAUTHBEARER without TLS") {
 		t.Errorf("warned with --kafka-tls:\n%s", logs.String())
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/migrate"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/report"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -27,29 +27,35 @@ var slotSummaries = map[string]string{
 	"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
 }
 
-// slotCommand is the slot verb: status, create or drop.
-func slotCommand(verb string) command {
-	return command{name: "slot " + verb, summary: slotSummaries[verb], scope: scopeDB, bind: func(b *envflag.Binder) body {
-		var noFailover bool // --failover-slot, negated
-		if verb == "create" {
-			bindFailoverSlot(b, &noFailover, "")
-		}
-		return func(ctx context.Context, x *invocation) error {
-			return slotVerb(ctx, verb, noFailover, x.cfg, x.stdout)
-		}
-	}}
+// slotCmd is slot status and slot drop (and, with its flag, create).
+type slotCmd struct {
+	config.LogFlags
+	config.DBFlags
 }
 
-func slotVerb(ctx context.Context, verb string, noFailover bool, cfg *config, stdout io.Writer) error {
+func (*slotCmd) about(name string) about {
+	return about{summary: slotSummaries[verbOf(name)], scope: config.ScopeDB}
+}
+func (*slotCmd) run(ctx context.Context, x *invocation) error {
+	return slotVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
+}
+
+// slotCreateCmd is slot create.
+type slotCreateCmd struct {
+	slotCmd
+	config.CreateFailoverFlags
+}
+
+func slotVerb(ctx context.Context, verb string, cfg *config.Config, stdout io.Writer) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: verb != "create" || noFailover})
+	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: verb != "create" || cfg.Relay.Database.NoFailoverSlot})
 	switch verb {
 	case "create":
-		if err := m.EnsurePublication(ctx, cfg.table.Quoted(), cfg.table.Schema, cfg.table.Name); err != nil {
+		if err := m.EnsurePublication(ctx, cfg.Table().Quoted(), cfg.Table().Schema, cfg.Table().Name); err != nil {
 			return err
 		}
 		st, err := m.Create(ctx)

@@ -1,11 +1,6 @@
 package envflag
 
 import (
-	"flag"
-	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"testing"
 )
 
@@ -71,44 +66,5 @@ func TestClosest(t *testing.T) {
 	}
 	if got := Closest("SLOT", nil); got != "" {
 		t.Errorf("Closest without candidates = %q", got)
-	}
-}
-
-// TestEnvNames: a Binder lists every variable its flags read, the _FILE
-// of secrets included; a Listing Binder lists the same without reading
-// the environment or the files it names.
-func TestEnvNames(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("T_NAME", "env")
-	t.Setenv("T_PASSWORD_FILE", file)
-	t.Setenv("T_COUNT", "many") // malformed: an error only when read
-	want := []string{"T_NAME", "T_COUNT", "T_PASSWORD", "T_PASSWORD_FILE", "T_URL", "T_URL_FILE", "T_STANDBY_URL", "T_STANDBY_URL_FILE"}
-	for _, listing := range []bool{false, true} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		b := New(fs, "T_")
-		if listing {
-			b = Listing(fs, "T_")
-		}
-		var name, password, url string
-		var count int
-		var standbys []string
-		b.String(&name, "name", "default", "")
-		b.Int(&count, "count", 1, "")
-		b.Secret(&password, "password", "", "")
-		b.ConnString(&url, "url", "", "")
-		b.ConnStrings(&standbys, "standby-url", "")
-		if got := b.EnvNames(); !slices.Equal(got, want) {
-			t.Errorf("listing %t: EnvNames = %v, want %v", listing, got, want)
-		}
-		switch {
-		case listing && (name != "default" || password != "" || count != 1 || len(b.Errs()) != 0 || b.IsSet("name")):
-			t.Errorf("a Listing Binder read the environment: name %q, password %q, count %d, errs %v", name, password, count, b.Errs())
-		case !listing && (name != "env" || password != "from-file" || len(b.Errs()) != 1 || !b.IsSet("name")):
-			t.Errorf("New Binder: name %q, password %q, errs %v", name, password, b.Errs())
-		}
 	}
 }

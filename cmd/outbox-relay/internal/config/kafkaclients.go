@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"time"
@@ -16,23 +16,23 @@ import (
 
 // kafkaClient returns a kafka.Client over the configured brokers and
 // security, and the function that closes its idle connections.
-func (c *config) kafkaClient(clientID string, timeout time.Duration) (*kafka.Client, func()) {
+func (c *Config) KafkaClient(clientID string, timeout time.Duration) (*kafka.Client, func()) {
 	return c.kafka().Client(clientID, timeout)
 }
 
 // kafkaReader returns a kafka.Reader of rc over the configured brokers,
 // secured like every other client (rc's Brokers and Dialer are set here).
-func (c *config) kafkaReader(clientID string, rc kafka.ReaderConfig) *kafka.Reader {
+func (c *Config) KafkaReader(clientID string, rc kafka.ReaderConfig) *kafka.Reader {
 	return c.kafka().Reader(clientID, rc)
 }
 
 // kafkaTransport returns a kafka.Transport for a publisher.Config (or a
 // kafka.Writer), secured like every other client.
-func (c *config) kafkaTransport(clientID string) *kafka.Transport {
+func (c *Config) KafkaTransport(clientID string) *kafka.Transport {
 	return c.kafka().Transport(clientID)
 }
 
 // kafka is the one Kafka configuration the flags describe (validate
 // builds its brokers, TLS and SASL); the relay and every client above take
 // it from here.
-func (c *config) kafka() relay.KafkaConfig { return c.Relay.Kafka }
+func (c *Config) kafka() relay.KafkaConfig { return c.Relay.Kafka }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"context"
@@ -9,15 +9,14 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/otlptrace"
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
-	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// traceConfig is the optional publish span of the streaming commands (run,
+// Trace is the optional publish span of the streaming commands (run,
 // recover): one span per event, exported over OTLP/HTTP by
 // cmd/outbox-relay/internal/otlptrace, so the binary needs no OpenTelemetry SDK
 // (docs/tracing.md).
-type traceConfig struct {
+type Trace struct {
 	Publish  bool
 	Endpoint string
 	// provider is the running exporter (nil: tracing off); runRelay
@@ -25,18 +24,8 @@ type traceConfig struct {
 	provider *otlptrace.Provider
 }
 
-// bind registers the tracing flags.
-func (t *traceConfig) bind(b *envflag.Binder) {
-	b.Bool(&t.Publish, "trace-publish", false,
-		"emit one OpenTelemetry span per event, \"publish <topic>\", from hand-off to Kafka's acknowledgement, as a child of the producer's "+
-			"traceparent header, to --otlp-endpoint; recorded only when the producer's trace is sampled (docs/tracing.md)")
-	b.String(&t.Endpoint, "otlp-endpoint", "",
-		"OTLP/HTTP (protobuf) endpoint of --trace-publish's spans, e.g. http://127.0.0.1:4318 (/v1/traces is added to a URL "+
-			"without a path); request headers from OTEL_EXPORTER_OTLP_HEADERS, service.name from OTEL_SERVICE_NAME")
-}
-
 // validate checks the tracing flags.
-func (t *traceConfig) validate() []error {
+func (t *Trace) validate() []error {
 	var errs []error
 	if t.Publish && t.Endpoint == "" {
 		errs = append(errs, errors.New("--trace-publish needs --otlp-endpoint (where the spans go, e.g. http://127.0.0.1:4318)"))
@@ -51,7 +40,7 @@ func (t *traceConfig) validate() []error {
 
 // options starts the exporter and returns the relay option that uses it;
 // none when --trace-publish is off.
-func (t *traceConfig) options(log *slog.Logger) ([]relay.Option, error) {
+func (t *Trace) Options(log *slog.Logger) ([]relay.Option, error) {
 	if !t.Publish {
 		if t.Endpoint != "" {
 			log.Warn("--otlp-endpoint is set but --trace-publish is not: no spans are exported", slog.String("stage", "startup"))
@@ -68,7 +57,7 @@ func (t *traceConfig) options(log *slog.Logger) ([]relay.Option, error) {
 }
 
 // shutdown exports the spans still queued, for at most 5 s.
-func (t *traceConfig) shutdown(log *slog.Logger) {
+func (t *Trace) Shutdown(log *slog.Logger) {
 	if t.provider == nil {
 		return
 	}

@@ -1,11 +1,11 @@
-package main
+package process
 
 import (
 	"os"
 	"runtime"
 )
 
-// defaultMaxProcs is --max-procs' default: 1, unless the operator set
+// DefaultMaxProcs is --max-procs' default: 1, unless the operator set
 // GOMAXPROCS, which then wins (0 keeps it).
 //
 // Why 1: the relay is a pipeline fed by one WAL sender, and one thread
@@ -15,16 +15,16 @@ import (
 // wakes an idle thread that spins looking for work. On a 2-core host that
 // cost about 35 % more CPU per event, taken from the WAL sender and the
 // broker next to it.
-func defaultMaxProcs() int {
+func DefaultMaxProcs() int {
 	if _, ok := os.LookupEnv("GOMAXPROCS"); ok {
 		return 0
 	}
 	return 1
 }
 
-// applyMaxProcs sets GOMAXPROCS to n when n > 0 and returns the value in
+// ApplyMaxProcs sets GOMAXPROCS to n when n > 0 and returns the value in
 // effect.
-func applyMaxProcs(n int) int {
+func ApplyMaxProcs(n int) int {
 	if n > 0 {
 		runtime.GOMAXPROCS(n)
 	}

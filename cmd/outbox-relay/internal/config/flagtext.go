@@ -1,8 +1,8 @@
-package main
+package config
 
 import (
-	"flag"
 	"maps"
+	"reflect"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -12,14 +12,14 @@ import (
 // relay.Config ("record of 2000000 bytes exceeds Publish.MaxBatchBytes"):
 // an embedder has no flags. The binary's user has nothing but flags, so
 // wherever the binary shows library text - the errors run prints, the log
-// records of every library (newLogger's handler), /readyz's reason and the
-// metrics' help (runRelay) - it names the flags instead, through flagText.
+// records of every library (newLogger's handler), dead-letter reasons and
+// doctor's findings - it names the flags instead, through FlagText.
+// /metrics and /readyz are served as the relay writes them.
 //
-// The table from field paths to flags is derived from how the flags are
-// bound (envflag.Binder.Fields: a flag's path is that of the field its
-// pointer points to), plus kafkaSecurityFields for what the messages name
-// inside Kafka.TLS and Kafka.SASL, which the binary builds from several
-// flags.
+// The table from field paths to flags comes from the flags' tags (to and
+// field, flags.go: envflag.Field), plus kafkaSecurityFields for what the
+// messages name inside Kafka.TLS and Kafka.SASL, which the binary builds
+// from several flags.
 
 // kafkaSecurityFields map what library messages name inside relay.Config's
 // Kafka.TLS (a *tls.Config: its fields' own Go paths) and Kafka.SASL (a
@@ -40,18 +40,30 @@ var kafkaSecurityFields = map[string][]string{
 	"Kafka.SASL.OAuth.Scope":        {"SASL.OAuth.Scope"},
 }
 
-// flagNames is the table from field paths to the flags that set them, for
-// a command whose flags b registered: b's own (the relay's fields, and the
+// FlagNames is the table from field paths to the flags that set them, for
+// a command whose flags set holds: its own (the relay's fields, and the
 // options of its own flags such as cleanup's Options.OlderThan), those of
 // the relay's fields it lacks from run's flags (cleanup names
 // Checkpoints.Interval, migrate Cleanup.OlderThan: run's settings), and
 // kafkaSecurityFields.
-func flagNames(b *envflag.Binder) map[string]string {
-	var all config
-	run := envflag.Listing(flag.NewFlagSet("run", flag.ContinueOnError), envPrefix)
-	all.bind(run, scopeDB|scopeKafka|scopeRun)
-	names := run.FlagNames()
-	maps.Copy(names, b.FlagNames())
+func FlagNames(set *envflag.Set) map[string]string { // set nil: run's names only
+	names := map[string]string{}
+	envflag.Declared(reflect.TypeFor[struct {
+		LogFlags
+		DBFlags
+		KafkaFlags
+		RunFlags
+	}](), func(tag reflect.StructTag) {
+		if field := envflag.FieldOf(tag.Get("field"), tag.Get("to")); field != "" {
+			names[field] = "--" + tag.Get("name")
+			if _, neg := tag.Lookup("negate"); neg {
+				names[field] += "=false"
+			}
+		}
+	})
+	if set != nil {
+		maps.Copy(names, set.Names())
+	}
 	for field, conn := range kafkaSecurityFields {
 		var flags []string
 		for _, f := range conn {
@@ -74,11 +86,11 @@ func andList(s []string) string {
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
-// text is c.flagText, or nothing to translate before the flags are
+// text is c.FlagText, or nothing to translate before the flags are
 // parsed.
-func (c *config) text(s string) string {
-	if c == nil || c.flagText == nil {
+func (c *Config) Text(s string) string {
+	if c == nil || c.FlagText == nil {
 		return s
 	}
-	return c.flagText(s)
+	return c.FlagText(s)
 }

@@ -1,4 +1,4 @@
-package main
+package process
 
 import (
 	"strings"
@@ -13,12 +13,12 @@ type lines chan string
 func (l lines) Write(p []byte) (int, error) { l <- string(p); return len(p), nil }
 
 // TestSecondSignalExitsAtOnce: the first SIGINT starts the graceful
-// shutdown (ctx ends); a second one exits at once with exitInterrupted,
+// shutdown (ctx ends); a second one exits at once with its code,
 // saying so.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
 	out := make(lines, 1)
 	exited := make(chan int, 1)
-	ctx, stop := interruptible(out, func(code int) { exited <- code })
+	ctx, stop := Interruptible(out, func(code int) { exited <- code }, 130)
 	defer stop()
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	}
 	select {
 	case code := <-exited:
-		if msg := <-out; code != exitInterrupted || !strings.Contains(msg, "second interrupt during shutdown: exiting now") {
+		if msg := <-out; code != 130 || !strings.Contains(msg, "second interrupt during shutdown: exiting now") {
 			t.Fatalf("exit %d, stderr %q", code, msg)
 		}
 	case <-time.After(5 * time.Second):

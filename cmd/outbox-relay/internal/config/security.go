@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -18,12 +18,12 @@ import (
 
 // kafkaFlagErrors renames kafkaconn's setting errors (of config.KafkaConn)
 // after the flags.
-func kafkaFlagErrors(b *envflag.Binder, err error) []error {
+func kafkaFlagErrors(set *envflag.Set, err error) []error {
 	var out []error
 	for _, e := range unjoin(err) {
 		var fe *kafkaconn.SettingError
 		if errors.As(e, &fe) {
-			if name, ok := b.Flag(kafkaConnPrefix + fe.Field); ok {
+			if name, ok := set.Flag(kafkaConnPrefix + fe.Field); ok {
 				e = fmt.Errorf("%s: %w", name, fe.Err)
 			}
 		}
@@ -32,10 +32,10 @@ func kafkaFlagErrors(b *envflag.Binder, err error) []error {
 	return out
 }
 
-// secrets lists the values that must never be printed: the Secret flags'
+// Secrets lists the values that must never be printed: the Secret flags'
 // values, and the passwords in the connection strings.
-func secrets(b *envflag.Binder) []string {
-	plain, dsns := b.Secrets()
+func Secrets(set *envflag.Set) []string {
+	plain, dsns := set.Secrets()
 	var s []string
 	for _, p := range plain {
 		if p != "" {
@@ -50,7 +50,7 @@ func secrets(b *envflag.Binder) []string {
 
 // warnInsecure logs settings that weaken a secure setup; they are allowed,
 // since they are explicit, but should never go unnoticed.
-func (c *config) warnInsecure(log *slog.Logger, kafka bool) {
+func (c *Config) WarnInsecure(log *slog.Logger, kafka bool) {
 	if kafka {
 		sec := c.kafkaSecurity
 		log.Info("kafka connection security", slog.String("stage", "startup"), slog.String("kafka_security", sec.Describe()))

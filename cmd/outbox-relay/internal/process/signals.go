@@ -1,4 +1,6 @@
-package main
+// Package process is the binary's process set-up: the shutdown on
+// SIGINT and SIGTERM, and GOMAXPROCS.
+package process
 
 import (
 	"context"
@@ -9,12 +11,12 @@ import (
 	"syscall"
 )
 
-// interruptible returns a context that ends on the first SIGINT or
+// Interruptible returns a context that ends on the first SIGINT or
 // SIGTERM, starting the graceful shutdown (the drain of in-flight events
 // can take up to --shutdown-timeout). A second signal means the operator
 // does not want to wait: it says so on stderr and calls exit with
-// exitInterrupted at once. stop releases the signals.
-func interruptible(stderr io.Writer, exit func(int)) (ctx context.Context, stop func()) {
+// code at once. stop releases the signals.
+func Interruptible(stderr io.Writer, exit func(int), code int) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -28,8 +30,8 @@ func interruptible(stderr io.Writer, exit func(int)) (ctx context.Context, stop 
 		}
 		select {
 		case s := <-sigs:
-			fmt.Fprintf(stderr, "outbox-relay: second %v during shutdown: exiting now (exit code %d) without waiting for in-flight events; they are sent again on the next start\n", s, exitInterrupted)
-			exit(exitInterrupted)
+			fmt.Fprintf(stderr, "outbox-relay: second %v during shutdown: exiting now (exit code %d) without waiting for in-flight events; they are sent again on the next start\n", s, code)
+			exit(code)
 		case <-done:
 		}
 	}()

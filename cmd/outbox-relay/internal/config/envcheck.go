@@ -1,7 +1,6 @@
-package main
+package config
 
 import (
-	"flag"
 	"maps"
 	"strings"
 
@@ -15,7 +14,7 @@ import (
 // configuration (all but version and --help) refuses such a variable
 // before doing anything, with one line per variable naming it and the
 // closest known name, exit code 2 (exitUsage). Values are never printed:
-// they may be secrets. configure runs the check once the command line is
+// they may be Secrets. configure runs the check once the command line is
 // parsed (so --help still helps) and before the configuration is validated.
 //
 // The check is global, not per command: a variable is known when a flag
@@ -42,61 +41,62 @@ import (
 // checkpoint is ahead of the slot, so a kill -9 test can land in it
 // deterministically. Not a flag, and not in release builds (relay/testhook_on.go):
 // it only makes redelivery worse.
-const testStatusHoldEnv = envPrefix + "TEST_STATUS_HOLD"
+const testStatusHoldEnv = EnvPrefix + "TEST_STATUS_HOLD"
 
-// notFlagEnv are the OUTBOX_RELAY_* variables no flag reads that the
+// NotFlagEnv are the OUTBOX_RELAY_* variables no flag reads that the
 // tests and scripts of this repository do, with who reads them. They may
 // be in the environment the relay inherits - from CI, from `make`, from
 // `eval "$(scripts/stack.sh env)"` (which make test and scripts/demo.sh
 // run before starting the relay) - so they must not stop it. Keep this
 // short: TestRepositoryVariablesAreAccepted fails on any OUTBOX_RELAY_*
 // name in the repository that is neither a flag's nor listed here.
-var notFlagEnv = map[string]string{
+var NotFlagEnv = map[string]string{
 	testStatusHoldEnv:                "the relay built with -tags testhooks (relay/testhook_on.go); set by integration/checkpoint_test.go",
-	envPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
-	envPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env",
-	envPrefix + "TEST_PG_BIN":        "the integration tests' temporary clusters (integration/pgcluster_test.go); exported by scripts/pgversions.sh run",
-	envPrefix + "IT_HARNESS_ONLY":    "the integration harness (integration/harness_test.go): its self-tests only",
-	envPrefix + "CHAOS_SEED":         "integration/chaos_test.go: the fault schedule's seed",
-	envPrefix + "CHAOS_LONG":         "integration/chaos_test.go: the long chaos run",
-	envPrefix + "CHAOS_DELIVERY":     "integration/chaos_test.go: exactly-once for the chaos run",
-	envPrefix + "CACHE":              "scripts/stack.sh, scripts/interop.sh, integration/secure_stack_test.go: the download cache",
+	EnvPrefix + "TEST_DATABASE_URL":  "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env and scripts/pgversions.sh run",
+	EnvPrefix + "TEST_KAFKA_BROKERS": "in-process tests against the local stack (internal/testutil/testenv); exported by scripts/stack.sh env",
+	EnvPrefix + "TEST_PG_BIN":        "the integration tests' temporary clusters (integration/pgcluster_test.go); exported by scripts/pgversions.sh run",
+	EnvPrefix + "IT_HARNESS_ONLY":    "the integration harness (integration/harness_test.go): its self-tests only",
+	EnvPrefix + "CHAOS_SEED":         "integration/chaos_test.go: the fault schedule's seed",
+	EnvPrefix + "CHAOS_LONG":         "integration/chaos_test.go: the long chaos run",
+	EnvPrefix + "CHAOS_DELIVERY":     "integration/chaos_test.go: exactly-once for the chaos run",
+	EnvPrefix + "CACHE":              "scripts/stack.sh, scripts/interop.sh, integration/secure_stack_test.go: the download cache",
 }
 
-// checkEnv returns an unknownEnvError for each OUTBOX_RELAY_* variable of
+// CheckEnv returns an UnknownEnvError for each OUTBOX_RELAY_* variable of
 // environ (os.Environ's form) that is not in own (the variables of the
-// command's flags), of another command's flags or in notFlagEnv.
-func checkEnv(environ, own []string) error {
+// command's flags), of another command's flags or in NotFlagEnv.
+func CheckEnv(environ, own []string, knownEnv func() map[string]bool) error {
 	known := map[string]bool{}
 	for _, name := range own {
 		known[name] = true
 	}
 	maps.Copy(known, notFlagKnown())
-	if envflag.Unknown(environ, envPrefix, known) == nil {
+	if envflag.Unknown(environ, EnvPrefix, known) == nil {
 		return nil // the usual case: only the command's own variables
 	}
 	all := knownEnv()
 	maps.Copy(all, notFlagKnown())
-	unknown := unknownEnvError(envflag.Unknown(environ, envPrefix, all))
+	unknown := UnknownEnvError(envflag.Unknown(environ, EnvPrefix, all))
 	if len(unknown) == 0 {
 		return nil
 	}
 	return unknown
 }
 
-// notFlagKnown is notFlagEnv as a set.
+// notFlagKnown is NotFlagEnv as a set.
 func notFlagKnown() map[string]bool {
-	m := make(map[string]bool, len(notFlagEnv))
-	for name := range notFlagEnv {
+	m := make(map[string]bool, len(NotFlagEnv))
+	for name := range NotFlagEnv {
 		m[name] = true
 	}
 	return m
 }
 
-// unknownEnvError lists the unknown variables; run prints one line each.
-type unknownEnvError []envflag.UnknownVar
+// UnknownEnvError lists the unknown variables; run prints one line each.
+type UnknownEnvError []envflag.UnknownVar
 
-func (e unknownEnvError) lines() []string {
+// Lines are the error's lines, one per variable.
+func (e UnknownEnvError) Lines() []string {
 	var lines []string
 	for _, v := range e {
 		line := "unknown environment variable " + v.Name
@@ -108,17 +108,4 @@ func (e unknownEnvError) lines() []string {
 	return lines
 }
 
-func (e unknownEnvError) Error() string        { return strings.Join(e.lines(), "\n") }
-func (e unknownEnvError) Is(target error) bool { return target == errUsage }
-
-// knownEnv returns the environment variables of every flag of every
-// command and verb, walking the command tree.
-func knownEnv() map[string]bool {
-	names := map[string]bool{}
-	visitFlags(func(_ command, b *envflag.Binder, _ *flag.FlagSet) {
-		for _, n := range b.EnvNames() {
-			names[n] = true
-		}
-	})
-	return names
-}
+func (e UnknownEnvError) Error() string { return strings.Join(e.Lines(), "\n") }
