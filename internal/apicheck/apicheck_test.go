@@ -6,10 +6,14 @@ package apicheck
 
 import (
 	"os/exec"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 const module = "github.com/outbox-relay/outbox-relay"
@@ -127,6 +131,37 @@ func TestConsumerLinksNoReplicationStack(t *testing.T) {
 			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/migrations"),
 			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/slot"):
 			t.Errorf("inbox or record links %s", dep)
+		}
+	}
+}
+
+// TestEventShapesAgree: outbox.Event (what a service appends, with its
+// write-side Priority and a generated EventID) and record.Event (what a
+// consumer decodes, with the Kafka coordinates it came from) are the two
+// ends of one contract. They stay two types - one embedded in the other
+// would make every composite literal of the write path nest - but the
+// fields they share keep one name and one type each, and a field added to
+// one end is either added to the other or listed here as that end's own.
+func TestEventShapesAgree(t *testing.T) {
+	w, r := reflect.TypeFor[outbox.Event](), reflect.TypeFor[record.Event]()
+	shared := []string{"AggregateType", "AggregateID", "AggregateVersion", "EventType", "SchemaVersion", "Payload", "Headers"}
+	own := map[reflect.Type][]string{
+		w: {"EventID", "Priority"},                                  // the id is a uuid.UUID the writer generates
+		r: {"ID", "Topic", "Partition", "Offset", "Time", "Format"}, // the id as the record carries it
+	}
+	for _, name := range shared {
+		fw, okw := w.FieldByName(name)
+		fr, okr := r.FieldByName(name)
+		if !okw || !okr || fw.Type != fr.Type {
+			t.Errorf("%s: outbox.Event has %v (%v), record.Event %v (%v): one name, one type", name, okw, fw.Type, okr, fr.Type)
+		}
+	}
+	for typ, names := range own {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if f.IsExported() && !slices.Contains(shared, f.Name) && !slices.Contains(names, f.Name) {
+				t.Errorf("%s.%s: add it to the other end of the contract, or list it as this end's own", typ, f.Name)
+			}
 		}
 	}
 }
