@@ -874,7 +874,7 @@ func TestPoisonTooLargeForTopic(t *testing.T) {
 
 	rows := waitDL(t, env, Q, 30*time.Second, "1 dead + 17 parked", func(r []dlRow) bool { return len(r) >= 1+len(after) })
 	checkQuarantine(t, rows, poison, after, "message size too large", "message_too_large", "MESSAGE_TOO_LARGE")
-	if strings.Contains(rows[0].Reason, "max-batch-bytes") {
+	if strings.Contains(rows[0].Reason, "Publish.MaxBatchBytes") {
 		t.Errorf("dead row reason %q: the relay rejected it itself; this test wants the broker's rejection", rows[0].Reason)
 	}
 	t.Logf("dead row: %s", rows[0])

@@ -299,8 +299,10 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	set.Fill(c) // the command's own options (cleanup's, replay's)
 	// Built when first used (an error, a library's log record): it needs
 	// run's model besides this command's.
-	text := sync.OnceValue(func() func(string) string { return envflag.FlagText(config.FlagNames(set)) })
+	names := sync.OnceValue(func() map[string]string { return config.FlagNames(set) })
+	text := sync.OnceValue(func() func(string) string { return envflag.FlagText(names()) })
 	cfg.FlagText = func(s string) string { return text()(s) }
+	cfg.FieldFlags = func(s string) map[string]string { return envflag.FlagsIn(names(), s) }
 	out.flagText = cfg.FlagText
 	// Before validate: a misspelt variable explains a missing or default
 	// value better than the error about that value would.

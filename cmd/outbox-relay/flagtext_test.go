@@ -55,8 +55,10 @@ func TestFlagTextNamesFlags(t *testing.T) {
 	}
 }
 
-// TestLogRecordsNameFlags: the libraries' log records name flags in the
-// message and in string, error and grouped attributes.
+// TestLogRecordsNameFlags: the libraries' log records keep their text
+// (an embedder's logs and the binary's read alike) and carry the fields it
+// names, in the message and in string, error and grouped attributes, with
+// their flags.
 func TestLogRecordsNameFlags(t *testing.T) {
 	cfg := parsedRun(t)
 	var out bytes.Buffer
@@ -65,8 +67,10 @@ func TestLogRecordsNameFlags(t *testing.T) {
 		slog.Any("error", errors.New("fix: set Kafka.TLS.ServerName")), slog.Group("grp", slog.String("x", "Leader.Timeout")),
 		slog.Int("n", 3))
 	got := out.String()
-	for _, want := range []string{`"message":"no acknowledgement for --stall-timeout"`, `"see --stall-timeout"`,
-		`"g.reason":"exceeds --max-batch-bytes 1"`, `"g.error":"fix: set --kafka-tls-server-name"`, `"g.grp.x":"--leader-timeout"`, `"g.n":3`} {
+	for _, want := range []string{`"message":"no acknowledgement for Window.StallTimeout"`, `"see Window.StallTimeout"`,
+		`"g.reason":"exceeds Publish.MaxBatchBytes 1"`, `"g.error":"fix: set Kafka.TLS.ServerName"`, `"g.grp.x":"Leader.Timeout"`, `"g.n":3`,
+		`"g.flags.Window.StallTimeout":"--stall-timeout"`, `"g.flags.Publish.MaxBatchBytes":"--max-batch-bytes"`,
+		`"g.flags.Kafka.TLS.ServerName":"--kafka-tls-server-name"`, `"g.flags.Leader.Timeout":"--leader-timeout"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("log lacks %s:\n%s", want, got)
 		}

@@ -176,8 +176,8 @@ func (h *helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 // newLogger builds the process logger: the libraries log through
 // *slog.Logger, the binary writes zerolog's JSON (or console) lines, never
-// payloads, with the configuration fields the libraries name in flag
-// terms (flagtext.Handler).
+// payloads, each with the flags of the configuration fields it names
+// (flagtext.Handler).
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	var out io.Writer = w
@@ -185,7 +185,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
 	}
 	zl := zerolog.New(out).Level(cfg.Level()).With().Timestamp().Str("service", "outbox-relay").Logger()
-	return slog.New(flagtext.Handler(zerolog.NewSlogHandler(zl), cfg.Text))
+	return slog.New(flagtext.Handler(zerolog.NewSlogHandler(zl), cfg.Flags))
 }
 
 // versionLine is what version and --version print.

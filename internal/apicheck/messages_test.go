@@ -17,9 +17,10 @@ import (
 // (publisher, replication, slot, checkpoint, ...) say, "Kafka.TLS.RootCAs"
 // or "Kafka.SASL.Username" for what is inside Kafka.TLS (a *tls.Config)
 // and Kafka.SASL (a sasl.Mechanism), cleanup's own "Options.OlderThan" -
-// never a flag of the binary: an embedder has no flags. The binary shows
-// its flags instead, wherever it shows library text (errors, logs,
-// /readyz, the metrics' help: cmd/outbox-relay/flagtext.go).
+// never a flag of the binary: an embedder has no flags. The binary names
+// its flags in its own answers (configuration errors, a failed command's
+// last line) and beside the text in its logs (a "flags" attribute:
+// cmd/outbox-relay/internal/config/flagtext.go).
 //
 // What a library message may name with a flag is a command to run: the
 // operator tools of outbox-relay are instructions, not configuration of

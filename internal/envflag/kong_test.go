@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,5 +272,27 @@ func TestPrintFlags(t *testing.T) {
 	}
 	if strings.Contains(usage, "--help") {
 		t.Errorf("usage lists --help:\n%s", usage)
+	}
+}
+
+func TestFlagsIn(t *testing.T) {
+	names := map[string]string{"Publish.MaxBatch": "--max-batch", "Publish.MaxBatchBytes": "--max-batch-bytes",
+		"Kafka.TLS": "--kafka-tls", "Kafka.TLS.RootCAs": "--kafka-tls-ca-file", "Leader": "--leader-timeout"}
+	for text, want := range map[string]string{
+		"exceeds Publish.MaxBatchBytes 1":            "Publish.MaxBatchBytes=--max-batch-bytes",
+		"see Publish.MaxBatch, and Kafka.TLS.":       "Kafka.TLS=--kafka-tls Publish.MaxBatch=--max-batch",
+		"set Kafka.TLS.RootCAs (Kafka.TLS)":          "Kafka.TLS.RootCAs=--kafka-tls-ca-file Kafka.TLS=--kafka-tls",
+		"Leaders and XPublish.MaxBatch stay":         "",
+		"Leader: use a larger Leader timeout":        "Leader=--leader-timeout",
+		"nothing here, not even Publish.MaxBatchBit": "",
+	} {
+		var got []string
+		for f, flag := range FlagsIn(names, text) {
+			got = append(got, f+"="+flag)
+		}
+		slices.Sort(got)
+		if strings.Join(got, " ") != want {
+			t.Errorf("%q: %v, want %s", text, got, want)
+		}
 	}
 }

@@ -261,3 +261,51 @@ func FlagText(names map[string]string) func(string) string {
 	}
 	return strings.NewReplacer(pairs...).Replace
 }
+
+// FlagsIn returns the fields text names among names' (field paths to
+// flags), with their flags: the longest path wins where paths overlap
+// ("Publish.MaxBatchBytes", not "Publish.MaxBatch"), and a path inside a
+// longer word does not count. nil when text names none.
+func FlagsIn(names map[string]string, text string) map[string]string {
+	paths := slices.SortedFunc(maps.Keys(names), func(x, y string) int {
+		if d := len(y) - len(x); d != 0 {
+			return d
+		}
+		return strings.Compare(x, y)
+	})
+	var out map[string]string
+	var taken []bool
+	for _, p := range paths {
+		for i := 0; i < len(text); {
+			j := strings.Index(text[i:], p)
+			if j < 0 {
+				break
+			}
+			j += i
+			end := j + len(p)
+			i = end
+			if (j > 0 && word(text[j-1])) || (end < len(text) && word(text[end])) {
+				continue
+			}
+			if taken == nil {
+				taken = make([]bool, len(text))
+			}
+			if slices.Contains(taken[j:end], true) {
+				continue
+			}
+			for k := j; k < end; k++ {
+				taken[k] = true
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[p] = names[p]
+		}
+	}
+	return out
+}
+
+// word reports whether c continues a field path's word.
+func word(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}

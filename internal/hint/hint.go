@@ -4,8 +4,8 @@
 // forever, and the binary prints the fix beside the error. The fixes name
 // what the user changes by its relay.Config path (Database.URL), and what
 // inside Kafka.TLS (a *tls.Config) or Kafka.SASL (a sasl.Mechanism) by a
-// path below it: Kafka.TLS.RootCAs, Kafka.SASL.Username. The binary shows
-// its flags instead (cmd/outbox-relay/flagtext.go).
+// path below it: Kafka.TLS.RootCAs, Kafka.SASL.Username. The binary names
+// its flags (cmd/outbox-relay/internal/config/flagtext.go).
 package hint
 
 import (

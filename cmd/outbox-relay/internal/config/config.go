@@ -69,6 +69,10 @@ type Config struct {
 	// FlagText names configuration fields by the flags that set them, in
 	// library text (flagtext.go); set once the flags are parsed.
 	FlagText func(string) string
+	// FieldFlags lists the configuration fields a library text names,
+	// with their flags, for the logs' "flags" attribute; set with
+	// FlagText.
+	FieldFlags func(string) map[string]string
 
 	// secretFiles are the files Secrets were read from (<ENV>_FILE, the
 	// password and token files), for warnInsecure's permission check.

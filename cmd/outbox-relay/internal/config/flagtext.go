@@ -11,9 +11,11 @@ import (
 // The libraries name what their user can change by its Go field path in
 // relay.Config ("record of 2000000 bytes exceeds Publish.MaxBatchBytes"):
 // an embedder has no flags. The binary's user has nothing but flags, so
-// wherever the binary shows library text - the errors run prints, the log
-// records of every library (newLogger's handler), dead-letter reasons and
-// doctor's findings - it names the flags instead, through FlagText.
+// wherever the binary answers in its own words - a configuration error,
+// the line a failed command ends with, dead-letter reasons and doctor's
+// findings - it names the flags instead, through FlagText. Its log records
+// keep the libraries' text and carry the fields it names, with their
+// flags, as an attribute (FieldFlags, cmd/outbox-relay/internal/flagtext).
 // /metrics and /readyz are served as the relay writes them.
 //
 // The table from field paths to flags comes from the flags' tags (to and
@@ -93,4 +95,13 @@ func (c *Config) Text(s string) string {
 		return s
 	}
 	return c.FlagText(s)
+}
+
+// Flags are the configuration fields s names, with their flags
+// (FieldFlags; none before the flags are parsed).
+func (c *Config) Flags(s string) map[string]string {
+	if c == nil || c.FieldFlags == nil {
+		return nil
+	}
+	return c.FieldFlags(s)
 }
