@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -58,3 +59,46 @@ func TestTreeCommands(t *testing.T) {
 		t.Errorf("%d commands, want 16", len(seen))
 	}
 }
+
+// visitCommands calls visit with every command of the tree and its node,
+// in a model built without reading the environment's values.
+func visitCommands(visit func(name string, node *kong.Node, env *envflag.Env)) {
+	var helped bool
+	env := envflag.NewEnv(config.EnvPrefix)
+	k, err := newParser(&cli{}, env, io.Discard, &helped)
+	if err != nil {
+		panic(err) // the tree is static: its tests fail first
+	}
+	for _, leaf := range k.Model.Leaves(true) {
+		var names []string
+		for n := leaf; n != nil && n.Type == kong.CommandNode; n = n.Parent {
+			names = append([]string{n.Name}, names...)
+		}
+		visit(strings.Join(names, " "), leaf, env)
+	}
+}
+
+// commandFlags are the flags of command name, from its model.
+func commandFlags(name string) []*kong.Flag {
+	var helped bool
+	k, err := newParser(grammar(name), envflag.NewEnv(config.EnvPrefix), io.Discard, &helped)
+	if err != nil {
+		panic(err) // the tree is static: its tests fail first
+	}
+	return envflag.Flags(k.Model.Leaves(true)[0])
+}
+
+// commandNames are the command lines of every command and verb, in the
+// tree's order ("migrate", "slot status").
+func commandNames() []string {
+	return envflag.CommandNames(reflect.TypeFor[cli](), func(t reflect.Type) bool {
+		return reflect.PointerTo(t).Implements(reflect.TypeFor[cmd]())
+	})
+}
+
+// commandType is the struct type of command name ("dlq show").
+func commandType(name string) reflect.Type { return envflag.CommandType(reflect.TypeFor[cli](), name) }
+
+// grammar is the part of the tree command name needs: kong builds one
+// command's model, about a millisecond instead of ten.
+func grammar(name string) any { return envflag.Grammar(reflect.TypeFor[cli](), name) }
