@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -87,18 +86,3 @@ func commandFlags(name string) []*kong.Flag {
 	}
 	return envflag.Flags(k.Model.Leaves(true)[0])
 }
-
-// commandNames are the command lines of every command and verb, in the
-// tree's order ("migrate", "slot status").
-func commandNames() []string {
-	return envflag.CommandNames(reflect.TypeFor[cli](), func(t reflect.Type) bool {
-		return reflect.PointerTo(t).Implements(reflect.TypeFor[cmd]())
-	})
-}
-
-// commandType is the struct type of command name ("dlq show").
-func commandType(name string) reflect.Type { return envflag.CommandType(reflect.TypeFor[cli](), name) }
-
-// grammar is the part of the tree command name needs: kong builds one
-// command's model, about a millisecond instead of ten.
-func grammar(name string) any { return envflag.Grammar(reflect.TypeFor[cli](), name) }
