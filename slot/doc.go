@@ -15,4 +15,12 @@
 // keep a synchronized copy, so after a failover the promoted standby has
 // the slot and the relay resumes there instead of losing the events after
 // its position. SetFailover changes an existing slot's flag.
+//
+// On PostgreSQL 16 and later the slot may live on a hot standby, which
+// decodes the WAL it replays, so the primary runs no logical walsender: a
+// Manager of the standby (Config.Primary naming its primary) creates the
+// slot there, asking the primary for the running-transactions record the
+// creation waits for, reads the standby's replayed position as the
+// current one, writes the publication on the primary, and reports a slot
+// invalidated by a conflict with recovery (Status.Conflicting) as lost.
 package slot

@@ -33,6 +33,13 @@ type Config struct {
 	// have no failover slots. The negative form keeps the zero Config's
 	// default the safe one, as relay.DatabaseConfig.NoFailoverSlot does.
 	NoFailover bool
+	// Primary is the primary of a standby the slot is created on
+	// (decoding on a standby, PostgreSQL 16+). A standby creates a
+	// logical slot only once a running-transactions record arrives from
+	// the primary, which an idle primary writes rarely: Create asks the
+	// primary for one (pg_log_standby_snapshot) until the slot exists.
+	// Nil for a slot on a primary.
+	Primary DB
 }
 
 // ServerVersion reads server_version_num, e.g. 170006 for 17.6.

@@ -14,6 +14,8 @@ import (
 // arguments, and reports the slot missing to Status.
 type fakeDB struct {
 	version int
+	standby bool
+	execErr error
 	execs   []string
 	args    [][]any
 }
@@ -21,14 +23,24 @@ type fakeDB struct {
 func (f *fakeDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	f.execs = append(f.execs, sql)
 	f.args = append(f.args, args)
-	return pgconn.CommandTag{}, nil
+	return pgconn.CommandTag{}, f.execErr
 }
 
 func (f *fakeDB) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
 	if strings.Contains(sql, "server_version_num") {
 		return intRow(f.version)
 	}
+	if sql == "SELECT pg_is_in_recovery()" {
+		return boolRow(f.standby)
+	}
 	return intRow(-1)
+}
+
+type boolRow bool
+
+func (r boolRow) Scan(dest ...any) error {
+	*dest[0].(*bool) = bool(r)
+	return nil
 }
 
 type intRow int
@@ -77,5 +89,52 @@ func TestCreateFailoverByVersion(t *testing.T) {
 func TestFailoverFlagNamesTheFix(t *testing.T) {
 	if failoverCommand(true) != "outbox-relay migrate --failover-slot" || failoverCommand(false) != "outbox-relay migrate --failover-slot=false" {
 		t.Fatal(failoverCommand(true), failoverCommand(false))
+	}
+}
+
+// TestCreateOnStandby: on a standby the slot is created without failover
+// (the server refuses it there) while the primary is asked for
+// running-transactions records; before 16, or without the primary, it is
+// refused with the reason.
+func TestCreateOnStandby(t *testing.T) {
+	primary := &fakeDB{version: 170006}
+	db := &fakeDB{version: 170006, standby: true}
+	_, err := NewManager(db, Config{Name: "s", Publication: "p", Primary: primary}).Create(context.Background())
+	if !errors.Is(err, ErrSlotNotFound) {
+		t.Fatalf("Create: %v", err)
+	}
+	if len(db.execs) != 1 || strings.Contains(db.execs[0], "true)") {
+		t.Errorf("standby execs %q: want one non-failover creation", db.execs)
+	}
+	if len(primary.execs) == 0 || !strings.Contains(primary.execs[0], "pg_log_standby_snapshot()") {
+		t.Errorf("primary execs %q: want pg_log_standby_snapshot()", primary.execs)
+	}
+	old := &fakeDB{version: 150012, standby: true}
+	if _, err := NewManager(old, Config{Name: "s", Primary: primary}).Create(context.Background()); err == nil ||
+		!strings.Contains(err.Error(), "needs PostgreSQL 16 or later") || len(old.execs) != 0 {
+		t.Errorf("PostgreSQL 15 standby: %v, execs %q", err, old.execs)
+	}
+	if _, err := NewManager(db, Config{Name: "s"}).Create(context.Background()); err == nil || !strings.Contains(err.Error(), "pg_log_standby_snapshot") {
+		t.Errorf("standby without its primary: %v", err)
+	}
+	refusing := &fakeDB{version: 170006, standby: true, execErr: errors.New("cannot create on this standby")}
+	if _, err := NewManager(refusing, Config{Name: "s", Primary: primary}).Create(context.Background()); err == nil ||
+		!strings.Contains(err.Error(), "cannot create on this standby") {
+		t.Errorf("the standby's refusal: %v", err)
+	}
+}
+
+// TestConflictingIsLost: a standby's slot invalidated by a conflict is as
+// lost as one whose WAL was removed, with the cause on 16 (no reason
+// column) and 17+.
+func TestConflictingIsLost(t *testing.T) {
+	for _, s := range []Status{{Name: "s", WALStatus: "reserved", Conflicting: true}, {Name: "s", WALStatus: "lost", Conflicting: true, InvalidationReason: ReasonRowsRemoved}} {
+		err := s.LostError()
+		if err == nil || !strings.Contains(err.Error(), "catalog rows it needed were removed") || !strings.Contains(err.Error(), "outbox-relay recover") {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+	if err := (Status{Name: "s", WALStatus: "reserved"}).LostError(); err != nil {
+		t.Errorf("a healthy slot: %v", err)
 	}
 }

@@ -40,16 +40,23 @@ func (m *Manager) invalidationReason(ctx context.Context) (string, error) {
 	return deref(reason), nil
 }
 
-// LostError reports an invalidated slot (wal_status = lost): it can never
+// LostError reports an invalidated slot (wal_status = lost, or on a
+// standby conflicting = true): it can never
 // resume, and the WAL it no longer has may have held events. On
 // PostgreSQL 17+ the message names invalidation_reason and gives the fix
 // for that cause; before 17 (no reason) it is the max_slot_wal_keep_size
 // case, the only one on a primary there.
 func (s Status) LostError() error {
-	if s.WALStatus != "lost" {
+	if s.WALStatus != "lost" && !s.Conflicting {
 		return nil
 	}
 	const recoverFix = "recreate the slot and back-fill from the outbox table (outbox-relay recover)"
+	if s.InvalidationReason == "" && s.Conflicting {
+		// PostgreSQL 16: no invalidation_reason, but conflicting says it.
+		cause, fix := lostCause(ReasonRowsRemoved)
+		return fmt.Errorf("slot %q was invalidated (conflicting = true): %s, so events may be missing; %s, and %s",
+			s.Name, cause, recoverFix, fix)
+	}
 	if s.InvalidationReason == "" {
 		return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
 			"%s, and raise max_slot_wal_keep_size", s.Name, recoverFix)

@@ -42,6 +42,16 @@ func CheckServer(ctx context.Context, db DB, log *slog.Logger) error {
 	return nil
 }
 
+// primary is where the publication is read and written: the slot's server,
+// or for a slot on a standby its primary (a standby is read-only, and gets
+// the publication by replication).
+func (m *Manager) primary() DB {
+	if m.cfg.Primary != nil {
+		return m.cfg.Primary
+	}
+	return m.db
+}
+
 // EnsurePublication creates the publication for table (a quoted,
 // schema-qualified name) with publish = 'insert', so cleanup deletes are
 // never streamed, and for a partitioned table with
@@ -53,7 +63,7 @@ func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, na
 		return err
 	}
 	var pubInsert, viaRoot bool
-	err = m.db.QueryRow(ctx, `SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&pubInsert, &viaRoot)
+	err = m.primary().QueryRow(ctx, `SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&pubInsert, &viaRoot)
 	if err != nil {
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read publication %q: %w", m.publication, err)
@@ -63,7 +73,7 @@ func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, na
 			with += ", publish_via_partition_root = true"
 		}
 		sql := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (%s)`, quoteIdent(m.publication), quotedTable, with)
-		if _, err := m.db.Exec(ctx, sql); err != nil {
+		if _, err := m.primary().Exec(ctx, sql); err != nil {
 			return fmt.Errorf("create publication %q: %w", m.publication, err)
 		}
 		return nil
@@ -75,7 +85,7 @@ func (m *Manager) EnsurePublication(ctx context.Context, quotedTable, schema, na
 		return &PartitionRootError{Publication: m.publication, Table: quotedTable}
 	}
 	var has bool
-	err = m.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
+	err = m.primary().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
 		m.publication, schema, name).Scan(&has)
 	if err != nil {
 		return fmt.Errorf("read publication %q tables: %w", m.publication, err)
@@ -94,7 +104,7 @@ func quoteIdent(s string) string {
 // partitioned reports whether quotedTable is a partitioned table.
 func (m *Manager) partitioned(ctx context.Context, quotedTable string) (bool, error) {
 	var p bool
-	err := m.db.QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)`, quotedTable).Scan(&p)
+	err := m.primary().QueryRow(ctx, `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false)`, quotedTable).Scan(&p)
 	if err != nil {
 		return false, fmt.Errorf("read the kind of table %s: %w", quotedTable, err)
 	}
@@ -125,14 +135,14 @@ func (m *Manager) EnsurePartitionRoot(ctx context.Context, quotedTable string) e
 		return err
 	}
 	var viaRoot bool
-	err = m.db.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&viaRoot)
+	err = m.primary().QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, m.publication).Scan(&viaRoot)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && viaRoot {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read publication %q: %w", m.publication, err)
 	}
-	if _, err := m.db.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(m.publication)+` SET (publish_via_partition_root = true)`); err != nil {
+	if _, err := m.primary().Exec(ctx, `ALTER PUBLICATION `+quoteIdent(m.publication)+` SET (publish_via_partition_root = true)`); err != nil {
 		return fmt.Errorf("set publish_via_partition_root on publication %q: %w", m.publication, err)
 	}
 	return nil

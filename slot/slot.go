@@ -43,7 +43,9 @@ type Status struct {
 	// SafeWALSize is the bytes that can still be written before the slot
 	// is invalidated; -1 when max_slot_wal_keep_size is unlimited.
 	SafeWALSize int64
-	// CurrentLSN is pg_current_wal_lsn() at the time of the snapshot.
+	// CurrentLSN is the server's WAL position at the time of the
+	// snapshot: pg_current_wal_lsn() on a primary; on a standby
+	// pg_last_wal_replay_lsn(), what it has replayed and so can decode.
 	CurrentLSN pglogrepl.LSN
 	// LagBytes is CurrentLSN - ConfirmedFlushLSN: WAL not yet confirmed.
 	LagBytes int64
@@ -53,6 +55,14 @@ type Status struct {
 	// before): standbys with sync_replication_slots = on keep a copy of
 	// the slot, so it survives a failover.
 	Failover bool
+	// Conflicting is pg_replication_slots.conflicting (PostgreSQL 16+): a
+	// slot on a standby was invalidated by a conflict with recovery, the
+	// primary having removed catalog rows it needed. It can never resume,
+	// like a lost slot (LostError).
+	Conflicting bool
+	// OnStandby: the slot lives on a server in recovery, a hot standby
+	// that decodes the WAL it replays (PostgreSQL 16+).
+	OnStandby bool
 }
 
 // Manager handles one slot and its publication.
@@ -80,9 +90,11 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 	err := m.db.QueryRow(ctx, `
 		SELECT slot_name, plugin, database, active, active_pid,
 		       confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-		       pg_current_wal_lsn()::text, coalesce((to_jsonb(s) ->> 'failover')::bool, false)
+		       `+currentLSN+`::text, coalesce((to_jsonb(s) ->> 'failover')::bool, false),
+		       coalesce((to_jsonb(s) ->> 'conflicting')::bool, false), pg_is_in_recovery()
 		FROM pg_replication_slots s WHERE slot_name = $1`, m.slot).
-		Scan(&s.Name, &plugin, &database, &s.Active, &pid, &confirmed, &restart, &walStatus, &safe, &current, &s.Failover)
+		Scan(&s.Name, &plugin, &database, &s.Active, &pid, &confirmed, &restart, &walStatus, &safe, &current, &s.Failover,
+			&s.Conflicting, &s.OnStandby)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("slot %q: %w", m.slot, ErrSlotNotFound)
 	}
@@ -112,13 +124,18 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		}
 		s.RetainedBytes = int64(s.CurrentLSN) - int64(s.RestartLSN)
 	}
-	if s.WALStatus == "lost" {
+	if s.WALStatus == "lost" || s.Conflicting {
 		if s.InvalidationReason, err = m.invalidationReason(ctx); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
 }
+
+// currentLSN is the server's WAL position: where a primary writes, or up
+// to where a standby has replayed (pg_current_wal_lsn() fails in
+// recovery).
+const currentLSN = `(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)`
 
 func deref(s *string) string {
 	if s == nil {
@@ -135,10 +152,24 @@ func (m *Manager) Create(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
 	}
-	if m.cfg.failoverOn(v) {
+	standby, err := InRecovery(ctx, m.db)
+	if err != nil {
+		return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
+	}
+	switch {
+	case standby:
+		var stop func()
+		if stop, err = m.prepareOnStandby(ctx, v); err != nil {
+			return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
+		}
+		// A standby's slot is not a failover slot (the server refuses):
+		// it survives the standby's own promotion.
+		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, m.slot, Plugin)
+		stop()
+	case m.cfg.failoverOn(v):
 		// (name, plugin, temporary, two_phase, failover)
 		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2, false, false, true)`, m.slot, Plugin)
-	} else {
+	default:
 		_, err = m.db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, m.slot, Plugin)
 	}
 	if err != nil {
