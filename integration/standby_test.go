@@ -99,3 +99,60 @@ func TestSlotOnStandby(t *testing.T) {
 		t.Errorf("status after the inserts: %+v, %v", after, err)
 	}
 }
+
+// TestDecodeFromStandby: with --replication-url the relay decodes on a
+// hot standby (PostgreSQL 16+). migrate creates the slot there; under
+// write load on the primary, with a kill -9 of the relay in between,
+// every committed event reaches Kafka in per-aggregate order; the primary
+// runs no logical walsender, the standby does; and once the writers stop,
+// the heartbeats written on the primary reach the standby and move its
+// slot past the last write (issue 38).
+func TestDecodeFromStandby(t *testing.T) {
+	inSuites(t, parallel, stack|pgVersions)
+	bin := testPGBin(t)
+	major := testPGMajor(t, bin)
+	if major < 16 {
+		t.Skipf("decoding on a standby needs PostgreSQL 16+; OUTBOX_RELAY_TEST_PG_BIN=%s is PostgreSQL %d", bin, major)
+	}
+	requireRelay(t)
+	p := StartTempClusterBin(t, bin, "wal_level=logical")
+	s := p.StartStandby(t, "sb_relay", "hot_standby_feedback=on")
+	cli := []string{"OUTBOX_RELAY_FAILOVER_SLOT=false", "OUTBOX_RELAY_REPLICATION_URL=" + s.DBURL("postgres"),
+		"OUTBOX_RELAY_HEARTBEAT_INTERVAL=200ms"}
+	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, p.DBURL("postgres"), cli), ledger: NewLedger(), cli: cli}
+	r.writing = &chaos{t: t, env: r.env, ledger: r.ledger}
+	r.writing.cfg.MaxTxEvents, r.writing.cfg.TxInterval = 3, 10*time.Millisecond
+	r.consumer = StartConsumer(t, r.env.Topic, r.env.Partitions)
+	where := `SELECT count(*)::text FROM pg_replication_slots WHERE slot_name = $1`
+	if onStandby, onPrimary := s.Query(t, "postgres", where, r.env.Slot), p.Query(t, "postgres", where, r.env.Slot); onStandby != "1" || onPrimary != "0" {
+		t.Fatalf("after migrate the slot is on the standby %s times and on the primary %s times, want 1 and 0", onStandby, onPrimary)
+	}
+
+	relay := r.start(200)
+	logical := `SELECT count(*)::text FROM pg_stat_replication WHERE application_name = 'outbox-relay'`
+	if got := s.Query(t, "postgres", logical); got != "1" {
+		t.Errorf("the standby runs %s relay walsenders, want 1", got)
+	}
+	if got := p.Query(t, "postgres", logical); got != "0" {
+		t.Errorf("the primary runs %s relay walsenders, want 0: it must only stream WAL to the standby", got)
+	}
+	relay.Kill9()
+	n := len(r.consumer.Records())
+	relay = r.startRelay()
+	if !r.consumer.WaitCount(n+200, 30*time.Second) {
+		t.Fatalf("the relay did not go on after kill -9\n%s", relay.LogTail(20))
+	}
+	res := r.settle(r.env.DB, 30*time.Second)
+	t.Logf("PostgreSQL %d, decoded on the standby: %s", major, res)
+
+	// Idle: only heartbeats from now on; the standby's slot confirms past
+	// the primary's position at the last write.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last string
+	if err := r.env.DB.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	past := `SELECT coalesce((SELECT (confirmed_flush_lsn >= $2::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = $1), 'missing')`
+	s.WaitFor(t, 30*time.Second, "postgres", past, "true", r.env.Slot, last)
+}

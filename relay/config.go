@@ -50,6 +50,17 @@ type DatabaseConfig struct {
 	// needs REPLICATION and the privileges `outbox-relay migrate
 	// --grant-role` grants. Use sslmode=verify-full outside localhost.
 	URL string
+	// ReplicationURL, when set, is a hot standby of URL's server
+	// (PostgreSQL 16+) to decode from: the replication stream, the slot
+	// and the slot's confirmed position live there, so the primary runs
+	// no logical walsender. Everything the relay writes stays on URL:
+	// checkpoints, dead letters, the quarantine, cleanup, the heartbeats
+	// (which reach the standby by replication and move its slot) and the
+	// leader lock. The standby needs hot_standby_feedback = on and a
+	// physical slot on the primary (primary_slot_name), or the primary
+	// may remove catalog rows the slot needs (docs/high-availability.md).
+	// Empty: decode on the primary. BeforeConnect applies to it too.
+	ReplicationURL string
 	// Slot is the logical replication slot (pgoutput); it must exist
 	// (migrate creates it) or is created at the first start.
 	Slot string

@@ -104,7 +104,7 @@ func (e *fenceError) Unwrap() error { return e.err }
 // without leader election.
 func (r *Relay) fence(ctx context.Context, active *slot.ActiveError) error {
 	var app string
-	err := r.pool.QueryRow(ctx, `SELECT coalesce(application_name, '') FROM pg_stat_activity WHERE pid = $1`, active.PID).Scan(&app)
+	err := r.slotDB.QueryRow(ctx, `SELECT coalesce(application_name, '') FROM pg_stat_activity WHERE pid = $1`, active.PID).Scan(&app)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && app == replication.ApplicationName {
 		return &fenceError{pid: active.PID, err: active}
 	}

@@ -40,9 +40,12 @@ type Relay struct {
 	stopped atomic.Pointer[string]
 
 	// Set up by Run before streaming starts.
-	pool  *pgxpool.Pool
-	slots *slot.Manager
-	quar  *deadletter.Queue
+	pool *pgxpool.Pool
+	// slotDB is where the slot lives: the standby of
+	// Database.ReplicationURL, or pool.
+	slotDB *pgxpool.Pool
+	slots  *slot.Manager
+	quar   *deadletter.Queue
 	// checkpoints holds the saved checkpoints (skip-ahead, recover, replay).
 	checkpoints *checkpoint.Store
 
@@ -131,9 +134,20 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer pool.Close()
-	r.pool = pool
+	r.pool, r.slotDB = pool, pool
+	if r.c.replPool != nil {
+		standby, err := outboxdb.ConnectRetrying(ctx, r.c.replPool, r.log)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer standby.Close()
+		r.slotDB = standby
+	}
 	out := outboxdb.Outbox{Table: r.c.table, Slot: r.cfg.Database.Slot, Publication: r.cfg.Database.Publication,
-		FailoverSlot: !r.cfg.Database.NoFailoverSlot}
+		FailoverSlot: !r.cfg.Database.NoFailoverSlot, SlotDB: r.slotDB}
 	checked, err := out.Check(ctx, pool, r.log)
 	if err != nil {
 		return stoppedStarting(ctx, err)

@@ -48,7 +48,7 @@ func newServices(r *Relay) services {
 func (r *Relay) collectStats(ctx context.Context) {
 	defer r.loopExit("stats")
 	pgstats.New(r.pool, pgstats.Config{
-		Slot: r.cfg.Database.Slot, Table: r.c.table.Quoted(), TableLabel: r.c.table.String(),
+		SlotDB: r.slotDB, Slot: r.cfg.Database.Slot, Table: r.c.table.Quoted(), TableLabel: r.c.table.String(),
 		Interval: r.cfg.Stats.Interval, DiskBudget: r.cfg.Stats.WALDiskBudget,
 	}, r.m.PG, r.log).Run(ctx)
 }

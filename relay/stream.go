@@ -141,7 +141,7 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 	if r.cfg.Database.WALSenderTimeout > 0 {
 		params = map[string]string{"wal_sender_timeout": strconv.FormatInt(r.cfg.Database.WALSenderTimeout.Milliseconds(), 10)}
 	}
-	if conn, err = replication.ConnectParams(sctx, r.cfg.Database.URL, params, r.cfg.Database.connectOptions()...); err != nil {
+	if conn, err = replication.ConnectParams(sctx, r.cfg.Database.replicationURL(), params, r.cfg.Database.connectOptions()...); err != nil {
 		return nil, 0, rs, err
 	}
 	if rs, err = r.resume(ctx, conn, st); err != nil {

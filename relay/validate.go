@@ -40,7 +40,9 @@ func (c Config) Validate() error {
 
 // compiled is a validated Config's parsed values.
 type compiled struct {
-	pool     *pgxpool.Config
+	pool *pgxpool.Config
+	// replPool is the standby's (Database.ReplicationURL), nil without.
+	replPool *pgxpool.Config
 	table    migrations.Table
 	template publisher.TopicTemplate
 	policy   poison.Policy
@@ -91,6 +93,15 @@ func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 			cs.Wrap("Database.URL", err)
 		} else {
 			outboxdb.SetBeforeConnect(out.pool, d.BeforeConnect)
+		}
+	}
+	if d.ReplicationURL != "" {
+		if !connString(d.ReplicationURL) {
+			cs.Fail("Database.ReplicationURL", nil, "must be a postgres:// URL or a key=value connection string of a hot standby, like Database.URL")
+		} else if out.replPool, err = outboxdb.ParseConfig(d.ReplicationURL); err != nil {
+			cs.Wrap("Database.ReplicationURL", err)
+		} else {
+			outboxdb.SetBeforeConnect(out.replPool, d.BeforeConnect)
 		}
 	}
 	for _, n := range []struct{ field, v string }{{"Database.Slot", d.Slot}, {"Database.Publication", d.Publication}} {
@@ -206,6 +217,15 @@ func (w WindowConfig) validate(cs *checks, p PublishConfig) {
 
 // connectOptions are the replication connections' options: the
 // BeforeConnect hook, if any.
+// replicationURL is where the replication stream connects: the standby of
+// ReplicationURL, or URL.
+func (d DatabaseConfig) replicationURL() string {
+	if d.ReplicationURL != "" {
+		return d.ReplicationURL
+	}
+	return d.URL
+}
+
 func (d DatabaseConfig) connectOptions() []replication.Option {
 	return []replication.Option{replication.WithBeforeConnect(d.BeforeConnect)} // nil: none
 }

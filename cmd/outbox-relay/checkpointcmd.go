@@ -33,6 +33,7 @@ var checkpointSummaries = map[string]string{
 type checkpointCmd struct {
 	config.LogFlags
 	config.DBFlags
+	config.StandbyFlags
 }
 
 func (*checkpointCmd) about(name string) about {
@@ -64,7 +65,13 @@ func checkpointVerb(ctx context.Context, verb string, cfg *config.Config, stdout
 	if err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
+	m, standby, err := slotManager(ctx, cfg, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
+	if err != nil {
+		return err
+	}
+	if standby != nil {
+		defer standby.Close()
+	}
 	out, err := report.Checkpoint(ctx, cp, m, cfg.Relay.Database.URL, cfg.ReplOpts())
 	if err != nil {
 		return err

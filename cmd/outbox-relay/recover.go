@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +24,7 @@ Without a usable checkpoint pass --since TIME or --all.`
 type recoverCmd struct {
 	config.LogFlags
 	config.DBFlags
+	config.StandbyFlags
 	config.KafkaFlags
 	config.RunFlags
 	Since string `name:"since" help:"back-fill events committed since this time (RFC 3339), instead of since the checkpoint"`
@@ -36,6 +38,11 @@ func (*recoverCmd) about(string) about {
 
 func (c *recoverCmd) run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
+	if cfg.Relay.Database.ReplicationURL != "" {
+		// Not yet: the new slot would have to be created on the standby
+		// with an exported snapshot there (issue 38).
+		return configError{errors.New("--replication-url: recover creates the new slot on the primary; run it without --replication-url, then migrate and run with it")}
+	}
 	if c.Since != "" && c.All {
 		return fmt.Errorf("%w: recover takes at most one of --since and --all", errUsage)
 	}

@@ -20,6 +20,7 @@ import (
 type runCmd struct {
 	config.LogFlags
 	config.DBFlags
+	config.StandbyFlags
 	config.KafkaFlags
 	config.RunFlags
 }

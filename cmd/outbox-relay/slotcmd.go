@@ -31,6 +31,7 @@ var slotSummaries = map[string]string{
 type slotCmd struct {
 	config.LogFlags
 	config.DBFlags
+	config.StandbyFlags
 }
 
 func (*slotCmd) about(name string) about {
@@ -52,7 +53,14 @@ func slotVerb(ctx context.Context, verb string, cfg *config.Config, stdout io.Wr
 		return err
 	}
 	defer pool.Close()
-	m := slot.NewManager(pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, NoFailover: verb != "create" || cfg.Relay.Database.NoFailoverSlot})
+	m, standby, err := slotManager(ctx, cfg, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication,
+		NoFailover: verb != "create" || cfg.Relay.Database.NoFailoverSlot})
+	if err != nil {
+		return err
+	}
+	if standby != nil {
+		defer standby.Close()
+	}
 	switch verb {
 	case "create":
 		if err := m.EnsurePublication(ctx, cfg.Table().Quoted(), cfg.Table().Schema, cfg.Table().Name); err != nil {

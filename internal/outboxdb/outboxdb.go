@@ -80,6 +80,20 @@ type Outbox struct {
 	// FailoverSlot: a slot created for streaming is a failover slot on
 	// PostgreSQL 17+ (slot.Config.NoFailover).
 	FailoverSlot bool
+	// SlotDB is the hot standby the slot lives on when the relay decodes
+	// there (relay.DatabaseConfig.ReplicationURL); nil: Check's pool.
+	SlotDB slot.DB
+}
+
+// slots is the manager of the outbox's slot: on the primary pool, or on
+// SlotDB, a standby, with pool as its primary.
+func (o Outbox) slots(pool *pgxpool.Pool) *slot.Manager {
+	cfg := slot.Config{Name: o.Slot, Publication: o.Publication, NoFailover: !o.FailoverSlot}
+	db := slot.DB(pool)
+	if o.SlotDB != nil {
+		db, cfg.Primary = o.SlotDB, pool
+	}
+	return slot.NewManager(db, cfg)
 }
 
 // Checked is an Outbox that passed Check, with the handles streaming uses.
@@ -108,7 +122,7 @@ func (o Outbox) Check(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger)
 	}
 	c := &Checked{
 		Schema:      schema,
-		Slots:       slot.NewManager(pool, slot.Config{Name: o.Slot, Publication: o.Publication, NoFailover: !o.FailoverSlot}),
+		Slots:       o.slots(pool),
 		Checkpoints: checkpoint.NewStore(pool, o.Table, o.Slot),
 		DeadLetters: deadletter.NewStore(pool, o.Table),
 	}

@@ -28,6 +28,10 @@ type DB interface {
 type Config struct {
 	// Slot is the replication slot's name (label slot).
 	Slot string
+	// SlotDB is the server the slot lives on, when not the collector's
+	// (a hot standby the relay decodes from); its lag is measured from
+	// what it has replayed.
+	SlotDB DB
 	// Table is the outbox table, as a SQL identifier (quoted, possibly
 	// schema-qualified) for to_regclass; TableLabel is its label value.
 	Table      string
@@ -105,6 +109,11 @@ func (c *Collector) Scrape(ctx context.Context, now time.Time) error {
 	return errors.Join(errSlot, errTable)
 }
 
+// currentLSN is the server's WAL position: where a primary writes, or up
+// to where a standby has replayed (pg_current_wal_lsn() fails in
+// recovery).
+const currentLSN = `(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)`
+
 // slotRow is one read of the slot.
 type slotRow struct {
 	active    bool
@@ -118,10 +127,14 @@ func (c *Collector) scrapeSlot(ctx context.Context, now time.Time) error {
 	qctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
 	var r slotRow
-	err := c.db.QueryRow(qctx, `
+	db := c.db
+	if c.cfg.SlotDB != nil {
+		db = c.cfg.SlotDB
+	}
+	err := db.QueryRow(qctx, `
 		SELECT active, wal_status, safe_wal_size,
-		       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-		       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+		       pg_wal_lsn_diff(`+currentLSN+`, confirmed_flush_lsn)::bigint,
+		       pg_wal_lsn_diff(`+currentLSN+`, restart_lsn)::bigint
 		FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).
 		Scan(&r.active, &r.walStatus, &r.safe, &r.lag, &r.retained)
 	slot := c.cfg.Slot

@@ -123,3 +123,10 @@ type MigrateFlags struct {
 type CreateFailoverFlags struct {
 	FailoverSlot bool `name:"failover-slot" help:"${failover_help}" to:"Relay.Database.NoFailoverSlot" negate:""`
 }
+
+// StandbyFlags are the flags of the commands that use the slot (migrate,
+// run, recover, slot, checkpoint): the hot standby it lives on when the
+// relay decodes there.
+type StandbyFlags struct {
+	ReplicationURL string `name:"replication-url" help:"a hot standby of --database-url's server (PostgreSQL 16+) to decode from, as a URL like --database-url: the replication stream and the slot live there, so the primary runs no logical walsender; everything the relay writes stays on --database-url (docs/high-availability.md). Empty: decode on the primary" to:"Relay.Database.ReplicationURL" secret:"dsn"`
+}

@@ -55,6 +55,7 @@ func FlagNames(set *envflag.Set) map[string]string { // set nil: run's names onl
 		DBFlags
 		KafkaFlags
 		RunFlags
+		StandbyFlags
 	}](), func(tag reflect.StructTag) {
 		if field := envflag.FieldOf(tag.Get("field"), tag.Get("to")); field != "" {
 			names[field] = "--" + tag.Get("name")

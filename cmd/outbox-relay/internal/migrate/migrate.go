@@ -22,9 +22,12 @@ import (
 type Options struct {
 	// Table is the outbox table (--table).
 	Table migrations.Table
-	// Slot names the slot and publication and says how a missing slot is
-	// created (--slot, --publication, --failover-slot).
-	Slot slot.Config
+	// Slots manages the slot and publication and says how a missing slot
+	// is created (--slot, --publication, --failover-slot): on the primary,
+	// or on the standby the relay decodes from (--replication-url).
+	Slots *slot.Manager
+	// Publication is the publication's name, for the report.
+	Publication string
 	// Failover reconciles an existing slot's failover flag.
 	Failover Failover
 	// Apply is the table's creation: payload type and nullability.
@@ -49,7 +52,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options, log *slog.Logger, o
 	if _, err := migrations.Validate(ctx, pool, o.Table); err != nil {
 		return err
 	}
-	m := slot.NewManager(pool, o.Slot)
+	m := o.Slots
 	if err := m.EnsurePartitionRoot(ctx, o.Table.Quoted()); err != nil {
 		return err
 	}
@@ -69,8 +72,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options, log *slog.Logger, o
 			return err
 		}
 	}
-	if err := o.Failover.Reconcile(ctx, pool, &st, out); err != nil {
-		return err
+	// A standby's slot has no failover flag: it survives the standby's own
+	// promotion, and the primary's failover is the standby's to follow.
+	if !st.OnStandby {
+		if err := o.Failover.Reconcile(ctx, pool, &st, out); err != nil {
+			return err
+		}
 	}
 	if o.Grant.Role != "" {
 		if err := o.Grant.run(ctx, pool, o.Table, o.Text, out); err != nil {
@@ -82,6 +89,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options, log *slog.Logger, o
 	} else {
 		fmt.Fprintf(out, "table %s: applied migrations %v\n", o.Table, applied)
 	}
-	fmt.Fprintf(out, "publication %s and slot %s are ready (confirmed_flush_lsn %s)%s\n", o.Slot.Publication, o.Slot.Name, st.ConfirmedFlushLSN, Note(st))
+	where := ""
+	if st.OnStandby {
+		where = " on the standby"
+	}
+	fmt.Fprintf(out, "publication %s and slot %s%s are ready (confirmed_flush_lsn %s)%s\n", o.Publication, st.Name, where, st.ConfirmedFlushLSN, Note(st))
 	return nil
 }
