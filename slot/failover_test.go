@@ -134,6 +134,12 @@ func TestConflictingIsLost(t *testing.T) {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}
+	// PostgreSQL 16 says conflicting for every invalidated slot: lost
+	// WAL without a reason is WAL removal, not a conflict.
+	if err := (Status{Name: "s", WALStatus: "lost", Conflicting: true}).LostError(); err == nil ||
+		!strings.Contains(err.Error(), "WAL it needed was removed") || strings.Contains(err.Error(), "catalog rows") {
+		t.Errorf("PostgreSQL 16's lost slot: %v", err)
+	}
 	if err := (Status{Name: "s", WALStatus: "reserved"}).LostError(); err != nil {
 		t.Errorf("a healthy slot: %v", err)
 	}

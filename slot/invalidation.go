@@ -51,8 +51,10 @@ func (s Status) LostError() error {
 		return nil
 	}
 	const recoverFix = "recreate the slot and back-fill from the outbox table (outbox-relay recover)"
-	if s.InvalidationReason == "" && s.Conflicting {
-		// PostgreSQL 16: no invalidation_reason, but conflicting says it.
+	if s.InvalidationReason == "" && s.WALStatus != "lost" {
+		// PostgreSQL 16: no invalidation_reason, and conflicting is true
+		// for every invalidated logical slot; one whose WAL is still
+		// there (not lost) conflicted with recovery.
 		cause, fix := lostCause(ReasonRowsRemoved)
 		return fmt.Errorf("slot %q was invalidated (conflicting = true): %s, so events may be missing; %s, and %s",
 			s.Name, cause, recoverFix, fix)

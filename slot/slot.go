@@ -55,10 +55,11 @@ type Status struct {
 	// before): standbys with sync_replication_slots = on keep a copy of
 	// the slot, so it survives a failover.
 	Failover bool
-	// Conflicting is pg_replication_slots.conflicting (PostgreSQL 16+): a
-	// slot on a standby was invalidated by a conflict with recovery, the
-	// primary having removed catalog rows it needed. It can never resume,
-	// like a lost slot (LostError).
+	// Conflicting is pg_replication_slots.conflicting (PostgreSQL 16+):
+	// the slot was invalidated. On 17+ only by a conflict with recovery
+	// (a standby's slot whose catalog rows the primary removed); on 16 by
+	// any invalidation, WAL removal included (wal_status = lost then).
+	// It can never resume, like a lost slot (LostError).
 	Conflicting bool
 	// OnStandby: the slot lives on a server in recovery, a hot standby
 	// that decodes the WAL it replays (PostgreSQL 16+).
