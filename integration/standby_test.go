@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,17 @@ func TestDecodeFromStandby(t *testing.T) {
 	}
 	past := `SELECT coalesce((SELECT (confirmed_flush_lsn >= $2::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = $1), 'missing')`
 	s.WaitFor(t, 30*time.Second, "postgres", past, "true", r.env.Slot, last)
+
+	// doctor checks the standby: this one passes; one without
+	// hot_standby_feedback fails, with the fix.
+	doc := r.env.RunCLI(60*time.Second, cli, "doctor", "--topics", r.env.Topic)
+	if !strings.Contains(doc.Stdout, "PASS  decoding standby") || !strings.Contains(doc.Stdout, "PASS  slot") {
+		t.Errorf("doctor on the decoding standby: exit %d\n%s%s", doc.Code, doc.Stdout, tail(doc.Stderr, 10))
+	}
+	bad := p.StartStandby(t, "sb_nofeedback")
+	badCLI := append(slices.Clone(cli[:1]), "OUTBOX_RELAY_REPLICATION_URL="+bad.DBURL("postgres"))
+	doc = r.env.RunCLI(60*time.Second, badCLI, "doctor", "--topics", r.env.Topic)
+	if doc.Code != 1 || !strings.Contains(doc.Stdout, "FAIL  decoding standby") || !strings.Contains(doc.Stdout, "hot_standby_feedback is off") {
+		t.Errorf("doctor on a standby without hot_standby_feedback: exit %d\n%s%s", doc.Code, doc.Stdout, tail(doc.Stderr, 10))
+	}
 }

@@ -45,6 +45,7 @@ const doctorSummary = "Checks wal_level, max_replication_slots, max_wal_senders,
 type doctorCmd struct {
 	config.LogFlags
 	config.DBFlags
+	config.StandbyFlags
 	config.KafkaFlags
 	StandbyURL              []string      `name:"standby-url" help:"a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated" secret:"dsn"`
 	Topics                  string        `name:"topics" help:"comma-separated topics to check (default: the template rendered for event types found in the outbox)"`
@@ -85,6 +86,14 @@ func (c *doctorCmd) run(ctx context.Context, x *invocation) error {
 		o.TransactionalID = func(ctx context.Context, db *pgxpool.Pool) (string, error) {
 			src, err := relay.LookupSource(ctx, db, d.Slot)
 			return cfg.Relay.TransactionalID(src), err
+		}
+	}
+	if u := d.ReplicationURL; u != "" {
+		s, closeStandby := doctor.OpenStandby(ctx, u, d.BeforeConnect)
+		defer closeStandby()
+		o.Decoding = &s
+		if s.DB != nil {
+			o.Target.SlotDB = s.DB
 		}
 	}
 	rep, err := doctor.Run(ctx, pool, o)

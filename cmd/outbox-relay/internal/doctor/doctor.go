@@ -79,6 +79,9 @@ type Target struct {
 	// Cleanup: the relay runs the cleanup schedule, so its role also
 	// needs DELETE on the outbox.
 	Cleanup bool
+	// SlotDB is the hot standby the relay decodes from (--replication-url),
+	// where the slot lives; nil: the primary.
+	SlotDB DB
 }
 
 // CheckPostgres recognises the provider (internal/pgprovider) and runs the
@@ -89,7 +92,11 @@ func CheckPostgres(ctx context.Context, db DB, t Target, r *Report) {
 	settings(ctx, db, p, r)
 	publication(ctx, db, t, r)
 	privileges(ctx, db, t, p, r)
-	replicationSlot(ctx, db, t, r)
+	slotDB := db
+	if t.SlotDB != nil {
+		slotDB = t.SlotDB
+	}
+	replicationSlot(ctx, slotDB, t, r)
 }
 
 func setting(ctx context.Context, db DB, name string) (string, error) {
@@ -223,8 +230,9 @@ func replicationSlot(ctx context.Context, db DB, t Target, r *Report) {
 	var plugin, database, walStatus *string
 	var active bool
 	var lag, safe *int64
+	// On a standby the current position is what it has replayed.
 	err := db.QueryRow(ctx, `SELECT plugin, database, active, wal_status,
-		pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, safe_wal_size
+		pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, confirmed_flush_lsn)::bigint, safe_wal_size
 		FROM pg_replication_slots WHERE slot_name = $1`, t.Slot).Scan(&plugin, &database, &active, &walStatus, &lag, &safe)
 	if errors.Is(err, pgx.ErrNoRows) {
 		r.add("slot", Warn, fmt.Sprintf("%q does not exist: events committed before it is created are not relayed", t.Slot), "outbox-relay migrate (creates it)")

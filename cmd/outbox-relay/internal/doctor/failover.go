@@ -225,7 +225,7 @@ func evalFailover(p primaryFacts, slotName string, standbys []standbyFacts, r *R
 				"after a failover run outbox-relay recover on the new primary (it recreates the slot and back-fills from the outbox table); upgrade to PostgreSQL 17+ to keep the slot")
 		}
 		for _, s := range standbys {
-			checkStandbyBasics(p, s, r)
+			checkStandbyBasics(p, s, "--standby-url", r)
 		}
 		return
 	}
@@ -238,7 +238,7 @@ func evalFailover(p primaryFacts, slotName string, standbys []standbyFacts, r *R
 		syncStandbySlots(p, level, len(standbys) > 0, r)
 	}
 	for _, s := range standbys {
-		if checkStandbyBasics(p, s, r) {
+		if checkStandbyBasics(p, s, "--standby-url", r) {
 			checkStandbyChain(p, slotName, s, level, r)
 		}
 	}

@@ -18,6 +18,9 @@ type Options struct {
 	// checked; BeforeConnect sets their credentials, as the primary's.
 	Standbys      []string
 	BeforeConnect func(context.Context, *pgconn.Config) error
+	// Decoding is the hot standby the relay decodes from
+	// (--replication-url), when it does; Target.SlotDB is its connection.
+	Decoding *Standby
 	// Topics are checked; empty: those the outbox's events go to
 	// (Render over the outbox Table's event types).
 	Topics []string
@@ -48,6 +51,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, error) {
 		defer closeStandby()
 	}
 	CheckFailover(ctx, pool, o.Target, standbys, rep)
+	if o.Decoding != nil {
+		CheckDecodingStandby(ctx, pool, o.Target, *o.Decoding, rep)
+	}
 	kt := o.Kafka
 	kt.Topics = o.Topics
 	if len(kt.Topics) == 0 {

@@ -44,19 +44,20 @@ func OpenStandby(ctx context.Context, url string, before func(context.Context, *
 // checkStandbyBasics checks what makes s a standby of this primary, on
 // every version: it is in recovery, it has the primary's system
 // identifier, and (a piece of the failover chain, but harmless before 17)
-// hot_standby_feedback. It reports whether the chain checks can go on.
-func checkStandbyBasics(p primaryFacts, s standbyFacts, r *Report) bool {
+// hot_standby_feedback. flag is the one that named it, for the fixes. It
+// reports whether the chain checks can go on.
+func checkStandbyBasics(p primaryFacts, s standbyFacts, flag string, r *Report) bool {
 	check := "standby " + s.name
 	switch {
 	case s.err != nil:
-		r.add(check, Fail, "cannot check: "+oneLine(s.err.Error()), "check --standby-url, that the standby accepts connections (pg_hba.conf) and the role's access")
+		r.add(check, Fail, "cannot check: "+oneLine(s.err.Error()), "check "+flag+", that the standby accepts connections (pg_hba.conf) and the role's access")
 		return false
 	case !s.inRecovery:
-		r.add(check, Fail, "is not in recovery: not a standby (a promoted standby, or the primary itself?)", "point --standby-url at a standby of this primary")
+		r.add(check, Fail, "is not in recovery: not a standby (a promoted standby, or the primary itself?)", "point "+flag+" at a standby of this primary")
 		return false
 	case s.systemID != p.systemID:
 		r.add(check, Fail, fmt.Sprintf("system identifier %s differs from the primary's %s: a standby of another cluster", s.systemID, p.systemID),
-			"point --standby-url at a standby of this primary")
+			"point "+flag+" at a standby of this primary")
 		return false
 	}
 	r.add(check, Pass, "in recovery, same system identifier as the primary", "")
