@@ -65,13 +65,11 @@ func checkpointVerb(ctx context.Context, verb string, cfg *config.Config, stdout
 	if err != nil {
 		return err
 	}
-	m, standby, err := slotManager(ctx, cfg, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
+	m, closeStandby, err := cfg.SlotManager(ctx, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication})
 	if err != nil {
 		return err
 	}
-	if standby != nil {
-		defer standby.Close()
-	}
+	defer closeStandby()
 	out, err := report.Checkpoint(ctx, cp, m, cfg.Relay.Database.URL, cfg.ReplOpts())
 	if err != nil {
 		return err

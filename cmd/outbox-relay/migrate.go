@@ -43,13 +43,11 @@ func (*migrateCmd) run(ctx context.Context, x *invocation) error {
 	}
 	defer pool.Close()
 	d := cfg.Relay.Database
-	slots, standby, err := slotManager(ctx, cfg, pool, slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot})
+	slots, closeStandby, err := cfg.SlotManager(ctx, pool, slot.Config{Name: d.Slot, Publication: d.Publication, NoFailover: d.NoFailoverSlot})
 	if err != nil {
 		return err
 	}
-	if standby != nil {
-		defer standby.Close()
-	}
+	defer closeStandby()
 	return migrate.Run(ctx, pool, migrate.Options{
 		Table: cfg.Table(),
 		Slots: slots, Publication: d.Publication,
@@ -61,26 +59,6 @@ func (*migrateCmd) run(ctx context.Context, x *invocation) error {
 		Grant: migrate.Grant{Role: cfg.GrantRole, Cleanup: cfg.GrantCleanup},
 		Text:  cfg.Text,
 	}, newLogger(cfg, stderr), stdout)
-}
-
-// slotManager is the manager of the configured slot on pool, or with
-// --replication-url on that standby (its pool returned, to close; nil
-// without), pool being its primary.
-func slotManager(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, sc slot.Config) (*slot.Manager, *pgxpool.Pool, error) {
-	if cfg.Relay.Database.ReplicationURL == "" {
-		return slot.NewManager(pool, sc), nil, nil
-	}
-	pc, err := outboxdb.ParseConfig(cfg.Relay.Database.ReplicationURL)
-	if err != nil {
-		return nil, nil, configError{fmt.Errorf("--replication-url: %w", err)}
-	}
-	outboxdb.SetBeforeConnect(pc, cfg.Relay.Database.BeforeConnect)
-	standby, err := outboxdb.Connect(ctx, pc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the standby of --replication-url: %w", err)
-	}
-	sc.Primary = pool
-	return slot.NewManager(standby, sc), standby, nil
 }
 
 func connectPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {

@@ -90,3 +90,29 @@ func TestEveryConnectingCommandWarns(t *testing.T) {
 		t.Errorf("a local socket from PGHOST warned about:\n%s", errOut.String())
 	}
 }
+
+// TestStandbyURLWarns: the standby the relay decodes from
+// (--replication-url) gets the same certificate warning as the primary,
+// naming its own flag; a verified one gets none.
+func TestStandbyURLWarns(t *testing.T) {
+	helpOf(t, "migrate") // unsets OUTBOX_RELAY_*
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@db.example:5432/db?sslmode=verify-full")
+	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
+	t.Setenv("OUTBOX_RELAY_REPLICATION_URL", "postgres://u@standby.example:5432/db?sslmode=require")
+	var errOut bytes.Buffer
+	if _, err := parse("run", nil, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --replication-url") ||
+		strings.Contains(errOut.String(), "in --database-url") {
+		t.Errorf("want the warning for --replication-url only:\n%s", errOut.String())
+	}
+	t.Setenv("OUTBOX_RELAY_REPLICATION_URL", "postgres://u@standby.example:5432/db?sslmode=verify-full")
+	errOut.Reset()
+	if _, err := parse("run", nil, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(errOut.String(), "does not verify the server's certificate") {
+		t.Errorf("a verified standby warned about:\n%s", errOut.String())
+	}
+}

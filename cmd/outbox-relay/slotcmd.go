@@ -53,14 +53,12 @@ func slotVerb(ctx context.Context, verb string, cfg *config.Config, stdout io.Wr
 		return err
 	}
 	defer pool.Close()
-	m, standby, err := slotManager(ctx, cfg, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication,
+	m, closeStandby, err := cfg.SlotManager(ctx, pool, slot.Config{Name: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication,
 		NoFailover: verb != "create" || cfg.Relay.Database.NoFailoverSlot})
 	if err != nil {
 		return err
 	}
-	if standby != nil {
-		defer standby.Close()
-	}
+	defer closeStandby()
 	switch verb {
 	case "create":
 		if err := m.EnsurePublication(ctx, cfg.Table().Quoted(), cfg.Table().Schema, cfg.Table().Name); err != nil {

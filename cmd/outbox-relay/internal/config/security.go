@@ -70,15 +70,18 @@ func (c *Config) WarnInsecure(log *slog.Logger, kafka bool) {
 				slog.String("stage", "startup"), slog.String("file", f))
 		}
 	}
-	if c.Relay.Database.URL == "" {
-		return
-	}
-	mode := redact.Param(c.Relay.Database.URL, "sslmode")
-	if mode == "" {
-		mode = os.Getenv("PGSSLMODE") // as libpq and pgconn read it
-	}
-	if mode != "verify-full" && mode != "verify-ca" && !allLoopback(effectiveHosts(c.Relay.Database.URL)) {
-		log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in --database-url", slog.String("stage", "startup"), slog.String("sslmode", mode))
+	for _, u := range []struct{ url, flag string }{{c.Relay.Database.URL, "--database-url"}, {c.Relay.Database.ReplicationURL, "--replication-url"}} {
+		if u.url == "" {
+			continue
+		}
+		mode := redact.Param(u.url, "sslmode")
+		if mode == "" {
+			mode = os.Getenv("PGSSLMODE") // as libpq and pgconn read it
+		}
+		if mode != "verify-full" && mode != "verify-ca" && !allLoopback(effectiveHosts(u.url)) {
+			log.Warn("the PostgreSQL connection does not verify the server's certificate: use sslmode=verify-full (with sslrootcert=CA file) in "+u.flag,
+				slog.String("stage", "startup"), slog.String("sslmode", mode))
+		}
 	}
 }
 
