@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -120,6 +121,7 @@ func TestDecodeFromStandby(t *testing.T) {
 	s := p.StartStandby(t, "sb_relay", "hot_standby_feedback=on")
 	cli := []string{"OUTBOX_RELAY_FAILOVER_SLOT=false", "OUTBOX_RELAY_REPLICATION_URL=" + s.DBURL("postgres"),
 		"OUTBOX_RELAY_HEARTBEAT_INTERVAL=200ms"}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, p.DBURL("postgres"), cli), ledger: NewLedger(), cli: cli}
 	r.writing = &chaos{t: t, env: r.env, ledger: r.ledger}
 	r.writing.cfg.MaxTxEvents, r.writing.cfg.TxInterval = 3, 10*time.Millisecond
@@ -129,6 +131,7 @@ func TestDecodeFromStandby(t *testing.T) {
 		t.Fatalf("after migrate the slot is on the standby %s times and on the primary %s times, want 1 and 0", onStandby, onPrimary)
 	}
 
+	r.cli = append(slices.Clone(cli), "OUTBOX_RELAY_METRICS_ADDR="+metricsAddr, "OUTBOX_RELAY_STATS_INTERVAL=200ms")
 	relay := r.start(200)
 	logical := `SELECT count(*)::text FROM pg_stat_replication WHERE application_name = 'outbox-relay'`
 	if got := s.Query(t, "postgres", logical); got != "1" {
@@ -136,6 +139,11 @@ func TestDecodeFromStandby(t *testing.T) {
 	}
 	if got := p.Query(t, "postgres", logical); got != "0" {
 		t.Errorf("the primary runs %s relay walsenders, want 0: it must only stream WAL to the standby", got)
+	}
+	// The standby's replay lag is measured beside the slot's lag there.
+	replayLag := fmt.Sprintf(`outbox_relay_standby_replay_lag_bytes{slot=%q}`, r.env.Slot)
+	if !within(10*time.Second, 100*time.Millisecond, func() bool { return metricValue(t, metricsAddr, replayLag) >= 0 }) {
+		t.Errorf("no %s on /metrics", replayLag)
 	}
 	relay.Kill9()
 	n := len(r.consumer.Records())

@@ -112,6 +112,10 @@ type PGStats struct {
 	// SlotWALExhaustion forecasts the seconds until the retained WAL
 	// reaches safe_wal_size or the disk budget (see walforecast.Forecast).
 	SlotWALExhaustion *prometheus.GaugeVec // slot
+	// StandbyReplayLag is, when the relay decodes on a hot standby, the
+	// WAL the primary wrote and the standby has not replayed: delivery
+	// waits for it before the slot's own lag. No series on a primary.
+	StandbyReplayLag *prometheus.GaugeVec // slot
 	// TableBytes is pg_total_relation_size of the outbox table.
 	TableBytes *prometheus.GaugeVec // table
 	// TableLiveTuples and TableDeadTuples are n_live_tup and n_dead_tup.
@@ -151,6 +155,9 @@ func newPGStats() PGStats {
 				"no series when unlimited or lost.", "slot"),
 		SlotWALStatus: gauge("slot_wal_status",
 			"1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others.", "slot", "status"),
+		StandbyReplayLag: gauge("standby_replay_lag_bytes",
+			"WAL bytes the primary has written and the hot standby the relay decodes from has not replayed yet: delivery waits for them, "+
+				"before the slot's lag on the standby (outbox_relay_slot_lag_bytes). No series when the relay decodes on the primary.", "slot"),
 		SlotWALExhaustion: gauge("slot_wal_exhaustion_seconds",
 			"Forecast seconds until the slot's retained WAL reaches safe_wal_size or Stats.WALDiskBudget, from its growth over "+
 				"the last 5 minutes; +Inf while it does not grow, 0 when reached or lost, no series without a limit.", "slot"),
@@ -172,7 +179,7 @@ func newPGStats() PGStats {
 
 func (s PGStats) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		s.SlotExists, s.SlotActive, s.SlotLag, s.SlotRetainedWAL, s.SlotSafeWALSize, s.SlotWALStatus, s.SlotWALExhaustion,
+		s.SlotExists, s.SlotActive, s.SlotLag, s.SlotRetainedWAL, s.SlotSafeWALSize, s.SlotWALStatus, s.SlotWALExhaustion, s.StandbyReplayLag,
 		s.TableBytes, s.TableLiveTuples, s.TableDeadTuples, s.TableLastAutovacuum, s.ScrapeErrors,
 	}
 }

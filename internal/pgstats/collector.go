@@ -89,7 +89,7 @@ func (c *Collector) Run(ctx context.Context) {
 // Scrape reads the slot and the table once and updates the gauges. It
 // returns the errors (already counted and logged) for tests.
 func (c *Collector) Scrape(ctx context.Context, now time.Time) error {
-	errSlot := c.scrapeSlot(ctx, now)
+	errSlot := errors.Join(c.scrapeSlot(ctx, now), c.scrapeReplayLag(ctx))
 	errTable := c.scrapeTable(ctx)
 	for _, e := range []struct {
 		source string
@@ -176,6 +176,32 @@ func (c *Collector) scrapeSlot(ctx context.Context, now time.Time) error {
 			c.m.SlotWALExhaustion.DeleteLabelValues(slot)
 		}
 	}
+	return nil
+}
+
+// scrapeReplayLag reads, when the slot lives on a standby, how far its
+// replay is behind the primary: pg_current_wal_lsn() there minus
+// pg_last_wal_replay_lsn() here, read one after the other (the gap between
+// the two reads only adds to it).
+func (c *Collector) scrapeReplayLag(ctx context.Context) error {
+	if c.cfg.SlotDB == nil {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
+	defer cancel()
+	var replayed *string
+	if err := c.cfg.SlotDB.QueryRow(qctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END`).Scan(&replayed); err != nil {
+		return fmt.Errorf("read the standby's replay position: %w", err)
+	}
+	if replayed == nil { // not a standby (promoted): no replay to wait for
+		c.m.StandbyReplayLag.DeleteLabelValues(c.cfg.Slot)
+		return nil
+	}
+	var lag int64
+	if err := c.db.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, *replayed).Scan(&lag); err != nil {
+		return fmt.Errorf("read the primary's position: %w", err)
+	}
+	c.m.StandbyReplayLag.WithLabelValues(c.cfg.Slot).Set(float64(max(lag, 0)))
 	return nil
 }
 

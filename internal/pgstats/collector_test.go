@@ -31,6 +31,8 @@ func (r fakeRow) Scan(dest ...any) error {
 		switch d := d.(type) {
 		case *bool:
 			*d = v.(bool)
+		case *int64:
+			*d = v.(int64)
 		case **string:
 			if v != nil {
 				s := v.(string)
@@ -223,4 +225,68 @@ func TestRunStopsAndZeroIntervalIsOff(t *testing.T) {
 			t.Fatalf("Run did not scrape")
 		}
 	})
+}
+
+// standbyDB answers the slot query and the replay position of a standby
+// (replayed nil: not in recovery any more).
+type standbyDB struct {
+	fakeDB
+	replayed any
+}
+
+func (f *standbyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "pg_last_wal_replay_lsn()::text END") {
+		return fakeRow{vals: []any{f.replayed}}
+	}
+	return f.fakeDB.QueryRow(ctx, sql, args...)
+}
+
+// primaryDB answers the primary's distance to a position.
+type primaryDB struct {
+	fakeDB
+	lag int64
+}
+
+func (f *primaryDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)") {
+		return fakeRow{vals: []any{f.lag}}
+	}
+	return f.fakeDB.QueryRow(ctx, sql, args...)
+}
+
+// TestStandbyReplayLag: decoding on a standby, the replay lag is the
+// primary's position minus the standby's replayed one; the slot is read on
+// the standby; a standby no longer in recovery has no series, and neither
+// has a relay that decodes on the primary.
+func TestStandbyReplayLag(t *testing.T) {
+	slotRow := fakeRow{vals: []any{true, "reserved", nil, int64(100), int64(200)}}
+	table := fakeRow{vals: []any{int64(8192), int64(1), int64(0), nil}}
+	standby := &standbyDB{fakeDB: fakeDB{slot: slotRow, table: table}, replayed: "0/3000000"}
+	primary := &primaryDB{fakeDB: fakeDB{slot: fakeRow{err: pgx.ErrNoRows}, table: table}, lag: 4096}
+	m := metrics.New()
+	c := New(primary, Config{Slot: "s1", SlotDB: standby, Table: `"public"."outbox"`, TableLabel: "public.outbox", Interval: time.Second},
+		m.PG, slog.New(slog.DiscardHandler))
+	if err := c.Scrape(context.Background(), t0); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.PG.StandbyReplayLag.WithLabelValues("s1")); got != 4096 {
+		t.Errorf("replay lag %v, want 4096", got)
+	}
+	if got := testutil.ToFloat64(m.PG.SlotLag.WithLabelValues("s1")); got != 100 {
+		t.Errorf("slot lag %v, want 100 (read on the standby)", got)
+	}
+	standby.replayed = nil
+	if err := c.Scrape(context.Background(), t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.PG.StandbyReplayLag); n != 0 {
+		t.Errorf("%d replay-lag series for a promoted standby, want none", n)
+	}
+	onPrimary, m2 := newTestCollector(&fakeDB{slot: slotRow, table: table}, 0)
+	if err := onPrimary.Scrape(context.Background(), t0); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m2.PG.StandbyReplayLag); n != 0 {
+		t.Errorf("%d replay-lag series decoding on the primary, want none", n)
+	}
 }
