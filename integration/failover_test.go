@@ -52,6 +52,9 @@ type failoverRig struct {
 	wg      sync.WaitGroup
 	// crashed is when the primary was told to crash, dead when it was gone.
 	crashed, dead time.Time
+	// round names the aggregates of writers started again after
+	// stopWriters: new ones, whose versions start at 1 again.
+	round int
 }
 
 // newFailoverRig starts the pair and migrates the outbox through the
@@ -173,6 +176,9 @@ func (r *failoverRig) startWriters(n int) {
 		own := make([]string, 5)
 		for i := range own {
 			own[i] = fmt.Sprintf("w%d-agg-%d", w, i)
+			if r.round > 0 {
+				own[i] = fmt.Sprintf("r%d-%s", r.round, own[i])
+			}
 		}
 		r.wg.Add(1)
 		go func() {

@@ -111,26 +111,9 @@ func TestSlotOnStandby(t *testing.T) {
 // slot past the last write (issue 38).
 func TestDecodeFromStandby(t *testing.T) {
 	inSuites(t, parallel, stack|pgVersions)
-	bin := testPGBin(t)
-	major := testPGMajor(t, bin)
-	if major < 16 {
-		t.Skipf("decoding on a standby needs PostgreSQL 16+; OUTBOX_RELAY_TEST_PG_BIN=%s is PostgreSQL %d", bin, major)
-	}
-	requireRelay(t)
-	p := StartTempClusterBin(t, bin, "wal_level=logical")
-	s := p.StartStandby(t, "sb_relay", "hot_standby_feedback=on")
-	cli := []string{"OUTBOX_RELAY_FAILOVER_SLOT=false", "OUTBOX_RELAY_REPLICATION_URL=" + s.DBURL("postgres"),
-		"OUTBOX_RELAY_HEARTBEAT_INTERVAL=200ms"}
+	r := newDecodingRig(t, "sb_relay", false, "hot_standby_feedback=on")
+	p, s, cli, major := r.primary, r.standby, r.cli, r.major
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r := &failoverRig{t: t, major: major, primary: p, standby: s, env: pairEnv(t, p.DBURL("postgres"), cli), ledger: NewLedger(), cli: cli}
-	r.writing = &chaos{t: t, env: r.env, ledger: r.ledger}
-	r.writing.cfg.MaxTxEvents, r.writing.cfg.TxInterval = 3, 10*time.Millisecond
-	r.consumer = StartConsumer(t, r.env.Topic, r.env.Partitions)
-	where := `SELECT count(*)::text FROM pg_replication_slots WHERE slot_name = $1`
-	if onStandby, onPrimary := s.Query(t, "postgres", where, r.env.Slot), p.Query(t, "postgres", where, r.env.Slot); onStandby != "1" || onPrimary != "0" {
-		t.Fatalf("after migrate the slot is on the standby %s times and on the primary %s times, want 1 and 0", onStandby, onPrimary)
-	}
-
 	r.cli = append(slices.Clone(cli), "OUTBOX_RELAY_METRICS_ADDR="+metricsAddr, "OUTBOX_RELAY_STATS_INTERVAL=200ms")
 	relay := r.start(200)
 	logical := `SELECT count(*)::text FROM pg_stat_replication WHERE application_name = 'outbox-relay'`

@@ -32,6 +32,11 @@ var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 // CreateExported creates the slot (pgoutput) on conn, a replication
 // connection, with an exported snapshot; on PostgreSQL 17+ as a failover
 // slot unless cfg.NoFailover. The publication must exist.
+//
+// With cfg.Primary, conn is a hot standby of it (PostgreSQL 16+): the
+// slot lives there, is never a failover slot, and the primary is asked
+// for the running-transactions record the creation waits for. The
+// snapshot is then the standby's, to be imported on the standby.
 func CreateExported(ctx context.Context, conn *pgconn.PgConn, cfg Config) (Exported, error) {
 	name := cfg.Name
 	v, err := replicationServerVersion(ctx, conn)
@@ -39,7 +44,14 @@ func CreateExported(ctx context.Context, conn *pgconn.PgConn, cfg Config) (Expor
 		return Exported{}, fmt.Errorf("create slot %q: %w", name, err)
 	}
 	sql := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s EXPORT_SNAPSHOT", quoteIdent(name), Plugin)
-	if cfg.failoverOn(v) {
+	switch {
+	case cfg.Primary != nil:
+		stop, err := cfg.askPrimary(ctx, v)
+		if err != nil {
+			return Exported{}, fmt.Errorf("create slot %q: %w", name, err)
+		}
+		defer stop()
+	case cfg.failoverOn(v):
 		sql = fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL %s (SNAPSHOT 'export', FAILOVER)", quoteIdent(name), Plugin)
 	}
 	res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, sql))

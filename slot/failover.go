@@ -37,8 +37,8 @@ type Config struct {
 	// (decoding on a standby, PostgreSQL 16+). A standby creates a
 	// logical slot only once a running-transactions record arrives from
 	// the primary, which an idle primary writes rarely: Create asks the
-	// primary for one (pg_log_standby_snapshot) until the slot exists.
-	// Nil for a slot on a primary.
+	// primary for one (pg_log_standby_snapshot) until the slot exists;
+	// so does CreateExported. Nil for a slot on a primary.
 	Primary DB
 }
 

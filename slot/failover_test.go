@@ -126,16 +126,21 @@ func TestCreateOnStandby(t *testing.T) {
 
 // TestConflictingIsLost: a standby's slot invalidated by a conflict is as
 // lost as one whose WAL was removed, with the cause on 16 (no reason
-// column) and 17+.
+// column; wal_status lost, restart_lsn kept) and 17+.
 func TestConflictingIsLost(t *testing.T) {
-	for _, s := range []Status{{Name: "s", WALStatus: "reserved", Conflicting: true}, {Name: "s", WALStatus: "lost", Conflicting: true, InvalidationReason: ReasonRowsRemoved}} {
+	for _, s := range []Status{
+		{Name: "s", WALStatus: "reserved", Conflicting: true},
+		{Name: "s", WALStatus: "lost", Conflicting: true, RestartLSN: 0x16B3700},
+		{Name: "s", WALStatus: "lost", Conflicting: true, RestartLSN: 0x16B3700, InvalidationReason: ReasonRowsRemoved},
+	} {
 		err := s.LostError()
 		if err == nil || !strings.Contains(err.Error(), "catalog rows it needed were removed") || !strings.Contains(err.Error(), "outbox-relay recover") {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}
 	// PostgreSQL 16 says conflicting for every invalidated slot: lost
-	// WAL without a reason is WAL removal, not a conflict.
+	// WAL without a reason and without restart_lsn (cleared when the WAL
+	// was removed) is WAL removal, not a conflict.
 	if err := (Status{Name: "s", WALStatus: "lost", Conflicting: true}).LostError(); err == nil ||
 		!strings.Contains(err.Error(), "WAL it needed was removed") || strings.Contains(err.Error(), "catalog rows") {
 		t.Errorf("PostgreSQL 16's lost slot: %v", err)

@@ -41,20 +41,20 @@ func (m *Manager) invalidationReason(ctx context.Context) (string, error) {
 }
 
 // LostError reports an invalidated slot (wal_status = lost, or on a
-// standby conflicting = true): it can never
-// resume, and the WAL it no longer has may have held events. On
-// PostgreSQL 17+ the message names invalidation_reason and gives the fix
-// for that cause; before 17 (no reason) it is the max_slot_wal_keep_size
-// case, the only one on a primary there.
+// standby conflicting = true): it can never resume, and the WAL it no
+// longer has may have held events. On PostgreSQL 17+ the message names
+// invalidation_reason and gives the fix for that cause. PostgreSQL 16 has
+// no reason, says conflicting = true for every invalidated logical slot
+// and wal_status = lost for most, but clears restart_lsn only when it
+// removed the slot's WAL: a conflicting slot that kept restart_lsn
+// conflicted with recovery. Before 16 a lost slot is the
+// max_slot_wal_keep_size case, the only one there.
 func (s Status) LostError() error {
 	if s.WALStatus != "lost" && !s.Conflicting {
 		return nil
 	}
 	const recoverFix = "recreate the slot and back-fill from the outbox table (outbox-relay recover)"
-	if s.InvalidationReason == "" && s.WALStatus != "lost" {
-		// PostgreSQL 16: no invalidation_reason, and conflicting is true
-		// for every invalidated logical slot; one whose WAL is still
-		// there (not lost) conflicted with recovery.
+	if s.InvalidationReason == "" && s.Conflicting && (s.WALStatus != "lost" || s.RestartLSN != 0) {
 		cause, fix := lostCause(ReasonRowsRemoved)
 		return fmt.Errorf("slot %q was invalidated (conflicting = true): %s, so events may be missing; %s, and %s",
 			s.Name, cause, recoverFix, fix)

@@ -29,11 +29,19 @@ const snapshotEvery = 200 * time.Millisecond
 // and starts asking the primary for running-transactions records, which
 // the standby's slot creation waits for; stop ends that.
 func (m *Manager) prepareOnStandby(ctx context.Context, v int) (stop func(), err error) {
+	return m.cfg.askPrimary(ctx, v)
+}
+
+// askPrimary checks that a standby of version v can create a logical
+// slot and, until stop, asks c.Primary every snapshotEvery for the
+// running-transactions record the creation waits for: the primary writes
+// one on its own only every 15 s when busy, and never when idle.
+func (c Config) askPrimary(ctx context.Context, v int) (stop func(), err error) {
 	if v < StandbyVersion {
 		return nil, fmt.Errorf("the server is a standby of PostgreSQL %d.%d, which cannot decode: logical decoding on a standby needs PostgreSQL 16 or later; "+
 			"decode on the primary (leave the replication URL unset) or upgrade", v/10000, v%10000)
 	}
-	if m.cfg.Primary == nil {
+	if c.Primary == nil {
 		return nil, errors.New("the server is a standby, and creating a logical slot there waits for a running-transactions record from the primary: " +
 			"give the primary (slot.Config.Primary) so it can be asked for one (pg_log_standby_snapshot)")
 	}
@@ -46,7 +54,7 @@ func (m *Manager) prepareOnStandby(ctx context.Context, v int) (stop func(), err
 		for {
 			// Best effort: a failure leaves the creation waiting for
 			// the primary's own next record (every 15 s when busy).
-			_, _ = m.cfg.Primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+			_, _ = c.Primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
 			select {
 			case <-ctx.Done():
 				return

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,12 +11,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
-const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost) slot without losing events:
+const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost, or conflicting on a standby) slot without losing events:
 creates a new slot with an exported snapshot, back-fills from the outbox table every event committed
 since the last checkpoint that the new slot will not deliver (header outbox_replay=recover), then
 streams like "run". The boundary is exact at the new slot (its snapshot sees exactly what committed
 before its consistent point) and conservative at the checkpoint (a few events before it are re-sent).
 The slot is held active during the back-fill, so a relay started meanwhile refuses it.
+With --replication-url the new slot is the standby's, and the back-fill reads the table there.
 Without a usable checkpoint pass --since TIME or --all.`
 
 // recoverCmd is recover: a back-fill, then the relay.
@@ -38,11 +38,6 @@ func (*recoverCmd) about(string) about {
 
 func (c *recoverCmd) run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
-	if cfg.Relay.Database.ReplicationURL != "" {
-		// Not yet: the new slot would have to be created on the standby
-		// with an exported snapshot there (issue 38).
-		return configError{errors.New("--replication-url: recover creates the new slot on the primary; run it without --replication-url, then migrate and run with it")}
-	}
 	if c.Since != "" && c.All {
 		return fmt.Errorf("%w: recover takes at most one of --since and --all", errUsage)
 	}
@@ -54,7 +49,7 @@ func (c *recoverCmd) run(ctx context.Context, x *invocation) error {
 		return err
 	}
 	rc := recovery.Config{
-		DatabaseURL: cfg.Relay.Database.URL, BeforeConnect: cfg.Relay.Database.BeforeConnect, Outbox: outboxdb.Outbox{Table: cfg.Table(), Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.FailoverSlot()},
+		DatabaseURL: cfg.Relay.Database.URL, ReplicationURL: cfg.Relay.Database.ReplicationURL, BeforeConnect: cfg.Relay.Database.BeforeConnect, Outbox: outboxdb.Outbox{Table: cfg.Table(), Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.FailoverSlot()},
 		Policy: cfg.Relay.Publish.PoisonPolicy, Publisher: cfg.PublisherConfig("outbox-relay"),
 		CheckpointRetention: cfg.Relay.Checkpoints.Retention, All: c.All,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgprovider"
+	"github.com/outbox-relay/outbox-relay/slot"
 )
 
 // Level is the severity of a finding.
@@ -227,13 +228,16 @@ func publication(ctx context.Context, db DB, t Target, r *Report) {
 }
 
 func replicationSlot(ctx context.Context, db DB, t Target, r *Report) {
-	var plugin, database, walStatus *string
-	var active bool
+	var plugin, database, walStatus, reason *string
+	var active, conflicting, restartKept bool
 	var lag, safe *int64
 	// On a standby the current position is what it has replayed.
+	// conflicting (16+) and invalidation_reason (17+) through to_jsonb:
+	// one query for every version.
 	err := db.QueryRow(ctx, `SELECT plugin, database, active, wal_status,
-		pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, confirmed_flush_lsn)::bigint, safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, t.Slot).Scan(&plugin, &database, &active, &walStatus, &lag, &safe)
+		pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, confirmed_flush_lsn)::bigint, safe_wal_size,
+		coalesce((to_jsonb(s) ->> 'conflicting')::bool, false), restart_lsn IS NOT NULL, to_jsonb(s) ->> 'invalidation_reason'
+		FROM pg_replication_slots s WHERE slot_name = $1`, t.Slot).Scan(&plugin, &database, &active, &walStatus, &lag, &safe, &conflicting, &restartKept, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		r.add("slot", Warn, fmt.Sprintf("%q does not exist: events committed before it is created are not relayed", t.Slot), "outbox-relay migrate (creates it)")
 		return
@@ -246,9 +250,14 @@ func replicationSlot(ctx context.Context, db DB, t Target, r *Report) {
 	case deref(plugin) != "pgoutput":
 		r.add("slot", Fail, fmt.Sprintf("%q uses plugin %q, the relay needs pgoutput", t.Slot, deref(plugin)),
 			"outbox-relay slot drop, then outbox-relay slot create (or choose another --slot)")
-	case deref(walStatus) == "lost":
-		r.add("slot", Fail, fmt.Sprintf("%q is invalidated (wal_status = lost): events may be missing", t.Slot),
-			"recreate the slot, back-fill from the outbox table, and raise max_slot_wal_keep_size")
+	case deref(walStatus) == "lost" || conflicting:
+		// The slot package tells the causes apart (PostgreSQL 16 has no
+		// invalidation_reason; restart_lsn says which it was).
+		st := slot.Status{Name: t.Slot, WALStatus: deref(walStatus), Conflicting: conflicting, InvalidationReason: deref(reason)}
+		if restartKept {
+			st.RestartLSN = 1
+		}
+		r.add("slot", Fail, st.LostError().Error(), "outbox-relay recover (back-fills from the outbox table), and the change the detail names")
 	case deref(walStatus) == "unreserved":
 		r.add("slot", Warn, fmt.Sprintf("%q is about to be invalidated (wal_status = unreserved)", t.Slot),
 			"get the relay streaming now; raise max_slot_wal_keep_size")

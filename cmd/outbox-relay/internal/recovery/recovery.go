@@ -36,6 +36,12 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL URL (a pool and replication
 	// connections are opened from it).
 	DatabaseURL string
+	// ReplicationURL is the hot standby the relay decodes from
+	// (relay.DatabaseConfig.ReplicationURL); empty: DatabaseURL. The new
+	// slot and its snapshot are the standby's, so the back-fill reads
+	// the outbox table there; everything written (dead letters, the
+	// checkpoint) goes to DatabaseURL, the primary.
+	ReplicationURL string
 	// BeforeConnect sets each connection's credentials
 	// (relay.DatabaseConfig.BeforeConnect); nil leaves the URL's.
 	BeforeConnect func(ctx context.Context, cfg *pgconn.Config) error
@@ -64,20 +70,43 @@ func (c Config) replOpts() []replication.Option {
 	return []replication.Option{replication.WithBeforeConnect(c.BeforeConnect)} // nil: none
 }
 
+// replicationURL is the server the slot lives on and is decoded from.
+func (c Config) replicationURL() string {
+	if c.ReplicationURL != "" {
+		return c.ReplicationURL
+	}
+	return c.DatabaseURL
+}
+
+// connect opens a pool on url with the configured credentials.
+func (c Config) connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := outboxdb.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	outboxdb.SetBeforeConnect(pc, c.BeforeConnect)
+	return outboxdb.ConnectRetrying(ctx, pc, c.Log)
+}
+
 // Run recovers the slot and returns once the back-fill is acknowledged and
 // a checkpoint at the new slot's consistent point is saved: streaming from
 // the slot then continues exactly where the back-fill ended.
 func Run(ctx context.Context, cfg Config) error {
-	pc, err := outboxdb.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("parse database URL: %w", err)
-	}
-	outboxdb.SetBeforeConnect(pc, cfg.BeforeConnect)
-	pool, err := outboxdb.ConnectRetrying(ctx, pc, cfg.Log)
+	pool, err := cfg.connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// snapshots is where the new slot's snapshot is imported: the
+	// server the slot is created on.
+	snapshots, slotCfg := pool, slot.Config{Name: cfg.Outbox.Slot, NoFailover: !cfg.Outbox.FailoverSlot}
+	if cfg.ReplicationURL != "" {
+		if snapshots, err = cfg.connect(ctx, cfg.ReplicationURL); err != nil {
+			return fmt.Errorf("the standby of the replication URL: %w", err)
+		}
+		defer snapshots.Close()
+		cfg.Outbox.SlotDB, slotCfg.Primary = snapshots, pool
+	}
 	checked, err := cfg.Outbox.Check(ctx, pool, cfg.Log)
 	if err != nil {
 		return err
@@ -100,17 +129,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	repl, err := replication.Connect(ctx, cfg.DatabaseURL, cfg.replOpts()...)
+	repl, err := replication.Connect(ctx, cfg.replicationURL(), cfg.replOpts()...)
 	if err != nil {
 		return err
 	}
-	ex, err := slot.CreateExported(ctx, repl, slot.Config{Name: cfg.Outbox.Slot, NoFailover: !cfg.Outbox.FailoverSlot})
+	ex, err := slot.CreateExported(ctx, repl, slotCfg)
 	if err != nil {
 		repl.Close(context.Background())
 		return err
 	}
 	cfg.Log.Info("slot created", slog.String("stage", "recover"), slog.String("slot", cfg.Outbox.Slot), slog.String("consistent_point", ex.ConsistentPoint.String()))
-	n, err := cfg.backfillSlot(ctx, pool, repl, checked.Schema, checked.DeadLetters, ex, w, commitTS, desc)
+	n, err := cfg.backfillSlot(ctx, snapshots, repl, checked.Schema, checked.DeadLetters, ex, w, commitTS, desc)
 	if err != nil {
 		// Drop the new slot, so that running recover again redoes the
 		// back-fill from the same start instead of finding a healthy slot.
@@ -132,7 +161,8 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // dropLostSlot makes way for the new slot: nothing to do for a missing
-// one, an invalidated one is dropped, a healthy one is refused.
+// one, an invalidated one (lost, or on a standby conflicting) is
+// dropped, a healthy one is refused.
 func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 	st, err := mgr.Status(ctx)
 	switch {
@@ -141,11 +171,12 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 		return nil
 	case err != nil:
 		return err
-	case st.WALStatus == "lost":
+	case st.LostError() != nil:
 		if st.Active {
 			return &slot.ActiveError{Slot: cfg.Outbox.Slot, PID: st.ActivePID}
 		}
-		cfg.Log.Warn("slot is invalidated (wal_status = lost); dropping and recreating it", slog.String("stage", "recover"), slog.String("slot", cfg.Outbox.Slot))
+		cfg.Log.Warn("slot is invalidated; dropping and recreating it", slog.String("stage", "recover"), slog.String("slot", cfg.Outbox.Slot),
+			slog.String("wal_status", st.WALStatus), slog.Bool("conflicting", st.Conflicting), slog.String("invalidation_reason", st.InvalidationReason))
 		return mgr.Drop(ctx)
 	default:
 		return fmt.Errorf("slot %q exists and is healthy (wal_status = %s): nothing to recover; use \"outbox-relay replay\" to re-publish events", cfg.Outbox.Slot, st.WALStatus)
@@ -156,7 +187,7 @@ func (cfg Config) dropLostSlot(ctx context.Context, mgr *slot.Manager) error {
 // picks the back-fill selection (selection), reading the timeline history there
 // when the checkpoint is of an earlier timeline.
 func (cfg Config) plan(ctx context.Context, checkpoints *checkpoint.Store, commitTS bool) (checkpoint.Identity, backfill.Selection, string, bool, error) {
-	conn, err := replication.Connect(ctx, cfg.DatabaseURL, cfg.replOpts()...)
+	conn, err := replication.Connect(ctx, cfg.replicationURL(), cfg.replOpts()...)
 	if err != nil {
 		return checkpoint.Identity{}, backfill.Selection{}, "", false, err
 	}
@@ -235,7 +266,8 @@ func selection(ctx context.Context, checkpoints *checkpoint.Store, id checkpoint
 	return w, desc, false, nil
 }
 
-// backfillSlot imports the slot's snapshot, holds the slot on repl (the
+// backfillSlot imports the slot's snapshot in a transaction on pool (the
+// server that created the slot), holds the slot on repl (the
 // connection that created it, closed at the end) while it publishes the
 // window, and returns the number of events taken care of.
 func (cfg Config) backfillSlot(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, schema migrations.Schema, dl *deadletter.Store, ex slot.Exported, w backfill.Selection, commitTS bool, desc string) (int64, error) {
