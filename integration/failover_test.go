@@ -130,7 +130,7 @@ func requireWritableChosen(t *testing.T, primary, standby *TempCluster) {
 // topic and clean-up (which, registered after the clusters', runs while
 // they are up), with the pool and the relay's URL swapped. It runs migrate
 // with the extra environment.
-func pairEnv(t *testing.T, url string, extra []string) *Env {
+func pairEnv(t testing.TB, url string, extra []string) *Env {
 	t.Helper()
 	env := NewEnv(t, EnvOptions{NoMigrate: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
