@@ -302,6 +302,12 @@ func (c *TempCluster) WaitFor(t testing.TB, timeout time.Duration, db, sql, want
 	}
 }
 
+// WaitReplayed waits until c, a standby, has replayed the WAL up to lsn.
+func (c *TempCluster) WaitReplayed(t testing.TB, lsn string, timeout time.Duration) {
+	t.Helper()
+	c.WaitFor(t, timeout, "postgres", `SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::text`, "true", lsn)
+}
+
 // Exec runs sql on the temp cluster's postgres database.
 func (c *TempCluster) Exec(t testing.TB, sql string) {
 	t.Helper()

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +52,7 @@ func BenchmarkDecodeOnStandby(b *testing.B) {
 	requireRelay(b)
 	n := benchEnvInt(b, "STANDBY_BENCH_N", 100000)
 	rounds := benchEnvInt(b, "STANDBY_BENCH_ROUNDS", 2)
-	window, err := time.ParseDuration(cmpOr(os.Getenv("STANDBY_BENCH_WINDOW"), "10s"))
+	window, err := time.ParseDuration(cmp.Or(os.Getenv("STANDBY_BENCH_WINDOW"), "10s"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,13 +87,6 @@ func benchEnvInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return i
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // benchEnv is an outbox on the pair whose slot is on the primary or, for
@@ -159,7 +152,7 @@ func benchDrain(b *testing.B, p, s *TempCluster, mode string, n int) drainResult
 		b.Fatal(err)
 	}
 	env.Exec(`SELECT txid_current()`) // a synchronous commit: the backlog is durable
-	s.WaitFor(b, 5*time.Minute, "postgres", `SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::text`, "true", end)
+	s.WaitReplayed(b, end, 5*time.Minute)
 	// One after the other (2 cores): pg_recvlogical, then the relay.
 	c0 := time.Now()
 	out, err := exec.CommandContext(ctx, "/usr/lib/postgresql/15/bin/pg_recvlogical", "-d", slotOn.DBURL("postgres"), "--slot", ceilingSlot, "--start",
@@ -306,32 +299,37 @@ func benchLatency(b *testing.B, p, s *TempCluster, mode string, window time.Dura
 	}
 
 	var replay []time.Duration
-	var stop atomic.Bool
-	sampled := make(chan struct{})
+	stop, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampled)
-		for !stop.Load() {
+		tick := time.NewTicker(100 * time.Millisecond) // the replay lag's sampling interval
+		defer tick.Stop()
+		for {
 			var lag *float64
 			err := env.DB.QueryRow(ctx, `SELECT extract(epoch FROM replay_lag)::float8 FROM pg_stat_replication WHERE application_name = 'sb_bench'`).Scan(&lag)
 			if err == nil && lag != nil {
 				replay = append(replay, time.Duration(*lag*float64(time.Second)))
 			}
-			// wall-clock: the sampling interval of the replay lag
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
 		}
 	}()
 	start, rate := time.Now(), time.Millisecond
 	total := int(window / rate)
 	for i := 1; i <= total; i++ {
 		if wait := time.Until(start.Add(time.Duration(i) * rate)); wait > 0 {
-			// wall-clock: the open-loop schedule of the offered load
+			// wall-clock: the offered load's open-loop schedule is real
+			// time (a ticker would drop the ticks a slow commit missed)
 			time.Sleep(wait)
 		}
 		if _, err := conn.Exec(ctx, insert, i); err != nil {
 			b.Fatal(err)
 		}
 	}
-	stop.Store(true)
+	close(stop)
 	<-sampled
 	if !consumer.WaitCount(total+1, time.Minute) {
 		b.Fatalf("%d of %d records delivered", consumer.Count(), total+1)

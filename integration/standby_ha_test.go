@@ -49,8 +49,8 @@ func newDecodingRig(t *testing.T, physSlot string, multiHost bool, settings ...s
 	return r
 }
 
-// standbySlot reads column (as text) of the relay's slot on c.
-func (r *failoverRig) standbySlot(c *TempCluster, column string) string {
+// slotColumn reads column (as text) of the relay's slot on c.
+func (r *failoverRig) slotColumn(c *TempCluster, column string) string {
 	r.t.Helper()
 	return c.Query(r.t, "postgres", `SELECT coalesce((SELECT `+column+`::text FROM pg_replication_slots WHERE slot_name = $1), 'missing')`, r.env.Slot)
 }
@@ -70,6 +70,16 @@ func (r *failoverRig) longestGap(from time.Time) time.Duration {
 		gap = max(gap, seen[i].Sub(seen[i-1]))
 	}
 	return gap
+}
+
+// waitCommitted waits until the writers committed more events than
+// they had: the load goes on while something else is down or changing.
+func (r *failoverRig) waitCommitted(more int, timeout time.Duration) {
+	r.t.Helper()
+	target := r.ledger.CommittedCount() + more
+	if !within(timeout, 20*time.Millisecond, func() bool { return r.ledger.CommittedCount() >= target }) {
+		r.t.Fatalf("the writers committed %d events, not %d, within %s", r.ledger.CommittedCount(), target, timeout)
+	}
 }
 
 // recovered counts the records recover back-filled.
@@ -107,17 +117,16 @@ func TestStandbyConflictRecover(t *testing.T) {
 		r.primary.Exec(t, `CREATE TABLE conflict_churn (a int)`)
 		r.primary.Exec(t, `DROP TABLE conflict_churn`)
 		r.primary.Exec(t, `VACUUM pg_class, pg_attribute, pg_type, pg_depend`)
-		// wall-clock: the standby replays the vacuum within a moment
-		time.Sleep(200 * time.Millisecond)
-		return r.standbySlot(r.standby, "conflicting") == "true"
+		r.standby.WaitReplayed(t, r.primary.Query(t, "postgres", `SELECT pg_current_wal_lsn()::text`), 30*time.Second)
+		return r.slotColumn(r.standby, "conflicting") == "true"
 	})
 	if !invalidated {
-		t.Fatalf("the standby's slot was not invalidated by the catalog vacuum within 60s: conflicting = %s", r.standbySlot(r.standby, "conflicting"))
+		t.Fatalf("the standby's slot was not invalidated by the catalog vacuum within 60s: conflicting = %s", r.slotColumn(r.standby, "conflicting"))
 	}
 	reason := "conflicting = true"
 	if r.major >= 17 {
 		reason = "invalidation_reason = rows_removed"
-		if got := r.standbySlot(r.standby, "invalidation_reason"); got != "rows_removed" {
+		if got := r.slotColumn(r.standby, "invalidation_reason"); got != "rows_removed" {
 			t.Errorf("invalidation_reason %s, want rows_removed", got)
 		}
 	}
@@ -143,10 +152,10 @@ func TestStandbyConflictRecover(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "back-filled") {
 		t.Fatalf("recover: exit %d\n%s\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
 	}
-	if got := r.standbySlot(r.standby, "conflicting"); got != "false" {
+	if got := r.slotColumn(r.standby, "conflicting"); got != "false" {
 		t.Errorf("after recover the standby's slot has conflicting = %s, want a new, valid slot", got)
 	}
-	if got := r.standbySlot(r.primary, "slot_type"); got != "missing" {
+	if got := r.slotColumn(r.primary, "slot_type"); got != "missing" {
 		t.Errorf("recover created the slot on the primary (%s): it belongs on the standby", got)
 	}
 	resumed := r.startRelay()
@@ -173,8 +182,7 @@ func TestPromoteDecodingStandby(t *testing.T) {
 	r := newDecodingRig(t, "sb_promote", true, "hot_standby_feedback=on")
 	relay := r.start(200)
 	r.waitFencedCheckpoint(30 * time.Second)
-	// wall-clock: load flows, so more is in flight at the crash
-	time.Sleep(time.Second)
+	r.waitCommitted(300, 30*time.Second) // load flows, so more is in flight at the crash
 	r.crash()
 	took := r.waitFirstFromNewPrimary(60 * time.Second)
 	// The stream from the standby outlives the old primary; the relay
@@ -211,8 +219,7 @@ func TestRestartDecodingStandby(t *testing.T) {
 	relay := r.start(200)
 	r.standby.Stop(t, "immediate")
 	down := time.Now()
-	// wall-clock: the standby stays down a moment while the writers go on
-	time.Sleep(time.Second)
+	r.waitCommitted(200, 30*time.Second) // the writers go on while the standby is down
 	r.standby.Start(t)
 	n := len(r.consumer.Records())
 	if !r.consumer.WaitCount(n+200, 60*time.Second) {
@@ -223,7 +230,7 @@ func TestRestartDecodingStandby(t *testing.T) {
 		t.Fatalf("the relay exited after the standby's restart (code %d):\n%s", relay.exitCode, relay.LogTail(20))
 	}
 	res := r.settle(r.env.DB, 60*time.Second)
-	t.Logf("TestRestartDecodingStandby (PostgreSQL %d): standby down 1 s, 200 more records %s after the crash; %s", r.major, back.Round(time.Millisecond), res)
+	t.Logf("TestRestartDecodingStandby (PostgreSQL %d): standby down while 200 events committed, 200 more records %s after the crash; %s", r.major, back.Round(time.Millisecond), res)
 }
 
 // TestDecodingStandbyRefollows: the primary fails over to another standby
@@ -252,7 +259,7 @@ func TestDecodingStandbyRefollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []*TempCluster{r.standby, other} {
-		s.WaitFor(t, 30*time.Second, "postgres", `SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::text`, "true", end)
+		s.WaitReplayed(t, end, 30*time.Second)
 	}
 	r.crashed = time.Now()
 	r.primary.Stop(t, "fast")
@@ -276,11 +283,10 @@ func TestDecodingStandbyRefollows(t *testing.T) {
 	if !relay.Running() {
 		t.Fatalf("the relay exited after the failover (code %d):\n%s", relay.exitCode, relay.LogTail(20))
 	}
-	if got := r.standbySlot(r.standby, "conflicting"); got != "false" {
+	if got := r.slotColumn(r.standby, "conflicting"); got != "false" {
 		t.Fatalf("the decoding standby's slot after re-following: conflicting = %s", got)
 	}
-	// wall-clock: the writers go on for a while on the new primary
-	time.Sleep(2 * time.Second)
+	r.waitCommitted(1000, 60*time.Second) // the writers go on for a while on the new primary
 	res := r.settle(db, 60*time.Second)
 	if relay.LogContains("slot created") {
 		t.Errorf("the relay created a slot: it must go on from the decoding standby's own\n%s", relay.LogTail(20))

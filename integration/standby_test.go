@@ -90,7 +90,7 @@ func TestSlotOnStandby(t *testing.T) {
 	if err := primary.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
-	s.WaitFor(t, 30*time.Second, "postgres", `SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::text`, "true", lsn)
+	s.WaitReplayed(t, lsn, 30*time.Second)
 	peek := `SELECT count(*)::text FROM pg_logical_slot_peek_binary_changes('standby_slot', NULL, NULL,
 		'proto_version', '1', 'publication_names', 'decoded_pub') WHERE get_byte(data, 0) = 73` // 'I': an insert
 	if got := s.Query(t, "postgres", peek); got != "5" {

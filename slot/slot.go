@@ -160,7 +160,7 @@ func (m *Manager) Create(ctx context.Context) (Status, error) {
 	switch {
 	case standby:
 		var stop func()
-		if stop, err = m.prepareOnStandby(ctx, v); err != nil {
+		if stop, err = m.cfg.askPrimary(ctx, v); err != nil {
 			return Status{}, fmt.Errorf("create slot %q: %w", m.slot, err)
 		}
 		// A standby's slot is not a failover slot (the server refuses):

@@ -25,13 +25,6 @@ func InRecovery(ctx context.Context, db DB) (bool, error) {
 // running-transactions record while a standby creates a slot.
 const snapshotEvery = 200 * time.Millisecond
 
-// prepareOnStandby checks that a standby of version v can hold the slot
-// and starts asking the primary for running-transactions records, which
-// the standby's slot creation waits for; stop ends that.
-func (m *Manager) prepareOnStandby(ctx context.Context, v int) (stop func(), err error) {
-	return m.cfg.askPrimary(ctx, v)
-}
-
 // askPrimary checks that a standby of version v can create a logical
 // slot and, until stop, asks c.Primary every snapshotEvery for the
 // running-transactions record the creation waits for: the primary writes

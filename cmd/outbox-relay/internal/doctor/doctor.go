@@ -227,18 +227,12 @@ func publication(ctx context.Context, db DB, t Target, r *Report) {
 	}
 }
 
+// replicationSlot reads the slot as the relay does (slot.Manager.Status,
+// which on a standby measures from the replayed position and tells the
+// causes of an invalidation apart).
 func replicationSlot(ctx context.Context, db DB, t Target, r *Report) {
-	var plugin, database, walStatus, reason *string
-	var active, conflicting, restartKept bool
-	var lag, safe *int64
-	// On a standby the current position is what it has replayed.
-	// conflicting (16+) and invalidation_reason (17+) through to_jsonb:
-	// one query for every version.
-	err := db.QueryRow(ctx, `SELECT plugin, database, active, wal_status,
-		pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, confirmed_flush_lsn)::bigint, safe_wal_size,
-		coalesce((to_jsonb(s) ->> 'conflicting')::bool, false), restart_lsn IS NOT NULL, to_jsonb(s) ->> 'invalidation_reason'
-		FROM pg_replication_slots s WHERE slot_name = $1`, t.Slot).Scan(&plugin, &database, &active, &walStatus, &lag, &safe, &conflicting, &restartKept, &reason)
-	if errors.Is(err, pgx.ErrNoRows) {
+	st, err := slot.NewManager(db, slot.Config{Name: t.Slot}).Status(ctx)
+	if errors.Is(err, slot.ErrSlotNotFound) {
 		r.add("slot", Warn, fmt.Sprintf("%q does not exist: events committed before it is created are not relayed", t.Slot), "outbox-relay migrate (creates it)")
 		return
 	}
@@ -247,40 +241,28 @@ func replicationSlot(ctx context.Context, db DB, t Target, r *Report) {
 		return
 	}
 	switch {
-	case deref(plugin) != "pgoutput":
-		r.add("slot", Fail, fmt.Sprintf("%q uses plugin %q, the relay needs pgoutput", t.Slot, deref(plugin)),
+	case st.Plugin != slot.Plugin:
+		r.add("slot", Fail, fmt.Sprintf("%q uses plugin %q, the relay needs pgoutput", t.Slot, st.Plugin),
 			"outbox-relay slot drop, then outbox-relay slot create (or choose another --slot)")
-	case deref(walStatus) == "lost" || conflicting:
-		// The slot package tells the causes apart (PostgreSQL 16 has no
-		// invalidation_reason; restart_lsn says which it was).
-		st := slot.Status{Name: t.Slot, WALStatus: deref(walStatus), Conflicting: conflicting, InvalidationReason: deref(reason)}
-		if restartKept {
-			st.RestartLSN = 1
-		}
+	case st.LostError() != nil:
 		r.add("slot", Fail, st.LostError().Error(), "outbox-relay recover (back-fills from the outbox table), and the change the detail names")
-	case deref(walStatus) == "unreserved":
+	case st.WALStatus == "unreserved":
 		r.add("slot", Warn, fmt.Sprintf("%q is about to be invalidated (wal_status = unreserved)", t.Slot),
 			"get the relay streaming now; raise max_slot_wal_keep_size")
 	default:
-		detail := fmt.Sprintf("%q pgoutput, wal_status %s, active %v", t.Slot, deref(walStatus), active)
+		detail := fmt.Sprintf("%q pgoutput, wal_status %s, active %v", t.Slot, st.WALStatus, st.Active)
 		r.add("slot", Pass, detail, "")
 	}
-	if lag != nil {
-		detail := fmt.Sprintf("%d bytes not yet confirmed", *lag)
-		if safe != nil {
-			detail += fmt.Sprintf(", %d bytes until invalidation", *safe)
-		}
-		if safe != nil && *safe < *lag {
-			r.add("slot lag", Warn, detail, "the slot is closer to invalidation than its lag: check the relay and Kafka")
-		} else {
-			r.add("slot lag", Pass, detail, "")
-		}
+	if st.ConfirmedFlushLSN == 0 {
+		return
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
+	detail := fmt.Sprintf("%d bytes not yet confirmed", st.LagBytes)
+	if st.SafeWALSize >= 0 {
+		detail += fmt.Sprintf(", %d bytes until invalidation", st.SafeWALSize)
 	}
-	return *s
+	if st.SafeWALSize >= 0 && st.SafeWALSize < st.LagBytes {
+		r.add("slot lag", Warn, detail, "the slot is closer to invalidation than its lag: check the relay and Kafka")
+	} else {
+		r.add("slot lag", Pass, detail, "")
+	}
 }
