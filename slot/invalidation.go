@@ -53,19 +53,27 @@ func (s Status) LostError() error {
 	if s.WALStatus != "lost" && !s.Conflicting {
 		return nil
 	}
-	const recoverFix = "recreate the slot and back-fill from the outbox table (outbox-relay recover)"
 	if s.InvalidationReason == "" && s.Conflicting && (s.WALStatus != "lost" || s.RestartLSN != 0) {
 		cause, fix := lostCause(ReasonRowsRemoved)
-		return fmt.Errorf("slot %q was invalidated (conflicting = true): %s, so events may be missing; %s, and %s",
-			s.Name, cause, recoverFix, fix)
+		return fmt.Errorf("slot %q was invalidated (conflicting = true): %s, so events may be missing; %s",
+			s.Name, cause, recoverAfter(fix))
 	}
 	if s.InvalidationReason == "" {
-		return fmt.Errorf("slot %q was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; "+
-			"%s, and raise max_slot_wal_keep_size", s.Name, recoverFix)
+		cause, fix := lostCause(ReasonWALRemoved)
+		return fmt.Errorf("slot %q was invalidated (wal_status = lost): %s, so events may be missing; %s",
+			s.Name, cause, recoverAfter(fix))
 	}
 	cause, fix := lostCause(s.InvalidationReason)
-	return fmt.Errorf("slot %q was invalidated (wal_status = lost, invalidation_reason = %s): %s, so events may be missing; %s, and %s",
-		s.Name, s.InvalidationReason, cause, recoverFix, fix)
+	return fmt.Errorf("slot %q was invalidated (wal_status = lost, invalidation_reason = %s): %s, so events may be missing; %s",
+		s.Name, s.InvalidationReason, cause, recoverAfter(fix))
+}
+
+// recoverAfter puts the fix of the cause before recover: a slot recreated
+// while the cause remains is invalidated again (a standby still without
+// hot_standby_feedback conflicts at the next vacuum on the primary), and
+// the back-fill was for nothing.
+func recoverAfter(fix string) string {
+	return "first " + fix + ", then recreate the slot and back-fill from the outbox table (outbox-relay recover)"
 }
 
 // lostCause explains an invalidation_reason and how to keep it from
@@ -78,8 +86,8 @@ func lostCause(reason string) (cause, fix string) {
 		return "it was inactive longer than idle_replication_slot_timeout",
 			"raise idle_replication_slot_timeout above the longest relay outage (0 disables it)"
 	case ReasonRowsRemoved:
-		return "catalog rows it needed were removed (it was a slot on a standby, e.g. synchronized for failover)",
-			"set hot_standby_feedback = on and primary_slot_name on the standbys"
+		return "catalog rows it needed were removed (a slot on a standby: the primary vacuumed rows the standby had not asked it to keep)",
+			"set hot_standby_feedback = on and primary_slot_name (a physical slot on the primary) on the standby, or a new slot there is invalidated the same way"
 	case ReasonWALLevelInsufficient:
 		return "the primary's wal_level is below logical (it was a slot on a standby)",
 			"set wal_level = logical on the primary"

@@ -67,7 +67,7 @@ func slotRow(walStatus string) scanRow {
 func TestLostErrorWithoutReasonIsUnchanged(t *testing.T) {
 	err := Status{Name: "s1", WALStatus: "lost"}.LostError()
 	want := `slot "s1" was invalidated (wal_status = lost): WAL it needed was removed, so events may be missing; ` +
-		`recreate the slot and back-fill from the outbox table (outbox-relay recover), and raise max_slot_wal_keep_size`
+		`first raise max_slot_wal_keep_size, then recreate the slot and back-fill from the outbox table (outbox-relay recover)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("LostError = %v\nwant %s", err, want)
 	}
@@ -136,5 +136,38 @@ func TestStatusReadsTheReasonOfALostSlot(t *testing.T) {
 	db.reason = scanRow{err: errors.New("conn closed")}
 	if _, err = m.Status(ctx); err == nil || !strings.Contains(err.Error(), "invalidation_reason") {
 		t.Fatalf("reason query failing: Status error = %v", err)
+	}
+}
+
+// The fix of the cause comes before recover, in every lost-slot message: a
+// slot recreated while the cause remains (a decoding standby still without
+// hot_standby_feedback) is invalidated again, and operations.md says to fix
+// the cause first. The conflict's cause fits a decoding standby's own slot,
+// not only one synchronized for failover.
+func TestLostErrorFixBeforeRecover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   Status
+		fix  string
+	}{
+		{"wal removed, before 17", Status{Name: "s1", WALStatus: "lost"}, "raise max_slot_wal_keep_size"},
+		{"conflict, 16", Status{Name: "s1", WALStatus: "lost", Conflicting: true, RestartLSN: 1}, "hot_standby_feedback = on"},
+		{"rows removed, 17+", Status{Name: "s1", WALStatus: "lost", InvalidationReason: ReasonRowsRemoved}, "hot_standby_feedback = on"},
+		{"wal level, 17+", Status{Name: "s1", WALStatus: "lost", InvalidationReason: ReasonWALLevelInsufficient}, "wal_level = logical"},
+		{"idle timeout, 18", Status{Name: "s1", WALStatus: "lost", InvalidationReason: ReasonIdleTimeout}, "raise idle_replication_slot_timeout"},
+	} {
+		err := tc.st.LostError()
+		if err == nil {
+			t.Fatalf("%s: LostError = nil", tc.name)
+		}
+		msg := err.Error()
+		fix, rec := strings.Index(msg, tc.fix), strings.Index(msg, "outbox-relay recover")
+		first := strings.Index(msg, "; first ")
+		if fix < 0 || rec < 0 || first < 0 || first > fix || fix > rec {
+			t.Errorf("%s: the fix %q must come first, before recover: %s", tc.name, tc.fix, msg)
+		}
+		if strings.Contains(msg, "synchronized for failover") {
+			t.Errorf("%s: the cause names failover synchronization, which a decoding standby's own slot is not: %s", tc.name, msg)
+		}
 	}
 }
