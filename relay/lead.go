@@ -36,6 +36,7 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 	r.loops.cleanup.Start(hctx)
 	defer startstop.StopAll(r.loops.heartbeat, r.loops.cleanup)
 
+	var tried int32 // the walsender a takeover last tried to end
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
 		err := r.stream(ctx, lctx)
@@ -48,8 +49,21 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 		}
 		var fence *fenceError
 		if errors.As(err, &fence) {
-			// A former leader's walsender still holds the slot; the server
-			// ends it within its wal_sender_timeout. Poll, don't back off.
+			// A former leader's walsender still holds the slot. This
+			// relay holds the lock, so nobody leads that walsender: end
+			// it (takeover.go), once per walsender, and stream at once.
+			if fence.pid != tried {
+				tried = fence.pid
+				if r.takeover(hctx, lease, fence.pid) {
+					attempt = 0
+					continue
+				}
+				if lctx.Err() != nil && ctx.Err() == nil {
+					return errLeadershipLost
+				}
+			}
+			// It could not be ended (see the warning): the server ends it
+			// within its wal_sender_timeout. Poll, don't back off.
 			r.log.Info("waiting for the former leader's walsender to release the slot", slog.String("stage", "leader"), slog.Int64("pid", int64(fence.pid)))
 			if !backoff.Sleep(hctx, r.cfg.Leader.PollInterval) {
 				if lctx.Err() != nil && ctx.Err() == nil {
@@ -88,8 +102,8 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 }
 
 // fenceError is a slot still held by a relay's walsender (a former leader
-// or our own previous connection): it ends by itself, so the new leader
-// waits instead of failing.
+// or our own previous connection): nobody leads it, so the new leader ends
+// it (takeover.go), or waits for the server to, instead of failing.
 type fenceError struct {
 	pid int32
 	err error
@@ -99,9 +113,9 @@ func (e *fenceError) Error() string { return e.err.Error() }
 func (e *fenceError) Unwrap() error { return e.err }
 
 // fence classifies an active slot: held by a relay's walsender, the leader
-// waits for it (the slot's one-consumer rule is what keeps a stale leader
-// from streaming on); held by any other client, the relay stops, as
-// without leader election.
+// ends it or waits for it (the slot's one-consumer rule is what keeps a
+// stale leader from streaming on); held by any other client, the relay
+// stops, as without leader election.
 func (r *Relay) fence(ctx context.Context, active *slot.ActiveError) error {
 	var app string
 	err := r.slotDB.QueryRow(ctx, `SELECT coalesce(application_name, '') FROM pg_stat_activity WHERE pid = $1`, active.PID).Scan(&app)

@@ -98,3 +98,76 @@ func TestKeepaliveSilentServerStillLosesInTime(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckDeadlineLeavesTimeToAnswer: a check that starts after a slow
+// answer, a little late but under the late-warning threshold, still gets
+// Timeout/4 to answer. Before, its deadline was Timeout/2 after the last
+// successful send however late it started: sent at 1 s, answered at 4.9 s,
+// next check at 7.3 s had a deadline of 6 s, in the past, and the lease
+// was lost without the server being asked (issue 46, item 6).
+func TestCheckDeadlineLeavesTimeToAnswer(t *testing.T) {
+	const interval, timeout = time.Second, 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, c := range []struct {
+		name                 string
+		last, answered, sent float64
+		want                 float64
+	}{
+		{"on time: Timeout/2 after the last success", 1, 1.01, 2, 6},
+		{"after a slow answer, a little late", 1, 4.9, 7.3, 9.8},
+		{"run late", 0, 0.01, 35, 37.5},
+	} {
+		d, _ := checkDeadline(at(c.last), at(c.answered), at(c.sent), interval, timeout)
+		if !d.Equal(at(c.want)) {
+			t.Errorf("%s: deadline %s after t0, want %.1fs", c.name, d.Sub(t0), c.want)
+		}
+		if d.Sub(at(c.sent)) < timeout/4 {
+			t.Errorf("%s: the check has %s to answer, want at least Timeout/4", c.name, d.Sub(at(c.sent)))
+		}
+	}
+}
+
+// TestAimPoll: a standby polls right after the holder's lock session
+// would be ended by the server (idle_session_timeout = Timeout), when that
+// comes before its next regular poll; otherwise, and for a holder idle
+// longer than Timeout (another relay's longer timeout), it polls as usual,
+// so it never polls in a loop.
+func TestAimPoll(t *testing.T) {
+	const timeout, poll = 10 * time.Second, 2 * time.Second
+	for _, c := range []struct {
+		idle, want time.Duration
+	}{
+		{0, poll},
+		{500 * time.Millisecond, poll}, // a healthy holder: idle between keepalives
+		{8 * time.Second, poll},        // expires 2 s from now: the regular poll is as soon
+		{9 * time.Second, time.Second + expiryMargin},
+		{9900 * time.Millisecond, 100*time.Millisecond + expiryMargin},
+		{10 * time.Second, poll},
+		{time.Minute, poll},
+	} {
+		if got := aimPoll(c.idle, timeout, poll); got != c.want {
+			t.Errorf("holder idle %s: next poll in %s, want %s", c.idle, got, c.want)
+		}
+	}
+}
+
+// TestRetryAfterAFailureIsShort: the first retry after the lock connection
+// failed comes within 100 ms, not after PollInterval (2 s), and the
+// retries double up to Timeout. A promoted standby answers about a second
+// after the primary's crash; the 2 s first backoff added up to 2 s to the
+// pause (issue 46, item 1).
+func TestRetryAfterAFailureIsShort(t *testing.T) {
+	e := &Elector{cfg: Config{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second}}
+	for i := 0; i < 100; i++ {
+		if d := e.backoff(1); d <= 0 || d > 100*time.Millisecond {
+			t.Fatalf("first retry after %s, want within 100ms", d)
+		}
+		if d := e.backoff(4); d > 800*time.Millisecond {
+			t.Fatalf("fourth retry after %s, want within 800ms", d)
+		}
+		if d := e.backoff(30); d > 10*time.Second {
+			t.Fatalf("retry after %s, want at most Timeout", d)
+		}
+	}
+}

@@ -231,10 +231,59 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 				e.log.Info("standby: another relay holds the lock", slog.Int64("lock_key", key), slog.Int64("holder_pid", int64(pid)), slog.String("holder_application", app), slog.String("holder_addr", addr), slog.Duration("poll_interval", e.cfg.PollInterval))
 			}
 		}
-		if !backoff.Sleep(ctx, e.cfg.PollInterval) {
+		if !backoff.Sleep(ctx, e.nextPoll(ctx, conn, key)) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// expiryMargin is how long after the holder's expected end a standby
+// polls: the server's idle_session_timeout timer, then the backend's exit
+// that frees the lock.
+const expiryMargin = 50 * time.Millisecond
+
+// nextPoll is how long a standby waits before the next try: PollInterval,
+// or less when the holder's lock session has been idle so long that the
+// server ends it (idle_session_timeout = Timeout) sooner. A leader cut
+// off without a reset keeps its session on the server until then; polling
+// right at that moment instead of up to PollInterval later is what keeps
+// the takeover within Timeout of the cut. The idle time is the server's
+// (now() - state_change), so no clock skew enters. A holder idle longer
+// than Timeout (another relay with a longer --leader-timeout) falls back
+// to PollInterval: no hot loop.
+func (e *Elector) nextPoll(ctx context.Context, conn *pgx.Conn, key int64) time.Duration {
+	idle, ok := holderIdle(ctx, conn, key)
+	if !ok {
+		return e.cfg.PollInterval
+	}
+	return aimPoll(idle, e.cfg.Timeout, e.cfg.PollInterval)
+}
+
+// aimPoll is the wait before the next poll when the holder's session has
+// been idle for idle and the server ends it after timeout.
+func aimPoll(idle, timeout, poll time.Duration) time.Duration {
+	if rem := timeout - idle; rem > 0 && rem+expiryMargin < poll {
+		return rem + expiryMargin
+	}
+	return poll
+}
+
+// holderIdle reads how long the session holding the lock has been idle,
+// on the server's clock; ok is false when it is not idle (a query or a
+// transaction in progress) or cannot be read.
+func holderIdle(ctx context.Context, conn *pgx.Conn, key int64) (time.Duration, bool) {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	hi, lo := split(key)
+	var us *int64
+	err := conn.QueryRow(qctx, `SELECT (extract(epoch FROM now() - a.state_change) * 1e6)::bigint
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1
+		AND a.state = 'idle' LIMIT 1`, hi, lo).Scan(&us)
+	if err != nil || us == nil {
+		return 0, false
+	}
+	return time.Duration(*us) * time.Microsecond, true
 }
 
 // connect opens the lock connection and derives the key from the database
@@ -281,9 +330,16 @@ func split(key int64) (hi, lo int64) {
 	return int64(uint64(key) >> 32), int64(uint64(key) & 0xffffffff)
 }
 
+// retryBase is the first retry's bound after a lock connection or poll
+// failed. It is short, not PollInterval: the usual failure is the server
+// going away under the leader (a crash, a promotion), and the new primary
+// answers within a second or two; a 2 s first backoff added up to 2 s to
+// every failover. Doubling with full jitter keeps replicas from retrying
+// in step against a server that stays down.
+const retryBase = 100 * time.Millisecond
+
 func (e *Elector) backoff(failures int) time.Duration {
-	d := e.cfg.PollInterval << min(failures-1, 6)
-	return min(d, max(e.cfg.Timeout, e.cfg.PollInterval))
+	return backoff.Jitter(failures, retryBase, max(e.cfg.Timeout, e.cfg.PollInterval))
 }
 
 // Lease is held leadership. Its context is cancelled, with ErrLost as the
@@ -369,11 +425,10 @@ func (l *Lease) keepalive(last time.Time) {
 		case reply = <-l.confirm:
 		}
 		sent := time.Now()
-		deadline := last.Add(l.e.cfg.Timeout / 2)
-		if late := sent.Sub(answered) - l.e.cfg.KeepaliveInterval; late > l.e.cfg.Timeout/4 {
+		deadline, late := checkDeadline(last, answered, sent, l.e.cfg.KeepaliveInterval, l.e.cfg.Timeout)
+		if late > l.e.cfg.Timeout/4 {
 			// Not the server's silence: this goroutine ran late. Say so,
 			// since it tells a stalled machine from a lost server.
-			deadline = sent.Add(l.e.cfg.Timeout / 4)
 			l.e.log.Warn("lock keepalive ran late: the process or its machine stalled; asking the server",
 				slog.Duration("late", late.Round(time.Millisecond)), slog.Duration("since_last_keepalive", sent.Sub(last).Round(time.Millisecond)))
 		}
@@ -398,6 +453,23 @@ func (l *Lease) keepalive(last time.Time) {
 			reply <- nil
 		}
 	}
+}
+
+// checkDeadline is the deadline of a keepalive check sent at sent, after
+// the last successful one was sent at last and the previous check
+// returned at answered, and how late this one runs. It is Timeout/2 after
+// last, which gives a silent server up well before it frees the lock
+// (Timeout), but never less than Timeout/4 from now: a check that starts
+// late, after a slow answer or behind a stalled goroutine, must still ask
+// the server rather than fail on a deadline that passed while it waited.
+// The answer is what counts, so a longer deadline never confirms a lock
+// the server freed.
+func checkDeadline(last, answered, sent time.Time, interval, timeout time.Duration) (deadline time.Time, late time.Duration) {
+	deadline = last.Add(timeout / 2)
+	if min := sent.Add(timeout / 4); deadline.Before(min) {
+		deadline = min
+	}
+	return deadline, sent.Sub(answered) - interval
 }
 
 // Confirm checks the lock now instead of at the next keepalive, and

@@ -76,3 +76,48 @@ func TestLeaseConfirmAfterRelease(t *testing.T) {
 		t.Fatalf("Confirm after Release = %v, want ErrReleased", err)
 	}
 }
+
+// TestStandbyTakesTheLockWhenTheHoldersSessionExpires: a holder that went
+// silent (a leader cut off without a reset) keeps its lock session until
+// the server's idle_session_timeout ends it; the standby takes the lock
+// right then, not up to PollInterval later. The campaign starts so that
+// its regular polls just miss the expiry: before, it took the lock about a
+// poll interval (1.5 s) late.
+func TestStandbyTakesTheLockWhenTheHoldersSessionExpires(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := testenv.DatabaseURL(t)
+	const timeout, poll = 3 * time.Second, 1500 * time.Millisecond
+	slot := fmt.Sprintf("expiry_%d", time.Now().UnixNano())
+	holder, err := pgx.Connect(ctx, url+"&idle_session_timeout="+fmt.Sprint(timeout.Milliseconds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	var db string
+	if err := holder.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, Key(db, slot)); err != nil {
+		t.Fatal(err)
+	}
+	idleSince := time.Now() // the holder says nothing more: the server ends it at idleSince + timeout
+	e, err := NewElector(Config{DatabaseURL: url, Slot: slot, PollInterval: poll, KeepaliveInterval: 500 * time.Millisecond, Timeout: timeout},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Polls at about 1.45 s and 2.95 s after idleSince: both before the expiry.
+	// wall-clock: the campaign's start relative to the holder's silence is the case under test
+	time.Sleep(1450 * time.Millisecond)
+	l, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(idleSince)
+	defer l.Release(context.Background())
+	t.Logf("lock taken %s after the holder went silent (idle_session_timeout %s, poll interval %s)", took.Round(time.Millisecond), timeout, poll)
+	if took > timeout+700*time.Millisecond {
+		t.Errorf("lock taken %s after the holder went silent, want within %s of its session's expiry (%s)", took.Round(time.Millisecond), 700*time.Millisecond, timeout)
+	}
+}
