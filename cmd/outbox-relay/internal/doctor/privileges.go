@@ -53,6 +53,7 @@ func privileges(ctx context.Context, db DB, t Target, p pgprovider.Provider, r *
 	default:
 		r.add("role", Pass, quotedRole+" has REPLICATION, not superuser", "")
 	}
+	takeover(ctx, db, quotedRole, super, r)
 	if super {
 		return // has_*_privilege is always true for a superuser
 	}
@@ -197,4 +198,31 @@ func lackingPrivileges(ctx context.Context, db DB, g migrations.Grant) ([]string
 		}
 	}
 	return lacking, nil
+}
+
+// takeover reports which walsenders the role may end: a new leader ends
+// the one a cut-off former leader left on the slot (pg_terminate_backend),
+// rather than wait for wal_sender_timeout. PostgreSQL lets a role signal
+// backends of roles it is a member of, so replicas that all connect as
+// this role can; pg_signal_backend widens it to every non-superuser role.
+// Without either, a takeover after a cut waits for wal_sender_timeout: a
+// pass still, since most deployments run every replica as one role, with
+// the reason in the detail.
+func takeover(ctx context.Context, db DB, quotedRole string, super bool, r *Report) {
+	if super {
+		r.add("walsender takeover", Pass, quotedRole+" may end any former leader's walsender", "")
+		return
+	}
+	var signal bool
+	err := db.QueryRow(ctx, `SELECT coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = 'pg_signal_backend'), false)`).
+		Scan(&signal)
+	switch {
+	case err != nil:
+		r.add("walsender takeover", Warn, "cannot read membership in pg_signal_backend: "+err.Error(), "check the database URL")
+	case signal:
+		r.add("walsender takeover", Pass, quotedRole+" is a member of pg_signal_backend: it may end a former leader's walsender of any non-superuser role", "")
+	default:
+		r.add("walsender takeover", Pass, quotedRole+" may end a former leader's walsender of its own role only: run every replica as "+quotedRole+
+			", or a takeover after a network cut waits for wal_sender_timeout", "")
+	}
 }
