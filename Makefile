@@ -153,14 +153,15 @@ version-suite:
 # CHAOS_DELIVERY=exactly-once runs the relay with --delivery exactly-once: consumers read
 # read_committed and a duplicate fails the run; PostgreSQL crashes, frozen leaders (a standby
 # takes over, the thawed zombie is fenced) and, on a cluster, kill -9 of the transaction
-# coordinator's node join the schedule.
+# coordinator's node join the schedule. CHAOS_ONLY=kind,kind runs only those faults of the plan (e.g.
+# CHAOS_ONLY=leader-pg-cut,leader-kafka-cut: the leader cut off PostgreSQL, then off Kafka, a standby beside it).
 CHAOS_TIMEOUT ?= 20m
 CHAOS_KAFKA   ?= stack
 chaos: up
 	eval "$$($(STACK) env)"; \
 	$(if $(filter cluster,$(CHAOS_KAFKA)),KAFKA_VERSION=$(KAFKA_CLUSTER_VERSION) KAFKA_NODES=3 $(KAFKACLUSTER) run) \
 	$(GO) test -tags integration -run '^TestChaos' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./integration/ \
-		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(if $(filter exactly-once,$(CHAOS_DELIVERY)),-chaos.exactly-once)
+		-args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(if $(filter exactly-once,$(CHAOS_DELIVERY)),-chaos.exactly-once) $(if $(CHAOS_ONLY),-chaos.only=$(CHAOS_ONLY))
 
 # The three-node Kafka cluster suite (integration/cluster*_test.go: leader kill, rolling
 # restart, ISR shrink, frozen leader, reassignment, the inbox across a coordinator kill; and

@@ -48,7 +48,23 @@ var (
 	chaosLongFlag = flag.Bool("chaos.long", false, "TestChaos long mode (also OUTBOX_RELAY_CHAOS_LONG=1): 20+ kill -9 and more faults, a few minutes")
 	chaosEOSFlag  = flag.Bool("chaos.exactly-once", false, "TestChaos with the relay's --delivery exactly-once (also OUTBOX_RELAY_CHAOS_DELIVERY=exactly-once): "+
 		"read_committed consumers, 0 duplicates required, and the faults of that mode (a frozen leader, a PostgreSQL crash, the transaction coordinator's kill on a cluster)")
+	chaosOnlyFlag = flag.String("chaos.only", "", "TestChaos runs only these fault kinds of its plan (comma-separated, e.g. leader-pg-cut,leader-kafka-cut; make chaos CHAOS_ONLY=...): "+
+		"a developer's narrowing, with the plan's counts and the seed's timings")
 )
+
+// onlyKinds keeps the counts of the kinds named in only (all when empty).
+func onlyKinds(counts map[faultKind]int, only string) map[faultKind]int {
+	if only == "" {
+		return counts
+	}
+	out := map[faultKind]int{}
+	for _, k := range strings.Split(only, ",") {
+		if n, ok := counts[faultKind(strings.TrimSpace(k))]; ok {
+			out[faultKind(strings.TrimSpace(k))] = n
+		}
+	}
+	return out
+}
 
 const chaosDefaultSeed = 20251202
 
@@ -104,6 +120,14 @@ const (
 	faultPGCrash         faultKind = "pg-crash"
 	faultFreezeLeader    faultKind = "freeze-leader"
 	faultCoordinatorKill faultKind = "coordinator-kill-9"
+	// Network cuts of the leader alone, with a standby beside it, as
+	// across a partition that drops packets (a blackhole: nothing passes,
+	// nothing is reset). Cut off PostgreSQL, the standby must lead within
+	// --leader-timeout + 2 s (it ends the former leader's walsender);
+	// cut off Kafka, the lock holds and there is no takeover. Drawn
+	// after the others, so adding them left their schedule as it was.
+	faultLeaderPGCut    faultKind = "leader-pg-cut"
+	faultLeaderKafkaCut faultKind = "leader-kafka-cut"
 )
 
 // fault is one step of the schedule: Gap of steady load, then the fault.
@@ -152,7 +176,7 @@ func chaosPlan(long, cluster, eos bool) chaosConfig {
 		}
 	}
 	if cluster {
-		for _, k := range []faultKind{faultKafkaStop, faultKafkaCut, faultKafkaBlackhole} {
+		for _, k := range []faultKind{faultKafkaStop, faultKafkaCut, faultKafkaBlackhole, faultLeaderKafkaCut} {
 			delete(c.Counts, k)
 		}
 		c.Counts[faultBrokerKill], c.Counts[faultBrokerStop], c.Counts[faultBrokerPause] = 2, 1, 1
@@ -177,6 +201,7 @@ func chaosStackPlan(long bool) chaosConfig {
 			faultKill9: 16, faultKill9Twice: 3, // 22 kills
 			faultKafkaStop: 3, faultPGRestart: 3, faultPGCut: 3, faultKafkaCut: 3,
 			faultPGBlackhole: 2, faultKafkaBlackhole: 2, faultLeaderKill: 1,
+			faultLeaderPGCut: 1, faultLeaderKafkaCut: 1,
 		}
 	}
 	return c
@@ -229,6 +254,25 @@ func chaosSchedule(seed int64, cfg chaosConfig) []*fault {
 	// Drawn after the others, so adding it left their schedule as it was.
 	for i := 0; i < cfg.Counts[faultLeaderKill]; i++ {
 		out = append(out, &fault{Kind: faultLeaderKill, Gap: uniform(rng, cfg.GapMin, cfg.GapMax)})
+	}
+	// The leader's cuts, drawn after that, and placed before it (it stays
+	// last). The PostgreSQL cut outlasts --leader-timeout, so the
+	// takeover happens while it lasts.
+	var cuts []*fault
+	for _, k := range []faultKind{faultLeaderPGCut, faultLeaderKafkaCut} {
+		for i := 0; i < cfg.Counts[k]; i++ {
+			f := &fault{Kind: k, Gap: uniform(rng, cfg.GapMin, cfg.GapMax)}
+			if k == faultLeaderPGCut {
+				f.Hold = uniform(rng, 14*time.Second, 18*time.Second)
+			} else {
+				f.Hold = uniform(rng, 5*time.Second, 10*time.Second)
+			}
+			cuts = append(cuts, f)
+		}
+	}
+	if len(cuts) > 0 {
+		last := len(out) - cfg.Counts[faultLeaderKill]
+		out = append(out[:last], append(cuts, out[last:]...)...)
 	}
 	return out
 }
@@ -430,6 +474,84 @@ func (c *chaos) freezeLeader(f *fault) {
 		c.logf("WARNING: the thawed leader did not step down within 30s:\n%s", zombie.LogTail(20))
 	}
 	zombie.Term(20 * time.Second)
+}
+
+// chaosLeaderTimeout is the relays' --leader-timeout in this run.
+func (c *chaos) chaosLeaderTimeout() time.Duration {
+	for _, e := range c.relayEnv {
+		if v, ok := strings.CutPrefix(e, "OUTBOX_RELAY_LEADER_TIMEOUT="); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				return d
+			}
+		}
+	}
+	return 10 * time.Second // the default
+}
+
+// startStandby starts a relay beside the leader, with extra over the run's
+// environment, and waits until it is a ready standby.
+func (c *chaos) startStandby(f *fault, extra ...string) (*relayNode, []string) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(c.t))
+	c.relays++
+	env := append(append([]string(nil), c.relayEnv...), extra...)
+	standby := c.env.StartRelay(append(append([]string(nil), env...), "OUTBOX_RELAY_METRICS_ADDR="+addr)...)
+	node := &relayNode{name: "standby", r: standby, addr: addr}
+	if !within(30*time.Second, 100*time.Millisecond, node.readyStandby) {
+		f.Note = "standby not ready within 30s"
+		c.logf("WARNING: %s", f.Note)
+	}
+	return node, env
+}
+
+// cutLeaderOffPostgres is faultLeaderPGCut: a standby with a PostgreSQL
+// proxy of its own starts; the leader's proxy is blackholed for Hold; the
+// standby must stream within --leader-timeout + 2 s. It becomes c.relay,
+// and its proxy the run's PostgreSQL proxy; the former leader, standby
+// again after the heal, is stopped.
+func (c *chaos) cutLeaderOffPostgres(f *fault) {
+	proxy, url := StartPGProxy(c.t)
+	node, env := c.startStandby(f, "OUTBOX_RELAY_DATABASE_URL="+url)
+	former, formerProxy := c.relay, c.pgProxy
+	cut := time.Now()
+	formerProxy.Blackhole(f.Hold + 30*time.Second)
+	bound := c.chaosLeaderTimeout() + 2*time.Second
+	led := within(f.Hold, 20*time.Millisecond, node.streamingLeader)
+	took := time.Since(cut)
+	c.relay, c.pgProxy, c.relayEnv = node.r, proxy, env
+	switch {
+	case !led:
+		f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby not streaming %s after the cut", f.Hold), "; ")
+		c.t.Errorf("leader-pg-cut: the standby did not lead within %s of the cut (bound %s):\n%s", f.Hold, bound, node.r.LogTail(20))
+	case took > bound:
+		f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby leads %s after the cut, over %s", took.Round(time.Millisecond), bound), "; ")
+		c.t.Errorf("leader-pg-cut: the standby led %s after the cut, over --leader-timeout + 2s (%s)", took.Round(time.Millisecond), bound)
+	default:
+		f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; standby leads %s after the cut", took.Round(time.Millisecond)), "; ")
+	}
+	// wall-clock: the rest of the cut's hold, under load
+	time.Sleep(time.Until(cut.Add(f.Hold)))
+	formerProxy.Restore()
+	former.Term(20 * time.Second)
+}
+
+// cutLeaderOffKafka is faultLeaderKafkaCut: a standby starts; the Kafka
+// proxy is blackholed for Hold (the standby, which writes nothing, does not
+// notice); the lock must hold, with no takeover. The standby is stopped
+// after the heal.
+func (c *chaos) cutLeaderOffKafka(f *fault) {
+	node, _ := c.startStandby(f)
+	logged := len(c.relay.Log()) // the leader's log so far: earlier faults may have moved its lock
+	c.kafkaProxy.Blackhole(f.Hold + 5*time.Second)
+	// wall-clock: the fault's hold time (the Kafka cut's length)
+	time.Sleep(f.Hold)
+	c.kafkaProxy.Restore()
+	if node.r.LogContains("lock acquired") || strings.Contains(c.relay.Log()[logged:], "leadership lost") {
+		f.Note = strings.TrimPrefix(f.Note+"; leadership moved", "; ")
+		c.t.Errorf("leader-kafka-cut: leadership moved during a Kafka cut:\nleader:\n%s\nstandby:\n%s", c.relay.LogTail(20), node.r.LogTail(20))
+	} else {
+		f.Note = strings.TrimPrefix(f.Note+"; no takeover", "; ")
+	}
+	node.r.Term(20 * time.Second)
 }
 
 // splitPoisoned moves the poison event and every later event of its
@@ -939,6 +1061,10 @@ func (c *chaos) run(f *fault) {
 		c.pgDown.Store(false)
 	case faultFreezeLeader:
 		c.freezeLeader(f)
+	case faultLeaderPGCut:
+		c.cutLeaderOffPostgres(f)
+	case faultLeaderKafkaCut:
+		c.cutLeaderOffKafka(f)
 	case faultCoordinatorKill:
 		f.Node = transactionCoordinator(c.t, c.env.TransactionalID())
 		c.nodeDown.Store(int32(f.Node))
@@ -991,6 +1117,7 @@ func TestChaos(t *testing.T) {
 	long, seed, eos := chaosLong(), chaosSeed(), chaosExactlyOnce()
 	cluster := clusterOrNil(t)
 	cfg := chaosPlan(long, cluster != nil, eos)
+	cfg.Counts = onlyKinds(cfg.Counts, *chaosOnlyFlag)
 	schedule := chaosSchedule(seed, cfg)
 	mode := "short"
 	if long {
