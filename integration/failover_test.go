@@ -52,6 +52,11 @@ type failoverRig struct {
 	wg      sync.WaitGroup
 	// crashed is when the primary was told to crash, dead when it was gone.
 	crashed, dead time.Time
+	// promoteDelay is how long after the crash the standby is promoted:
+	// zero for at once; an HA manager's failure detection takes longer.
+	promoteDelay time.Duration
+	// promoted is when the standby's promotion had finished.
+	promoted time.Time
 	// round names the aggregates of writers started again after
 	// stopWriters: new ones, whose versions start at 1 again.
 	round int
@@ -201,7 +206,10 @@ func (r *failoverRig) crash() {
 	r.crashed = time.Now()
 	r.primary.Stop(r.t, "immediate")
 	r.dead = time.Now()
+	// wall-clock: the promotion's delay after the crash is the case under test
+	time.Sleep(r.promoteDelay)
 	r.standby.Promote(r.t)
+	r.promoted = time.Now()
 	r.t.Logf("primary crashed (%s), standby promoted %s after the crash", r.dead.Sub(r.crashed).Round(time.Millisecond), time.Since(r.crashed).Round(time.Millisecond))
 }
 

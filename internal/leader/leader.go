@@ -175,6 +175,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	}
 	defer closeConn()
 	failures := 0
+	var failing time.Time // when the current run of failures began
 	var holderLogged int32 // backend pid of the holder last logged
 	for {
 		if ctx.Err() != nil {
@@ -188,7 +189,10 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 					return nil, ctx.Err()
 				}
 				failures++
-				d := e.backoff(failures)
+				if failures == 1 {
+					failing = time.Now()
+				}
+				d := e.backoff(time.Since(failing))
 				e.log.Warn("lock connection failed, retrying", slog.Int("attempt", failures), slog.Duration("backoff", d), slog.Any("error", err))
 				if !backoff.Sleep(ctx, d) {
 					return nil, ctx.Err()
@@ -208,7 +212,10 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 				return nil, ctx.Err()
 			}
 			failures++
-			d := e.backoff(failures)
+			if failures == 1 {
+				failing = time.Now()
+			}
+			d := e.backoff(time.Since(failing))
 			e.log.Warn("lock poll failed, reconnecting", slog.Int("attempt", failures), slog.Duration("backoff", d), slog.Any("error", err))
 			if !backoff.Sleep(ctx, d) {
 				return nil, ctx.Err()
@@ -334,12 +341,20 @@ func split(key int64) (hi, lo int64) {
 // failed. It is short, not PollInterval: the usual failure is the server
 // going away under the leader (a crash, a promotion), and the new primary
 // answers within a second or two; a 2 s first backoff added up to 2 s to
-// every failover. Doubling with full jitter keeps replicas from retrying
-// in step against a server that stays down.
+// every failover.
 const retryBase = 100 * time.Millisecond
 
-func (e *Elector) backoff(failures int) time.Duration {
-	return backoff.Jitter(failures, retryBase, max(e.cfg.Timeout, e.cfg.PollInterval))
+// backoff is the wait before the next retry when the lock connection has
+// been failing for outage: a quarter of it, at least retryBase and at most
+// Timeout, with full jitter so replicas do not retry in step. It grows
+// with the time the server has been away, not with the number of tries:
+// a refused connection fails in a millisecond, and doubling per try
+// reached seconds within half a second of a crash, so a standby promoted
+// a second later waited up to 3 s more for the relay. This way a server
+// back after an outage of X is tried again within X/4.
+func (e *Elector) backoff(outage time.Duration) time.Duration {
+	d := min(max(retryBase, outage/4), max(e.cfg.Timeout, e.cfg.PollInterval))
+	return backoff.Jitter(1, d, d)
 }
 
 // Lease is held leadership. Its context is cancelled, with ErrLost as the
