@@ -280,3 +280,81 @@ func TestClientCredentials(t *testing.T) {
 		t.Fatalf("default lifetime: %+v %v", tok, err)
 	}
 }
+
+// TestClientCredentialsRefusesRedirects: a token endpoint's redirect is
+// not followed, whatever its status and target (issue 46: the https-only
+// rule checked the configured URL only, and a 307 to http re-sent
+// client_id:secret in clear text; Go's client keeps the Authorization
+// header on a redirect to the same host, and a 307 or 308 re-sends the
+// form). The target, a plain-http server on the same host, must receive
+// nothing.
+func TestClientCredentialsRefusesRedirects(t *testing.T) {
+	var reached atomic.Int32
+	var leaked atomic.Value
+	leaked.Store("")
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if u, p, ok := r.BasicAuth(); ok {
+			leaked.Store(u + ":" + p)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"access_token":"stolen","token_type":"Bearer"}`)
+	}))
+	defer plain.Close()
+	var status atomic.Int32
+	var target atomic.Value
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"access_token":"moved","token_type":"Bearer"}`)
+			return
+		}
+		http.Redirect(w, r, target.Load().(string), int(status.Load()))
+	}))
+	defer tlsSrv.Close()
+
+	for _, c := range []struct {
+		status int
+		target string
+		want   string // the target as the error names it
+	}{
+		{http.StatusTemporaryRedirect, plain.URL + "/token?k=v", plain.URL + "/token"},
+		{http.StatusPermanentRedirect, plain.URL + "/token", plain.URL + "/token"},
+		{http.StatusFound, plain.URL + "/token", plain.URL + "/token"},
+		{http.StatusMovedPermanently, plain.URL + "/token", plain.URL + "/token"},
+		{http.StatusSeeOther, plain.URL + "/token", plain.URL + "/token"},
+		// https to https, same host: refused as well; the configured
+		// URL should name the endpoint.
+		{http.StatusTemporaryRedirect, tlsSrv.URL + "/moved", tlsSrv.URL + "/moved"},
+		{http.StatusTemporaryRedirect, "http://user:pw@" + strings.TrimPrefix(plain.URL, "http://") + "/t", plain.URL + "/t"},
+	} {
+		status.Store(int32(c.status))
+		target.Store(c.target)
+		cc := &ClientCredentials{TokenURL: tlsSrv.URL + "/token", ClientID: "relay", ClientSecret: "s3cret", HTTPClient: tlsSrv.Client()}
+		tok, err := cc.Token(context.Background())
+		var re *RedirectError
+		switch {
+		case !errors.As(err, &re) || re.Status != c.status || re.Location != c.want:
+			t.Errorf("%d to %s: token %q, error %v; want a RedirectError naming %s", c.status, c.target, tok.Value, err, c.want)
+		case strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "k=v") || strings.Contains(err.Error(), "pw"):
+			t.Errorf("%d: the error shows the secret, the query or the user info: %v", c.status, err)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the plain-http target received %d requests (credentials %q), want none", n, leaked.Load())
+	}
+
+	// A caller's client that follows redirects is overridden, and left
+	// as it was.
+	status.Store(http.StatusTemporaryRedirect)
+	target.Store(plain.URL + "/token")
+	hc := tlsSrv.Client()
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return nil }
+	cc := &ClientCredentials{TokenURL: tlsSrv.URL + "/token", ClientID: "relay", ClientSecret: "s3cret", HTTPClient: hc}
+	if _, err := cc.Token(context.Background()); !errors.As(err, new(*RedirectError)) || reached.Load() != 0 {
+		t.Errorf("a client with its own CheckRedirect: %v, %d requests to the target", err, reached.Load())
+	}
+	if hc.CheckRedirect == nil || hc.CheckRedirect(nil, nil) != nil {
+		t.Error("the caller's client was changed")
+	}
+}

@@ -89,7 +89,9 @@ type ClientCredentials struct {
 	Scope string
 	// Params are extra form parameters (e.g. audience).
 	Params url.Values
-	// HTTPClient defaults to a client with a 30 s timeout.
+	// HTTPClient defaults to a client with a 30 s timeout. Token uses a
+	// copy that follows no redirect, whatever CheckRedirect says: a
+	// redirect is a *RedirectError.
 	HTTPClient *http.Client
 	// DefaultLifetime is the lifetime of a token whose response has no
 	// expires_in; zero means unknown.
@@ -99,7 +101,7 @@ type ClientCredentials struct {
 // Token requests a token. The error names the endpoint's OAuth error code
 // and description (RFC 6749 §5.2), never the secret or a token; an
 // *HTTPError tells a rejected client (4xx) from an unreachable or failing
-// endpoint.
+// endpoint; a *RedirectError is a redirect, never followed.
 func (c *ClientCredentials) Token(ctx context.Context) (Token, error) {
 	form := url.Values{}
 	for k, v := range c.Params {
@@ -117,9 +119,16 @@ func (c *ClientCredentials) Token(ctx context.Context) (Token, error) {
 	req.Header.Set("Accept", "application/json")
 	// RFC 6749 §2.3.1: both form-urlencoded before Basic encoding.
 	req.SetBasicAuth(url.QueryEscape(c.ClientID), url.QueryEscape(c.ClientSecret))
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+	// A copy of the caller's client that follows no redirect: the
+	// https-only rule was checked on TokenURL, not on where it points.
+	hc := http.Client{Timeout: 30 * time.Second}
+	if c.HTTPClient != nil {
+		hc = *c.HTTPClient
+	}
+	var redirect *url.URL
+	hc.CheckRedirect = func(next *http.Request, _ []*http.Request) error {
+		redirect = next.URL
+		return http.ErrUseLastResponse
 	}
 	start := time.Now()
 	resp, err := hc.Do(req)
@@ -127,6 +136,9 @@ func (c *ClientCredentials) Token(ctx context.Context) (Token, error) {
 		return Token{}, fmt.Errorf("oauthbearer: token endpoint: %w", redactURLError(err))
 	}
 	defer resp.Body.Close()
+	if redirect != nil {
+		return Token{}, fmt.Errorf("oauthbearer: token endpoint: %w", &RedirectError{Status: resp.StatusCode, Location: redactURL(redirect)})
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return Token{}, fmt.Errorf("oauthbearer: token endpoint: read response: %w", err)
@@ -194,6 +206,32 @@ func (e *HTTPError) Error() string {
 // (4xx other than 408 and 429).
 func (e *HTTPError) Permanent() bool {
 	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout && e.Status != http.StatusTooManyRequests
+}
+
+// RedirectError is a token endpoint's redirect, which Token does not
+// follow: following it would send the client secret again, to a URL that
+// was never checked (an https endpoint redirecting to http would have it
+// cross the network in clear text; Go's client keeps the Authorization
+// header on a redirect to the same host, and a 307 or 308 re-sends the
+// request as it was). A token endpoint has no reason to redirect a
+// client's POST: configure the URL it redirects to, once checked.
+type RedirectError struct {
+	Status int
+	// Location is the redirect's target without user info, query or
+	// fragment, which may carry secrets.
+	Location string
+}
+
+// Error names the status and the target.
+func (e *RedirectError) Error() string {
+	return fmt.Sprintf("HTTP %d redirect to %s, not followed (it would send the client secret again): set the token URL to the endpoint itself", e.Status, e.Location)
+}
+
+// redactURL is u without user info, query or fragment.
+func redactURL(u *url.URL) string {
+	r := *u
+	r.User, r.RawQuery, r.ForceQuery, r.Fragment, r.RawFragment = nil, "", false, "", ""
+	return r.String()
 }
 
 // redactURLError drops the URL's user info and query from a *url.Error.

@@ -3,7 +3,6 @@ package relay
 import (
 	"math"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -70,16 +69,8 @@ func (c Config) compile() (compiled, error) {
 }
 
 // connString reports whether s has the form of a PostgreSQL connection
-// string: a postgres:// (or postgresql://) URL, or libpq's keyword/value
-// form ("host=db dbname=app"), which pgx accepts as well.
-func connString(s string) bool {
-	if strings.Contains(s, "://") {
-		// Only the scheme: pgconn parses the rest (net/url refuses
-		// multi-host URLs with IPv6 hosts, [::1]:5432,[::2]:5432).
-		return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
-	}
-	return strings.Contains(s, "=")
-}
+// string (outboxdb.ConnString).
+func connString(s string) bool { return outboxdb.ConnString(s) }
 
 func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 	var err error

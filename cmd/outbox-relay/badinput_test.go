@@ -183,6 +183,54 @@ func TestBadInputEveryFlag(t *testing.T) {
 			for _, v := range vals.edge {
 				check(v, false)
 			}
+			if kind != envflag.KindBool {
+				checkHyphenValue(t, p, f, kind)
+			}
 		}
 	}
+}
+
+// hyphenValue is a value that begins with "-" and a letter, as a
+// generated password may.
+const hyphenValue = "-Xy7secret"
+
+// checkHyphenValue gives flag f hyphenValue as the next argument, after
+// --name and after the single-dash -name that envflag.Normalize rewrites:
+// the flag receives it intact (issue 46: Normalize made it "--Xy7secret"),
+// a flag of a kind it is no value of refuses it quoting it intact, and a
+// secret one's value never shows in the output.
+func checkHyphenValue(t *testing.T, p *commandParser, f *kong.Flag, kind envflag.Kind) {
+	t.Helper()
+	_, secret := envflag.FlagKind(f)
+	for _, flag := range []string{"--" + f.Name, "-" + f.Name} {
+		o := attempt(t, p, []string{flag, hyphenValue})
+		desc := fmt.Sprintf("%s %s %s", p.name, flag, hyphenValue)
+		out := o.stdout + o.stderr
+		got, parsed := received(p, f.Name)
+		switch {
+		case secret && strings.Contains(out, hyphenValue[1:]):
+			t.Errorf("%s: the secret shows in the output:\n%.2000s", desc, out)
+		case kind == envflag.KindString && got != hyphenValue, kind == envflag.KindList && got != "["+hyphenValue+"]":
+			t.Errorf("%s: the flag received %q (parsed: %v), want %q:\n%.2000s", desc, got, parsed, hyphenValue, o.stderr)
+		case kind == envflag.KindString, kind == envflag.KindList:
+		case o.code != exitUsage:
+			t.Errorf("%s: accepted (exit %d), want exit 2", desc, o.code)
+		case !secret && !strings.Contains(o.stderr, `"`+hyphenValue+`"`):
+			t.Errorf("%s: the refusal does not quote the value as given:\n%.2000s", desc, o.stderr)
+		}
+	}
+}
+
+// received is the value flag name of p's model holds after p's last
+// parse (Sprint of its target), and whether that parse got that far.
+func received(p *commandParser, name string) (string, bool) {
+	var got string
+	found := false
+	_ = kong.Visit(p.k.Model, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok && f.Name == name && f.Target.IsValid() {
+			got, found = fmt.Sprint(f.Target.Interface()), true
+		}
+		return next(nil)
+	})
+	return got, found
 }

@@ -234,14 +234,20 @@ type commandParser struct {
 	env    *envflag.Env
 	help   bytes.Buffer
 	helped bool
+	// valueFlags tells Normalize which flags take the next argument as
+	// their value.
+	valueFlags func(name string) bool
 }
 
 // newCommandParser returns the parser of command name.
 func newCommandParser(name string) (*commandParser, error) {
 	p := &commandParser{name: name, env: envflag.NewEnv(config.EnvPrefix)}
 	k, err := newParser(grammar(name), p.env, &p.help, &p.helped)
-	p.k = k
-	return p, err
+	if err != nil {
+		return p, err
+	}
+	p.k, p.valueFlags = k, envflag.ValueFlags(k.Model)
+	return p, nil
 }
 
 // configure is configure's work once the command is known.
@@ -250,7 +256,7 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	p.helped = false
 	p.env.Reset()
 	name, env := p.name, p.env
-	ctx, err := p.k.Parse(envflag.Normalize(args))
+	ctx, err := p.k.Parse(envflag.Normalize(args, p.valueFlags))
 	switch {
 	case p.helped:
 		return nil, nil, &helpRequest{p.help.String()}

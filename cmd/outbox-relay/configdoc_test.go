@@ -178,7 +178,9 @@ const configDocIntro = "# Configuration reference\n\n" +
 	"<!-- Generated from the binary's flag sets by cmd/outbox-relay/configdoc_test.go; do not edit.\n" +
 	"     Regenerate: go test ./cmd/outbox-relay -run TestConfigurationDoc -update -->\n\n" +
 	"A flag is given as `--name value` or `--name=value` (a boolean as `--name` or `--name=false`); the single-dash\n" +
-	"form of earlier releases (`-name value`) is still accepted.\n\n" +
+	"form of earlier releases (`-name value`) is still accepted. A value is taken as given, even one that begins\n" +
+	"with `-` (`--kafka-sasl-password -Xy7` or `-kafka-sasl-password -Xy7`): the single-dash form applies to\n" +
+	"flags only, not to the value after a flag nor to anything after `--`.\n\n" +
 	"Every flag has an environment fallback: `--database-url` is `OUTBOX_RELAY_DATABASE_URL`. A flag\n" +
 	"on the command line wins over the environment, which wins over the default. Secrets (the database\n" +
 	"URL, the SASL password) may also come from a file named by the variable with a `_FILE` suffix, so\n" +

@@ -61,6 +61,11 @@ func (*doctorCmd) about(string) about {
 func (c *doctorCmd) run(ctx context.Context, x *invocation) error {
 	cfg, stdout := x.cfg, x.stdout
 	for i, u := range c.StandbyURL {
+		// The shape first: pgconn's error would quote a value that is
+		// no connection string, and it may be a password.
+		if !outboxdb.ConnString(u) {
+			return configError{fmt.Errorf("--standby-url #%d: must be a postgres:// URL or a key=value connection string, like --database-url", i+1)}
+		}
 		if _, err := outboxdb.ParseConfig(u); err != nil {
 			return configError{fmt.Errorf("--standby-url #%d: %w", i+1, err)}
 		}

@@ -129,13 +129,41 @@ func Defaults(prefix string, def any) kong.Option {
 // Normalize accepts the single-dash long flags of Go's flag package
 // (-slot x), which the binary took before kong: a "-name" longer than a
 // letter becomes "--name". A negative number stays a value.
-func Normalize(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
+//
+// Only a token in flag position is rewritten: the token after a flag that
+// takes a value (takesValue reports which do, by name; see ValueFlags) is
+// that flag's value, kept as given (--kafka-sasl-password -Xy7secret must
+// not send "--Xy7secret"), and so is everything after "--". A flag given
+// as --name=value carries its value in the same token.
+func Normalize(args []string, takesValue func(name string) bool) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
 		if len(a) > 2 && a[0] == '-' && a[1] != '-' && (a[1] < '0' || a[1] > '9') {
 			a = "-" + a
 		}
-		out[i] = a
+		out = append(out, a)
+		if name, ok := strings.CutPrefix(a, "--"); ok && !strings.Contains(name, "=") && takesValue(name) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
 	}
 	return out
+}
+
+// ValueFlags reports, for Normalize, whether the flag of model named name
+// takes a value as the next argument: every flag but a bool one (--all,
+// whose value can only be given as --all=false) and --help.
+func ValueFlags(model *kong.Application) func(name string) bool {
+	takes := map[string]bool{}
+	_ = kong.Visit(model, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok && !f.IsBool() && !f.IsCounter() {
+			takes[f.Name] = true
+		}
+		return next(nil)
+	})
+	return func(name string) bool { return takes[name] }
 }

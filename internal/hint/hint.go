@@ -72,6 +72,8 @@ func kafkaHint(f kafkaconn.Failure) string {
 		return "check Kafka.SASL.Username and its password (Kafka.SASL.Password), and that Kafka.SASL.Mechanism matches the broker's credentials (SCRAM credentials exist per mechanism)"
 	case kafkaconn.FailureSASLToken:
 		return "the OAuth token endpoint refused the client: check Kafka.SASL.OAuth.ClientID, its secret (Kafka.SASL.OAuth.ClientSecret) and Kafka.SASL.OAuth.Scope"
+	case kafkaconn.FailureSASLTokenRedirect:
+		return "the OAuth token endpoint redirects, and a redirect is never followed (it would resend the client secret): set Kafka.SASL.OAuth.TokenEndpoint to the https URL it redirects to"
 	case kafkaconn.FailureSASLMechanism:
 		return "the listener does not enable this SASL mechanism: set Kafka.SASL.Mechanism to one in the broker's sasl.enabled.mechanisms"
 	}

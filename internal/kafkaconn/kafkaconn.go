@@ -340,6 +340,10 @@ const (
 	// FailureSASLToken: the identity provider refused the OAuth client
 	// (wrong client id, secret or scope).
 	FailureSASLToken Failure = "sasl_token"
+	// FailureSASLTokenRedirect: the OAuth token endpoint redirected the
+	// request, which is never followed (the client secret would go to a
+	// URL nobody checked): the configured URL is not the endpoint.
+	FailureSASLTokenRedirect Failure = "sasl_token_redirect"
 )
 
 // Classify recognises security failures in a kafka-go error.
@@ -354,7 +358,10 @@ func Classify(err error) Failure {
 	var alert tls.AlertError
 	var kerr kafka.Error
 	var herr *oauthbearer.HTTPError
+	var rerr *oauthbearer.RedirectError
 	switch {
+	case errors.As(err, &rerr):
+		return FailureSASLTokenRedirect
 	case errors.As(err, &herr):
 		if herr.Permanent() {
 			return FailureSASLToken

@@ -72,6 +72,11 @@ func TestClassifyTokenEndpointRefusal(t *testing.T) {
 	if f := Classify(&oauthbearer.HTTPError{Status: 503}); f != FailureNone {
 		t.Fatalf("503: %q, want transient", f)
 	}
+	// Issue 46: a redirect is not followed; the configured URL is wrong.
+	err = fmt.Errorf("oauthbearer: get token: %w", &oauthbearer.RedirectError{Status: 307, Location: "http://idp/token"})
+	if f := Classify(err); f != FailureSASLTokenRedirect {
+		t.Fatalf("redirect: %q", f)
+	}
 }
 
 type fakeMech struct{ expiry time.Time }

@@ -27,6 +27,21 @@ import (
 // ApplicationName is the application_name of the pool's sessions.
 const ApplicationName = "outbox-relay"
 
+// ConnString reports whether s has the form of a PostgreSQL connection
+// string: a postgres:// (or postgresql://) URL, or libpq's keyword/value
+// form ("host=db dbname=app"), which pgx accepts as well. Check it before
+// ParseConfig where s may be anything: pgconn's error quotes the string,
+// with a password it recognises redacted, which a string of another form
+// (a password given as the URL) is not.
+func ConnString(s string) bool {
+	if strings.Contains(s, "://") {
+		// Only the scheme: pgconn parses the rest (net/url refuses
+		// multi-host URLs with IPv6 hosts, [::1]:5432,[::2]:5432).
+		return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+	}
+	return strings.Contains(s, "=")
+}
+
 // ParseConfig parses url into the pool configuration Connect uses: a few
 // connections (the relay's queries are small and rare; the data flows
 // through the replication connection), named ApplicationName.
