@@ -107,8 +107,13 @@ func (p *Publisher) askMetadata(ctx context.Context, topic string) (*metadataapi
 	}
 	res, err := p.client.Transport.RoundTrip(ctx, p.client.Addr, q)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && p.ctx.Err() == nil {
-			return nil, fmt.Errorf("topic %s: no metadata answer within %s: %w", topic, p.cfg.MetadataTimeout, err)
+		// The deadline ends the wait as a context error or, on the
+		// connection (whose deadline is ctx's), as an i/o timeout, which
+		// may come a moment before ctx's own timer.
+		var nerr net.Error
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &nerr) && nerr.Timeout()
+		if timedOut && p.ctx.Err() == nil {
+			return nil, fmt.Errorf("topic %s: no metadata answer within %s: %w (%w)", topic, p.cfg.MetadataTimeout, context.DeadlineExceeded, err)
 		}
 		return nil, fmt.Errorf("topic %s: metadata: %w", topic, err)
 	}
