@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/apiversions"
+	"github.com/segmentio/kafka-go/protocol/createtopics"
 	metadataapi "github.com/segmentio/kafka-go/protocol/metadata"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 
@@ -22,7 +23,8 @@ import (
 )
 
 // wireBroker is a one-broker Kafka cluster on a loopback TCP port that
-// speaks enough of the protocol (ApiVersions, Metadata, Produce) for a
+// speaks enough of the protocol (ApiVersions, Metadata, Produce,
+// CreateTopics) for a
 // real kafka-go Transport, so the tests see what kafka-go's metadata
 // cache does: which topics its refreshes ask for, and what happens when
 // an answer is slow. The cluster holds the test's topics and, in answers
@@ -117,7 +119,17 @@ func (b *wireBroker) serve(c net.Conn) {
 				{ApiKey: int16(protocol.Produce), MinVersion: 3, MaxVersion: 8},
 				{ApiKey: int16(protocol.Metadata), MinVersion: 1, MaxVersion: 8},
 				{ApiKey: int16(protocol.ApiVersions), MinVersion: 0, MaxVersion: 2},
+				{ApiKey: int16(protocol.CreateTopics), MinVersion: 0, MaxVersion: 4},
 			}}
+		case *createtopics.Request:
+			created := &createtopics.Response{}
+			b.mu.Lock()
+			for _, t := range req.Topics {
+				b.partitions[t.Name] = int(t.NumPartitions)
+				created.Topics = append(created.Topics, createtopics.ResponseTopic{Name: t.Name})
+			}
+			b.mu.Unlock()
+			res = created
 		case *metadataapi.Request:
 			res, delay = b.metadata(req.TopicNames)
 		case *produceapi.Request:
@@ -304,4 +316,19 @@ func TestMetadataGrowthSeenOnBusyCluster(t *testing.T) {
 	publishUntil(t, p, "orders", "the switch to 4 partitions", 5*time.Second, func() bool {
 		return counter(t, m, "outbox_relay_topic_partition_changes_total") == 1
 	})
+}
+
+// TestMetadataCreatedTopicIsCovered: after CreateTopics kafka-go waits
+// until its cache shows the topic, so a created topic must be covered by
+// the cache before it is created, or that wait lasts until the
+// question's deadline (MetadataTimeout).
+func TestMetadataCreatedTopicIsCovered(t *testing.T) {
+	b := newWireBroker(t)
+	cfg := Config{CreateTopics: true, TopicPartitions: 3, MetadataTimeout: 5 * time.Second}
+	p, _, _ := startWirePublisher(t, b, cfg, 50*time.Millisecond)
+	start := time.Now()
+	publishUntil(t, p, "created", "a first event", 10*time.Second, func() bool { return true })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the first event of a created topic took %s: the wait after CreateTopics ran into the deadline", d)
+	}
 }
