@@ -45,10 +45,21 @@ func (c *fakeCluster) setPartitions(topic string, n int) {
 }
 
 func (c *fakeCluster) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.Message) (protocol.Message, error) {
-	req, ok := msg.(*metadataapi.Request)
-	if !ok {
+	var topics []string
+	switch req := msg.(type) {
+	case *metadataapi.Request: // kafka.Client.Metadata (Ping)
+		topics = req.TopicNames
+	case *metadataQuestion: // the publisher's own questions
+		res, err := c.metadata(req.Topics)
+		return metadataAnswer{res}, err
+	default:
 		return c.produce.RoundTrip(ctx, addr, msg)
 	}
+	return c.metadata(topics)
+}
+
+// metadata answers a metadata request for topics.
+func (c *fakeCluster) metadata(topics []string) (*metadataapi.Response, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lookups++
@@ -56,7 +67,7 @@ func (c *fakeCluster) RoundTrip(ctx context.Context, addr net.Addr, msg protocol
 		Brokers:      []metadataapi.ResponseBroker{{NodeID: 1, Host: "127.0.0.1", Port: 1}},
 		ControllerID: 1,
 	}
-	for _, topic := range req.TopicNames {
+	for _, topic := range topics {
 		t := metadataapi.ResponseTopic{Name: topic}
 		n := c.partitions[topic]
 		if n == 0 {

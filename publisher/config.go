@@ -37,6 +37,13 @@ type Config struct {
 	// MetadataRefresh is how often a topic's partition count is read
 	// again, so added partitions get used (and a shrunk topic noticed).
 	MetadataRefresh time.Duration
+	// MetadataTimeout bounds each of the publisher's own metadata
+	// questions (a topic's partitions and leaders, the positions topic's
+	// partition count). They go to a broker, past kafka-go's cache of
+	// Transport.MetadataTTL, so a slow or silent broker shows as a
+	// failure that is logged and counted (Metrics.MetadataRefreshFailed)
+	// instead of a stale layout kept without a word.
+	MetadataTimeout time.Duration
 	// TopicIdleTimeout is how long a partition lane, and then a topic's
 	// router, may stay idle (nothing queued, nothing awaiting Kafka)
 	// before it is removed: topics come from event data, so without
@@ -49,10 +56,14 @@ type Config struct {
 	// Transport carries every request to the brokers, so its TLS, SASL,
 	// ClientID, DialTimeout and MetadataTTL apply to all of them
 	// (kafka-go does not refresh metadata on NotLeaderForPartition, so
-	// MetadataTTL bounds the stall after a leader change). Close releases
-	// its idle connections. nil: PLAINTEXT, client ID "outbox-relay", a
-	// 5 s dial timeout and a 1 s MetadataTTL. The relay builds it from
-	// its one Kafka configuration (relay.KafkaConfig.Transport).
+	// MetadataTTL bounds the stall after a leader change). The publisher
+	// only reads it: it sends through copies of it whose metadata cache
+	// covers only the topics it writes to (MetadataTopics is replaced;
+	// see kafka.md), a wider copy for each topic first seen, and
+	// releases their connections on Close. nil: PLAINTEXT, client ID
+	// "outbox-relay", a 5 s dial timeout and a 1 s MetadataTTL. The relay
+	// builds it from its one Kafka configuration
+	// (relay.KafkaConfig.Transport).
 	Transport *kafka.Transport
 	// LastFailure, if set, is told of every failed write and topic
 	// lookup (the stall detector's cause); it may outlive the Publisher.
@@ -110,6 +121,9 @@ func (c *Config) defaults() {
 	}
 	if c.MetadataRefresh <= 0 {
 		c.MetadataRefresh = time.Minute
+	}
+	if c.MetadataTimeout <= 0 {
+		c.MetadataTimeout = 10 * time.Second
 	}
 	if c.TopicIdleTimeout <= 0 {
 		c.TopicIdleTimeout = 2 * time.Minute

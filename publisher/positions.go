@@ -24,6 +24,7 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 	topic := t.cfg.PositionsTopic
 	n, err := t.partitionCount(ctx, topic)
 	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		t.p.cover(topic) // kafka-go's CreateTopics waits until its cache shows the topic
 		res, cerr := t.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 			Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
 			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}},
@@ -56,23 +57,26 @@ func (t *transactions) ensurePositionsTopic(ctx context.Context) error {
 	return nil
 }
 
-// partitionCount is topic's number of partitions.
+// partitionCount is topic's number of partitions, asked of a broker
+// (askMetadata) rather than kafka-go's cache; a failure is logged and
+// counted.
 func (t *transactions) partitionCount(ctx context.Context, topic string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	md, err := t.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	tp, err := t.p.askMetadata(ctx, topic)
+	if err == nil && tp.ErrorCode != 0 {
+		err = kafka.Error(tp.ErrorCode)
+	}
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return 0, err // the caller creates the topic, or waits for it to appear
+	}
 	if err != nil {
+		_, reason := classify(err)
+		t.p.m.MetadataRefreshFailed(reason)
+		t.p.log.Warn("positions topic metadata unavailable", slog.String("stage", "transaction"), slog.String("topic", topic),
+			slog.String("reason", reason), slog.Any("error", err))
 		return 0, err
 	}
-	for _, tp := range md.Topics {
-		if tp.Name == topic {
-			if tp.Error != nil {
-				return 0, tp.Error
-			}
-			return len(tp.Partitions), nil
-		}
-	}
-	return 0, kafka.UnknownTopicOrPartition
+	t.p.cover(topic)
+	return len(tp.Partitions), nil
 }
 
 // PositionPartition is the partition of the positions topic that holds

@@ -97,6 +97,12 @@ type Metrics interface {
 	// ProducerFenced counts a refusal because a newer producer with the
 	// same transactional id took over.
 	ProducerFenced()
+	// MetadataRefreshFailed counts a metadata question of the
+	// publisher's own (a topic's partitions and leaders, the positions
+	// topic's partition count) that failed, by reason (as PublishError's:
+	// "timeout", "network", "unknown_topic_or_partition", ...): the
+	// layout known before, if any, stays in use meanwhile.
+	MetadataRefreshFailed(reason string)
 }
 
 type nopMetrics struct{}
@@ -109,6 +115,7 @@ func (nopMetrics) PartitionChange(string)                                 {}
 func (nopMetrics) TransactionCommitted(time.Duration, time.Duration, int) {}
 func (nopMetrics) TransactionAborted()                                    {}
 func (nopMetrics) ProducerFenced()                                        {}
+func (nopMetrics) MetadataRefreshFailed(string)                           {}
 
 // outgoing is one event on its way to Kafka.
 type outgoing struct {
@@ -149,6 +156,9 @@ type Publisher struct {
 	client     *kafka.Client
 	sink       *kafkaproduce.Sink
 	quarantine *quarantine
+	// topics is the transport whose metadata cache covers the topics
+	// written to (nil when tests pass their own RoundTripper).
+	topics *topicTransport
 	// producer is the idempotent producer's id and sequences; nil
 	// without Config.Idempotent.
 	producer *kafkaproduce.Producer
@@ -180,7 +190,12 @@ func New(cfg Config, opts ...Option) *Publisher {
 		}
 	}
 	cfg.defaults()
-	return newPublisher(cfg, o.logger, o.metrics, cfg.Transport, cfg.Transport.CloseIdleConnections)
+	var own []string
+	if cfg.Transactions != nil {
+		own = append(own, cfg.Transactions.PositionsTopic)
+	}
+	tt := newTopicTransport(cfg.Transport, own...)
+	return newPublisher(cfg, o.logger, o.metrics, tt, tt.CloseIdleConnections)
 }
 
 // newPublisher returns a Publisher whose metadata and produce requests go
@@ -202,6 +217,7 @@ func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		closeIdle: closeIdle,
 		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
+	p.topics, _ = rt.(*topicTransport)
 	if cfg.Idempotent || cfg.Transactions != nil {
 		p.producer = kafkaproduce.NewProducer(rt, addr, cfg.Transactions != nil)
 	}

@@ -245,13 +245,20 @@ func (r *router) resolve() topicState {
 		// too: classify starts with them.
 		class, reason := classify(err)
 		r.p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
+		r.p.m.MetadataRefreshFailed(reason)
 		if class == Fatal {
 			r.p.log.Error("topic refused for a reason no retry can fix; stopping with the slot position held", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.String("reason", reason), slog.Any("error", err))
 			r.p.fail(fatalError(r.topic, -1, reason, err))
 			return topicClosing
 		}
 		if r.partitions != nil {
-			return topicReady // keep the known layout
+			// Keep the known layout, and say so: the next sweep past
+			// MetadataRefresh asks again.
+			r.p.log.Warn("topic metadata refresh failed; keeping the known partitions until the next refresh",
+				slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("partitions", len(r.partitions)),
+				slog.String("reason", reason), slog.Any("error", err))
+			r.fetched = time.Now() // ask again after MetadataRefresh, not at every batch
+			return topicReady
 		}
 		if errors.Is(err, kafka.UnknownTopicOrPartition) && !r.p.cfg.CreateTopics {
 			if r.unknownSince.IsZero() {
@@ -318,50 +325,53 @@ func (r *router) leader(part int) int {
 
 // partitionLeaders returns the leader's broker id of each of topic's
 // partitions (-1 for a partition without a leader), creating the topic
-// if configured to.
+// if configured to. It asks a broker (askMetadata), not kafka-go's cache;
+// a topic that exists becomes part of the transport's cached metadata.
 func (p *Publisher) partitionLeaders(ctx context.Context, topic string) ([]int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	t, err := p.askMetadata(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range resp.Topics {
-		if t.Name != topic {
-			continue
+	if t.ErrorCode != 0 {
+		if kafka.Error(t.ErrorCode) == kafka.UnknownTopicOrPartition && p.cfg.CreateTopics {
+			return nil, p.createTopic(ctx, topic)
 		}
-		if t.Error != nil {
-			if t.Error == kafka.UnknownTopicOrPartition && p.cfg.CreateTopics {
-				return nil, p.createTopic(ctx, topic)
-			}
-			return nil, fmt.Errorf("topic %s: %w", topic, t.Error)
-		}
-		if len(t.Partitions) == 0 {
-			return nil, fmt.Errorf("topic %s has no partitions yet", topic)
-		}
-		leaders := make([]int, len(t.Partitions))
-		for i := range leaders {
-			leaders[i] = -1
-		}
-		for _, part := range t.Partitions {
-			if part.ID < 0 || part.ID >= len(leaders) {
-				return nil, fmt.Errorf("topic %s: partition %d outside 0..%d", topic, part.ID, len(leaders)-1)
-			}
-			if part.Leader.Host != "" {
-				leaders[part.ID] = part.Leader.ID
-			}
-		}
-		return leaders, nil
+		return nil, fmt.Errorf("topic %s: %w", topic, kafka.Error(t.ErrorCode))
 	}
-	if p.cfg.CreateTopics {
-		return nil, p.createTopic(ctx, topic)
+	if len(t.Partitions) == 0 {
+		return nil, fmt.Errorf("topic %s has no partitions yet", topic)
 	}
-	return nil, fmt.Errorf("topic %s: %w", topic, kafka.UnknownTopicOrPartition)
+	leaders := make([]int, len(t.Partitions))
+	for i := range leaders {
+		leaders[i] = -1
+	}
+	for _, part := range t.Partitions {
+		id := int(part.PartitionIndex)
+		if id < 0 || id >= len(leaders) {
+			return nil, fmt.Errorf("topic %s: partition %d outside 0..%d", topic, id, len(leaders)-1)
+		}
+		if part.LeaderID >= 0 {
+			leaders[id] = int(part.LeaderID)
+		}
+	}
+	p.cover(topic)
+	return leaders, nil
+}
+
+// cover makes topic part of the transport's cached metadata, which
+// routes produce requests (see topicTransport).
+func (p *Publisher) cover(topic string) {
+	if p.topics != nil && p.topics.add(topic) {
+		p.log.Debug("the transport's metadata now covers the topic", slog.String("stage", "publish"), slog.String("topic", topic))
+	}
 }
 
 // createTopic creates topic and reports it as not yet usable, so the
 // caller retries the metadata lookup.
 func (p *Publisher) createTopic(ctx context.Context, topic string) error {
+	// kafka-go waits after CreateTopics until its cache shows the topic:
+	// it must be covered first, or the wait lasts until ctx ends.
+	p.cover(topic)
 	resp, err := p.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: topic, NumPartitions: p.cfg.TopicPartitions, ReplicationFactor: p.cfg.TopicReplicationFactor,
 	}}})

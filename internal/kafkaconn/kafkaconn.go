@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -397,4 +398,39 @@ func Classify(err error) Failure {
 		return FailureNeedsTLS
 	}
 	return FailureNone
+}
+
+// WithMetadataTopics returns a new Transport with tr's settings whose
+// metadata cache covers only topics (sorted, without duplicates; empty:
+// the brokers alone). kafka-go refreshes a Transport's cache every
+// MetadataTTL for every topic of the cluster unless MetadataTopics is
+// set, and reads MetadataTopics once per connection pool, so the only
+// way to widen the set as topics appear is a new Transport. tr itself is
+// only read. The copy gets its own TLS config (kafka-go sets ServerName
+// on it) and, if tr recycles its connections before SASL sessions end,
+// its own recycler bound to the copy, so the copy's connections are
+// recycled too.
+func WithMetadataTopics(tr *kafka.Transport, topics []string) *kafka.Transport {
+	ts := slices.Compact(slices.Sorted(slices.Values(topics)))
+	if ts == nil {
+		ts = []string{} // nil would mean every topic
+	}
+	nt := &kafka.Transport{
+		Dial:           tr.Dial,
+		DialTimeout:    tr.DialTimeout,
+		IdleTimeout:    tr.IdleTimeout,
+		MetadataTTL:    tr.MetadataTTL,
+		MetadataTopics: ts,
+		ClientID:       tr.ClientID,
+		SASL:           tr.SASL,
+		Resolver:       tr.Resolver,
+		Context:        tr.Context,
+	}
+	if tr.TLS != nil {
+		nt.TLS = tr.TLS.Clone()
+	}
+	if r, ok := tr.SASL.(*rotator); ok {
+		nt.SASL = newRotator(r.mech, r.lifetime, nt.CloseIdleConnections, r.recycled)
+	}
+	return nt
 }

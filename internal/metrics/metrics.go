@@ -62,6 +62,11 @@ type Relay struct {
 	// relay switched to, by topic (each switch waited until the topic's
 	// earlier events were acknowledged, so keys moved without reordering).
 	TopicPartitionChanges *prometheus.CounterVec // by topic
+	// MetadataRefreshFailures counts the publisher's own metadata
+	// questions (a topic's partitions and leaders, the positions topic's
+	// partition count) that failed, by reason; the layout known before
+	// stays in use meanwhile.
+	MetadataRefreshFailures *prometheus.CounterVec // by reason
 	// Transactions counts exactly-once Kafka transactions by outcome
 	// (committed, aborted); TransactionDuration observes a committed
 	// one from its first event to its commit, TransactionCommit the
@@ -313,6 +318,11 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 			Help: "Partition-count increases of a topic the relay switched to, after every earlier event of the topic " +
 				"was acknowledged: keys may have moved to other partitions. A shrink stops the relay instead.",
 		}, []string{"topic"}),
+		MetadataRefreshFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "metadata_refresh_failures_total",
+			Help: "Failed metadata questions of the publisher's own (a topic's partitions and leaders, the positions topic's " +
+				"partition count), asked of a broker past kafka-go's cache, by reason; the layout known before stays in use meanwhile.",
+		}, []string{"reason"}),
 		Transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "transactions_total",
 			Help: "Exactly-once Kafka transactions by outcome: committed, or aborted (abandoned with events in it at a stop or failure; " +
@@ -358,7 +368,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		r.InflightEvents, r.InflightBytes, r.OldestUnackedAge, r.ConfirmedLSN,
 		r.StatusUpdates, r.LastStatusTime, r.ReplicationUp, r.ReplicationStarts, r.DecodedEvents,
 		r.DeadLettered, r.Parked, r.Quarantined,
-		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.CheckpointSaveFailures, r.CheckpointHeld, r.EventsRedelivered, r.TopicPartitionChanges,
+		r.CheckpointSaves, r.CheckpointLSN, r.CheckpointSkipped, r.CheckpointSaveFailures, r.CheckpointHeld, r.EventsRedelivered, r.TopicPartitionChanges, r.MetadataRefreshFailures,
 		r.Transactions, r.TransactionDuration, r.TransactionCommit, r.TransactionEvents, r.ProducerFenced,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	}, r.PG.collectors()...)

@@ -32,6 +32,12 @@ func (p Publisher) PartitionChange(topic string) {
 	p.r.TopicPartitionChanges.WithLabelValues(topic).Inc()
 }
 
+// MetadataRefreshFailed counts
+// outbox_relay_metadata_refresh_failures_total{reason}.
+func (p Publisher) MetadataRefreshFailed(reason string) {
+	p.r.MetadataRefreshFailures.WithLabelValues(reason).Inc()
+}
+
 // TransactionCommitted counts outbox_relay_transactions_total{outcome="committed"}
 // and observes the transaction's duration, commit and size.
 func (p Publisher) TransactionCommitted(open, commit time.Duration, events int) {
