@@ -105,11 +105,11 @@ type AheadError struct {
 }
 
 func (e *AheadError) Error() string {
-	waited := "did not wait"
+	waited := "without waiting"
 	if e.Waited > 0 {
-		waited = "waited " + e.Waited.Round(time.Millisecond).String()
+		waited = "after waiting " + e.Waited.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("aggregate %s: nothing published: its earliest open event %s (transaction %s) is not yet behind the relay's delivered position %s (%s); "+
+	return fmt.Sprintf("aggregate %s: nothing published: its earliest open event %s (transaction %s) is not yet behind the relay's delivered position %s, %s; "+
 		"events of the aggregate committed before it may not be in Kafka for good yet (an aborted Kafka transaction the relay has to replay, "+
 		"acknowledgements not confirmed yet), and published now it would come before them. Run the command again once the relay has caught up: "+
 		"it must be running (start it if it is stopped); outbox-relay checkpoint show prints its position, which must pass %s",

@@ -180,7 +180,7 @@ func TestDBRetryWaitIsBounded(t *testing.T) {
 	start := time.Now()
 	_, err := e.store.Retry(e.ctx, agg, w, Guard{Progress: r.pos, Wait: 50 * time.Millisecond, Poll: 5 * time.Millisecond})
 	var ahead *AheadError
-	if !errors.As(err, &ahead) || ahead.Waited < 50*time.Millisecond || !strings.Contains(err.Error(), "waited") {
+	if !errors.As(err, &ahead) || ahead.Waited < 50*time.Millisecond || !strings.Contains(err.Error(), "after waiting") {
 		t.Fatalf("Retry after %s: %v; want an *AheadError after waiting 50ms", time.Since(start), err)
 	}
 }
