@@ -1376,3 +1376,94 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 	t.Log(msg)
 	fmt.Println(msg)
 }
+
+// TestDLQWaitsForRelayPosition: a dlq retry or discard publishes only once
+// the relay's position (checkpoint or slot) is past the aggregate's
+// earliest open event (issue 46). A blocker event whose topic is missing
+// holds the position before the poison event; the retry and the discard
+// then refuse, publish nothing and say to run them again once the relay
+// has caught up. With the blocker through, a retry waits for the
+// position and publishes the aggregate in order.
+func TestDLQWaitsForRelayPosition(t *testing.T) {
+	inSuites(t, parallel, stack)
+	t0 := time.Now()
+	env := NewEnv(t, EnvOptions{})
+	dlCleanup(t, env)
+	relay := env.StartRelay("OUTBOX_RELAY_CREATE_TOPICS=false", "OUTBOX_RELAY_UNKNOWN_TOPIC_TIMEOUT=10m")
+	c := StartConsumer(t, env.Topic, env.Partitions)
+	others := NewLedger()
+	waitCaughtUp(t, env, c, env.NewWriter(others), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// The blocker waits for its topic, so the position cannot pass it.
+	bw := env.NewWriter(NewLedger())
+	bw.AggregateType = "blocker"
+	if _, err := bw.Write(ctx, []string{"b-1"}, true); err != nil {
+		t.Fatal(err)
+	}
+	const P = "agg-ahead"
+	pw := newAggWriter(env, P, others)
+	before := pw.writeN(ctx, t, 3, 10*time.Millisecond)
+	bad := `{"bad": 1}`
+	poison, _ := pw.mustWrite(ctx, t, &bad, "")
+	after := pw.writeN(ctx, t, 5, 10*time.Millisecond)
+	rows := waitDL(t, env, P, 30*time.Second, "1 dead + 5 parked", func(r []dlRow) bool { return len(r) >= 1+len(after) })
+	checkQuarantine(t, rows, poison, after, "headers")
+	poisonLSN := rows[0].TxLSN
+	if !c.WaitFor(idsOf(before), 30*time.Second, 0) {
+		t.Fatalf("events of %s before the poison not delivered", P)
+	}
+	// Fixed (the headers it should have had), the poison event would go
+	// through: only the guard stops it.
+	fixed, _ := json.Marshal(map[string]string{"trace_id": poison.TraceID})
+	env.Exec(`update `+dlTable+` set headers = $3 where outbox_table = $1 and aggregate_id = $2 and status = 'dead'`, env.Table, P, string(fixed))
+
+	for _, args := range [][]string{
+		{"dlq", "retry", "--aggregate", P, "--wait", "1s"},
+		{"dlq", "discard", poison.ID, "--reason", "never mind", "--wait", "0"},
+	} {
+		res := env.RunCLI(60*time.Second, nil, args...)
+		t.Logf("%s: exit %d\n%s", strings.Join(args, " "), res.Code, tail(res.Stderr, 3))
+		if res.Code != 1 || strings.Contains(res.Stdout, "published") {
+			t.Fatalf("%s with the position before %s: exit %d, want 1 with nothing published\nstdout:\n%s\nstderr:\n%s",
+				strings.Join(args, " "), poisonLSN, res.Code, res.Stdout, tail(res.Stderr, 10))
+		}
+		for _, want := range []string{"nothing published", poison.ID, poisonLSN, "not yet behind the relay's delivered position",
+			"Run the command again once the relay has caught up", "outbox-relay checkpoint show"} {
+			if !strings.Contains(res.Stderr, want) {
+				t.Errorf("%s: the refusal does not say %q:\n%s", strings.Join(args, " "), want, tail(res.Stderr, 10))
+			}
+		}
+	}
+	rows = dlRows(t, env, P)
+	checkQuarantine(t, rows, poison, after, "headers")
+	if rows[0].Attempts != 1 {
+		t.Errorf("poison row after the refusals: attempts %d, want 1 (nothing tried)", rows[0].Attempts)
+	}
+
+	// The blocker goes through; a retry started at once waits for the
+	// position, then publishes the aggregate in order.
+	env.CreateTopic(ctx, "it."+env.Sfx+".blocker", env.Partitions)
+	retryStart := time.Now()
+	res := env.RunCLI(2*time.Minute, nil, "dlq", "retry", "--aggregate", P, "--wait", "90s")
+	took := time.Since(retryStart).Round(time.Millisecond)
+	waited := strings.Contains(res.Stderr, "waiting for the relay's position")
+	t.Logf("dlq retry after the blocker: exit %d in %s (waited for the position: %v)\n%s\n%s", res.Code, took, waited, tail(res.Stdout, 3), tail(res.Stderr, 3))
+	if res.Code != 0 || !strings.Contains(res.Stdout, "quarantine lifted") {
+		t.Fatalf("dlq retry after the blocker: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, tail(res.Stderr, 20))
+	}
+	final := pw.writeN(ctx, t, 3, 10*time.Millisecond)
+	allP := append(append(append(append([]Event(nil), before...), poison), after...), final...)
+	expected := union(others.Committed(), idsOf(allP))
+	if !c.WaitFor(expected, 60*time.Second, 2*time.Second) {
+		t.Fatalf("not every event arrived after the retry (missing %d)", c.Missing(expected))
+	}
+	dups := checkAggStream(t, c.Records(), P, allP)
+	RequireOK(t, c.Check(expected, CheckOptions{TimestampSkew: 5 * time.Second}))
+	if !relay.Running() {
+		t.Fatalf("relay exited (code %d)", relay.exitCode)
+	}
+	t.Logf("TestDLQWaitsForRelayPosition: retry and discard refused with the position before %s; after the blocker the retry took %s (waited: %v) and published %d events of %s in order (dups %d); total %s",
+		poisonLSN, took, waited, len(allP), P, dups, time.Since(t0).Round(time.Millisecond))
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/outbox-relay/outbox-relay/internal/cleanup"
+	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -116,6 +117,7 @@ func newParser(grammar any, env *envflag.Env, help io.Writer, helped *bool) (*ko
 			"cleanup_batch_size":     strconv.Itoa(cleanup.DefaultBatchSize),
 			"cleanup_max_batch_size": strconv.Itoa(cleanup.MaxBatchSize),
 			"cleanup_pause":          cleanup.DefaultPause.String(),
+			"dlq_wait":               deadletter.DefaultWait.String(),
 		},
 		envflag.Defaults("Relay.", relay.DefaultConfig()),
 	)

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/slot"
 )
 
 const dlqUsage = `Usage: outbox-relay dlq list|show|retry|discard [flags]
@@ -19,7 +25,10 @@ const dlqUsage = `Usage: outbox-relay dlq list|show|retry|discard [flags]
   dlq discard EVENT_ID --reason TEXT            discard it (recorded), then re-publish the rest
 
 All are safe while the relay runs: a retry holds the aggregate's lock, and the
-relay publishes that aggregate's new events only after it.
+relay publishes that aggregate's new events only after it. retry and discard
+first wait (--wait, 30s) until the relay has delivered past the aggregate's
+earliest open event, and otherwise refuse, publishing nothing: run them again
+once the relay has caught up.
 `
 
 // dlqSummaries describe each dlq command in its --help.
@@ -28,8 +37,21 @@ var dlqSummaries = map[string]string{
 		"--all also lists the resolved (published, discarded) ones.",
 	"show": "Shows one dead-letter entry, as JSON.",
 	"retry": "Re-publishes the open events of an aggregate (of EVENT_ID, or --aggregate A) in order; stops at\n" +
-		"the first that still fails (exit 1). Safe while the relay runs: the retry holds the aggregate's lock.",
-	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.",
+		"the first that still fails (exit 1). Safe while the relay runs: the retry holds the aggregate's lock.\n" +
+		dlqWaitSummary,
+	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.\n" +
+		dlqWaitSummary,
+}
+
+// dlqWaitSummary is what retry and discard wait for (deadletter.Guard).
+const dlqWaitSummary = "It first waits (--wait) until the relay's checkpoint or slot is past the aggregate's earliest open\n" +
+	"event, so that nothing published before it is still to be replayed, and otherwise refuses (exit 1),\n" +
+	"publishing nothing: run it again once the relay has caught up."
+
+// dlqWait are the flags of the commands that re-publish.
+type dlqWait struct {
+	config.StandbyFlags
+	Wait time.Duration `name:"wait" default:"${dlq_wait}" help:"how long to wait for the relay's position (checkpoint or slot) to pass the aggregate's earliest open event before refusing (0: refuse at once)"`
 }
 
 // dlqTarget are the flags that name a dead-letter entry's aggregate
@@ -95,6 +117,7 @@ type dlqRetryCmd struct {
 	config.DBFlags
 	config.KafkaFlags
 	dlqTarget
+	dlqWait
 	EventID string `arg:"" optional:"" name:"event-id" help:"an event of the aggregate"`
 }
 
@@ -106,12 +129,12 @@ func (c *dlqRetryCmd) run(ctx context.Context, x *invocation) error {
 		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
 	}
 	c.Target.EventID = c.EventID
-	return republish(ctx, x, func(store *deadletter.Store, w *publisher.SyncWriter) (deadletter.Result, error) {
+	return republish(ctx, x, c.dlqWait, func(store *deadletter.Store, w *publisher.SyncWriter, g deadletter.Guard) (deadletter.Result, error) {
 		agg, err := store.Find(ctx, c.Target)
 		if err != nil {
 			return deadletter.Result{}, err
 		}
-		return store.Retry(ctx, agg, w)
+		return store.Retry(ctx, agg, w, g)
 	})
 }
 
@@ -120,6 +143,7 @@ type dlqDiscardCmd struct {
 	config.LogFlags
 	config.DBFlags
 	config.KafkaFlags
+	dlqWait
 	Reason  string `name:"reason" help:"why the event is discarded (required, recorded)"`
 	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`
 }
@@ -134,13 +158,18 @@ func (c *dlqDiscardCmd) run(ctx context.Context, x *invocation) error {
 	if c.Reason == "" {
 		return configError{errors.New("--reason is required: say why the event is discarded")}
 	}
-	return republish(ctx, x, func(store *deadletter.Store, w *publisher.SyncWriter) (deadletter.Result, error) {
-		return store.Discard(ctx, c.EventID, c.Reason, w)
+	return republish(ctx, x, c.dlqWait, func(store *deadletter.Store, w *publisher.SyncWriter, g deadletter.Guard) (deadletter.Result, error) {
+		return store.Discard(ctx, c.EventID, c.Reason, w, g)
 	})
 }
 
 // withStore runs f with the dead-letter store of the outbox.
 func withStore(ctx context.Context, cfg *config.Config, f func(*deadletter.Store) error) error {
+	return withPool(ctx, cfg, func(_ *pgxpool.Pool, store *deadletter.Store) error { return f(store) })
+}
+
+// withPool runs f with the pool and the dead-letter store of the outbox.
+func withPool(ctx context.Context, cfg *config.Config, f func(*pgxpool.Pool, *deadletter.Store) error) error {
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {
 		return err
@@ -150,17 +179,39 @@ func withStore(ctx context.Context, cfg *config.Config, f func(*deadletter.Store
 	if err := store.Check(ctx); err != nil {
 		return err
 	}
-	return f(store)
+	return f(pool, store)
 }
 
 // republish runs f, a retry or a discard, with a writer that publishes
-// the events one at a time on the one Kafka configuration, and prints
-// what became of them.
-func republish(ctx context.Context, x *invocation, f func(*deadletter.Store, *publisher.SyncWriter) (deadletter.Result, error)) error {
-	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
+// the events one at a time on the one Kafka configuration and the guard
+// that keeps them behind the relay's position (read from the slot's
+// checkpoints and the slot, on the standby with --replication-url), and
+// prints what became of them.
+func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadletter.Store, *publisher.SyncWriter, deadletter.Guard) (deadletter.Result, error)) error {
+	if wait.Wait < 0 {
+		return configError{fmt.Errorf("--wait %s: use 0 (refuse at once) or more", wait.Wait)}
+	}
+	return withPool(ctx, x.cfg, func(pool *pgxpool.Pool, store *deadletter.Store) error {
+		d := x.cfg.Relay.Database
+		slots, closeStandby, err := x.cfg.SlotManager(ctx, pool, slot.Config{Name: d.Slot, Publication: d.Publication})
+		if err != nil {
+			return err
+		}
+		defer closeStandby()
+		log := newLogger(x.cfg, x.stderr)
+		g := deadletter.Guard{
+			Progress: deadletter.RelayPosition{DB: pool, Checkpoints: checkpoint.NewStore(pool, x.cfg.Table(), d.Slot), Slot: slots, SlotName: d.Slot},
+			Wait:     wait.Wait,
+			OnWait: func(a *deadletter.AheadError) {
+				log.Info("waiting for the relay's position to pass the aggregate's earliest open event before publishing",
+					slog.String("stage", "dlq"), slog.String("event_id", a.EventID), slog.String("aggregate_type", a.Aggregate.Type),
+					slog.String("aggregate_id", a.Aggregate.ID), slog.String("tx_lsn", a.Pos.TxLSN.String()),
+					slog.String("delivered", a.Delivered.String()), slog.Duration("wait", wait.Wait))
+			},
+		}
 		w := publisher.NewSyncWriter(x.cfg.PublisherConfig("outbox-relay-dlq"))
 		defer w.Close()
-		res, err := f(store, w)
+		res, err := f(store, w, g)
 		if err != nil {
 			return err
 		}

@@ -101,7 +101,7 @@ func TestResultFailed(t *testing.T) {
 
 func TestDiscardNeedsReason(t *testing.T) {
 	s := NewStore(noDB{t}, testTable)
-	if _, err := s.Discard(context.Background(), "e-1", "", &recWriter{}); err == nil || !strings.Contains(err.Error(), "reason") {
+	if _, err := s.Discard(context.Background(), "e-1", "", &recWriter{}, caughtUp); err == nil || !strings.Contains(err.Error(), "reason") {
 		t.Fatalf("Discard without a reason = %v", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestStoreErrorsAreWrapped(t *testing.T) {
 	if _, err := s.FindAggregate(ctx, "9", ""); !errors.Is(err, boom) {
 		t.Errorf("FindAggregate = %v", err)
 	}
-	if _, err := s.Retry(ctx, Aggregate{"order", "9"}, &recWriter{}); !errors.Is(err, boom) {
+	if _, err := s.Retry(ctx, Aggregate{"order", "9"}, &recWriter{}, caughtUp); !errors.Is(err, boom) {
 		t.Errorf("Retry = %v", err)
 	}
 }

@@ -103,7 +103,7 @@ func TestDBReload(t *testing.T) {
 	if !standby.Quarantines(late) || standby.Quarantined() != 1 || !hold(t, standby, late) {
 		t.Fatal("after Reload the standby must park the aggregate's later events")
 	}
-	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, &recWriter{}); err != nil {
+	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, &recWriter{}, caughtUp); err != nil {
 		t.Fatal(err)
 	}
 	if err := standby.Reload(e.ctx, 0); err != nil {
@@ -124,7 +124,7 @@ func TestDBHoldAfterLift(t *testing.T) {
 	if !hold(t, q, event("parked", "order", "9", 0x550, 0)) {
 		t.Fatal("not parked")
 	}
-	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, &recWriter{})
+	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, &recWriter{}, caughtUp)
 	if err != nil || !res.Lifted {
 		t.Fatalf("Retry = %+v, %v", res, err)
 	}
@@ -156,7 +156,7 @@ func TestDBForeignSystemQuarantine(t *testing.T) {
 		t.Fatal("a row without a system identifier was not taken as this system's")
 	}
 	w := &recWriter{}
-	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "F"}, w); err != nil {
+	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "F"}, w, caughtUp); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.ids(); len(got) != 2 || got[0] != "foreign" || got[1] != "new-f" {
@@ -216,7 +216,7 @@ func TestDBHoldWaitsForRetry(t *testing.T) {
 			}
 			retried := make(chan result, 1)
 			go func() {
-				res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w)
+				res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp)
 				retried <- result{res, err}
 			}()
 			<-started
@@ -256,9 +256,12 @@ func TestDBHoldWaitsForRetry(t *testing.T) {
 	}
 }
 
-// A range the relay wrote but never confirmed (an aborted Kafka
-// transaction, a crash) comes again when the stream restarts behind it.
-// When an operator resolved its dead and parked events in between, the
+// A range comes again when the stream restarts behind it. A retry or
+// discard now waits for the relay's position to pass the range (Guard,
+// TestDBRetryWaitsForAbortedRange), but the stream can still restart
+// before a position it had passed: the slot moves back after a PostgreSQL
+// crash, a checkpoint of another timeline is not applied after a
+// promotion. When an operator resolved its dead and parked events in between, the
 // redelivered events are taken care of, not published a second time (a
 // dlq retry published them) or at all (a discard): whether the retry ran
 // while this quarantine was loaded (the event's own row is read under the
@@ -280,7 +283,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 		}
 	}
 	w := &recWriter{}
-	if res, err := e.store.Retry(e.ctx, agg, w); err != nil || !res.Lifted || len(w.got) != 3 {
+	if res, err := e.store.Retry(e.ctx, agg, w, caughtUp); err != nil || !res.Lifted || len(w.got) != 3 {
 		t.Fatalf("Retry = %+v, %v (%d written)", res, err, len(w.got))
 	}
 
@@ -328,7 +331,7 @@ func TestDBRedeliveryAfterResolve(t *testing.T) {
 	if !hold(t, q, c) {
 		t.Fatal("c not parked")
 	}
-	if _, err := e.store.Discard(e.ctx, "d", "bad row", &recWriter{}); err != nil {
+	if _, err := e.store.Discard(e.ctx, "d", "bad row", &recWriter{}, caughtUp); err != nil {
 		t.Fatal(err)
 	}
 	q4 := e.quarantine(t, poison.Quarantine)

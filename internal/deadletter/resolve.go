@@ -70,13 +70,19 @@ func (s *Store) FindAggregate(ctx context.Context, id, typ string) (Aggregate, e
 // the aggregate's lock so the running relay parks or publishes its new
 // events only afterwards. It stops at the first event that still fails:
 // that one stays open (attempts + 1) and so does everything after it.
-func (s *Store) Retry(ctx context.Context, agg Aggregate, w Writer) (Result, error) {
-	return s.resolve(ctx, agg, w, nil)
+//
+// It first waits, as g says, until the aggregate's earliest open row is
+// behind the relay's delivered position, and otherwise returns an
+// *AheadError having published nothing (see Guard).
+func (s *Store) Retry(ctx context.Context, agg Aggregate, w Writer, g Guard) (Result, error) {
+	return s.resolve(ctx, agg, w, g, "", nil)
 }
 
 // Discard marks eventID discarded with reason, then re-publishes the rest
-// of its aggregate as Retry does.
-func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer) (Result, error) {
+// of its aggregate as Retry does, with the same guard: the parked events
+// it publishes must not overtake what the relay has yet to deliver. A
+// discard that leaves nothing to publish does not wait.
+func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer, g Guard) (Result, error) {
 	if reason == "" {
 		return Result{}, errors.New("a discard needs a reason")
 	}
@@ -87,7 +93,7 @@ func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer) (
 	if e.Status != StatusDead && e.Status != StatusParked {
 		return Result{}, fmt.Errorf("event %s is %s, not open", eventID, e.Status)
 	}
-	return s.resolve(ctx, e.Aggregate, w, func(ctx context.Context, tx pgx.Tx) error {
+	return s.resolve(ctx, e.Aggregate, w, g, eventID, func(ctx context.Context, tx pgx.Tx) error {
 		// The status is checked again under the aggregate's lock: a dlq
 		// retry that held it may have published the event meanwhile, and
 		// its record must not then say "discarded".
@@ -100,8 +106,16 @@ func (s *Store) Discard(ctx context.Context, eventID, reason string, w Writer) (
 	})
 }
 
-func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, first func(context.Context, pgx.Tx) error) (Result, error) {
+// resolve publishes agg's open rows, after first (a discard's update of
+// the row discarded, except). The guard is waited for before the lock is
+// taken, since the relay may need the lock to replay what moves its
+// position, and checked again under it, without waiting: a row written
+// meanwhile (an earlier one, redelivered) may have become the earliest.
+func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, g Guard, except string, first func(context.Context, pgx.Tx) error) (Result, error) {
 	res := Result{Aggregate: agg}
+	if err := s.awaitBehind(ctx, agg, except, g); err != nil {
+		return res, err
+	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return res, err
@@ -109,6 +123,11 @@ func (s *Store) resolve(ctx context.Context, agg Aggregate, w Writer, first func
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`)`, s.outbox, agg.Type, agg.ID); err != nil {
 		return res, fmt.Errorf("lock aggregate %s: %w", agg, err)
+	}
+	if a, err := s.ahead(ctx, tx, agg, except, g); err != nil {
+		return res, err
+	} else if a != nil {
+		return res, a
 	}
 	if first != nil {
 		if err := first(ctx, tx); err != nil {

@@ -33,7 +33,7 @@ func TestDBRetry(t *testing.T) {
 	e := newDBEnv(t)
 	quarantined(t, e)
 	w := &recWriter{}
-	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w)
+	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestDBRetry(t *testing.T) {
 	}
 	// Nothing open: a second retry publishes nothing.
 	w2 := &recWriter{}
-	if res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w2); err != nil || !res.Lifted || len(res.Outcomes) != 0 || len(w2.got) != 0 {
+	if res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w2, caughtUp); err != nil || !res.Lifted || len(res.Outcomes) != 0 || len(w2.got) != 0 {
 		t.Fatalf("second Retry = %+v, %v, published %v", res, err, w2.ids())
 	}
 }
@@ -77,7 +77,7 @@ func TestDBRetryStopsAtFirstFailure(t *testing.T) {
 	e := newDBEnv(t)
 	quarantined(t, e)
 	w := &recWriter{fail: map[string]error{"q1": errors.New("topic authorization failed")}}
-	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w)
+	res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestDBRetryStopsAtFirstFailure(t *testing.T) {
 		t.Fatal("an event before the first open row was held")
 	}
 	w2 := &recWriter{}
-	res, err = e.store.Retry(e.ctx, Aggregate{"order", "9"}, w2)
+	res, err = e.store.Retry(e.ctx, Aggregate{"order", "9"}, w2, caughtUp)
 	if err != nil || !res.Lifted || !slices.Equal(w2.ids(), []string{"q1", "q2"}) {
 		t.Fatalf("second Retry = %+v, %v, published %v", res, err, w2.ids())
 	}
@@ -118,7 +118,7 @@ func TestDBDiscard(t *testing.T) {
 	e := newDBEnv(t)
 	quarantined(t, e)
 	w := &recWriter{}
-	res, err := e.store.Discard(e.ctx, "p", "payload cannot be fixed", w)
+	res, err := e.store.Discard(e.ctx, "p", "payload cannot be fixed", w, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,13 +129,13 @@ func TestDBDiscard(t *testing.T) {
 	if err != nil || p.Status != StatusDiscarded || p.Resolution == nil || *p.Resolution != "discarded: payload cannot be fixed" || p.ResolvedAt == nil {
 		t.Fatalf("discarded row %+v, %v", p, err)
 	}
-	if _, err := e.store.Discard(e.ctx, "p", "again", &recWriter{}); err == nil || !strings.Contains(err.Error(), "not open") {
+	if _, err := e.store.Discard(e.ctx, "p", "again", &recWriter{}, caughtUp); err == nil || !strings.Contains(err.Error(), "not open") {
 		t.Fatalf("Discard of a discarded row = %v", err)
 	}
-	if _, err := e.store.Discard(e.ctx, "q1", "published already", &recWriter{}); err == nil || !strings.Contains(err.Error(), "published") {
+	if _, err := e.store.Discard(e.ctx, "q1", "published already", &recWriter{}, caughtUp); err == nil || !strings.Contains(err.Error(), "published") {
 		t.Fatalf("Discard of a published row = %v", err)
 	}
-	if _, err := e.store.Discard(e.ctx, "nope", "r", &recWriter{}); !errors.Is(err, ErrEntryNotFound) {
+	if _, err := e.store.Discard(e.ctx, "nope", "r", &recWriter{}, caughtUp); !errors.Is(err, ErrEntryNotFound) {
 		t.Fatalf("Discard of an unknown row = %v, want ErrEntryNotFound", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestDBDiscardThenFailure(t *testing.T) {
 	e := newDBEnv(t)
 	quarantined(t, e)
 	w := &recWriter{fail: map[string]error{"q2": errors.New("broker down")}}
-	res, err := e.store.Discard(e.ctx, "p", "bad event", w)
+	res, err := e.store.Discard(e.ctx, "p", "bad event", w, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,13 +170,13 @@ func TestDBDiscardWaitingForRetry(t *testing.T) {
 	started := w.started
 	retried := make(chan error, 1)
 	go func() {
-		_, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w)
+		_, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp)
 		retried <- err
 	}()
 	<-started
 	discarded := make(chan error, 1)
 	go func() {
-		_, err := e.store.Discard(e.ctx, "p", "operator gave up", &recWriter{})
+		_, err := e.store.Discard(e.ctx, "p", "operator gave up", &recWriter{}, caughtUp)
 		discarded <- err
 	}()
 	// Discard has read the row and waits for the lock.

@@ -202,7 +202,7 @@ func TestDBStoresOfTwoOutboxTables(t *testing.T) {
 		t.Fatalf("quarantine of A reloads %d aggregates, %v; want 1", fresh.Quarantined(), err)
 	}
 	w := &recWriter{}
-	if res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w); err != nil || !res.Lifted || len(w.got) != 1 || w.got[0].TxLSN != 0x100 {
+	if res, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp); err != nil || !res.Lifted || len(w.got) != 1 || w.got[0].TxLSN != 0x100 {
 		t.Fatalf("Retry in A = %+v, %v, published %v", res, err, w.got)
 	}
 	if got, err := sb.Get(e.ctx, "same-id"); err != nil || got.Status != StatusDead {

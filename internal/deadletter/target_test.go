@@ -74,7 +74,7 @@ func TestFindAndRetryAgainstStack(t *testing.T) {
 	}
 
 	w := &writer{fail: map[string]bool{"e-2": true}}
-	res, err := s.Retry(ctx, order1, w)
+	res, err := s.Retry(ctx, order1, w, caughtUp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestFindAndRetryAgainstStack(t *testing.T) {
 		t.Errorf("open after a failed retry: %+v %v", open, err)
 	}
 	w.fail = nil
-	if res, err = s.Retry(ctx, order1, w); err != nil || !res.Lifted || res.Err() != nil || len(res.Outcomes) != 2 {
+	if res, err = s.Retry(ctx, order1, w, caughtUp); err != nil || !res.Lifted || res.Err() != nil || len(res.Outcomes) != 2 {
 		t.Errorf("second retry: %+v %v", res, err)
 	}
 	if _, err := s.Find(ctx, Target{AggregateID: "o-1"}); !errors.Is(err, ErrEntryNotFound) {
