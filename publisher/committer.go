@@ -109,6 +109,7 @@ func (t *transactions) commit() error {
 		again = t.partitionsAgain(next) // before clear: from the committed one
 	}
 	clear(t.added)
+	t.began = time.Time{}
 	t.open, t.next, t.committing, t.releasing = next, nil, false, true
 	t.mu.Unlock()
 	for _, a := range r.acks {
@@ -222,7 +223,7 @@ func (t *transactions) writePosition(last *replication.WALEvent) error {
 		if p.ctx.Err() != nil {
 			return p.ctx.Err()
 		}
-		if te := transactionFailure("Produce", err); te != nil {
+		if te := t.failure("Produce", err); te != nil {
 			return te
 		}
 		if class, reason := classify(err); class != Transient {
@@ -263,7 +264,7 @@ func (t *transactions) end(commit bool) error {
 		if p.ctx.Err() != nil {
 			return p.ctx.Err()
 		}
-		if te := transactionFailure(op, err); te != nil {
+		if te := t.failure(op, err); te != nil {
 			if te.Fenced {
 				p.m.ProducerFenced()
 			}
@@ -322,7 +323,7 @@ func (t *transactions) abandon() {
 	defer cancel()
 	err := t.coord.End(ctx, pid, false)
 	t.p.m.TransactionAborted()
-	if te := transactionFailure("EndTxn(abort)", err); te != nil && te.Fenced {
+	if te := t.failure("EndTxn(abort)", err); te != nil && te.Fenced {
 		t.p.m.ProducerFenced()
 	}
 	if err != nil {

@@ -137,18 +137,21 @@ func (t *transactions) addPartitions(ctx context.Context, bs []*kafkaproduce.Bat
 	}
 	failed, err := t.coord.AddPartitions(ctx, t.p.producer.ID(), missing)
 	if err != nil {
-		if te := transactionFailure("AddPartitionsToTxn", err); te != nil {
+		if te := t.failure("AddPartitionsToTxn", err); te != nil {
 			return all(te)
 		}
 		return all(err)
 	}
 	for _, err := range failed {
-		if te := transactionFailure("AddPartitionsToTxn", err); te != nil {
+		if te := t.failure("AddPartitionsToTxn", err); te != nil {
 			return all(te)
 		}
 	}
 	if len(failed) == 0 {
 		t.mu.Lock()
+		if len(t.added) == 0 {
+			t.began = time.Now()
+		}
 		for _, k := range missing {
 			t.added[k] = true
 		}
