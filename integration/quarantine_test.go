@@ -265,3 +265,104 @@ func TestQuarantineRowOfAnotherSystem(t *testing.T) {
 	t.Logf("TestQuarantineRowOfAnotherSystem: a foreign row at FFFF/0 parked %d new events; after the discard %d events in order (dups %d); total %s",
 		len(parked), len(want), dups, time.Since(t0).Round(time.Millisecond))
 }
+
+// TestExactlyOnceQuarantineLockOutlastsTransactionTimeout: with
+// --delivery exactly-once and a 3 s --transaction-timeout, an operator
+// holds a quarantined aggregate's lock (as dlq retry does) for three
+// transaction timeouts while the aggregate gets a new event, written in one
+// PostgreSQL transaction between two events of other aggregates. The event
+// before it commits at once (the transaction ends before the waiting event);
+// no Kafka transaction stays open into the timeout, so the stream never
+// restarts and nothing is reported fenced. After the lock is released the
+// event is parked and everything else arrives once, read_committed.
+func TestExactlyOnceQuarantineLockOutlastsTransactionTimeout(t *testing.T) {
+	inSuites(t, parallel, stack)
+	const timeout = 3 * time.Second
+	const hold = 3 * timeout
+	env := NewEnv(t, EnvOptions{})
+	dlCleanup(t, env)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	relay := env.StartRelay(append(env.eosArgs(), "OUTBOX_RELAY_METRICS_ADDR="+addr,
+		"OUTBOX_RELAY_TRANSACTION_TIMEOUT="+timeout.String())...)
+	c := StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	others := NewLedger()
+	waitCaughtUp(t, env, c, env.NewWriter(others), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const L = "agg-locked"
+	lw := newAggWriter(env, L, others)
+	bad := `{"bad": 1}`
+	poison, _ := lw.mustWrite(ctx, t, &bad, "")
+	waitDL(t, env, L, 30*time.Second, "the poison dead", func(r []dlRow) bool { return len(r) >= 1 })
+
+	conn, err := pgx.Connect(ctx, env.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/' || $3, 0))`,
+		env.Table, env.AggType, L); err != nil {
+		t.Fatal(err)
+	}
+	m0 := scrape(t, addr)
+	locked := time.Now()
+	known := others.Committed()
+	parked := lw.writeN(ctx, t, 1, 0) // [other, L, other] in one transaction; L waits for the lock
+	var first Event                   // the other aggregate's event before L's
+	for id, ev := range others.Committed() {
+		if _, ok := known[id]; !ok && ev.AggregateID == lw.mixes[lw.n%3] {
+			first = ev
+		}
+	}
+	if first.ID == "" {
+		t.Fatal("the event written before the held one is not in the ledger")
+	}
+	if !c.WaitFor(map[string]Event{first.ID: first}, timeout, 0) {
+		t.Fatalf("the event before the held one (%s of %s) not committed within the transaction timeout (%s) while the lock is held",
+			first.ID, first.AggregateID, timeout)
+	}
+	committedAfter := time.Since(locked)
+	for time.Since(locked) < hold {
+		if !relay.Running() {
+			t.Fatalf("relay exited while the lock was held (code %d)", relay.exitCode)
+		}
+		// wall-clock: the operator's hold, three transaction timeouts
+		time.Sleep(100 * time.Millisecond)
+	}
+	m1 := scrape(t, addr)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s0, s1 := m0.must(t, "outbox_relay_replication_starts_total"), m1.must(t, "outbox_relay_replication_starts_total"); s1 != s0 {
+		t.Errorf("the replication stream restarted while the lock was held (starts %v -> %v):\n%s", s0, s1,
+			strings.Join(relay.LogLines("kafka transaction", 5), "\n"))
+	}
+	if lines := relay.LogLines("fenced by a newer producer", 5); len(lines) > 0 {
+		t.Errorf("reported as fenced:\n%s", strings.Join(lines, "\n"))
+	}
+	rows := waitDL(t, env, L, 30*time.Second, "the new event parked after the lock", func(r []dlRow) bool { return len(r) >= 2 })
+	checkQuarantine(t, rows, poison, parked, "headers")
+	after := NewLedger()
+	if _, err := env.NewWriter(after).Write(ctx, []string{"free-1", "free-2"}, true); err != nil {
+		t.Fatal(err)
+	}
+	expected := union(others.Committed(), after.Committed())
+	if !c.WaitFor(expected, 60*time.Second, time.Second) {
+		t.Fatalf("not every event arrived (missing %d)", c.Missing(expected))
+	}
+	rep := c.Check(expected, CheckOptions{TimestampSkew: 5 * time.Second, Forbidden: idsOf([]Event{poison}, parked)})
+	RequireOK(t, rep)
+	if rep.Duplicates != 0 {
+		t.Errorf("read_committed consumer saw %d duplicates, want 0", rep.Duplicates)
+	}
+	msg := fmt.Sprintf("TestExactlyOnceQuarantineLockOutlastsTransactionTimeout: lock held %s (--transaction-timeout %s): the event before the held one committed after %s; delivered=%d dups=%d",
+		hold, timeout, committedAfter.Round(time.Millisecond), rep.Delivered, rep.Duplicates)
+	t.Log(msg)
+	fmt.Println(msg)
+}

@@ -21,6 +21,8 @@ import (
 
 // run is the committer: it commits the open range after Interval, or
 // early once it is full, until the publisher closes or a commit fails.
+// Only the part before a gate still waiting counts (see segment): with
+// none, the committer waits for the quarantine's wake.
 func (t *transactions) run() {
 	p := t.p
 	defer p.wg.Done()
@@ -30,7 +32,7 @@ func (t *transactions) run() {
 		t.mu.Lock()
 		r := t.open
 		wait := time.Duration(-1) // nothing to commit: wait for a wake
-		if r.events > 0 {
+		if r.ready() > 0 {
 			wait = max(time.Until(r.began.Add(t.cfg.Interval)), 0)
 			if r.events >= t.cfg.MaxEvents || r.bytes >= t.cfg.MaxBytes {
 				wait = 0
@@ -65,10 +67,21 @@ func (t *transactions) run() {
 // commit closes the open range, waits until each of its events is taken
 // care of, writes its position record, commits the Kafka transaction,
 // then calls the range's Ackers and opens the next range.
+//
+// The range closes before its first gate still waiting (cut): the gate
+// and everything after it, none of it sent, become the next range, so an
+// aggregate's lock held by an operator never keeps a transaction open,
+// and the events before it commit now. The ones after it wait for the
+// gate (see segment).
 func (t *transactions) commit() error {
 	p := t.p
 	t.mu.Lock()
 	r := t.open
+	if r.ready() == 0 {
+		t.mu.Unlock()
+		return nil // only a waiting gate and what it holds: nothing to commit
+	}
+	t.next = r.cut() // t.next is nil while nothing commits
 	t.committing = true
 	drained := make(chan struct{})
 	if r.inflight == 0 {
@@ -91,7 +104,7 @@ func (t *transactions) commit() error {
 	case <-p.ctx.Done():
 		return p.ctx.Err()
 	}
-	if err := t.writePosition(r.last); err != nil {
+	if err := t.writePosition(r.last()); err != nil {
 		return err
 	}
 	if err := t.end(true); err != nil {
@@ -109,12 +122,19 @@ func (t *transactions) commit() error {
 		again = t.partitionsAgain(next) // before clear: from the committed one
 	}
 	clear(t.added)
+	t.began = time.Time{}
 	t.open, t.next, t.committing, t.releasing = next, nil, false, true
+	// Not when the next range begins with a gate still waiting: nothing
+	// of it can be sent yet, and adding a partition would start the
+	// coordinator's timeout for as long as the gate waits.
+	begin := next.events > 0 && !next.segs[0].gated
 	t.mu.Unlock()
-	for _, a := range r.acks {
-		a.ack.Ack(a.bytes)
+	for _, s := range r.segs {
+		for _, a := range s.acks {
+			a.ack.Ack(a.bytes)
+		}
 	}
-	if next.events > 0 {
+	if begin {
 		t.beginNext(again)
 	}
 	t.release(next)
@@ -222,7 +242,7 @@ func (t *transactions) writePosition(last *replication.WALEvent) error {
 		if p.ctx.Err() != nil {
 			return p.ctx.Err()
 		}
-		if te := transactionFailure("Produce", err); te != nil {
+		if te := t.failure("Produce", err); te != nil {
 			return te
 		}
 		if class, reason := classify(err); class != Transient {
@@ -263,7 +283,7 @@ func (t *transactions) end(commit bool) error {
 		if p.ctx.Err() != nil {
 			return p.ctx.Err()
 		}
-		if te := transactionFailure(op, err); te != nil {
+		if te := t.failure(op, err); te != nil {
 			if te.Fenced {
 				p.m.ProducerFenced()
 			}
@@ -322,7 +342,7 @@ func (t *transactions) abandon() {
 	defer cancel()
 	err := t.coord.End(ctx, pid, false)
 	t.p.m.TransactionAborted()
-	if te := transactionFailure("EndTxn(abort)", err); te != nil && te.Fenced {
+	if te := t.failure("EndTxn(abort)", err); te != nil && te.Fenced {
 		t.p.m.ProducerFenced()
 	}
 	if err != nil {

@@ -212,7 +212,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 			failing = time.Now()
 		}
 		if p.txn != nil {
-			if te := transactionFailure("Produce", err); te != nil {
+			if te := p.txn.failure("Produce", err); te != nil {
 				// The open transaction is lost: nothing of it was
 				// acknowledged, the caller restarts from its position.
 				if te.Fenced {
@@ -220,7 +220,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 				}
 				first := recs[0].ev
 				p.log.Warn("kafka transaction failed; stopping the stream to restart from the last committed position", slog.String("stage", "transaction"),
-					slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Bool("fenced", te.Fenced),
+					slog.String("topic", l.topic), slog.Int("partition", l.partition), slog.Int("attempt", attempt), slog.Bool("fenced", te.Fenced), slog.Bool("timed_out", te.TimedOut),
 					slog.String("event_id", first.EventID), slog.String("aggregate_id", first.AggregateID), slog.String("event_type", first.EventType), slog.Any("error", err))
 				p.fail(te)
 				return closing

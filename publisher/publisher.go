@@ -127,9 +127,9 @@ type outgoing struct {
 	// out is the outstanding count of the lane the record was routed to
 	// (nil before routing); see done.
 	out *atomic.Int64
-	// rng is the exactly-once range the record belongs to (nil
-	// otherwise).
-	rng *txnRange
+	// seg is the segment of the exactly-once range the record belongs
+	// to (nil otherwise).
+	seg *segment
 }
 
 // done reports rec as taken care of (acknowledged by Kafka, parked or
@@ -260,10 +260,12 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.WALEvent, ack A
 	}
 	rec := &outgoing{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
+	quarantined := p.cfg.DeadLetters != nil && p.quarantine.route(rec)
 	if p.txn != nil {
-		rec.rng = p.txn.enter(rec, ev.Size())
+		rec.seg = p.txn.enter(rec, ev.Size(), quarantined)
 	}
-	if p.cfg.DeadLetters != nil && p.quarantine.route(rec) {
+	if quarantined {
+		p.quarantine.push(rec)
 		return nil
 	}
 	msg, reason, err := p.message(rec.msg.Topic, ev)
@@ -292,7 +294,7 @@ func (p *Publisher) forward(rec *outgoing) bool {
 // enqueue hands rec to its topic's router, unless it belongs to an
 // exactly-once range that is not open yet (see transactions.wait).
 func (p *Publisher) enqueue(rec *outgoing) {
-	if p.txn != nil && p.txn.wait(rec, rec.rng) {
+	if p.txn != nil && p.txn.wait(rec, rec.seg) {
 		return
 	}
 	p.enqueueNow(rec)

@@ -45,26 +45,29 @@ func newQuarantine(p *Publisher) *quarantine {
 	return &quarantine{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
 }
 
-// route queues rec when its aggregate is quarantined, or has an earlier
-// event queued here, and reports whether it did. It never waits for
-// PostgreSQL.
+// route reports whether rec must be queued here (push): its aggregate
+// is quarantined, or has an earlier event queued here. It never waits for
+// PostgreSQL. Only the replication goroutine routes and pushes, so with
+// none queued no aggregate can gain one between this check and the push;
+// an aggregate whose queued events are all decided in between is still
+// pushed, which costs one Hold.
 func (h *quarantine) route(rec *outgoing) bool {
 	q := h.p.cfg.DeadLetters
-	// Only the replication goroutine adds events, so with none queued
-	// no aggregate can gain one between this check and the push.
 	if h.queued.Load() == 0 && !q.Quarantines(rec.ev) {
 		return false
 	}
-	key := keyOf(rec.ev)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.pending[key] == 0 && !q.Quarantines(rec.ev) {
-		return false
-	}
-	h.pending[key]++
+	return h.pending[keyOf(rec.ev)] > 0 || q.Quarantines(rec.ev)
+}
+
+// push queues rec, which route sent here.
+func (h *quarantine) push(rec *outgoing) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pending[keyOf(rec.ev)]++
 	h.queued.Add(1)
 	h.q.push(rec)
-	return true
 }
 
 // done ends rec's stay: after this, a later event of its aggregate may
@@ -99,6 +102,9 @@ func (h *quarantine) run() {
 			}
 			if !held && !p.forward(rec) {
 				return
+			}
+			if p.txn != nil {
+				p.txn.decided(rec)
 			}
 			h.done(rec)
 		}

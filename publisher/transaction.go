@@ -90,11 +90,23 @@ type TransactionError struct {
 	// id took over (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH): this
 	// publisher's process is no longer the leader and must step down.
 	Fenced bool
-	Err    error
+	// TimedOut reports the same refusals once the transaction had been
+	// open for the transaction timeout (Open, Timeout): the coordinator
+	// aborted it and bumped the epoch, which refuses the producer just as
+	// a newer one would, without anyone taking over. Fenced is false then.
+	TimedOut      bool
+	Open, Timeout time.Duration
+	Err           error
 }
 
 func (e *TransactionError) Error() string {
-	if e.Fenced {
+	switch {
+	case e.TimedOut:
+		return fmt.Sprintf("kafka transaction: %s: the transaction was open %s, past the transaction timeout (%s), so the coordinator aborted it "+
+			"and bumped the producer epoch, which refuses this producer as a newer one would: %v (restarting from the last committed position; "+
+			"if commits take this long, raise Publish.TransactionTimeout, at most the brokers' transaction.max.timeout.ms)",
+			e.Op, e.Open.Round(time.Millisecond), e.Timeout, e.Err)
+	case e.Fenced:
 		return fmt.Sprintf("kafka transaction: %s: fenced by a newer producer with the same transactional id (another relay took over): %v", e.Op, e.Err)
 	}
 	return fmt.Sprintf("kafka transaction: %s: %v (the open transaction is aborted; restarting from the last committed position)", e.Op, e.Err)
@@ -118,6 +130,31 @@ func transactionFailure(op string, err error) *TransactionError {
 		return &TransactionError{Op: op, Err: err}
 	}
 	return nil
+}
+
+// failure is transactionFailure for a request of the open transaction.
+// An epoch refusal (Fenced) once the transaction has been open for the
+// transaction timeout is the coordinator's own abort: since KIP-360
+// (Kafka 2.5) it aborts a transaction left open that long with a bumped
+// epoch, and the producer's next AddPartitionsToTxn, produce or EndTxn is
+// refused exactly as if a newer producer had taken over. Reported as
+// fencing it would send an operator looking for a second relay; it is
+// reported as the timeout, with the setting to raise. The transaction's
+// age is taken from the answer to its first AddPartitionsToTxn, after the
+// coordinator started its clock, so a refusal is called a timeout only
+// when the timeout surely passed.
+func (t *transactions) failure(op string, err error) *TransactionError {
+	te := transactionFailure(op, err)
+	if te == nil || !te.Fenced {
+		return te
+	}
+	t.mu.Lock()
+	began := t.began
+	t.mu.Unlock()
+	if open := time.Since(began); !began.IsZero() && open >= t.cfg.Timeout {
+		return &TransactionError{Op: te.Op, TimedOut: true, Open: open, Timeout: t.cfg.Timeout, Err: te.Err}
+	}
+	return te
 }
 
 // coordinatorRetry reports whether a transaction coordinator's answer
@@ -157,8 +194,11 @@ type transactions struct {
 	// of the range it just opened: records of that range reaching
 	// enqueue meanwhile queue behind them.
 	releasing bool
-	// added is the partitions added to the open Kafka transaction.
+	// added is the partitions added to the open Kafka transaction;
+	// began is when the first of them was (zero while none is): the
+	// coordinator's transaction timeout runs from then.
 	added map[kafkaproduce.TopicPartition]bool
+	began time.Time
 	// wake tells the committer to look again: a range got its first
 	// event or filled up.
 	wake chan struct{}

@@ -2,12 +2,14 @@ package publisher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -51,6 +53,26 @@ type txnBroker struct {
 	// answering the request's other partitions OPERATION_NOT_ATTEMPTED
 	// and adding none, as Kafka does.
 	refuse string
+	// timeout, if set, is the coordinator's transaction timeout: the
+	// first AddPartitionsToTxn, EndTxn or produce request after it since
+	// the transaction's first AddPartitionsToTxn finds the transaction
+	// aborted and the epoch bumped, as Kafka's coordinator does to a
+	// transaction left open that long, and is refused as fenced.
+	timeout time.Duration
+	// began is when the open transaction's first partition was added.
+	began time.Time
+}
+
+// expire aborts the open transaction when it outlived timeout and bumps
+// the epoch (b.mu held), and reports whether epoch is refused.
+func (b *txnBroker) expire(epoch int16) bool {
+	if b.timeout > 0 && !b.began.IsZero() && time.Since(b.began) >= b.timeout {
+		b.pending, b.began = nil, time.Time{}
+		clear(b.added)
+		b.epoch++
+		b.ops = append(b.ops, "timeout")
+	}
+	return b.timeout > 0 && epoch != b.epoch
 }
 
 func newTxnBroker() *txnBroker {
@@ -69,12 +91,18 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		res := &addpartitionstotxn.Response{}
+		fenced := b.expire(req.ProducerEpoch)
+		if len(b.added) == 0 && !fenced {
+			b.began = time.Now()
+		}
 		refused := slices.ContainsFunc(req.Topics, func(t addpartitionstotxn.RequestTopic) bool { return t.Name == b.refuse })
 		for _, t := range req.Topics {
 			rr := addpartitionstotxn.ResponseResult{Name: t.Name}
 			for _, p := range t.Partitions {
 				var code int16
 				switch {
+				case fenced:
+					code = int16(kafka.ProducerFenced)
 				case t.Name == b.refuse:
 					code = int16(kafka.TopicAuthorizationFailed)
 				case refused:
@@ -98,9 +126,10 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if b.fence || req.ProducerEpoch != b.epoch {
+		if b.expire(req.ProducerEpoch) || b.fence || req.ProducerEpoch != b.epoch {
 			return &endtxn.Response{ErrorCode: int16(kafka.ProducerFenced)}, nil
 		}
+		b.began = time.Time{}
 		if req.Committed {
 			b.visible = append(b.visible, b.pending...)
 			b.ops = append(b.ops, "commit")
@@ -122,10 +151,6 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 		b.mu.Lock()
 		for _, t := range req.Topics {
 			for _, p := range t.Partitions {
-				if req.TransactionalID == "" || !b.added[kafkaproduce.TopicPartition{Topic: t.Topic, Partition: int(p.Partition)}] {
-					b.mu.Unlock()
-					return nil, fmt.Errorf("transactional produce to %s[%d] not added to the transaction (transactional id %q)", t.Topic, p.Partition, req.TransactionalID)
-				}
 				raw, err := readAll(p.RecordSet)
 				if err != nil {
 					b.mu.Unlock()
@@ -138,6 +163,14 @@ func (b *txnBroker) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.M
 				if !d.Stamp.Transactional {
 					b.mu.Unlock()
 					return nil, errors.New("a batch without the transactional attribute")
+				}
+				if b.expire(d.Stamp.Epoch) {
+					b.mu.Unlock()
+					return nil, kafka.InvalidProducerEpoch
+				}
+				if req.TransactionalID == "" || !b.added[kafkaproduce.TopicPartition{Topic: t.Topic, Partition: int(p.Partition)}] {
+					b.mu.Unlock()
+					return nil, fmt.Errorf("transactional produce to %s[%d] not added to the transaction (transactional id %q)", t.Topic, p.Partition, req.TransactionalID)
 				}
 				for _, m := range d.Messages {
 					b.pending = append(b.pending, t.Topic+"/"+string(m.Key)+"/"+headerValue(m.Headers, "event_id"))
@@ -201,13 +234,22 @@ func (b *txnBroker) state() (visible, pending []string) {
 // "orders" (3 partitions) and the positions topic "pos" (1 partition).
 func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publisher {
 	t.Helper()
+	return startTxnPublisherWith(t, b, Config{Transactions: &TransactionConfig{Interval: interval}})
+}
+
+// startTxnPublisherWith is startTxnPublisher with cfg's other settings
+// (DeadLetters, the transaction's Timeout); cfg.Transactions must be set,
+// its ID, topic, key and Position function are filled in when empty.
+func startTxnPublisherWith(t *testing.T, b *txnBroker, cfg Config) *Publisher {
+	t.Helper()
 	c := newFakeCluster(b)
 	c.setPartitions("orders", 3)
 	c.setPartitions("pos", 1)
-	cfg := Config{Transactions: &TransactionConfig{
-		ID: "tid", Interval: interval, PositionsTopic: "pos", PositionKey: []byte("slot"),
-		Position: func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) },
-	}}
+	tc := cfg.Transactions
+	tc.ID, tc.PositionsTopic, tc.PositionKey = cmp.Or(tc.ID, "tid"), cmp.Or(tc.PositionsTopic, "pos"), []byte("slot")
+	if tc.Position == nil {
+		tc.Position = func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) }
+	}
 	p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
 	if err := p.Begin(context.Background()); err != nil {
 		t.Fatal(err)
@@ -333,6 +375,69 @@ func TestTransactionFenced(t *testing.T) {
 			t.Fatalf("%d events acknowledged from a fenced transaction", n)
 		}
 	})
+}
+
+// TestTransactionTimeoutIsNotFencing: a transaction left open past the
+// transaction timeout is aborted by the coordinator, which bumps the
+// producer epoch, so the next request is refused as fenced
+// (PRODUCER_FENCED). The publisher reports that as a transaction timeout
+// naming the setting, not as another relay taking over.
+func TestTransactionTimeoutIsNotFencing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTxnBroker()
+		b.timeout = time.Minute
+		// A commit interval longer than the timeout keeps the
+		// transaction open past it.
+		p := startTxnPublisherWith(t, b, Config{Transactions: &TransactionConfig{Interval: 2 * time.Minute, Timeout: time.Minute}})
+		if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), nopAck{}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-p.Fatal():
+		case <-time.After(5 * time.Minute):
+			t.Fatal("no failure after the coordinator's timeout")
+		}
+		var te *TransactionError
+		if !errors.As(err, &te) || te.Fenced || !errors.Is(err, kafka.ProducerFenced) {
+			t.Fatalf("error %v (%#v), want a TransactionError for PRODUCER_FENCED, not marked fenced", err, te)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "another relay took over") || !strings.Contains(msg, "transaction timeout") || !strings.Contains(msg, "Publish.TransactionTimeout") {
+			t.Fatalf("error %q: want it to name the transaction timeout and Publish.TransactionTimeout, not another relay", msg)
+		}
+	})
+}
+
+// TestTransactionFailureAfterTimeout: an epoch refusal is a timeout once
+// the open transaction is as old as the transaction timeout, fencing
+// before; other refusals keep their class.
+func TestTransactionFailureAfterTimeout(t *testing.T) {
+	tx := &transactions{cfg: TransactionConfig{Timeout: time.Minute}}
+	for _, c := range []struct {
+		age           time.Duration // 0: no partition added yet
+		err           error
+		fenced, timed bool
+	}{
+		{2 * time.Minute, kafka.ProducerFenced, false, true},
+		{time.Minute, fmt.Errorf("wrapped: %w", kafka.InvalidProducerEpoch), false, true},
+		{59 * time.Second, kafka.ProducerFenced, true, false},
+		{0, kafka.ProducerFenced, true, false},
+		{2 * time.Minute, kafka.InvalidTransactionState, false, false},
+	} {
+		tx.began = time.Time{}
+		if c.age > 0 {
+			tx.began = time.Now().Add(-c.age)
+		}
+		te := tx.failure("EndTxn(commit)", c.err)
+		if te == nil || te.Fenced != c.fenced || te.TimedOut != c.timed {
+			t.Errorf("%v after %s: got %+v, want fenced=%v timed out=%v", c.err, c.age, te, c.fenced, c.timed)
+			continue
+		}
+		if c.timed && (te.Timeout != time.Minute || te.Open < c.age || !errors.Is(te, c.err) && !errors.Is(te, kafka.InvalidProducerEpoch)) {
+			t.Errorf("%v after %s: got %+v", c.err, c.age, te)
+		}
+	}
 }
 
 // TestAddPartitionsRefusalStaysWithItsTopic: AddPartitionsToTxn refuses
