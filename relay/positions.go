@@ -140,6 +140,7 @@ func (r *Relay) committedPosition(ctx context.Context, partition int, src Source
 			return nil, false, err
 		}
 		if scan.found || start == first {
+			scan.unreadable.log(r.log, topic, partition)
 			return scan.last, scan.found, nil
 		}
 	}
@@ -186,8 +187,10 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 // transactional record counts once its producer's COMMIT marker follows
 // it, and never when an ABORT does or no marker does. A record of
 // another source (another key, or the legacy key written on another
-// system) is skipped, never taken as the newest. A tombstone (null
-// value) counts as "no position": the remedy of a PositionAheadError.
+// system) is skipped, never taken as the newest, and so is one under the
+// source's keys that is not a position record (counted and logged:
+// unreadableRecords). A tombstone (null value) counts as "no position":
+// the remedy of a PositionAheadError.
 type positionScan struct {
 	keys     [][]byte
 	systemID string
@@ -199,6 +202,51 @@ type positionScan struct {
 	// there was one.
 	last  *kafkaPosition
 	found bool
+	// unreadable are the records under the source's keys that are not
+	// position records: skipped (see unreadableRecords).
+	unreadable unreadableRecords
+}
+
+// unreadableRecords counts the records under a source's keys that a
+// position scan could not read (not JSON of a position, or an LSN that
+// does not parse), and where they are. Such a record is skipped: neither
+// the newest position nor a tombstone, so the scan keeps the newest
+// readable record before it. The legacy key is the bare slot name, mostly
+// left at its default, so any producer may write under it, and failing
+// the read would stop every start for ever. Skipping one that was the
+// source's own newest position (garbled, or of a newer format after a
+// downgrade) cannot lose events: every earlier record of the source names
+// an earlier position, and with none the start resumes from the
+// PostgreSQL checkpoint and the slot, which never pass what Kafka holds.
+// What it costs is events published again, so it is logged, once per
+// read, with the partition and offsets (never the value, which may be
+// anything).
+type unreadableRecords struct {
+	count       int
+	first, last int64
+	key         []byte
+}
+
+func (u *unreadableRecords) add(rec kafkafetch.Record) {
+	if u.count == 0 {
+		u.first = rec.Offset
+	}
+	u.count++
+	u.last, u.key = rec.Offset, rec.Key
+}
+
+// log reports the skipped records of partition of topic, if any.
+func (u *unreadableRecords) log(log *slog.Logger, topic string, partition int) {
+	if u.count == 0 {
+		return
+	}
+	log.Warn("skipped records under the source's keys in the positions topic that are not position records: "+
+		"the start resumes from the newest readable position before them (or from the PostgreSQL checkpoint and the slot), "+
+		"so events already in Kafka may be published again; if they are another application's, give the relay its own "+
+		"--positions-topic or slot name",
+		slog.String("stage", "transaction"), slog.String("topic", topic), slog.Int("partition", partition),
+		slog.Int("records", u.count), slog.Int64("first_offset", u.first), slog.Int64("last_offset", u.last),
+		slog.String("key", string(u.key)))
 }
 
 func (s *positionScan) add(rec kafkafetch.Record) error {
@@ -220,13 +268,15 @@ func (s *positionScan) add(rec kafkafetch.Record) error {
 	if len(rec.Value) > 0 {
 		pos = &kafkaPosition{}
 		if err := json.Unmarshal(rec.Value, pos); err != nil {
-			return fmt.Errorf("not a position record: %w", err)
+			s.unreadable.add(rec)
+			return nil
 		}
 		if pos.SystemID != s.systemID || pos.Slot != s.slot {
 			return nil // the legacy key of another source
 		}
 		if _, err := pos.lsn(); err != nil {
-			return err
+			s.unreadable.add(rec)
+			return nil
 		}
 		pos.offset = rec.Offset
 	}
