@@ -349,22 +349,21 @@ func (e *PositionAheadError) Error() string {
 		"which makes the relay resume from its PostgreSQL checkpoint and slot", e.Key, e.LSN, e.WAL)
 }
 
-// movedPosition looks for src's position in the partitions of the
-// positions topic other than part (already read): partitions added
-// to the topic move a key to another partition, and the source's records
-// stay where they were written until its next commit writes one where
-// the key maps now. Without this the position would be lost, and the
-// stream would re-publish from the slot or the PostgreSQL checkpoint:
-// duplicates that read_committed consumers see. The newest record found
-// (by the time its transaction committed) wins; a tombstone found in
-// another partition counts as none there, and one not newer than have
-// (the record of the key's own partition) is not returned. It reads each
-// partition's tail,
-// so it costs one read of every partition of a topic with no record of
-// the source (its first start on a shared topic of several partitions).
-func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src Source, keys [][]byte, part int,
-	have *kafkaPosition) (*kafkaPosition, error) {
-	n := pub.PositionPartitions()
+// movedPosition looks for the source's position in the n partitions of
+// the positions topic other than part (already read; read reads one, as
+// committedPosition): partitions added to the topic move a key to another
+// partition, and the source's records stay where they were written until
+// its next commit writes one where the key maps now. Without this the
+// position would be lost, and the stream would re-publish from the slot
+// or the PostgreSQL checkpoint: duplicates that read_committed consumers
+// see. The record furthest in the source's stream wins (kafkaPosition.after);
+// a tombstone found in another partition counts as none there, and a
+// record not after have (the record of the key's own partition) is not
+// returned. It reads each partition's tail, so it costs one read of every
+// partition of a topic with no record of the source (its first start on a
+// shared topic of several partitions).
+func (r *Relay) movedPosition(ctx context.Context, n, part int, have *kafkaPosition, key string,
+	read func(ctx context.Context, partition int) (*kafkaPosition, error)) (*kafkaPosition, error) {
 	newest := have
 	where := -1
 	for p := range n {
@@ -373,11 +372,11 @@ func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src
 			// read for the legacy key alone.
 			continue
 		}
-		pos, _, err := r.committedPosition(ctx, p, src, keys)
+		pos, err := read(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if pos != nil && (newest == nil || pos.CommittedAt.After(newest.CommittedAt)) {
+		if pos != nil && (newest == nil || pos.after(newest)) {
 			newest, where = pos, p
 		}
 	}
@@ -388,9 +387,28 @@ func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src
 		r.log.Warn("a newer position record of the source is in another partition of the positions topic than its key maps to: "+
 			"partitions were added to the topic; resuming from it, and the next commit writes it where the key maps now",
 			slog.String("stage", "transaction"), slog.String("topic", r.cfg.Publish.PositionsTopic), slog.Int("found_in", where),
-			slog.Int("partition", part), slog.Int("partitions", n), slog.String("key", src.PositionKey()))
+			slog.Int("partition", part), slog.Int("partitions", n), slog.String("key", key))
 	}
 	return newest, nil
+}
+
+// after reports whether p is further in the source's stream than q: on a
+// later timeline (a promoted standby's continues its primary's), or on the
+// same one at a later commit LSN, or in the same transaction past more of
+// its events. Never by CommittedAt, the clock of the relay that wrote
+// the record: two leaders' clocks differ, and with the one that wrote the
+// older record ahead, the older position would win and its events be
+// published again. Both were read by a positionScan, so their LSNs parse.
+func (p *kafkaPosition) after(q *kafkaPosition) bool {
+	if p.Timeline != q.Timeline {
+		return p.Timeline > q.Timeline
+	}
+	pl, _ := p.lsn()
+	ql, _ := q.lsn()
+	if pl != ql {
+		return pl > ql
+	}
+	return p.Events > q.Events
 }
 
 // beginTransactions takes the transactional producer id, which fences
@@ -430,8 +448,12 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 	// Partitions added to the topic since the record was written move
 	// the key: the source's newest record may be in another partition.
 	if n := pub.PositionPartitions(); err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
+		read := func(ctx context.Context, p int) (*kafkaPosition, error) {
+			pos, _, err := r.committedPosition(ctx, p, src, [][]byte{key, legacy})
+			return pos, err
+		}
 		var moved *kafkaPosition
-		if moved, err = r.movedPosition(ctx, pub, src, [][]byte{key, legacy}, part, pos); moved != nil {
+		if moved, err = r.movedPosition(ctx, n, part, pos, src.PositionKey(), read); moved != nil {
 			pos = moved
 		}
 	}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/segmentio/kafka-go"
@@ -251,5 +253,47 @@ func TestSourceNames(t *testing.T) {
 	cfg.Publish.TransactionalID = "mine"
 	if cfg.TransactionalID(a) != "mine" {
 		t.Fatal("an explicit transactional id is not kept")
+	}
+}
+
+// TestMovedPositionBySourcePosition: after partitions were added to the
+// positions topic, the search through the other partitions takes the
+// record furthest in the source's stream, not the one with the latest
+// CommittedAt: that is the writing relay's clock, and a leader whose
+// clock ran ahead wrote the older record.
+func TestMovedPositionBySourcePosition(t *testing.T) {
+	at := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	pos := func(tl int32, lsn pglogrepl.LSN, events int, skew time.Duration) *kafkaPosition {
+		return &kafkaPosition{Version: 1, Slot: "s", SystemID: "7", Timeline: tl, CommitLSN: lsn.String(), Events: events,
+			CommittedAt: at.Add(skew)}
+	}
+	for _, c := range []struct {
+		name  string
+		part  int
+		have  *kafkaPosition
+		parts map[int]*kafkaPosition
+		want  *kafkaPosition // nil: have stays
+	}{
+		{name: "the older record was written by a leader whose clock ran ahead", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x100, 1, time.Minute), 1: pos(1, 0x200, 1, 0)}, want: pos(1, 0x200, 1, 0)},
+		{name: "the key's own partition holds the newest, with an earlier clock", part: 0, have: pos(1, 0x300, 1, 0),
+			parts: map[int]*kafkaPosition{1: pos(1, 0x200, 1, time.Minute)}},
+		{name: "the same transaction: more of its events", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x200, 9, time.Minute), 1: pos(1, 0x200, 10, 0)}, want: pos(1, 0x200, 10, 0)},
+		{name: "a later timeline continues the earlier", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x500, 1, time.Minute), 1: pos(2, 0x400, 1, 0)}, want: pos(2, 0x400, 1, 0)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Relay{log: slog.New(slog.DiscardHandler)}
+			read := func(_ context.Context, p int) (*kafkaPosition, error) { return c.parts[p], nil }
+			got, err := r.movedPosition(context.Background(), 3, c.part, c.have, "7/db/s", read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == nil) != (c.want == nil) || got != nil && (got.CommitLSN != c.want.CommitLSN || got.Events != c.want.Events ||
+				got.Timeline != c.want.Timeline) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
 	}
 }
