@@ -301,7 +301,9 @@ func (s *positionScan) add(rec kafkafetch.Record) error {
 // position read from Kafka may be older than the checkpoint). A position
 // past the server's WAL end is a *PositionAheadError: the server lost WAL
 // the position covers (a restore), and applying it would skip the
-// transactions committed there since.
+// transactions committed there since. One that is applied is checked
+// against the WAL before what it skips is confirmed (positionCheck): a
+// restored server's WAL may have grown past it.
 func (rs resumeState) withKafkaPosition(pos *kafkaPosition, key string, log *slog.Logger) (resumeState, error) {
 	if pos == nil {
 		return rs, nil
@@ -326,7 +328,7 @@ func (rs resumeState) withKafkaPosition(pos *kafkaPosition, key string, log *slo
 	if rs.partial.CommitLSN == lsn {
 		part = part.Union(rs.partial)
 	}
-	rs.skipBefore, rs.partial = lsn, part
+	rs.skipBefore, rs.partial, rs.kafka, rs.kafkaKey = lsn, part, pos, key
 	log.Info("resuming after the committed position in Kafka: every event at or before it is skipped", attrs...)
 	return rs, nil
 }
