@@ -75,7 +75,7 @@ func (c *positionCheck) begin(b replication.Begin) error {
 		return nil
 	}
 	if b.FinalLSN > c.lsn {
-		return c.mismatch(fmt.Sprintf("no transaction commits there (the next one commits at %s)", b.FinalLSN))
+		return c.mismatch(fmt.Sprintf("no transaction committing there (the next commits at %s)", b.FinalLSN))
 	}
 	c.in = true
 	return nil
