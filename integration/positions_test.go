@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -370,4 +372,152 @@ func TestReservedTopicsAreDeadLettered(t *testing.T) {
 	if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
 		t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0", exited, code)
 	}
+}
+
+// TestExactlyOnceDiskSnapshotRestore: PostgreSQL restored from a disk
+// snapshot keeps its system identifier and its timeline (it runs crash
+// recovery), and its slot and checkpoint go back with it, while the
+// committed position in Kafka stays where the lost history left it. When
+// the restored server's WAL has grown past that position before the
+// relay starts, the checks of the identity and of the WAL end pass: the
+// relay, applying the position, would skip every transaction the
+// restored server committed before it, and confirm them: lost. The
+// stream must find the position's event in the WAL first; there is none
+// there, so the relay stops (relay.PositionMismatchError) with nothing
+// confirmed, and after the documented remedy (a tombstone under the key)
+// it publishes every event of the new history.
+func TestExactlyOnceDiskSnapshotRestore(t *testing.T) {
+	inSuites(t, parallel, stack)
+	pg := StartTempCluster(t, "wal_level=logical")
+	env := NewEnv(t, EnvOptions{NoMigrate: true})
+	open := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		db, err := OpenDB(ctx, pg.URL)
+		if err != nil {
+			t.Fatalf("connect %s: %v", pg.URL, err)
+		}
+		env.DB.Close()
+		env.DB, env.DatabaseURL = db, pg.URL
+	}
+	open()
+	env.Migrate()
+	positions := "it." + env.Sfx + ".positions"
+	rc := StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	// write commits n transactions of 5 events and returns their events.
+	write := func(what string, n int) map[string]Event {
+		t.Helper()
+		ledger := NewLedger()
+		w := env.NewWriter(ledger)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for i := range n {
+			ids := make([]string, 5)
+			for j := range ids {
+				ids[j] = aggName((i*5 + j) % 50)
+			}
+			if _, err := w.Write(ctx, ids, true); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		return ledger.Committed()
+	}
+	stopRelay := func(relay *Relay) {
+		t.Helper()
+		if code, exited := relay.Term(20 * time.Second); !exited || code != 0 {
+			t.Fatalf("SIGTERM: exited=%v code=%d, want a clean exit 0\n%s", exited, code, relay.LogTail(20))
+		}
+	}
+
+	// identity is the server's system identifier and timeline: what the
+	// relay checks a position's against, which a restore keeps.
+	identity := func() string {
+		return pg.Query(t, "postgres", `SELECT format('system %s timeline %s', system_identifier, timeline_id) FROM pg_control_system(), pg_control_checkpoint()`)
+	}
+	was := identity()
+	relay := env.StartRelay(env.eosArgs()...)
+	before := write("before the snapshot", 100)
+	if !rc.WaitFor(before, 90*time.Second, 0) {
+		t.Fatal("the events before the snapshot did not reach Kafka")
+	}
+	stopRelay(relay)
+	// The disk snapshot: the data directory as a crash leaves it.
+	pg.Stop(t, "immediate")
+	snapshot := pg.Dir + "/snapshot"
+	if out, err := exec.Command("cp", "-a", pg.Data, snapshot).CombinedOutput(); err != nil {
+		t.Fatalf("copy the data directory: %v\n%s", err, out)
+	}
+	pg.Start(t)
+	open()
+
+	// The history the restore loses: in Kafka, with the position after it.
+	relay = env.StartRelay(env.eosArgs()...)
+	lost := write("after the snapshot", 300)
+	if !rc.WaitFor(lost, 90*time.Second, 0) {
+		t.Fatal("the events after the snapshot did not reach Kafka")
+	}
+	stopRelay(relay)
+	oldEnd := pg.Query(t, "postgres", `SELECT pg_current_wal_lsn()::text`)
+	pg.Stop(t, "fast")
+	if out, err := exec.Command("sh", "-c", `rm -rf "$1" && mv "$2" "$1"`, "sh", pg.Data, snapshot).CombinedOutput(); err != nil {
+		t.Fatalf("restore the data directory: %v\n%s", err, out)
+	}
+	pg.Start(t)
+	open()
+	if got := identity(); got != was {
+		t.Fatalf("restored as %s, was %s: not what this test is about", got, was)
+	}
+	t.Logf("restored: %s, WAL at %s (the lost history's ended at %s)", was, pg.Query(t, "postgres", `SELECT pg_current_wal_lsn()::text`), oldEnd)
+
+	// The new history, while no relay runs: events below the old
+	// position, WAL past it, events after.
+	below := write("new history below the old position", 20)
+	for i := 0; pg.Query(t, "postgres", `SELECT (pg_current_wal_lsn() > $1::pg_lsn)::text`, oldEnd) != "true"; i++ {
+		if i == 100 {
+			t.Fatalf("the WAL did not grow past %s", oldEnd)
+		}
+		pg.Exec(t, `SELECT pg_logical_emit_message(false, 'pad', 'x'), pg_switch_wal()`)
+	}
+	past := write("new history past the old position", 20)
+	t.Logf("new history: WAL at %s", pg.Query(t, "postgres", `SELECT pg_current_wal_lsn()::text`))
+
+	relay = env.StartRelay(env.eosArgs()...)
+	if !within(90*time.Second, 100*time.Millisecond, func() bool { return !relay.Running() || rc.Missing(past) == 0 }) {
+		t.Fatalf("the relay neither stopped nor published the new history within 90s:\n%s", relay.LogTail(20))
+	}
+	if relay.Running() {
+		t.Fatalf("the relay resumed from the lost history's position: %d of the %d events the restored server committed below it never reached Kafka\n%s",
+			rc.Missing(below), len(below), relay.LogTail(10))
+	}
+	if code, _ := relay.Wait(10 * time.Second); code != 1 || !relay.LogContains("but this server's WAL holds") {
+		t.Fatalf("exit %d, want 1 with the position mismatch:\n%s", code, relay.LogTail(20))
+	}
+	t.Logf("the relay stopped: %s", relay.LogLines("but this server's WAL holds", 1))
+
+	// The remedy: a tombstone under the key; the relay resumes from its
+	// checkpoint and slot, and the new history reaches Kafka.
+	// A transport of its own, whose metadata shows the topic the relay
+	// created moments ago once its short TTL passed.
+	tr := &kafka.Transport{MetadataTTL: 100 * time.Millisecond}
+	defer tr.CloseIdleConnections()
+	kw := &kafka.Writer{Addr: kafka.TCP(env.Brokers...), Topic: positions, Balancer: &kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll,
+		Transport: tr}
+	defer kw.Close()
+	key := []byte(env.Source().PositionKey())
+	var err error
+	if !within(20*time.Second, 200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = kw.WriteMessages(ctx, kafka.Message{Key: key})
+		return err == nil
+	}) {
+		t.Fatalf("write the tombstone: %v", err)
+	}
+	relay = env.StartRelay(env.eosArgs()...)
+	all := maps.Clone(below)
+	maps.Copy(all, past)
+	if !rc.WaitFor(all, 90*time.Second, 0) {
+		t.Fatalf("after the tombstone, %d of the new history's %d events did not reach Kafka:\n%s", rc.Missing(all), len(all), relay.LogTail(20))
+	}
+	stopRelay(relay)
 }

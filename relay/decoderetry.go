@@ -19,8 +19,9 @@ func (r *Relay) classifyStreamErr(err error) error {
 	var eventErr *publisher.EventError
 	var haltErr *poison.HaltError
 	var renamedErr *replication.RelationRenamedError
+	var mismatchErr *PositionMismatchError
 	if errors.As(err, &relationErr) || errors.As(err, &rowErr) || errors.As(err, &eventErr) || errors.As(err, &haltErr) ||
-		errors.As(err, &renamedErr) {
+		errors.As(err, &renamedErr) || errors.As(err, &mismatchErr) {
 		return poison.Permanent(err)
 	}
 	var decodeErr *replication.WALDecodeError

@@ -140,6 +140,7 @@ func (r *Relay) committedPosition(ctx context.Context, partition int, src Source
 			return nil, false, err
 		}
 		if scan.found || start == first {
+			scan.unreadable.log(r.log, topic, partition)
 			return scan.last, scan.found, nil
 		}
 	}
@@ -186,8 +187,10 @@ func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int
 // transactional record counts once its producer's COMMIT marker follows
 // it, and never when an ABORT does or no marker does. A record of
 // another source (another key, or the legacy key written on another
-// system) is skipped, never taken as the newest. A tombstone (null
-// value) counts as "no position": the remedy of a PositionAheadError.
+// system) is skipped, never taken as the newest, and so is one under the
+// source's keys that is not a position record (counted and logged:
+// unreadableRecords). A tombstone (null value) counts as "no position":
+// the remedy of a PositionAheadError.
 type positionScan struct {
 	keys     [][]byte
 	systemID string
@@ -199,6 +202,51 @@ type positionScan struct {
 	// there was one.
 	last  *kafkaPosition
 	found bool
+	// unreadable are the records under the source's keys that are not
+	// position records: skipped (see unreadableRecords).
+	unreadable unreadableRecords
+}
+
+// unreadableRecords counts the records under a source's keys that a
+// position scan could not read (not JSON of a position, or an LSN that
+// does not parse), and where they are. Such a record is skipped: neither
+// the newest position nor a tombstone, so the scan keeps the newest
+// readable record before it. The legacy key is the bare slot name, mostly
+// left at its default, so any producer may write under it, and failing
+// the read would stop every start for ever. Skipping one that was the
+// source's own newest position (garbled, or of a newer format after a
+// downgrade) cannot lose events: every earlier record of the source names
+// an earlier position, and with none the start resumes from the
+// PostgreSQL checkpoint and the slot, which never pass what Kafka holds.
+// What it costs is events published again, so it is logged, once per
+// read, with the partition and offsets (never the value, which may be
+// anything).
+type unreadableRecords struct {
+	count       int
+	first, last int64
+	key         []byte
+}
+
+func (u *unreadableRecords) add(rec kafkafetch.Record) {
+	if u.count == 0 {
+		u.first = rec.Offset
+	}
+	u.count++
+	u.last, u.key = rec.Offset, rec.Key
+}
+
+// log reports the skipped records of partition of topic, if any.
+func (u *unreadableRecords) log(log *slog.Logger, topic string, partition int) {
+	if u.count == 0 {
+		return
+	}
+	log.Warn("skipped records under the source's keys in the positions topic that are not position records: "+
+		"the start resumes from the newest readable position before them (or from the PostgreSQL checkpoint and the slot), "+
+		"so events already in Kafka may be published again; if they are another application's, give the relay its own "+
+		"--positions-topic or slot name",
+		slog.String("stage", "transaction"), slog.String("topic", topic), slog.Int("partition", partition),
+		slog.Int("records", u.count), slog.Int64("first_offset", u.first), slog.Int64("last_offset", u.last),
+		slog.String("key", string(u.key)))
 }
 
 func (s *positionScan) add(rec kafkafetch.Record) error {
@@ -220,13 +268,15 @@ func (s *positionScan) add(rec kafkafetch.Record) error {
 	if len(rec.Value) > 0 {
 		pos = &kafkaPosition{}
 		if err := json.Unmarshal(rec.Value, pos); err != nil {
-			return fmt.Errorf("not a position record: %w", err)
+			s.unreadable.add(rec)
+			return nil
 		}
 		if pos.SystemID != s.systemID || pos.Slot != s.slot {
 			return nil // the legacy key of another source
 		}
 		if _, err := pos.lsn(); err != nil {
-			return err
+			s.unreadable.add(rec)
+			return nil
 		}
 		pos.offset = rec.Offset
 	}
@@ -251,7 +301,9 @@ func (s *positionScan) add(rec kafkafetch.Record) error {
 // position read from Kafka may be older than the checkpoint). A position
 // past the server's WAL end is a *PositionAheadError: the server lost WAL
 // the position covers (a restore), and applying it would skip the
-// transactions committed there since.
+// transactions committed there since. One that is applied is checked
+// against the WAL before what it skips is confirmed (positionCheck): a
+// restored server's WAL may have grown past it.
 func (rs resumeState) withKafkaPosition(pos *kafkaPosition, key string, log *slog.Logger) (resumeState, error) {
 	if pos == nil {
 		return rs, nil
@@ -276,7 +328,7 @@ func (rs resumeState) withKafkaPosition(pos *kafkaPosition, key string, log *slo
 	if rs.partial.CommitLSN == lsn {
 		part = part.Union(rs.partial)
 	}
-	rs.skipBefore, rs.partial = lsn, part
+	rs.skipBefore, rs.partial, rs.kafka, rs.kafkaKey = lsn, part, pos, key
 	log.Info("resuming after the committed position in Kafka: every event at or before it is skipped", attrs...)
 	return rs, nil
 }
@@ -299,22 +351,21 @@ func (e *PositionAheadError) Error() string {
 		"which makes the relay resume from its PostgreSQL checkpoint and slot", e.Key, e.LSN, e.WAL)
 }
 
-// movedPosition looks for src's position in the partitions of the
-// positions topic other than part (already read): partitions added
-// to the topic move a key to another partition, and the source's records
-// stay where they were written until its next commit writes one where
-// the key maps now. Without this the position would be lost, and the
-// stream would re-publish from the slot or the PostgreSQL checkpoint:
-// duplicates that read_committed consumers see. The newest record found
-// (by the time its transaction committed) wins; a tombstone found in
-// another partition counts as none there, and one not newer than have
-// (the record of the key's own partition) is not returned. It reads each
-// partition's tail,
-// so it costs one read of every partition of a topic with no record of
-// the source (its first start on a shared topic of several partitions).
-func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src Source, keys [][]byte, part int,
-	have *kafkaPosition) (*kafkaPosition, error) {
-	n := pub.PositionPartitions()
+// movedPosition looks for the source's position in the n partitions of
+// the positions topic other than part (already read; read reads one, as
+// committedPosition): partitions added to the topic move a key to another
+// partition, and the source's records stay where they were written until
+// its next commit writes one where the key maps now. Without this the
+// position would be lost, and the stream would re-publish from the slot
+// or the PostgreSQL checkpoint: duplicates that read_committed consumers
+// see. The record furthest in the source's stream wins (kafkaPosition.after);
+// a tombstone found in another partition counts as none there, and a
+// record not after have (the record of the key's own partition) is not
+// returned. It reads each partition's tail, so it costs one read of every
+// partition of a topic with no record of the source (its first start on a
+// shared topic of several partitions).
+func (r *Relay) movedPosition(ctx context.Context, n, part int, have *kafkaPosition, key string,
+	read func(ctx context.Context, partition int) (*kafkaPosition, error)) (*kafkaPosition, error) {
 	newest := have
 	where := -1
 	for p := range n {
@@ -323,11 +374,11 @@ func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src
 			// read for the legacy key alone.
 			continue
 		}
-		pos, _, err := r.committedPosition(ctx, p, src, keys)
+		pos, err := read(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if pos != nil && (newest == nil || pos.CommittedAt.After(newest.CommittedAt)) {
+		if pos != nil && (newest == nil || pos.after(newest)) {
 			newest, where = pos, p
 		}
 	}
@@ -338,9 +389,28 @@ func (r *Relay) movedPosition(ctx context.Context, pub *publisher.Publisher, src
 		r.log.Warn("a newer position record of the source is in another partition of the positions topic than its key maps to: "+
 			"partitions were added to the topic; resuming from it, and the next commit writes it where the key maps now",
 			slog.String("stage", "transaction"), slog.String("topic", r.cfg.Publish.PositionsTopic), slog.Int("found_in", where),
-			slog.Int("partition", part), slog.Int("partitions", n), slog.String("key", src.PositionKey()))
+			slog.Int("partition", part), slog.Int("partitions", n), slog.String("key", key))
 	}
 	return newest, nil
+}
+
+// after reports whether p is further in the source's stream than q: on a
+// later timeline (a promoted standby's continues its primary's), or on the
+// same one at a later commit LSN, or in the same transaction past more of
+// its events. Never by CommittedAt, the clock of the relay that wrote
+// the record: two leaders' clocks differ, and with the one that wrote the
+// older record ahead, the older position would win and its events be
+// published again. Both were read by a positionScan, so their LSNs parse.
+func (p *kafkaPosition) after(q *kafkaPosition) bool {
+	if p.Timeline != q.Timeline {
+		return p.Timeline > q.Timeline
+	}
+	pl, _ := p.lsn()
+	ql, _ := q.lsn()
+	if pl != ql {
+		return pl > ql
+	}
+	return p.Events > q.Events
 }
 
 // beginTransactions takes the transactional producer id, which fences
@@ -380,8 +450,12 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 	// Partitions added to the topic since the record was written move
 	// the key: the source's newest record may be in another partition.
 	if n := pub.PositionPartitions(); err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
+		read := func(ctx context.Context, p int) (*kafkaPosition, error) {
+			pos, _, err := r.committedPosition(ctx, p, src, [][]byte{key, legacy})
+			return pos, err
+		}
 		var moved *kafkaPosition
-		if moved, err = r.movedPosition(ctx, pub, src, [][]byte{key, legacy}, part, pos); moved != nil {
+		if moved, err = r.movedPosition(ctx, n, part, pos, src.PositionKey(), read); moved != nil {
 			pos = moved
 		}
 	}

@@ -1,11 +1,16 @@
 package relay
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/segmentio/kafka-go"
@@ -148,9 +153,85 @@ func TestPositionScan(t *testing.T) {
 			}
 		})
 	}
-	s := positionScan{keys: [][]byte{key}, systemID: "7", slot: "s"}
-	if err := s.add(data(1, true, key, []byte("{"))); err == nil {
-		t.Fatal("a malformed position record was accepted")
+}
+
+// TestPositionScanUnreadable: a record under one of the source's keys
+// that is not a position (the legacy key is the bare slot name, often the
+// default, which anything may write under) is skipped, counted and
+// logged with its partition and offset, never its value: it is never
+// taken as the newest position nor as a tombstone, and the scan keeps the
+// newest readable one before it. Before, it failed the read, and the
+// relay reconnected for ever.
+func TestPositionScanUnreadable(t *testing.T) {
+	src := Source{SystemID: "7", Database: "db", Slot: "outbox_relay"}
+	key, legacy := []byte(src.PositionKey()), []byte(src.legacyPositionKey())
+	pos := func(lsn string) []byte {
+		v, _ := json.Marshal(kafkaPosition{Version: 1, Slot: src.Slot, SystemID: "7", Timeline: 1, CommitLSN: lsn, Events: 1})
+		return v
+	}
+	rec := func(off int64, k, v []byte) kafkafetch.Record {
+		return kafkafetch.Record{Message: kafka.Message{Offset: off, Key: k, Value: v}, ProducerID: -1}
+	}
+	commit := func(off, pid int64) kafkafetch.Record {
+		return kafkafetch.Record{Message: kafka.Message{Offset: off}, ProducerID: pid, Transactional: true, Marker: kafkafetch.MarkerCommit}
+	}
+	txn := func(off, pid int64, k, v []byte) kafkafetch.Record {
+		r := rec(off, k, v)
+		r.ProducerID, r.Transactional = pid, true
+		return r
+	}
+	for _, c := range []struct {
+		name    string
+		records []kafkafetch.Record
+		want    pglogrepl.LSN // 0: none
+		found   bool
+		bad     int
+	}{
+		{name: "another application's record under the legacy key", found: true, want: 0x100, bad: 2, records: []kafkafetch.Record{
+			txn(10, 1, key, pos("0/100")), commit(11, 1),
+			rec(12, legacy, []byte("secret-token-42")),
+			rec(13, legacy, []byte(`[1,2]`)),
+		}},
+		{name: "a garbled record of the source's own key, committed", found: true, want: 0x100, bad: 1, records: []kafkafetch.Record{
+			txn(10, 1, key, pos("0/100")), commit(11, 1),
+			txn(12, 1, key, []byte(`{"v":1,"slot":"outbox_relay","system_id":"7","commit_lsn":`)), commit(13, 1),
+		}},
+		{name: "a position of the source with an unreadable LSN", found: true, want: 0x100, bad: 1, records: []kafkafetch.Record{
+			txn(10, 1, key, pos("0/100")), commit(11, 1),
+			txn(12, 1, key, pos("nowhere")), commit(13, 1),
+		}},
+		{name: "only unreadable records: none found", bad: 1, records: []kafkafetch.Record{
+			rec(12, legacy, []byte("x")),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := positionScan{keys: [][]byte{key, legacy}, systemID: "7", slot: src.Slot}
+			for _, r := range c.records {
+				if err := s.add(r); err != nil {
+					t.Fatalf("offset %d: %v", r.Offset, err)
+				}
+			}
+			var got pglogrepl.LSN
+			if s.last != nil {
+				got, _ = s.last.lsn()
+			}
+			if s.found != c.found || got != c.want || s.unreadable.count != c.bad {
+				t.Fatalf("found %v, position %s, %d unreadable; want %v, %s, %d", s.found, got, s.unreadable.count, c.found, c.want, c.bad)
+			}
+			var out bytes.Buffer
+			s.unreadable.log(slog.New(slog.NewTextHandler(&out, nil)), "positions", 3)
+			line := out.String()
+			if !strings.Contains(line, "partition=3") || !strings.Contains(line, fmt.Sprintf("records=%d", c.bad)) ||
+				!strings.Contains(line, "last_offset=") || strings.Contains(line, "secret-token") {
+				t.Fatalf("log: %s", line)
+			}
+		})
+	}
+	var out bytes.Buffer
+	var none unreadableRecords
+	none.log(slog.New(slog.NewTextHandler(&out, nil)), "positions", 0)
+	if out.Len() != 0 {
+		t.Fatalf("logged without an unreadable record: %s", out.String())
 	}
 }
 
@@ -172,5 +253,47 @@ func TestSourceNames(t *testing.T) {
 	cfg.Publish.TransactionalID = "mine"
 	if cfg.TransactionalID(a) != "mine" {
 		t.Fatal("an explicit transactional id is not kept")
+	}
+}
+
+// TestMovedPositionBySourcePosition: after partitions were added to the
+// positions topic, the search through the other partitions takes the
+// record furthest in the source's stream, not the one with the latest
+// CommittedAt: that is the writing relay's clock, and a leader whose
+// clock ran ahead wrote the older record.
+func TestMovedPositionBySourcePosition(t *testing.T) {
+	at := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	pos := func(tl int32, lsn pglogrepl.LSN, events int, skew time.Duration) *kafkaPosition {
+		return &kafkaPosition{Version: 1, Slot: "s", SystemID: "7", Timeline: tl, CommitLSN: lsn.String(), Events: events,
+			CommittedAt: at.Add(skew)}
+	}
+	for _, c := range []struct {
+		name  string
+		part  int
+		have  *kafkaPosition
+		parts map[int]*kafkaPosition
+		want  *kafkaPosition // nil: have stays
+	}{
+		{name: "the older record was written by a leader whose clock ran ahead", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x100, 1, time.Minute), 1: pos(1, 0x200, 1, 0)}, want: pos(1, 0x200, 1, 0)},
+		{name: "the key's own partition holds the newest, with an earlier clock", part: 0, have: pos(1, 0x300, 1, 0),
+			parts: map[int]*kafkaPosition{1: pos(1, 0x200, 1, time.Minute)}},
+		{name: "the same transaction: more of its events", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x200, 9, time.Minute), 1: pos(1, 0x200, 10, 0)}, want: pos(1, 0x200, 10, 0)},
+		{name: "a later timeline continues the earlier", part: 2, parts: map[int]*kafkaPosition{
+			0: pos(1, 0x500, 1, time.Minute), 1: pos(2, 0x400, 1, 0)}, want: pos(2, 0x400, 1, 0)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Relay{log: slog.New(slog.DiscardHandler)}
+			read := func(_ context.Context, p int) (*kafkaPosition, error) { return c.parts[p], nil }
+			got, err := r.movedPosition(context.Background(), 3, c.part, c.have, "7/db/s", read)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == nil) != (c.want == nil) || got != nil && (got.CommitLSN != c.want.CommitLSN || got.Events != c.want.Events ||
+				got.Timeline != c.want.Timeline) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
 	}
 }

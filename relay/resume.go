@@ -53,6 +53,11 @@ type resumeState struct {
 	// (IDENTIFY_SYSTEM): no position of this server's history lies past
 	// it.
 	walEnd pglogrepl.LSN
+	// kafka is the position read from Kafka when it was applied
+	// (withKafkaPosition), under kafkaKey: what it skips counts only once
+	// the stream found its event (positionCheck).
+	kafka    *kafkaPosition
+	kafkaKey string
 }
 
 // resume identifies the server and compares the newest checkpoint with the

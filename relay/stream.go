@@ -78,7 +78,7 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 	defer cancel()
 	r.decoded.rebase(resume.id.Timeline, resume.lineage)
 	sink := &sink{ctx: streamCtx, tracker: tracker, pub: pub, m: r.m, skip: resume.skipper(r.log, r.m),
-		redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
+		check: resume.positionCheck(tracker, start, r.log), redo: newRedelivery(resume.prevDecoded(), r.decoded.load(), r.log, r.m), decoded: &r.decoded}
 	sink.spans = r.publishSpans()
 	var progress replication.Progress = tracker
 	if r.opts.statusHold > 0 {
@@ -234,6 +234,9 @@ type sink struct {
 	events  int // in tx
 	// skip drops transactions a checkpoint says Kafka acknowledged already.
 	skip *skipper
+	// check holds back what skip drops by a position read from Kafka
+	// until the stream found that position's event (nil: none to check).
+	check *positionCheck
 	// redo counts re-published events; decoded marks what was handed to
 	// the publisher, published the events of tx that were.
 	redo      *redelivery
@@ -244,6 +247,9 @@ type sink struct {
 }
 
 func (s *sink) Begin(b replication.Begin) error {
+	if err := s.check.begin(b); err != nil {
+		return err
+	}
 	s.tx = s.tracker.BeginTx(b.CommitTime, b.Xid, b.FinalLSN)
 	s.events, s.published = 0, 0
 	s.skip.begin(b)
@@ -254,6 +260,9 @@ func (s *sink) Begin(b replication.Begin) error {
 func (s *sink) Insert(ev *replication.WALEvent) error {
 	s.m.DecodedEvents.Inc()
 	s.events++
+	if err := s.check.event(ev); err != nil {
+		return err
+	}
 	if s.skipped(ev.Ordinal) {
 		return nil
 	}
@@ -292,6 +301,9 @@ func (s *sink) skipped(ordinal int) bool {
 }
 
 func (s *sink) Commit(c replication.Commit) error {
+	if err := s.check.commit(s.events); err != nil {
+		return err
+	}
 	if s.events > 0 {
 		s.m.CommitToDecode.Observe(time.Since(s.tx.CommitTime).Seconds())
 	}
