@@ -175,7 +175,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	}
 	defer closeConn()
 	failures := 0
-	var failing time.Time // when the current run of failures began
+	var failing time.Time  // when the current run of failures began
 	var holderLogged int32 // backend pid of the holder last logged
 	for {
 		if ctx.Err() != nil {
