@@ -68,11 +68,13 @@ func TestLeaderCut(t *testing.T) {
 	requireRelay(t)
 	const (
 		leaderTimeout = 10 * time.Second // --leader-timeout's default
-		cutHold       = 30 * time.Second // longer than the bound: the old walsender must not simply go away
-		kafkaCut      = 20 * time.Second
+		// Longer than the bound, shorter than the server's wal_sender_timeout (60 s): the
+		// standby must lead before the server would end the old walsender by itself.
+		cutHold  = 15 * time.Second
+		kafkaCut = 12 * time.Second
 		// --stall-timeout of part 2's relays, so /readyz reports the stall within the cut; the
 		// default (1m) would take longer than the cut. It plays no part in leadership.
-		stallTimeout = 5 * time.Second
+		stallTimeout = 4 * time.Second
 	)
 	env := NewEnv(t, EnvOptions{})
 	c := StartConsumer(t, env.Topic, env.Partitions)

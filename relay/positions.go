@@ -243,7 +243,7 @@ func (u *unreadableRecords) log(log *slog.Logger, topic string, partition int) {
 	log.Warn("skipped records under the source's keys in the positions topic that are not position records: "+
 		"the start resumes from the newest readable position before them (or from the PostgreSQL checkpoint and the slot), "+
 		"so events already in Kafka may be published again; if they are another application's, give the relay its own "+
-		"--positions-topic or slot name",
+		"Publish.PositionsTopic or Database.Slot",
 		slog.String("stage", "transaction"), slog.String("topic", topic), slog.Int("partition", partition),
 		slog.Int("records", u.count), slog.Int64("first_offset", u.first), slog.Int64("last_offset", u.last),
 		slog.String("key", string(u.key)))
