@@ -100,7 +100,7 @@ func (okBroker) RoundTrip(_ context.Context, _ net.Addr, msg protocol.Message) (
 
 // startPublisher runs a Publisher against rt and closes it when the test
 // ends.
-func startPublisher(t testing.TB, cfg Config, log *slog.Logger, rt kafka.RoundTripper) (*Publisher, *metrics.Relay) {
+func startPublisher(t testing.TB, cfg config, log *slog.Logger, rt kafka.RoundTripper) (*Publisher, *metrics.Relay) {
 	t.Helper()
 	m := metrics.New()
 	cfg.Brokers = []string{"127.0.0.1:1"}
@@ -114,7 +114,7 @@ func startPublisher(t testing.TB, cfg Config, log *slog.Logger, rt kafka.RoundTr
 		}
 		cfg.Template = tt
 	}
-	cfg.defaults()
+	cfg = testConfig(cfg)
 	p := newPublisher(cfg, log, m.Publisher(), rt, nil)
 	t.Cleanup(func() { _ = p.Close() })
 	return p, m
@@ -209,7 +209,7 @@ func keyOn(part, n int) string {
 func BenchmarkPublish(b *testing.B) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("bench", 6)
-	p, _ := startPublisher(b, Config{}, slog.New(slog.DiscardHandler), c)
+	p, _ := startPublisher(b, config{}, slog.New(slog.DiscardHandler), c)
 	events := make([]*replication.WALEvent, 1000)
 	for i := range events {
 		events[i] = testEvent("bench", fmt.Sprintf("agg-%d", i), fmt.Sprintf("e-%d", i))
@@ -233,4 +233,20 @@ func BenchmarkPublish(b *testing.B) {
 	for acked.Load() < int64(b.N) {
 		time.Sleep(10 * time.Microsecond) // wall-clock: as above, the benchmark's real time
 	}
+}
+
+// testConfig is cfg with the defaults New applies, but for Linger, which
+// stays at its zero (send at once) unless the test sets it.
+func testConfig(cfg config) config {
+	if cfg.Linger == 0 {
+		cfg.Linger = -1
+	}
+	cfg.Config = cfg.Config.WithDefaults()
+	if cfg.Linger < 0 {
+		cfg.Linger = 0
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = &kafka.Transport{ClientID: "outbox-relay", DialTimeout: 5 * time.Second, MetadataTTL: time.Second}
+	}
+	return cfg
 }

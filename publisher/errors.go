@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -279,24 +278,4 @@ type Failure struct {
 	// the failed batch (empty for a topic lookup).
 	EventID, AggregateID, EventType string
 	Err                             error
-}
-
-// LastFailure keeps the most recent Failure. It is written on the
-// failure path only (never per event), read by the stall detector; safe
-// for concurrent use, and nil-safe so a Publisher may run without one.
-type LastFailure struct{ p atomic.Pointer[Failure] }
-
-// Record stores f as the most recent failure.
-func (l *LastFailure) Record(f Failure) {
-	if l != nil {
-		l.p.Store(&f)
-	}
-}
-
-// Load returns the most recent failure, nil when none was recorded.
-func (l *LastFailure) Load() *Failure {
-	if l == nil {
-		return nil
-	}
-	return l.p.Load()
 }

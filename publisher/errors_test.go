@@ -9,6 +9,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -170,22 +171,23 @@ func TestLingering(t *testing.T) {
 	}
 }
 
-func TestLastFailure(t *testing.T) {
-	var nilLF *LastFailure
-	nilLF.Record(Failure{Reason: "x"}) // a Publisher without one
-	if nilLF.Load() != nil {
-		t.Fatal("nil LastFailure loaded something")
-	}
-	var lf LastFailure
-	if lf.Load() != nil {
-		t.Fatal("empty LastFailure loaded something")
-	}
-	now := time.Now()
-	lf.Record(Failure{At: now, Reason: "timeout", Topic: "t", Partition: 1})
-	lf.Record(Failure{At: now.Add(time.Second), Reason: "Invalid Timestamp", Topic: "t", Partition: 2})
-	if f := lf.Load(); f == nil || f.Reason != "Invalid Timestamp" || f.Partition != 2 {
-		t.Fatalf("last failure %+v", f)
-	}
+// LastFailure keeps the most recent Failure a publisher reported, for
+// tests that check the failure hook.
+type LastFailure struct {
+	mu sync.Mutex
+	f  *Failure
+}
+
+func (l *LastFailure) Record(f Failure) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.f = &f
+}
+
+func (l *LastFailure) Load() *Failure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f
 }
 
 // laneOver returns a lane of topic "t" partition 0 writing to f, with a
@@ -193,8 +195,7 @@ func TestLastFailure(t *testing.T) {
 func laneOver(t *testing.T, f *producetest.Broker, unknownTopicTimeout time.Duration) (*lane, *LastFailure) {
 	t.Helper()
 	lf := &LastFailure{}
-	cfg := Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout, LastFailure: lf}
-	cfg.defaults()
+	cfg := testConfig(config{Config: Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, UnknownTopicTimeout: unknownTopicTimeout}, failed: lf.Record})
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: slog.New(slog.DiscardHandler), m: metrics.New().Publisher(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
 	p.sink = kafkaproduce.NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })

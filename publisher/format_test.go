@@ -24,7 +24,7 @@ func encoderPublisher(tb testing.TB, rc record.Config, maxBatchBytes int) *Publi
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &Publisher{cfg: Config{MaxBatchBytes: maxBatchBytes, Record: rc}, enc: enc}
+	return &Publisher{cfg: config{Config: Config{MaxBatchBytes: maxBatchBytes, Record: rc}}, enc: enc}
 }
 
 // TestPublisherTombstones: a NULL payload (a row otherwise valid) is poison
@@ -60,7 +60,7 @@ func TestPublisherTombstones(t *testing.T) {
 }
 
 func TestInvalidRecordConfigFailsPublish(t *testing.T) {
-	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Record: record.Config{Format: record.FormatCloudEvents}})
+	p := New([]string{"127.0.0.1:1"}, Config{Record: record.Config{Format: record.FormatCloudEvents}})
 	defer p.Close()
 	if err := p.Publish(t.Context(), formatEvent(), nil); err == nil || !strings.Contains(err.Error(), "source") {
 		t.Fatalf("Publish with an invalid record configuration: %v", err)

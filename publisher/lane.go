@@ -244,7 +244,7 @@ func (l *lane) send(recs []*outgoing) sendResult {
 		}
 		p.m.PublishError(reason, string(class))
 		first := recs[0].ev
-		p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
+		p.cfg.recordFailure(Failure{At: time.Now(), Class: class, Reason: reason, Topic: l.topic, Partition: l.partition,
 			Attempt: attempt, EventID: first.EventID, AggregateID: first.AggregateID, EventType: first.EventType, Err: err})
 		level := retryLevel(attempt)
 		if errors.Is(err, kafka.ConcurrentTransactions) && attempt%10 != 0 {

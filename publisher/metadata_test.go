@@ -197,16 +197,13 @@ func (b *wireBroker) metadata(topics []string) (*metadataapi.Response, time.Dura
 // MetadataTTL is ttl) against b and closes it when the test ends.
 func startWirePublisher(t *testing.T, b *wireBroker, cfg Config, ttl time.Duration) (*Publisher, *metrics.Relay, *syncBuffer) {
 	t.Helper()
-	tt, err := ParseTopicTemplate("{aggregate_type}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Brokers, cfg.Template = []string{b.addr()}, tt
+	cfg.TopicTemplate = "{aggregate_type}"
 	cfg.BackoffBase, cfg.BackoffMax = time.Millisecond, 20*time.Millisecond
-	cfg.Transport = &kafka.Transport{ClientID: "outbox-relay", DialTimeout: time.Second, MetadataTTL: ttl}
+	cfg.NoIdempotence = true
 	m := metrics.New()
 	var logs syncBuffer
-	p := New(cfg, WithMetrics(m.Publisher()), WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(&logs)))))
+	p := New([]string{b.addr()}, cfg, WithTransport(&kafka.Transport{ClientID: "outbox-relay", DialTimeout: time.Second, MetadataTTL: ttl}),
+		WithMetrics(m.Publisher()), WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(&logs)))))
 	t.Cleanup(func() { _ = p.Close() })
 	return p, m, &logs
 }
@@ -287,7 +284,7 @@ func TestMetadataAsksOnlyForOwnTopics(t *testing.T) {
 func TestMetadataSlowAnswerIsReported(t *testing.T) {
 	b := newWireBroker(t)
 	b.set(func(b *wireBroker) { b.partitions["orders"] = 1 })
-	cfg := Config{MetadataRefresh: time.Millisecond, MetadataTimeout: 200 * time.Millisecond}
+	cfg := Config{PartitionRefresh: time.Millisecond, MetadataTimeout: 200 * time.Millisecond}
 	p, m, logs := startWirePublisher(t, b, cfg, 50*time.Millisecond)
 	publishUntil(t, p, "orders", "a first event", 5*time.Second, func() bool { return true })
 
@@ -308,7 +305,7 @@ func TestMetadataSlowAnswerIsReported(t *testing.T) {
 func TestMetadataGrowthSeenOnBusyCluster(t *testing.T) {
 	b := newWireBroker(t)
 	b.set(func(b *wireBroker) { b.partitions["orders"] = 1 })
-	cfg := Config{MetadataRefresh: time.Millisecond}
+	cfg := Config{PartitionRefresh: time.Millisecond}
 	p, m, _ := startWirePublisher(t, b, cfg, 50*time.Millisecond)
 	publishUntil(t, p, "orders", "a first event", 5*time.Second, func() bool { return true })
 

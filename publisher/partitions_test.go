@@ -86,7 +86,7 @@ func TestPartitionGrowthKeepsKeyOrder(t *testing.T) {
 		c := newFakeCluster(f)
 		c.setPartitions("grow", 1)
 		var logs syncBuffer
-		p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), c)
+		p, m := startPublisher(t, config{Config: Config{PartitionRefresh: 10 * time.Millisecond}}, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), c)
 		key, to := keyMoving(0, 1, 4)
 
 		refuse.Store("grow[0]", kafka.NotLeaderForPartition)
@@ -137,7 +137,7 @@ func TestPartitionShrinkStops(t *testing.T) {
 		f, _ := partitionBroker()
 		c := newFakeCluster(f)
 		c.setPartitions("shrink", 4)
-		p, m := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, m := startPublisher(t, config{Config: Config{PartitionRefresh: 10 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		key, _ := keyMoving(3, 4, 2)
 		var acks ackLog
 		ctx := context.Background()
@@ -179,7 +179,7 @@ func TestPartitionShrinkWhileRetrying(t *testing.T) {
 		f, refuse := partitionBroker()
 		c := newFakeCluster(f)
 		c.setPartitions("gone", 4)
-		p, _ := startPublisher(t, Config{MetadataRefresh: 10 * time.Millisecond, TopicIdleTimeout: 40 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, _ := startPublisher(t, config{Config: Config{PartitionRefresh: 10 * time.Millisecond, TopicIdleTimeout: 40 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		key, _ := keyMoving(3, 4, 2)
 		refuse.Store("gone[3]", kafka.UnknownTopicOrPartition)
 		var acks ackLog
@@ -235,7 +235,7 @@ func TestIdleTopicsEvicted(t *testing.T) {
 		for i := range topics {
 			c.setPartitions(fmt.Sprintf("t-%d", i), 3)
 		}
-		p, _ := startPublisher(t, Config{TopicIdleTimeout: 50 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, _ := startPublisher(t, config{Config: Config{TopicIdleTimeout: 50 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		synctest.Wait() // the sink's goroutines are up and idle
 		baseline := bubbleGoroutines()
 
@@ -276,7 +276,7 @@ func TestIdleLaneEvictedWhileTopicBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newFakeCluster(okBroker{})
 		c.setPartitions("busy", 4)
-		p, _ := startPublisher(t, Config{TopicIdleTimeout: 40 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, _ := startPublisher(t, config{Config: Config{TopicIdleTimeout: 40 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		quiet, hot := keyOn(0, 4), keyOn(1, 4)
 		var acks ackLog
 		ctx := context.Background()
@@ -311,7 +311,7 @@ func TestEvictionRacesPublish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newFakeCluster(okBroker{})
 		c.setPartitions("race", 2)
-		p, _ := startPublisher(t, Config{TopicIdleTimeout: 2 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, _ := startPublisher(t, config{Config: Config{TopicIdleTimeout: 2 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		var acks ackLog
 		ctx := context.Background()
 		const n = 600
@@ -339,7 +339,7 @@ func TestEvictionRacesPublish(t *testing.T) {
 func TestPublishAfterRouterRetired(t *testing.T) {
 	c := newFakeCluster(okBroker{})
 	c.setPartitions("retired", 2)
-	p, _ := startPublisher(t, Config{}, slog.New(slog.DiscardHandler), c)
+	p, _ := startPublisher(t, config{}, slog.New(slog.DiscardHandler), c)
 	dead := &router{p: p, topic: "retired", q: newQueue(), lanes: map[int]*lane{}}
 	if !dead.q.closeIfEmpty() {
 		t.Fatal("an empty queue refused to close")
@@ -386,7 +386,7 @@ func TestRetryingLaneNotEvicted(t *testing.T) {
 		f, refuse := partitionBroker()
 		c := newFakeCluster(f)
 		c.setPartitions("slow", 1)
-		p, _ := startPublisher(t, Config{TopicIdleTimeout: 10 * time.Millisecond}, slog.New(slog.DiscardHandler), c)
+		p, _ := startPublisher(t, config{Config: Config{TopicIdleTimeout: 10 * time.Millisecond}}, slog.New(slog.DiscardHandler), c)
 		refuse.Store("slow[0]", kafka.NotEnoughReplicas)
 		var acks ackLog
 		ctx := context.Background()

@@ -147,7 +147,7 @@ func headerValue(hs []kafka.Header, key string) string {
 
 // publishAll publishes n events of aggregates agg-0..agg-(aggs-1) on a
 // 3-partition topic and waits for all acknowledgements.
-func publishAll(t *testing.T, cfg Config, b *idempotentBroker, n, aggs int) {
+func publishAll(t *testing.T, cfg config, b *idempotentBroker, n, aggs int) {
 	t.Helper()
 	c := newFakeCluster(b)
 	c.setPartitions("orders", 3)
@@ -219,7 +219,7 @@ func TestIdempotentRetryIsStoredOnce(t *testing.T) {
 					count++
 					return 0, count%7 == 3 // every 7th batch is stored but not answered
 				}
-				publishAll(t, Config{Idempotent: idempotent}, b, n, 17)
+				publishAll(t, config{Idempotent: idempotent}, b, n, 17)
 				dups := checkStored(t, b, n)
 				t.Logf("duplicates: %d", dups)
 				if idempotent && dups != 0 {
@@ -250,7 +250,7 @@ func TestProducerIDRefused(t *testing.T) {
 					}
 					return 0, false
 				}
-				publishAll(t, Config{Idempotent: true}, b, 600, 17)
+				publishAll(t, config{Idempotent: true}, b, 600, 17)
 				if dups := checkStored(t, b, 600); dups != 0 {
 					t.Fatalf("%d duplicates", dups)
 				}
@@ -278,7 +278,7 @@ func TestProducerStateExpired(t *testing.T) {
 			}
 			return 0, false
 		}
-		publishAll(t, Config{Idempotent: true}, b, 600, 17)
+		publishAll(t, config{Idempotent: true}, b, 600, 17)
 		if dups := checkStored(t, b, 600); dups != 0 {
 			t.Fatalf("%d duplicates", dups)
 		}
@@ -305,7 +305,7 @@ func TestDuplicateSequenceNumberIsAcknowledged(t *testing.T) {
 	// this fake, so only the acknowledgements are checked here.
 	c := newFakeCluster(b)
 	c.setPartitions("orders", 3)
-	p, _ := startPublisher(t, Config{Idempotent: true}, slog.New(slog.DiscardHandler), c)
+	p, _ := startPublisher(t, config{Idempotent: true}, slog.New(slog.DiscardHandler), c)
 	var acks ackLog
 	for i := range 100 {
 		id := fmt.Sprint(i)
@@ -321,7 +321,7 @@ func TestDuplicateSequenceNumberIsAcknowledged(t *testing.T) {
 // BackoffMax; a failure that outlasts healWindow, or any other failure,
 // backs off as usual.
 func TestRetryDelayWhileLeaderMoves(t *testing.T) {
-	cfg := Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second}
+	cfg := config{Config: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second}}
 	p := &Publisher{cfg: cfg}
 	now := time.Now()
 	var long, other time.Duration
@@ -347,7 +347,7 @@ func TestRetryDelayWhileLeaderMoves(t *testing.T) {
 // with --linger 0 made p50 at 1,000 events/s 105 ms. A real
 // NOT_ENOUGH_REPLICAS still backs off.
 func TestRetryDelayAfterCancelledVerification(t *testing.T) {
-	p := &Publisher{cfg: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second}}
+	p := &Publisher{cfg: config{Config: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second}}}
 	cancelled := fmt.Errorf("%w: %s", kafka.NotEnoughReplicas, "Unable to verify the partition has been added to the transaction. Underlying error: NETWORK_EXCEPTION")
 	since := time.Now().Add(-time.Minute) // past healWindow
 	for range 100 {

@@ -146,7 +146,7 @@ func (rec *outgoing) done() {
 // Publisher routes events to per-partition lanes. Publish never blocks;
 // the caller bounds what is in flight.
 type Publisher struct {
-	cfg Config
+	cfg config
 	log *slog.Logger
 	m   Metrics
 	// client and the sink carry metadata and produce requests over
@@ -160,9 +160,9 @@ type Publisher struct {
 	// written to (nil when tests pass their own RoundTripper).
 	topics *topicTransport
 	// producer is the idempotent producer's id and sequences; nil
-	// without Config.Idempotent.
+	// with Config.NoIdempotence and no transactions.
 	producer *kafkaproduce.Producer
-	// txn is the exactly-once state; nil without Config.Transactions.
+	// txn is the exactly-once state; nil without WithTransactions.
 	txn   *transactions
 	lanes atomic.Int64 // lanes started, over all topics
 	// refreshed is when refreshMetadata last closed the transport's
@@ -180,27 +180,34 @@ type Publisher struct {
 	cfgErr error
 }
 
-// New returns a Publisher for cfg, its logs and metrics where opts send
-// them (WithLogger, WithMetrics); it does not contact Kafka until used.
-func New(cfg Config, opts ...Option) *Publisher {
+// New returns a Publisher of cfg that writes to brokers, its wiring,
+// logs and metrics where opts say (WithTransport, WithDeadLetters,
+// WithTransactions, WithReservedTopics, WithLogger, WithMetrics); it does
+// not contact Kafka until used. An invalid cfg.TopicTemplate or
+// cfg.Record fails every Publish.
+func New(brokers []string, cfg Config, opts ...Option) *Publisher {
 	var o options
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
 		}
 	}
-	cfg.defaults()
+	c, err := newConfig(brokers, cfg, o)
 	var own []string
-	if cfg.Transactions != nil {
-		own = append(own, cfg.Transactions.PositionsTopic)
+	if c.Transactions != nil {
+		own = append(own, c.Transactions.PositionsTopic)
 	}
-	tt := newTopicTransport(cfg.Transport, own...)
-	return newPublisher(cfg, o.logger, o.metrics, tt, tt.CloseIdleConnections)
+	tt := newTopicTransport(c.Transport, own...)
+	p := newPublisher(c, o.logger, o.metrics, tt, tt.CloseIdleConnections)
+	if err != nil && p.cfgErr == nil {
+		p.cfgErr = fmt.Errorf("Publish.TopicTemplate: %w", err)
+	}
+	return p
 }
 
 // newPublisher returns a Publisher whose metadata and produce requests go
 // through rt (tests pass a fake broker); closeIdle, if set, runs on Close.
-func newPublisher(cfg Config, log *slog.Logger, m Metrics, rt kafka.RoundTripper, closeIdle func()) *Publisher {
+func newPublisher(cfg config, log *slog.Logger, m Metrics, rt kafka.RoundTripper, closeIdle func()) *Publisher {
 	if m == nil {
 		m = nopMetrics{}
 	}
@@ -357,7 +364,7 @@ func (p *Publisher) message(topic string, ev *replication.WALEvent) (kafka.Messa
 }
 
 // ReasonReservedTopic is the reason of an event whose topic is reserved
-// (Config.ReservedTopics, or a name that begins with "__").
+// (WithReservedTopics, or a name that begins with "__").
 const ReasonReservedTopic = "reserved_topic"
 
 // reservedTopic says why topic is reserved ("" when it is not).

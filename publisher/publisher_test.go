@@ -77,7 +77,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestBackoffBounded(t *testing.T) {
-	p := &Publisher{cfg: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second}}
+	p := &Publisher{cfg: config{Config: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second}}}
 	for attempt := 1; attempt < 100; attempt++ {
 		if d := p.backoff(attempt); d <= 0 || d > 2*time.Second {
 			t.Fatalf("attempt %d: %s", attempt, d)

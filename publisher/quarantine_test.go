@@ -57,11 +57,7 @@ func (nopAck) Ack(int) {}
 // lifted in memory.
 func TestPublishNeverWaitsForQuarantineLock(t *testing.T) {
 	q := &lockedQuarantine{release: make(chan struct{})}
-	tt, err := ParseTopicTemplate("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Config{Brokers: []string{"127.0.0.1:1"}, Template: tt, DeadLetters: q}, WithMetrics(metrics.New().Publisher()))
+	p := New([]string{"127.0.0.1:1"}, Config{TopicTemplate: "t", NoIdempotence: true}, WithDeadLetters(q), WithMetrics(metrics.New().Publisher()))
 	defer p.Close()
 	// A router without its goroutine: what is queued stays for inspection.
 	r := &router{p: p, topic: "t", q: newQueue(), lanes: map[int]*lane{}}

@@ -73,9 +73,9 @@ const idleSweeps = 4
 // sweepEvery returns the router's housekeeping interval and how many
 // ticks without a record make a lane or router idle: a quarter of
 // TopicIdleTimeout, or less so that a stuck lane's partition is checked
-// about every MetadataRefresh.
+// about every PartitionRefresh.
 func (c *Config) sweepEvery() (time.Duration, uint64) {
-	every := max(min(c.TopicIdleTimeout/idleSweeps, c.MetadataRefresh/2), time.Millisecond)
+	every := max(min(c.TopicIdleTimeout/idleSweeps, c.PartitionRefresh/2), time.Millisecond)
 	n := uint64((c.TopicIdleTimeout + every - 1) / every)
 	return every, max(n, 1)
 }
@@ -163,7 +163,7 @@ func (r *router) startLane(part int) *lane {
 // that got no record for idle ticks and have nothing outstanding (so their
 // queue is empty and no record can reach them again); with no lane left
 // and no record for as long, it retires the router. While records are
-// outstanding it re-reads the partition count every MetadataRefresh even
+// outstanding it re-reads the partition count every PartitionRefresh even
 // without new events: a lane retrying a partition the topic no longer has
 // would otherwise retry for ever. It returns false when the router must
 // exit.
@@ -183,7 +183,7 @@ func (r *router) sweep(idle uint64) bool {
 		}
 		return true
 	}
-	if r.partitions != nil && time.Since(r.fetched) >= r.p.cfg.MetadataRefresh && r.outstanding() > 0 {
+	if r.partitions != nil && time.Since(r.fetched) >= r.p.cfg.PartitionRefresh && r.outstanding() > 0 {
 		return r.resolve() != topicClosing
 	}
 	return true
@@ -213,7 +213,7 @@ const (
 // unknown longer than UnknownTopicTimeout is reported missing. The count is
 // refreshed periodically so added partitions are used.
 func (r *router) resolve() topicState {
-	if r.partitions != nil && time.Since(r.fetched) < r.p.cfg.MetadataRefresh {
+	if r.partitions != nil && time.Since(r.fetched) < r.p.cfg.PartitionRefresh {
 		return topicReady
 	}
 	for attempt := 1; ; attempt++ {
@@ -244,7 +244,7 @@ func (r *router) resolve() topicState {
 		// TLS and credential failures (kafkaconn.Classify) are fatal here
 		// too: classify starts with them.
 		class, reason := classify(err)
-		r.p.cfg.LastFailure.Record(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
+		r.p.cfg.recordFailure(Failure{At: time.Now(), Class: class, Reason: reason, Topic: r.topic, Partition: -1, Attempt: attempt, Err: err})
 		r.p.m.MetadataRefreshFailed(reason)
 		if class == Fatal {
 			r.p.log.Error("topic refused for a reason no retry can fix; stopping with the slot position held", slog.String("stage", "publish"), slog.String("topic", r.topic), slog.String("reason", reason), slog.Any("error", err))
@@ -253,11 +253,11 @@ func (r *router) resolve() topicState {
 		}
 		if r.partitions != nil {
 			// Keep the known layout, and say so: the next sweep past
-			// MetadataRefresh asks again.
+			// PartitionRefresh asks again.
 			r.p.log.Warn("topic metadata refresh failed; keeping the known partitions until the next refresh",
 				slog.String("stage", "publish"), slog.String("topic", r.topic), slog.Int("partitions", len(r.partitions)),
 				slog.String("reason", reason), slog.Any("error", err))
-			r.fetched = time.Now() // ask again after MetadataRefresh, not at every batch
+			r.fetched = time.Now() // ask again after PartitionRefresh, not at every batch
 			return topicReady
 		}
 		if errors.Is(err, kafka.UnknownTopicOrPartition) && !r.p.cfg.CreateTopics {

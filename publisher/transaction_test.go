@@ -234,13 +234,13 @@ func (b *txnBroker) state() (visible, pending []string) {
 // "orders" (3 partitions) and the positions topic "pos" (1 partition).
 func startTxnPublisher(t *testing.T, b *txnBroker, interval time.Duration) *Publisher {
 	t.Helper()
-	return startTxnPublisherWith(t, b, Config{Transactions: &TransactionConfig{Interval: interval}})
+	return startTxnPublisherWith(t, b, config{Transactions: &TransactionConfig{Interval: interval}})
 }
 
 // startTxnPublisherWith is startTxnPublisher with cfg's other settings
 // (DeadLetters, the transaction's Timeout); cfg.Transactions must be set,
 // its ID, topic, key and Position function are filled in when empty.
-func startTxnPublisherWith(t *testing.T, b *txnBroker, cfg Config) *Publisher {
+func startTxnPublisherWith(t *testing.T, b *txnBroker, cfg config) *Publisher {
 	t.Helper()
 	c := newFakeCluster(b)
 	c.setPartitions("orders", 3)
@@ -388,7 +388,7 @@ func TestTransactionTimeoutIsNotFencing(t *testing.T) {
 		b.timeout = time.Minute
 		// A commit interval longer than the timeout keeps the
 		// transaction open past it.
-		p := startTxnPublisherWith(t, b, Config{Transactions: &TransactionConfig{Interval: 2 * time.Minute, Timeout: time.Minute}})
+		p := startTxnPublisherWith(t, b, config{Transactions: &TransactionConfig{Interval: 2 * time.Minute, Timeout: time.Minute}})
 		if err := p.Publish(context.Background(), testEvent("orders", "agg-1", "e-1"), nopAck{}); err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func TestTransactionCommitsAroundHeldEvent(t *testing.T) {
 		q := &lockedQuarantine{release: make(chan struct{})}
 		var mu sync.Mutex
 		var positions []string
-		p := startTxnPublisherWith(t, b, Config{DeadLetters: q, Transactions: &TransactionConfig{
+		p := startTxnPublisherWith(t, b, config{DeadLetters: q, Transactions: &TransactionConfig{
 			Interval: time.Millisecond, Timeout: timeout,
 			Position: func(last *replication.WALEvent, _ int) []byte {
 				mu.Lock()
@@ -173,7 +173,7 @@ func TestTransactionPositionsCoverExactlyTheirRecords(t *testing.T) {
 		var mu sync.Mutex
 		var positions []int    // per commit, the position's event
 		var commits [][]string // per commit, its event records
-		p := startTxnPublisherWith(t, b, Config{DeadLetters: q, Transactions: &TransactionConfig{
+		p := startTxnPublisherWith(t, b, config{DeadLetters: q, Transactions: &TransactionConfig{
 			Interval: time.Millisecond, Timeout: timeout,
 			Position: func(last *replication.WALEvent, _ int) []byte {
 				b.mu.Lock()

@@ -2,15 +2,12 @@ package relay
 
 import (
 	"context"
-	"crypto/tls"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // Config is the whole relay configuration, grouped by component. Set at
@@ -111,71 +108,17 @@ type DatabaseConfig struct {
 }
 
 // KafkaConfig is how every Kafka client reaches the brokers: the relay's
-// own, and those its methods build for tools, so that TLS and SASL apply
-// to all of them alike.
-type KafkaConfig struct {
-	// Brokers are the bootstrap brokers, host:port each.
-	Brokers []string
-	// TLS secures every broker connection; nil means PLAINTEXT. It is
-	// cloned per client (kafka-go sets ServerName per broker when empty).
-	TLS *tls.Config
-	// SASL authenticates every broker connection (kafka-go's
-	// sasl/plain and sasl/scram packages build one, package oauthbearer
-	// an OAUTHBEARER one from a token provider); nil means none.
-	SASL sasl.Mechanism
-	// SessionLifetime is how long the brokers keep an authenticated
-	// session: their connections.max.reauth.ms, when set and shorter than
-	// the tokens' lifetime (or with PLAIN and SCRAM, which have none).
-	// Zero means sessions end only when a token expires. kafka-go cannot
-	// re-authenticate a connection and the broker closes it at the first
-	// request after its session ended, failing that request; so the
-	// Transports built here recycle their connections at 80 % of the
-	// shorter of SessionLifetime and the token's remaining life
-	// (oauthbearer.Expirer). Readers (Dialer) reconnect after the failure
-	// instead.
-	SessionLifetime time.Duration
-	// MetadataTTL is how stale the clients' metadata may get. kafka-go
-	// does not refresh it on NotLeaderForPartition, so this bounds the
-	// stall after a partition leader change.
-	MetadataTTL time.Duration
-}
+// own, and those its tools build, so that TLS and SASL apply to all of
+// them alike. It is the publisher's (publisher.KafkaConfig): one
+// declaration of the brokers, TLS, SASL, session lifetime and metadata TTL.
+type KafkaConfig = publisher.KafkaConfig
 
-// PublishConfig shapes the records and the produce requests.
+// PublishConfig shapes the records and the produce requests: the
+// publisher's own settings (publisher.Config, embedded: topics, batches,
+// retries, the record format, the idempotent producer), and what the relay
+// adds around them: the poison policy and the delivery guarantee.
 type PublishConfig struct {
-	// TopicTemplate names an event's topic; placeholders
-	// {aggregate_type} and {event_type}.
-	TopicTemplate string
-	// CreateTopics creates missing topics with TopicPartitions and
-	// TopicReplicationFactor (negative: the broker's default). Without it, a
-	// missing topic is retried for UnknownTopicTimeout, then its events
-	// are poison.
-	CreateTopics           bool
-	TopicPartitions        int
-	TopicReplicationFactor int
-	// MaxBatch and MaxBatchBytes bound one partition batch (one record
-	// batch in a produce request); keep MaxBatchBytes under the broker's
-	// message.max.bytes.
-	MaxBatch      int
-	MaxBatchBytes int
-	// Linger is how long a partition batch waits for other partitions'
-	// batches to share its produce request; negative sends at once.
-	Linger time.Duration
-	// BackoffBase and BackoffMax bound the retry delay of a failed write
-	// (exponential, full jitter). A partition retries inline: a later
-	// batch never overtakes it.
-	BackoffBase time.Duration
-	BackoffMax  time.Duration
-	// UnknownTopicTimeout is how long a missing topic is retried before
-	// its events are poison (without CreateTopics), and how long a
-	// partition that vanished is retried before the relay stops.
-	UnknownTopicTimeout time.Duration
-	// PartitionRefresh is how often a topic's partition count is re-read;
-	// added partitions are used once the topic's earlier events are
-	// acknowledged, so no key is reordered.
-	PartitionRefresh time.Duration
-	// TopicIdleTimeout is how long an unused topic keeps its router and
-	// partition lanes (goroutines, queues): topics come from event data.
-	TopicIdleTimeout time.Duration
+	publisher.Config
 	// PoisonPolicy decides what a poison event, one Kafka rejects for good
 	// or that cannot become a record, does: poison.Quarantine (the
 	// default) dead-letters it and parks its aggregate's later events
@@ -183,32 +126,6 @@ type PublishConfig struct {
 	// other aggregates flow on; poison.Halt stops the relay with the slot
 	// position held.
 	PoisonPolicy poison.Policy
-	// RecordFormat is the shape of the records (docs/formats.md):
-	// record.FormatNative (the default), FormatDebezium (the record
-	// Debezium's Outbox Event Router emits) or FormatCloudEvents.
-	RecordFormat record.Format
-	// CloudEventsSource is the CloudEvents source attribute, a
-	// URI-reference naming the producer; required with FormatCloudEvents.
-	CloudEventsSource string
-	// CloudEventsMode is the CloudEvents content mode: binary (the
-	// default: attributes in ce_* headers, the payload as the value) or
-	// structured (the whole event as a JSON value).
-	CloudEventsMode record.CloudEventsMode
-	// DebeziumExpandJSON writes FormatDebezium values as the router does
-	// with table.expand.json.payload=true and Connect's JsonConverter.
-	DebeziumExpandJSON bool
-	// TombstoneOnNullPayload makes an outbox row with a NULL payload a
-	// tombstone (the row's key and headers, a null value) instead of a
-	// poison event.
-	TombstoneOnNullPayload bool
-	// NoIdempotence writes without the idempotent producer. By default the
-	// relay takes a producer id (InitProducerId) and numbers each
-	// partition's batches, so the broker discards a retried batch it has
-	// already stored (a produce request that timed out after the leader
-	// wrote it) instead of storing it twice. Only for brokers or ACLs
-	// that refuse it: InitProducerId needs IDEMPOTENT_WRITE on the
-	// cluster before Kafka 3.0, WRITE on a topic since.
-	NoIdempotence bool
 	// Delivery is the delivery guarantee into Kafka: AtLeastOnce (the
 	// default) or ExactlyOnce, which writes in Kafka transactions
 	// together with the source position, so consumers reading
@@ -266,15 +183,6 @@ const (
 	// covers; consumers reading read_committed see every event once.
 	ExactlyOnce Delivery = "exactly-once"
 )
-
-// Record is the record format configuration of p (what the publisher
-// encodes with).
-func (p PublishConfig) Record() record.Config {
-	return record.Config{
-		Format: p.RecordFormat, CloudEventsSource: p.CloudEventsSource, CloudEventsMode: p.CloudEventsMode,
-		DebeziumExpandJSON: p.DebeziumExpandJSON, TombstoneOnNullPayload: p.TombstoneOnNullPayload,
-	}
-}
 
 // WindowConfig bounds the events read from the WAL and not yet
 // acknowledged by Kafka. The relay stops reading while the window is full,
@@ -349,12 +257,8 @@ func DefaultConfig() Config {
 		},
 		Kafka: KafkaConfig{MetadataTTL: time.Second},
 		Publish: PublishConfig{
-			TopicTemplate: publisher.DefaultTopicTemplate, TopicPartitions: 6, TopicReplicationFactor: -1,
-			MaxBatch: 1000, MaxBatchBytes: 900 << 10, Linger: 5 * time.Millisecond,
-			BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second,
-			UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, TopicIdleTimeout: 2 * time.Minute,
-			PoisonPolicy: poison.Quarantine, RecordFormat: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
-			Delivery: AtLeastOnce, TransactionInterval: time.Millisecond, TransactionTimeout: time.Minute,
+			Config:       publisher.DefaultConfig(),
+			PoisonPolicy: poison.Quarantine, Delivery: AtLeastOnce, TransactionInterval: time.Millisecond, TransactionTimeout: time.Minute,
 			PositionsTopic: "__outbox_relay_positions",
 		},
 		Window:          WindowConfig{MaxEvents: 10000, MaxBytes: 16 << 20, StallTimeout: time.Minute},
@@ -377,20 +281,8 @@ func (c Config) withDefaults() Config {
 	def(&c.Database.SlotCheckInterval, d.Database.SlotCheckInterval)
 	def(&c.Kafka.MetadataTTL, d.Kafka.MetadataTTL)
 	p, dp := &c.Publish, d.Publish
-	def(&p.TopicTemplate, dp.TopicTemplate)
-	def(&p.TopicPartitions, dp.TopicPartitions)
-	def(&p.TopicReplicationFactor, dp.TopicReplicationFactor)
-	def(&p.MaxBatch, dp.MaxBatch)
-	def(&p.MaxBatchBytes, dp.MaxBatchBytes)
-	def(&p.Linger, dp.Linger)
-	def(&p.BackoffBase, dp.BackoffBase)
-	def(&p.BackoffMax, dp.BackoffMax)
-	def(&p.UnknownTopicTimeout, dp.UnknownTopicTimeout)
-	def(&p.PartitionRefresh, dp.PartitionRefresh)
-	def(&p.TopicIdleTimeout, dp.TopicIdleTimeout)
+	p.Config = p.Config.WithDefaults()
 	def(&p.PoisonPolicy, dp.PoisonPolicy)
-	def(&p.RecordFormat, dp.RecordFormat)
-	def(&p.CloudEventsMode, dp.CloudEventsMode)
 	def(&p.Delivery, dp.Delivery)
 	def(&p.TransactionInterval, dp.TransactionInterval)
 	def(&p.TransactionTimeout, dp.TransactionTimeout)

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -82,17 +81,6 @@ func ExampleWithMetrics() {
 	// Output:
 	// orders_outbox <nil>
 	// billing_outbox <nil>
-}
-
-// Tools beside the relay reach Kafka exactly as it does: the same
-// brokers, TLS and SASL.
-func ExampleKafkaConfig_Reader() {
-	cfg := relay.DefaultConfig()
-	cfg.Kafka.Brokers = []string{"kafka:9092"}
-	rd := cfg.Kafka.Reader("orders-audit", kafka.ReaderConfig{Topic: "outbox.event.order", GroupID: "orders-audit"})
-	defer rd.Close()
-	fmt.Println(rd.Config().Brokers)
-	// Output: [kafka:9092]
 }
 
 // Credentials that rotate or expire: the hook runs before every

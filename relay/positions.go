@@ -26,6 +26,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -109,7 +110,7 @@ const positionScanStart = 1000
 // uncompacted tail.
 func (r *Relay) committedPosition(ctx context.Context, partition int, src Source, keys [][]byte) (pos *kafkaPosition, found bool, err error) {
 	topic := r.cfg.Publish.PositionsTopic
-	client, closeIdle := r.cfg.Kafka.Client("outbox-relay", 10*time.Second)
+	client, closeIdle := kafkaclients.Client(r.cfg.Kafka, "outbox-relay", 10*time.Second)
 	defer closeIdle()
 	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
 		IsolationLevel: kafka.ReadUncommitted,
@@ -152,7 +153,7 @@ func (r *Relay) committedPosition(ctx context.Context, partition int, src Source
 func (r *Relay) scanPositions(ctx context.Context, partition int, start, end int64, scan *positionScan) error {
 	topic := r.cfg.Publish.PositionsTopic
 	rd, err := kafkafetch.New(kafkafetch.Config{
-		Brokers: r.cfg.Kafka.Brokers, Dialer: r.cfg.Kafka.Dialer("outbox-relay"),
+		Brokers: r.cfg.Kafka.Brokers, Dialer: kafkaclients.Dialer(r.cfg.Kafka, "outbox-relay"),
 		Topic: topic, Partition: partition, Offset: start, End: end, MaxWait: 100 * time.Millisecond,
 		ReadUncommitted: true, Markers: true, Logger: r.log,
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,10 +13,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
-	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
@@ -61,7 +62,7 @@ type Relay struct {
 	decoded decodedMark
 	// failures is the last publish failure of any stream's publisher, and
 	// stalls the stall detection fed from it and the window (stallwatch.go).
-	failures publisher.LastFailure
+	failures lastFailure
 	stalls   *stallWatch
 	// decodeFails bounds the reconnects on one undecodable message.
 	decodeFails decodeRetries
@@ -229,19 +230,18 @@ func (r *Relay) campaign(ctx context.Context) error {
 	}
 }
 
-// publisherConfig is the configuration of the stream's publisher (and of
-// the probe that waits for Kafka).
-func (r *Relay) publisherConfig() publisher.Config {
-	p := r.cfg.Publish
-	return publisher.Config{
-		Brokers: r.cfg.Kafka.Brokers, Template: r.c.template, Transport: r.cfg.Kafka.transportLogged("outbox-relay", r.log),
-		MaxBatch: p.MaxBatch, MaxBatchBytes: p.MaxBatchBytes, Linger: p.Linger,
-		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
-		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
-		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
-		LastFailure: &r.failures, Record: p.Record(), Idempotent: !p.NoIdempotence,
-		// In every delivery mode: another relay on the cluster may write
-		// exactly-once, and a row routed to its positions is a forgery.
-		ReservedTopics: []string{p.PositionsTopic},
-	}
+// publish is what the relay's publishers are built from (the stream's,
+// the probe that waits for Kafka): the one construction every publisher
+// of the binary shares (kafkaclients.Publish), with the relay's Kafka
+// configuration, its publish settings and its positions topic.
+func (r *Relay) publish() kafkaclients.Publish {
+	return kafkaclients.Publish{Kafka: r.cfg.Kafka, Config: r.cfg.Publish.Config, PositionsTopic: r.cfg.Publish.PositionsTopic,
+		ClientID: "outbox-relay", Recycled: r.recycled}
+}
+
+// recycled logs a recycle of the Kafka connections before a SASL session
+// ends.
+func (r *Relay) recycled(end time.Time) {
+	r.log.Info("closing Kafka connections before their SASL session ends; the next requests connect and authenticate anew",
+		slog.String("stage", "kafka"), slog.Time("session_end", end))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -79,7 +80,7 @@ func newStack(t *testing.T, partitions int) *stack {
 }
 
 func (s *stack) createTopic(ctx context.Context) {
-	client, done := s.cfg.Kafka.Client("relay-test", 10*time.Second)
+	client, done := kafkaclients.Client(s.cfg.Kafka, "relay-test", 10*time.Second)
 	defer done()
 	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
 		Topics: []kafka.TopicConfig{{Topic: s.topic, NumPartitions: s.partitions, ReplicationFactor: 1}},
@@ -126,7 +127,7 @@ func (s *stack) cleanup() {
 		}
 	}
 	s.db.Close()
-	client, done := s.cfg.Kafka.Client("relay-test", 10*time.Second)
+	client, done := kafkaclients.Client(s.cfg.Kafka, "relay-test", 10*time.Second)
 	defer done()
 	_, _ = client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{s.topic}})
 }
@@ -216,7 +217,7 @@ func (s *stack) consume(ctx context.Context, want int) delivery {
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
-			rd := s.cfg.Kafka.Reader("relay-test", kafka.ReaderConfig{Topic: s.topic, Partition: p, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
+			rd := kafkaclients.Reader(s.cfg.Kafka, "relay-test", kafka.ReaderConfig{Topic: s.topic, Partition: p, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 			defer rd.Close()
 			for {
 				m, err := rd.ReadMessage(ctx)

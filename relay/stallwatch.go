@@ -21,14 +21,14 @@ type stallWatch struct {
 	det      *stallDetector
 	log      *slog.Logger
 	m        *metrics.Relay
-	failures *publisher.LastFailure
+	failures *lastFailure
 	// stalledAt is when the current stall was reported (observer only).
 	stalledAt time.Time
 	// current is the /readyz reason while stalled, nil otherwise.
 	current atomic.Pointer[string]
 }
 
-func newStallWatch(timeout time.Duration, log *slog.Logger, m *metrics.Relay, failures *publisher.LastFailure) *stallWatch {
+func newStallWatch(timeout time.Duration, log *slog.Logger, m *metrics.Relay, failures *lastFailure) *stallWatch {
 	return &stallWatch{det: newStallDetector(timeout), log: log, m: m, failures: failures}
 }
 
@@ -92,4 +92,27 @@ func stallReason(now time.Time, st stallState, f *publisher.Failure) string {
 	}
 	return fmt.Sprintf("stalled: no acknowledgement for %s with %d events in flight; last error: %s",
 		now.Sub(st.LastProgress).Round(time.Second), st.Inflight, cause)
+}
+
+// lastFailure keeps the most recent publisher.Failure of any stream's
+// publisher (their failure hook, WithFailureHook): written on the failure
+// path only, never per event, and read by the stall watch. It is nil-safe
+// and safe for concurrent use.
+type lastFailure struct {
+	p atomic.Pointer[publisher.Failure]
+}
+
+// record stores f as the most recent failure.
+func (l *lastFailure) record(f publisher.Failure) {
+	if l != nil {
+		l.p.Store(&f)
+	}
+}
+
+// Load returns the most recent failure, nil when none was recorded.
+func (l *lastFailure) Load() *publisher.Failure {
+	if l == nil {
+		return nil
+	}
+	return l.p.Load()
 }

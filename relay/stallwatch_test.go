@@ -23,7 +23,7 @@ import (
 func TestStallWatch(t *testing.T) {
 	var logs bytes.Buffer
 	m := metrics.New()
-	var failures publisher.LastFailure
+	var failures lastFailure
 	w := newStallWatch(5*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &failures)
 	now := time.Unix(1_700_000_000, 0)
 	tick := func(inflight, acked int) {
@@ -43,7 +43,7 @@ func TestStallWatch(t *testing.T) {
 	// the last failure seen.
 	acked := 30
 	tick(500, acked)
-	failures.Record(publisher.Failure{At: now.Add(500 * time.Millisecond), Class: publisher.Transient, Reason: "timeout",
+	failures.record(publisher.Failure{At: now.Add(500 * time.Millisecond), Class: publisher.Transient, Reason: "timeout",
 		Topic: "orders", Partition: 3, Attempt: 2, EventID: "e1", AggregateID: "a1", EventType: "created",
 		Err: errors.New("context deadline exceeded")})
 	for i := 0; i < 4; i++ {
@@ -90,10 +90,10 @@ func TestStallWatch(t *testing.T) {
 // TestStallReasonWithoutFailure: a frozen broker gives no error before the
 // write timeout; a failure from before the last acknowledgement is stale.
 func TestStallReasonWithoutFailure(t *testing.T) {
-	var failures publisher.LastFailure
+	var failures lastFailure
 	w := newStallWatch(2*time.Second, slog.New(slog.DiscardHandler), metrics.New(), &failures)
 	now := time.Unix(1_700_000_000, 0)
-	failures.Record(publisher.Failure{At: now.Add(-time.Hour), Reason: "Not Leader For Partition", Err: kafka.NotLeaderForPartition})
+	failures.record(publisher.Failure{At: now.Add(-time.Hour), Reason: "Not Leader For Partition", Err: kafka.NotLeaderForPartition})
 	for i := 0; i <= 3; i++ {
 		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Events: 7, Acked: 1})
 	}
@@ -105,7 +105,7 @@ func TestStallReasonWithoutFailure(t *testing.T) {
 	if w.reason() != "" {
 		t.Fatalf("stall kept without a stream: %q", w.reason())
 	}
-	failures.Record(publisher.Failure{At: now.Add(5 * time.Second), Class: publisher.Transient, Reason: "unknown_topic_or_partition",
+	failures.record(publisher.Failure{At: now.Add(5 * time.Second), Class: publisher.Transient, Reason: "unknown_topic_or_partition",
 		Topic: "t", Partition: -1, Attempt: 9, Err: kafka.UnknownTopicOrPartition})
 	for i := 5; i <= 9; i++ {
 		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Events: 1, Acked: 0})
@@ -121,7 +121,7 @@ func TestStallReasonWithoutFailure(t *testing.T) {
 func TestStallWithOnlyHeldAcks(t *testing.T) {
 	var logs bytes.Buffer
 	m := metrics.New()
-	w := newStallWatch(3*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &publisher.LastFailure{})
+	w := newStallWatch(3*time.Second, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), m, &lastFailure{})
 	now := time.Unix(1_700_000_000, 0)
 	for i := 0; i <= 3; i++ {
 		w.observe(now.Add(time.Duration(i)*time.Second), checkpoint.WindowStats{Held: 10000, Acked: 52000})

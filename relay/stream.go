@@ -55,18 +55,21 @@ func (r *Relay) stream(ctx, lctx context.Context) error {
 
 	tracker := checkpoint.New(start, checkpoint.Limits{MaxEvents: r.cfg.Window.MaxEvents, MaxBytes: r.cfg.Window.MaxBytes})
 	r.tracker.Store(tracker)
-	pc := r.publisherConfig()
-	pc.DeadLetters = r.quar
 	var src Source
 	if r.cfg.Publish.Delivery == ExactlyOnce {
 		if src, err = r.source(sctx, resume.id); err != nil {
 			return err
 		}
 	}
-	pc.Transactions = r.transactionConfig(resume.id, src)
-	pub := publisher.New(pc, publisher.WithLogger(r.log), publisher.WithMetrics(r.m.Publisher()))
+	opts := []publisher.Option{publisher.WithDeadLetters(r.quar), publisher.WithFailureHook(r.failures.record),
+		publisher.WithLogger(r.log), publisher.WithMetrics(r.m.Publisher())}
+	tc := r.transactionConfig(resume.id, src)
+	if tc != nil {
+		opts = append(opts, publisher.WithTransactions(*tc))
+	}
+	pub := r.publish().Publisher(opts...)
 	defer pub.Close()
-	if pc.Transactions != nil {
+	if tc != nil {
 		if resume, err = r.beginTransactions(sctx, pub, resume, src); err != nil {
 			return err
 		}

@@ -56,7 +56,7 @@ func (c Config) compile() (compiled, error) {
 	var out compiled
 	var cs checks
 	c.Database.validate(&cs, &out)
-	c.Kafka.validate(&cs)
+	validateKafka(c.Kafka, &cs)
 	c.Publish.validate(&cs, &out)
 	c.Window.validate(&cs, c.Publish)
 	c.Leader.validate(&cs, c.Database)
@@ -117,7 +117,7 @@ func (d DatabaseConfig) validate(cs *checks, out *compiled) {
 	}
 }
 
-func (k KafkaConfig) validate(cs *checks) {
+func validateKafka(k KafkaConfig, cs *checks) {
 	if len(k.Brokers) == 0 {
 		cs.Wrap("Kafka.Brokers", ErrRequired)
 	}
@@ -157,7 +157,8 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"Publish.UnknownTopicTimeout", p.UnknownTopicTimeout}, {"Publish.PartitionRefresh", p.PartitionRefresh}, {"Publish.TopicIdleTimeout", p.TopicIdleTimeout}} {
+	}{{"Publish.UnknownTopicTimeout", p.UnknownTopicTimeout}, {"Publish.PartitionRefresh", p.PartitionRefresh}, {"Publish.TopicIdleTimeout", p.TopicIdleTimeout},
+		{"Publish.WriteTimeout", p.WriteTimeout}, {"Publish.MetadataTimeout", p.MetadataTimeout}} {
 		if d.v <= 0 {
 			cs.Fail(d.field, d.v, "use a positive duration")
 		}
@@ -180,19 +181,19 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 	} else {
 		out.policy = pol
 	}
-	format, err := record.ParseFormat(string(p.RecordFormat))
+	format, err := record.ParseFormat(string(p.Record.Format))
 	if err != nil {
-		cs.Fail("Publish.RecordFormat", string(p.RecordFormat), "use native, debezium or cloudevents")
+		cs.Fail("Publish.Record.Format", string(p.Record.Format), "use native, debezium or cloudevents")
 	}
-	if _, err := record.ParseCloudEventsMode(string(p.CloudEventsMode)); err != nil {
-		cs.Fail("Publish.CloudEventsMode", string(p.CloudEventsMode), "use binary or structured")
+	if _, err := record.ParseCloudEventsMode(string(p.Record.CloudEventsMode)); err != nil {
+		cs.Fail("Publish.Record.CloudEventsMode", string(p.Record.CloudEventsMode), "use binary or structured")
 	}
 	if format == record.FormatCloudEvents {
-		switch err := record.CheckCloudEventsSource(p.CloudEventsSource); {
-		case p.CloudEventsSource == "":
-			cs.Fail("Publish.CloudEventsSource", nil, "is required with Publish.RecordFormat cloudevents: a URI-reference naming the producer, e.g. /orders-service")
+		switch err := record.CheckCloudEventsSource(p.Record.CloudEventsSource); {
+		case p.Record.CloudEventsSource == "":
+			cs.Fail("Publish.Record.CloudEventsSource", nil, "is required with Publish.Record.Format cloudevents: a URI-reference naming the producer, e.g. /orders-service")
 		case err != nil:
-			cs.Wrap("Publish.CloudEventsSource", err)
+			cs.Wrap("Publish.Record.CloudEventsSource", err)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func every(ctx context.Context, d time.Duration, f func() bool) {
 // an error for a failure no retry can cure (a certificate that does not
 // verify, wrong credentials).
 func (r *Relay) waitForKafka(ctx context.Context) (bool, error) {
-	pub := publisher.New(r.publisherConfig(), publisher.WithLogger(r.log), publisher.WithMetrics(r.m.Publisher()))
+	pub := r.publish().Publisher(publisher.WithLogger(r.log), publisher.WithMetrics(r.m.Publisher()))
 	defer pub.Close()
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

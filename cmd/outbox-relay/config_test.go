@@ -199,16 +199,16 @@ func TestRecordFormatFlags(t *testing.T) {
 	}
 	want := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders",
 		CloudEventsMode: record.CloudEventsStructured, TombstoneOnNullPayload: true}
-	if got := cfg.Relay.Publish.Record(); got != want {
+	if got := cfg.Relay.Publish.Record; got != want {
 		t.Fatalf("relay record config %+v", got)
 	}
-	if got := cfg.PublisherConfig("x").Record; got != want {
+	if got := cfg.Publish("x").Config.Record; got != want {
 		t.Fatalf("side publisher record config %+v", got)
 	}
 	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
 	if cfg, err = parse("run", []string{"--debezium-expand-json-payload"}, &bytes.Buffer{}); err != nil ||
-		cfg.Relay.Publish.Record() != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
-		t.Fatalf("%+v %v", cfg.Relay.Publish.Record(), err)
+		cfg.Relay.Publish.Record != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
+		t.Fatalf("%+v %v", cfg.Relay.Publish.Record, err)
 	}
 	for args, msg := range map[string]string{
 		"--record-format avro":                                  `--record-format "avro": use native, debezium or cloudevents`,
@@ -234,9 +234,12 @@ func runNames() map[string]string {
 func relayLeaves(v reflect.Value, prefix string, out map[string]reflect.Value) {
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
-		if f.Type.Kind() == reflect.Struct {
+		switch {
+		case f.Anonymous: // promoted: Publish.MaxBatch, not Publish.Config.MaxBatch
+			relayLeaves(v.Field(i), prefix, out)
+		case f.Type.Kind() == reflect.Struct:
 			relayLeaves(v.Field(i), prefix+f.Name+".", out)
-		} else {
+		default:
 			out[prefix+f.Name] = v.Field(i)
 		}
 	}

@@ -209,7 +209,7 @@ func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadlet
 					slog.String("delivered", a.Delivered.String()), slog.Duration("wait", wait.Wait))
 			},
 		}
-		w := publisher.NewSyncWriter(x.cfg.PublisherConfig("outbox-relay-dlq"))
+		w := x.cfg.Publish("outbox-relay-dlq").SyncWriter()
 		defer w.Close()
 		res, err := f(store, w, g)
 		if err != nil {

@@ -50,7 +50,7 @@ func (c *recoverCmd) run(ctx context.Context, x *invocation) error {
 	}
 	rc := recovery.Config{
 		DatabaseURL: cfg.Relay.Database.URL, ReplicationURL: cfg.Relay.Database.ReplicationURL, BeforeConnect: cfg.Relay.Database.BeforeConnect, Outbox: outboxdb.Outbox{Table: cfg.Table(), Slot: cfg.Relay.Database.Slot, Publication: cfg.Relay.Database.Publication, FailoverSlot: cfg.FailoverSlot()},
-		Policy: cfg.Relay.Publish.PoisonPolicy, Publisher: cfg.PublisherConfig("outbox-relay"),
+		Policy: cfg.Relay.Publish.PoisonPolicy, Publish: cfg.Publish("outbox-relay"),
 		CheckpointRetention: cfg.Relay.Checkpoints.Retention, All: c.All,
 		Out: stdout, Progress: backfill.PrintProgress(stderr, "recover"), Log: log,
 	}

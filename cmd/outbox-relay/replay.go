@@ -83,5 +83,5 @@ func (c *replayCmd) run(ctx context.Context, x *invocation) error {
 // replayPublisher is replay's publisher, on the one Kafka configuration.
 // It has no dead letters: quarantined aggregates are left out of a replay.
 func replayPublisher(cfg *config.Config, stderr io.Writer) *publisher.Publisher {
-	return publisher.New(cfg.PublisherConfig("outbox-relay"), publisher.WithLogger(newLogger(cfg, stderr)))
+	return cfg.Publish("outbox-relay").Publisher(publisher.WithLogger(newLogger(cfg, stderr)))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -55,8 +56,8 @@ func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEve
 	cfg.Database.URL, cfg.Kafka.Brokers = url, brokers
 	cfg.Database.Table, cfg.Database.Slot, cfg.Database.Publication = table.String(), "ce_"+sfx, "ce_"+sfx
 	cfg.Publish.TopicTemplate = "ce." + sfx + ".{aggregate_type}"
-	cfg.Publish.RecordFormat, cfg.Publish.CloudEventsSource, cfg.Publish.CloudEventsMode = record.FormatCloudEvents, "/orders-service", mode
-	cfg.Publish.TombstoneOnNullPayload = true
+	cfg.Publish.Record.Format, cfg.Publish.Record.CloudEventsSource, cfg.Publish.Record.CloudEventsMode = record.FormatCloudEvents, "/orders-service", mode
+	cfg.Publish.Record.TombstoneOnNullPayload = true
 	cfg.Leader = relay.LeaderConfig{PollInterval: 250 * time.Millisecond, KeepaliveInterval: 250 * time.Millisecond, Timeout: 2 * time.Second}
 
 	db, err := pgxpool.New(ctx, url)
@@ -76,7 +77,7 @@ func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEve
 		_, _ = db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Database.Publication}.Sanitize())
 		_, _ = db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{table.Schema}.Sanitize()+" CASCADE")
 		db.Close()
-		client, done := cfg.Kafka.Client("ce-test", 10*time.Second)
+		client, done := kafkaclients.Client(cfg.Kafka, "ce-test", 10*time.Second)
 		defer done()
 		_, _ = client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
 	})
@@ -93,7 +94,7 @@ func runAndRead(t *testing.T, url string, brokers []string, mode record.CloudEve
 	if _, err := m.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	client, done := cfg.Kafka.Client("ce-test", 10*time.Second)
+	client, done := kafkaclients.Client(cfg.Kafka, "ce-test", 10*time.Second)
 	defer done()
 	if res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil || res.Errors[topic] != nil {
 		t.Fatalf("create topic: %v %v", err, res)

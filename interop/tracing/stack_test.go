@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -94,7 +95,7 @@ func (w *world) relayConfig(name string) (relay.Config, string) {
 }
 
 func (w *world) createTopic(ctx context.Context, topic string) {
-	client, done := w.cfg.Kafka.Client("tracing-test", 10*time.Second)
+	client, done := kafkaclients.Client(w.cfg.Kafka, "tracing-test", 10*time.Second)
 	defer done()
 	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
 		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 3, ReplicationFactor: 1}},
@@ -122,7 +123,7 @@ func (w *world) createTopic(ctx context.Context, topic string) {
 // records counts the records of topic (the sum of its partitions' end
 // offsets).
 func (w *world) records(ctx context.Context, topic string) (int64, error) {
-	client, done := w.cfg.Kafka.Client("tracing-test", 10*time.Second)
+	client, done := kafkaclients.Client(w.cfg.Kafka, "tracing-test", 10*time.Second)
 	defer done()
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0), kafka.LastOffsetOf(1), kafka.LastOffsetOf(2)}}}
 	res, err := client.ListOffsets(ctx, req)
@@ -161,7 +162,7 @@ func (w *world) cleanup() {
 		}
 	}
 	if len(w.topics) > 0 {
-		client, done := w.cfg.Kafka.Client("tracing-test", 10*time.Second)
+		client, done := kafkaclients.Client(w.cfg.Kafka, "tracing-test", 10*time.Second)
 		_, _ = client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: w.topics})
 		done()
 	}

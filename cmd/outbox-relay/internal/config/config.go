@@ -133,21 +133,6 @@ func explicitZeros(c *relay.Config) { envflag.ExplicitZeros(c, relay.DefaultConf
 // slot (--failover-slot).
 func (c *Config) FailoverSlot() bool { return !c.Relay.Database.NoFailoverSlot }
 
-// publisherConfig is the configuration of a publisher beside the relay
-// (recover's and replay's back-fills, dlq's writer): the relay's topics,
-// batching and retries over the same Kafka connection settings.
-func (c *Config) PublisherConfig(clientID string) publisher.Config {
-	p := c.Relay.Publish
-	return publisher.Config{
-		Brokers: c.Relay.Kafka.Brokers, Template: c.template, Transport: c.KafkaTransport(clientID),
-		MaxBatch: p.MaxBatch, MaxBatchBytes: p.MaxBatchBytes, Linger: p.Linger,
-		BackoffBase: p.BackoffBase, BackoffMax: p.BackoffMax,
-		CreateTopics: p.CreateTopics, TopicPartitions: p.TopicPartitions, TopicReplicationFactor: p.TopicReplicationFactor,
-		UnknownTopicTimeout: p.UnknownTopicTimeout, MetadataRefresh: p.PartitionRefresh, TopicIdleTimeout: p.TopicIdleTimeout,
-		Record: p.Record(),
-	}
-}
-
 // Validate checks the configuration of scope s and derives typed values:
 // the relay's fields through relay.Config.Validate, the binary's own here.
 // Each error names its flag and says how to fix it.

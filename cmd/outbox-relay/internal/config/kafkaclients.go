@@ -5,34 +5,31 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 )
 
-// Every Kafka client of every subcommand is built by relay.KafkaConfig from
-// the one Kafka configuration (config.Relay.Kafka), so that --kafka-tls* and
-// --kafka-sasl-* apply to all of them (a client built by hand talks
-// PLAINTEXT and fails against a SASL_SSL listener); kafkaclients_test.go
-// keeps hand-built clients out of this package.
+// Every Kafka client of every subcommand is built by package kafkaclients
+// from the one Kafka configuration (config.Relay.Kafka), so that
+// --kafka-tls* and --kafka-sasl-* apply to all of them (a client built by
+// hand talks PLAINTEXT and fails against a SASL_SSL listener);
+// kafkaclients_test.go keeps hand-built clients out of this package.
 
-// kafkaClient returns a kafka.Client over the configured brokers and
+// KafkaClient returns a kafka.Client over the configured brokers and
 // security, and the function that closes its idle connections.
 func (c *Config) KafkaClient(clientID string, timeout time.Duration) (*kafka.Client, func()) {
-	return c.kafka().Client(clientID, timeout)
+	return kafkaclients.Client(c.Relay.Kafka, clientID, timeout)
 }
 
-// kafkaReader returns a kafka.Reader of rc over the configured brokers,
+// KafkaReader returns a kafka.Reader of rc over the configured brokers,
 // secured like every other client (rc's Brokers and Dialer are set here).
 func (c *Config) KafkaReader(clientID string, rc kafka.ReaderConfig) *kafka.Reader {
-	return c.kafka().Reader(clientID, rc)
+	return kafkaclients.Reader(c.Relay.Kafka, clientID, rc)
 }
 
-// kafkaTransport returns a kafka.Transport for a publisher.Config (or a
-// kafka.Writer), secured like every other client.
-func (c *Config) KafkaTransport(clientID string) *kafka.Transport {
-	return c.kafka().Transport(clientID)
+// Publish is what every publisher of a command (recover's and replay's
+// back-fills, dlq's writer) is built from: the relay's Kafka and publish
+// configuration and its positions topic, as the relay builds its own
+// (kafkaclients.Publish), so a flag means the same to every command.
+func (c *Config) Publish(clientID string) kafkaclients.Publish {
+	return kafkaclients.Publish{Kafka: c.Relay.Kafka, Config: c.Relay.Publish.Config, PositionsTopic: c.Relay.Publish.PositionsTopic, ClientID: clientID}
 }
-
-// kafka is the one Kafka configuration the flags describe (validate
-// builds its brokers, TLS and SASL); the relay and every client above take
-// it from here.
-func (c *Config) kafka() relay.KafkaConfig { return c.Relay.Kafka }

@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/backfill"
 	"github.com/outbox-relay/outbox-relay/internal/deadletter"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/poison"
@@ -51,7 +52,7 @@ type Config struct {
 	Policy poison.Policy
 	// Publisher configures the back-fill's publisher (its DeadLetters is
 	// set here).
-	Publisher publisher.Config
+	Publish kafkaclients.Publish
 	// CheckpointRetention bounds the history the saved checkpoint joins.
 	CheckpointRetention time.Duration
 	// Since back-fills events committed since then instead of since the
@@ -308,9 +309,7 @@ func (cfg Config) backfillSlot(ctx context.Context, pool *pgxpool.Pool, repl *pg
 		return 0, err
 	}
 	fmt.Fprintf(cfg.Out, "recover %s: back-filling %d events %s, up to the new slot's consistent point %s\n", cfg.Outbox.Table, total, desc, ex.ConsistentPoint)
-	pc := cfg.Publisher
-	pc.DeadLetters = quar
-	pub := publisher.New(pc, publisher.WithLogger(log))
+	pub := cfg.Publish.Publisher(publisher.WithDeadLetters(quar), publisher.WithLogger(log))
 	defer pub.Close()
 	r := &backfill.Runner{Source: src, Pub: pub, Progress: cfg.Progress}
 	st, err := r.Run(ctx, tx, w, total)
