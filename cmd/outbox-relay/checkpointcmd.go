@@ -37,7 +37,12 @@ type checkpointCmd struct {
 }
 
 func (*checkpointCmd) about(name string) about {
-	return about{summary: checkpointSummaries[verbOf(name)], scope: config.ScopeDB}
+	a := about{summary: checkpointSummaries[verbOf(name)], scope: config.ScopeDB}
+	if verbOf(name) == "reset" {
+		// reset only deletes the checkpoint rows, on the primary.
+		a.unused = []string{"publication", "replication-url"}
+	}
+	return a
 }
 func (*checkpointCmd) run(ctx context.Context, x *invocation) error {
 	return checkpointVerb(ctx, verbOf(x.name), x.cfg, x.stdout)

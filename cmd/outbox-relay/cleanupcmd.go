@@ -32,7 +32,7 @@ type cleanupCmd struct {
 }
 
 func (*cleanupCmd) about(string) about {
-	return about{summary: cleanupSummary, scope: config.ScopeDB}
+	return about{summary: cleanupSummary, scope: config.ScopeDB, unused: []string{"publication"}}
 }
 
 func (c *cleanupCmd) run(ctx context.Context, x *invocation) error {

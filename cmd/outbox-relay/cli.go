@@ -80,6 +80,11 @@ type about struct {
 	args    string
 	summary string
 	scope   config.Scope
+	// unused are flags of the groups it embeds that it does not use
+	// (slot status never reads --table). Given on its command line they
+	// are refused; from the environment, which the commands of one
+	// deployment share, they are ignored. --help leaves them out.
+	unused []string
 }
 
 // invocation is what a command's run gets: the configuration, the
@@ -133,7 +138,8 @@ func printHelp(env *envflag.Env) kong.HelpPrinter {
 		}
 		a := c.about(commandName(ctx))
 		fmt.Fprintf(ctx.Stdout, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", ctx.Command(), a.args, a.summary)
-		envflag.PrintFlags(ctx.Stdout, ctx.Flags(), env)
+		flags := slices.DeleteFunc(slices.Clone(ctx.Flags()), func(f *kong.Flag) bool { return slices.Contains(a.unused, f.Name) })
+		envflag.PrintFlags(ctx.Stdout, flags, env)
 		return nil
 	}
 }
@@ -241,6 +247,11 @@ type commandParser struct {
 	valueFlags func(name string) bool
 }
 
+// about is what the command says of itself (cmd.about).
+func (p *commandParser) about() about {
+	return reflect.New(commandType(p.name)).Interface().(cmd).about(p.name)
+}
+
 // newCommandParser returns the parser of command name.
 func newCommandParser(name string) (*commandParser, error) {
 	p := &commandParser{name: name, env: envflag.NewEnv(config.EnvPrefix)}
@@ -272,6 +283,11 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	c, _ := selected(ctx)
 	a := c.about(commandName(ctx))
 	set := envflag.NewSet(ctx, env)
+	for _, f := range a.unused {
+		if set.OnCommandLine(f) {
+			return nil, nil, configError{fmt.Errorf("--%s is not used by %s: drop it", f, commandName(ctx))}
+		}
+	}
 	env.Check(set.Flags())
 	cfg := &config.Config{}
 	cfg.Relay = relay.DefaultConfig()

@@ -72,7 +72,7 @@ type dlqListCmd struct {
 }
 
 func (*dlqListCmd) about(string) about {
-	return about{summary: dlqSummaries["list"], scope: config.ScopeDB}
+	return about{summary: dlqSummaries["list"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
 }
 func (c *dlqListCmd) run(ctx context.Context, x *invocation) error {
 	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
@@ -95,7 +95,7 @@ type dlqShowCmd struct {
 }
 
 func (*dlqShowCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["show"], scope: config.ScopeDB}
+	return about{args: " EVENT_ID", summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
 }
 func (c *dlqShowCmd) run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
@@ -116,6 +116,7 @@ type dlqRetryCmd struct {
 	config.LogFlags
 	config.DBFlags
 	config.KafkaFlags
+	config.PublishFlags
 	dlqTarget
 	dlqWait
 	EventID string `arg:"" optional:"" name:"event-id" help:"an event of the aggregate"`
@@ -143,6 +144,7 @@ type dlqDiscardCmd struct {
 	config.LogFlags
 	config.DBFlags
 	config.KafkaFlags
+	config.PublishFlags
 	dlqWait
 	Reason  string `name:"reason" help:"why the event is discarded (required, recorded)"`
 	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`

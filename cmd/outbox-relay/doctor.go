@@ -47,6 +47,9 @@ type doctorCmd struct {
 	config.DBFlags
 	config.StandbyFlags
 	config.KafkaFlags
+	config.TopicFlags
+	config.ProducerFlags
+	config.DeliveryFlags
 	StandbyURL              []string      `name:"standby-url" help:"a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated" secret:"dsn"`
 	Topics                  string        `name:"topics" help:"comma-separated topics to check (default: the template rendered for event types found in the outbox)"`
 	ConsumerDedupeRetention time.Duration `name:"consumer-dedupe-retention" help:"how long consumers remember event ids; warns when a topic retains records longer (0 skips)"`

@@ -27,6 +27,7 @@ type reconcileCmd struct {
 	config.LogFlags
 	config.DBFlags
 	config.KafkaFlags
+	config.TopicFlags
 	Since               time.Duration `name:"since" help:"range: events committed to the outbox in the last DURATION (required), e.g. 1h" to:"Options.Since"`
 	Settle              time.Duration `name:"settle" default:"30s" help:"ignore events committed in the last DURATION: they may still be in flight (0: none, for a writer that has stopped)" to:"Options.Settle"`
 	Consumer            string        `name:"consumer" help:"also check this inbox consumer's processed_events" to:"Options.Consumer"`
@@ -40,7 +41,7 @@ type reconcileCmd struct {
 }
 
 func (*reconcileCmd) about(string) about {
-	return about{summary: reconcileSummary, scope: config.ScopeDB | config.ScopeKafka}
+	return about{summary: reconcileSummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"slot", "publication"}}
 }
 
 func (c *reconcileCmd) run(ctx context.Context, x *invocation) error {

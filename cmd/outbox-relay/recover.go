@@ -26,6 +26,8 @@ type recoverCmd struct {
 	config.DBFlags
 	config.StandbyFlags
 	config.KafkaFlags
+	config.PublishFlags
+	config.DeliveryFlags
 	config.RunFlags
 	Since string `name:"since" help:"back-fill events committed since this time (RFC 3339), instead of since the checkpoint"`
 	All   bool   `name:"all" help:"back-fill every row still in the table"`

@@ -32,6 +32,7 @@ type replayCmd struct {
 	config.LogFlags
 	config.DBFlags
 	config.KafkaFlags
+	config.PublishFlags
 	FromLSN        string `name:"from-lsn" help:"start at this WAL position (e.g. from checkpoint show)" to:"Options.Range.FromLSN"`
 	ToLSN          string `name:"to-lsn" help:"stop at this WAL position" to:"Options.Range.ToLSN"`
 	FromCheckpoint bool   `name:"from-checkpoint" help:"start at the newest saved checkpoint" to:"Options.Range.FromCheckpoint"`
@@ -47,7 +48,7 @@ type replayCmd struct {
 }
 
 func (*replayCmd) about(string) about {
-	return about{summary: replaySummary, scope: config.ScopeDB | config.ScopeKafka}
+	return about{summary: replaySummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"publication"}}
 }
 
 func (c *replayCmd) run(ctx context.Context, x *invocation) error {

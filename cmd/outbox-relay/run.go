@@ -22,6 +22,8 @@ type runCmd struct {
 	config.DBFlags
 	config.StandbyFlags
 	config.KafkaFlags
+	config.PublishFlags
+	config.DeliveryFlags
 	config.RunFlags
 }
 

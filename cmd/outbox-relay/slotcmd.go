@@ -35,7 +35,11 @@ type slotCmd struct {
 }
 
 func (*slotCmd) about(name string) about {
-	return about{summary: slotSummaries[verbOf(name)], scope: config.ScopeDB}
+	a := about{summary: slotSummaries[verbOf(name)], scope: config.ScopeDB}
+	if verbOf(name) != "create" {
+		a.unused = []string{"table"} // only create reads it (the publication's table)
+	}
+	return a
 }
 func (*slotCmd) run(ctx context.Context, x *invocation) error {
 	return slotVerb(ctx, verbOf(x.name), x.cfg, x.stdout)

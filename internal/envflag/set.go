@@ -70,6 +70,10 @@ func FieldOf(field, to string) string {
 	return to
 }
 
+// OnCommandLine reports whether flag name was given on the command line
+// (not from the environment).
+func (s *Set) OnCommandLine(name string) bool { return s.cmdline[name] }
+
 // Flags are the command's flags.
 func (s *Set) Flags() []*kong.Flag { return s.flags }
 

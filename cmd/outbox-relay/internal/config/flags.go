@@ -36,35 +36,11 @@ type DBFlags struct {
 	DatabaseAWSRegion    string `name:"database-aws-region" help:"AWS region of the RDS instance, for --database-auth aws-rds-iam (default: AWS_REGION or the AWS config's)" to:"PGAuth.AWSRegion"`
 }
 
-// KafkaFlags are the Kafka flags: brokers, topics, batching, delivery, and the TLS and SASL of every Kafka connection.
+// KafkaFlags are every Kafka client's flags: the brokers, the metadata
+// TTL, and the TLS and SASL of every connection.
 type KafkaFlags struct {
 	KafkaBrokers                string        `name:"kafka-brokers" help:"comma-separated Kafka bootstrap brokers, e.g. 127.0.0.1:9092" to:"KafkaBrokers" field:"Kafka.Brokers" example:"host:9092[,host2:9092]"`
-	TopicTemplate               string        `name:"topic-template" help:"topic name template; placeholders {aggregate_type}, {event_type}" to:"Relay.Publish.TopicTemplate"`
-	CreateTopics                bool          `name:"create-topics" help:"create missing topics" to:"Relay.Publish.CreateTopics"`
-	TopicPartitions             int           `name:"topic-partitions" help:"partitions of topics the relay creates" to:"Relay.Publish.TopicPartitions"`
-	TopicReplicationFactor      int           `name:"topic-replication-factor" help:"replication factor of topics the relay creates (-1: broker default)" to:"Relay.Publish.TopicReplicationFactor"`
-	MaxBatch                    int           `name:"max-batch" help:"most events in one partition batch" to:"Relay.Publish.MaxBatch"`
-	MaxBatchBytes               int           `name:"max-batch-bytes" help:"most bytes in one partition batch, e.g. 900KiB; keep under the broker's message.max.bytes" to:"Relay.Publish.MaxBatchBytes" type:"size"`
-	Linger                      time.Duration `name:"linger" help:"how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)" to:"Relay.Publish.Linger"`
-	BackoffBase                 time.Duration `name:"backoff-base" help:"first retry delay (exponential, full jitter)" to:"Relay.Publish.BackoffBase"`
-	BackoffMax                  time.Duration `name:"backoff-max" help:"longest retry delay" to:"Relay.Publish.BackoffMax"`
 	MetadataTtl                 time.Duration `name:"metadata-ttl" help:"Kafka metadata refresh; bounds the stall after a partition leader change" to:"Relay.Kafka.MetadataTTL"`
-	UnknownTopicTimeout         time.Duration `name:"unknown-topic-timeout" help:"how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops" to:"Relay.Publish.UnknownTopicTimeout"`
-	PartitionRefresh            time.Duration `name:"partition-refresh" help:"how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)" to:"Relay.Publish.PartitionRefresh"`
-	WriteTimeout                time.Duration `name:"write-timeout" help:"how long one produce request may take before it is retried" to:"Relay.Publish.WriteTimeout"`
-	MetadataTimeout             time.Duration `name:"metadata-timeout" help:"how long one of the relay's own metadata questions (a topic's partitions and leaders) may take; a silent broker then shows as a logged, counted failure" to:"Relay.Publish.MetadataTimeout"`
-	TopicIdleTimeout            time.Duration `name:"topic-idle-timeout" help:"how long an unused topic keeps its router and partition lanes (goroutines, queues)" to:"Relay.Publish.TopicIdleTimeout"`
-	RecordFormat                string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)" to:"Relay.Publish.Record.Format"`
-	CloudeventsSource           string        `name:"cloudevents-source" help:"CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents" to:"Relay.Publish.Record.CloudEventsSource"`
-	CloudeventsMode             string        `name:"cloudevents-mode" help:"CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)" to:"Relay.Publish.Record.CloudEventsMode"`
-	DebeziumExpandJsonPayload   bool          `name:"debezium-expand-json-payload" help:"with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)" to:"Relay.Publish.Record.DebeziumExpandJSON"`
-	Idempotent                  bool          `name:"idempotent" help:"write with the idempotent producer (a producer id, numbered batches), so the broker discards a retried batch it already stored; false only for brokers or ACLs that refuse it (docs/kafka.md)" to:"Relay.Publish.NoIdempotence" negate:""`
-	Delivery                    string        `name:"delivery" help:"delivery guarantee into Kafka: at-least-once (consumers deduplicate, as inbox does) or exactly-once (Kafka transactions with the source position: read_committed consumers see each event once; docs/exactly-once.md)" to:"Relay.Publish.Delivery"`
-	TransactionInterval         time.Duration `name:"transaction-interval" help:"with --delivery exactly-once: how long a Kafka transaction collects events before it commits; the next commits as soon as the previous one returned once it is this old, so the default is group commit (raise it for fewer, larger commits and more latency)" to:"Relay.Publish.TransactionInterval"`
-	TransactionTimeout          time.Duration `name:"transaction-timeout" help:"with --delivery exactly-once: the transaction.timeout.ms asked for; the coordinator aborts a transaction a dead relay left open this long (at most the brokers' transaction.max.timeout.ms)" to:"Relay.Publish.TransactionTimeout"`
-	TransactionalId             string        `name:"transactional-id" help:"with --delivery exactly-once: the transactional id, the same on every replica of the slot so a new leader fences the old (default: outbox-relay-<system identifier>-<database>-<slot>, so relays of different databases never share it)" to:"Relay.Publish.TransactionalID"`
-	PositionsTopic              string        `name:"positions-topic" help:"with --delivery exactly-once: the compacted topic where each Kafka transaction records the source position it covers, keyed by <system identifier>/<database>/<slot>; several relays may share it" to:"Relay.Publish.PositionsTopic"`
-	TombstoneOnNullPayload      bool          `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
 	KafkaTls                    bool          `name:"kafka-tls" help:"connect to Kafka with TLS (implied by any --kafka-tls-* file or name)" to:"KafkaConn.TLS.Enabled"`
 	KafkaTLSCAFile              string        `name:"kafka-tls-ca-file" help:"PEM CA bundle that signed the brokers' certificates (default: system roots)" to:"KafkaConn.TLS.CAFile"`
 	KafkaTlsCertFile            string        `name:"kafka-tls-cert-file" help:"PEM client certificate, for brokers with ssl.client.auth=required" to:"KafkaConn.TLS.CertFile"`
@@ -81,6 +57,55 @@ type KafkaFlags struct {
 	KafkaSaslOauthScope         string        `name:"kafka-sasl-oauth-scope" help:"OAUTHBEARER client-credentials: space-separated scope (empty: the client's default)" to:"KafkaConn.SASL.OAuth.Scope"`
 	KafkaSaslOauthExtensions    string        `name:"kafka-sasl-oauth-extensions" help:"OAUTHBEARER: SASL extensions sent with the token, key=value,... (Confluent Cloud: logicalCluster=lkc-...,identityPoolId=pool-...)" to:"KafkaConn.SASL.OAuth.Extensions"`
 	KafkaSaslSessionLifetime    time.Duration `name:"kafka-sasl-session-lifetime" help:"the brokers' connections.max.reauth.ms, if set: Kafka connections are recycled before it (and before a token expires), since kafka-go cannot re-authenticate (0: token expiry only)" to:"Relay.Kafka.SessionLifetime"`
+}
+
+// TopicFlags name an event's topic: the commands that publish, and those
+// that find what was published (reconcile, doctor).
+type TopicFlags struct {
+	TopicTemplate string `name:"topic-template" help:"topic name template; placeholders {aggregate_type}, {event_type}" to:"Relay.Publish.TopicTemplate"`
+}
+
+// ProducerFlags are what every producer of the binary writes with, and
+// doctor checks: the idempotent producer and the reserved positions topic.
+type ProducerFlags struct {
+	Idempotent     bool   `name:"idempotent" help:"write with the idempotent producer (a producer id, numbered batches), so the broker discards a retried batch it already stored; false only for brokers or ACLs that refuse it (docs/kafka.md)" to:"Relay.Publish.NoIdempotence" negate:""`
+	PositionsTopic string `name:"positions-topic" help:"with --delivery exactly-once: the compacted topic where each Kafka transaction records the source position it covers, keyed by <system identifier>/<database>/<slot>; several relays may share it" to:"Relay.Publish.PositionsTopic"`
+}
+
+// PublishFlags are the flags of every command that publishes (run,
+// recover, replay, dlq retry and discard): topics, batching, retries and
+// the record format.
+type PublishFlags struct {
+	TopicFlags
+	ProducerFlags
+	CreateTopics              bool          `name:"create-topics" help:"create missing topics" to:"Relay.Publish.CreateTopics"`
+	TopicPartitions           int           `name:"topic-partitions" help:"partitions of topics the relay creates" to:"Relay.Publish.TopicPartitions"`
+	TopicReplicationFactor    int           `name:"topic-replication-factor" help:"replication factor of topics the relay creates (-1: broker default)" to:"Relay.Publish.TopicReplicationFactor"`
+	MaxBatch                  int           `name:"max-batch" help:"most events in one partition batch" to:"Relay.Publish.MaxBatch"`
+	MaxBatchBytes             int           `name:"max-batch-bytes" help:"most bytes in one partition batch, e.g. 900KiB; keep under the broker's message.max.bytes" to:"Relay.Publish.MaxBatchBytes" type:"size"`
+	Linger                    time.Duration `name:"linger" help:"how long a partition batch waits for other partitions' batches to share its produce request (0: send at once)" to:"Relay.Publish.Linger"`
+	BackoffBase               time.Duration `name:"backoff-base" help:"first retry delay (exponential, full jitter)" to:"Relay.Publish.BackoffBase"`
+	BackoffMax                time.Duration `name:"backoff-max" help:"longest retry delay" to:"Relay.Publish.BackoffMax"`
+	UnknownTopicTimeout       time.Duration `name:"unknown-topic-timeout" help:"how long a missing topic is retried before its events are poison (without --create-topics), and a partition that vanished before the relay stops" to:"Relay.Publish.UnknownTopicTimeout"`
+	PartitionRefresh          time.Duration `name:"partition-refresh" help:"how often a topic's partition count is re-read (added partitions are used once the topic's earlier events are acknowledged)" to:"Relay.Publish.PartitionRefresh"`
+	WriteTimeout              time.Duration `name:"write-timeout" help:"how long one produce request may take before it is retried" to:"Relay.Publish.WriteTimeout"`
+	MetadataTimeout           time.Duration `name:"metadata-timeout" help:"how long one of the relay's own metadata questions (a topic's partitions and leaders) may take; a silent broker then shows as a logged, counted failure" to:"Relay.Publish.MetadataTimeout"`
+	TopicIdleTimeout          time.Duration `name:"topic-idle-timeout" help:"how long an unused topic keeps its router and partition lanes (goroutines, queues)" to:"Relay.Publish.TopicIdleTimeout"`
+	RecordFormat              string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)" to:"Relay.Publish.Record.Format"`
+	CloudeventsSource         string        `name:"cloudevents-source" help:"CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents" to:"Relay.Publish.Record.CloudEventsSource"`
+	CloudeventsMode           string        `name:"cloudevents-mode" help:"CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)" to:"Relay.Publish.Record.CloudEventsMode"`
+	DebeziumExpandJsonPayload bool          `name:"debezium-expand-json-payload" help:"with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)" to:"Relay.Publish.Record.DebeziumExpandJSON"`
+	TombstoneOnNullPayload    bool          `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
+}
+
+// DeliveryFlags are the delivery guarantee's: the streaming commands'
+// (run, recover), and doctor's, which checks what exactly-once needs. The
+// other commands that publish (replay, dlq) always write at-least-once.
+type DeliveryFlags struct {
+	Delivery            string        `name:"delivery" help:"delivery guarantee into Kafka: at-least-once (consumers deduplicate, as inbox does) or exactly-once (Kafka transactions with the source position: read_committed consumers see each event once; docs/exactly-once.md)" to:"Relay.Publish.Delivery"`
+	TransactionInterval time.Duration `name:"transaction-interval" help:"with --delivery exactly-once: how long a Kafka transaction collects events before it commits; the next commits as soon as the previous one returned once it is this old, so the default is group commit (raise it for fewer, larger commits and more latency)" to:"Relay.Publish.TransactionInterval"`
+	TransactionTimeout  time.Duration `name:"transaction-timeout" help:"with --delivery exactly-once: the transaction.timeout.ms asked for; the coordinator aborts a transaction a dead relay left open this long (at most the brokers' transaction.max.timeout.ms)" to:"Relay.Publish.TransactionTimeout"`
+	TransactionalId     string        `name:"transactional-id" help:"with --delivery exactly-once: the transactional id, the same on every replica of the slot so a new leader fences the old (default: outbox-relay-<system identifier>-<database>-<slot>, so relays of different databases never share it)" to:"Relay.Publish.TransactionalID"`
 }
 
 // RunFlags are the streaming commands' (run, recover): probes, limits, leadership, checkpoints, cleanup, statistics and tracing.

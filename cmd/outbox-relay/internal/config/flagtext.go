@@ -54,6 +54,8 @@ func FlagNames(set *envflag.Set) map[string]string { // set nil: run's names onl
 		LogFlags
 		DBFlags
 		KafkaFlags
+		PublishFlags
+		DeliveryFlags
 		RunFlags
 		StandbyFlags
 	}](), func(tag reflect.StructTag) {
