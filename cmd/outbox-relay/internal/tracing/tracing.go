@@ -210,8 +210,10 @@ func token(k string) bool {
 }
 
 // HeaderSecrets are the header values of the environment, as they are
-// sent and as they are written: the binary's log writer masks them, in
-// case anything (the SDK, a collector's error body) echoes one.
+// sent and as they are written, and the credential of an
+// "Authorization: Bearer <token>" value alone: the binary's log writer
+// masks them, in case anything (the SDK, a collector's error body) echoes
+// one.
 func HeaderSecrets() []string {
 	var s []string
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
@@ -226,7 +228,11 @@ func HeaderSecrets() []string {
 			}
 			s = append(s, strings.TrimSpace(raw))
 			if dec, err := url.PathUnescape(raw); err == nil {
-				s = append(s, strings.TrimSpace(dec))
+				dec = strings.TrimSpace(dec)
+				s = append(s, dec)
+				if _, cred, ok := strings.Cut(dec, " "); ok { // scheme and credential
+					s = append(s, strings.TrimSpace(cred))
+				}
 			}
 		}
 	}
