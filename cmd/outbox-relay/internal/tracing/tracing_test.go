@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -316,4 +317,60 @@ func TestShutdownBounded(t *testing.T) {
 	if p.Dropped() != 1 {
 		t.Errorf("Dropped = %d, want 1", p.Dropped())
 	}
+}
+
+// BenchmarkPublishSpanExport is the SDK's side of the relay's publish span
+// on the drain path: a span of a sampled (or unsampled) remote parent
+// started with the relay's 7 attributes, ended, and, when sampled, batched,
+// encoded and posted to a local OTLP/HTTP receiver that discards it. The
+// relay's own side is BenchmarkPublishSpan in package relay;
+// docs/tracing.md adds the two. cpu-ns/op is the process's CPU time per
+// span (every core: the export runs beside the caller).
+func BenchmarkPublishSpanExport(b *testing.B) {
+	for _, k := range []string{"OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_TRACES_SAMPLER"} {
+		b.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	attrs := []attribute.KeyValue{attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.operation.name", "publish"), attribute.String("messaging.destination.name", "outbox.event.order"),
+		attribute.String("messaging.message.id", "0190a0b0-0000-7000-8000-000000000001"), attribute.String("messaging.kafka.message.key", "o-1"),
+		attribute.String("outbox.event_type", "order.confirmed")}
+	for _, bc := range []struct {
+		name    string
+		sampled bool
+	}{{"sampled", true}, {"unsampled", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "65536") // measure the export, not the drops
+			p, err := Start(context.Background(), Settings{Endpoint: srv.URL, Service: "bench"}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := p.Tracer("bench")
+			parent := remoteParent(bc.sampled)
+			cpu0 := cpuTime()
+			b.ReportAllocs()
+			for b.Loop() {
+				_, s := tr.Start(parent, "publish outbox.event.order", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+				s.End()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(p.Dropped())/float64(b.N), "dropped/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
