@@ -51,37 +51,41 @@ type Settings struct {
 	Service, Version string
 }
 
-// Endpoint is where the spans go: the traces URL, and the setting it came
-// from (for messages). ok is false when nothing names an endpoint.
+// endpoint is where the spans go: the traces URL, and the setting it came
+// from (for messages). ok is false when nothing names an endpoint. Each
+// source has its rule for the path, the flag's its own documented one
+// and the variables' the OpenTelemetry specification's.
 func (s Settings) endpoint() (u *url.URL, from string, ok bool, err error) {
-	switch {
-	case s.Endpoint != "":
-		u, err := parseEndpoint(s.Endpoint)
+	for _, src := range []struct {
+		name  string
+		value string
+		path  func(string) string
+	}{
+		{"--otlp-endpoint", s.Endpoint, func(p string) string { // the traces path unless it names one
+			if p == "" || p == "/" {
+				return "/v1/traces"
+			}
+			return p
+		}},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), func(p string) string { // as it is
+			if p == "" {
+				return "/"
+			}
+			return p
+		}},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), func(p string) string { // a base URL
+			return path.Join(p, "/v1/traces")
+		}},
+	} {
+		if src.value == "" {
+			continue
+		}
+		u, err := parseEndpoint(src.value)
 		if err != nil {
-			return nil, "--otlp-endpoint", true, err
+			return nil, src.name, true, err
 		}
-		if u.Path == "" || u.Path == "/" { // the flag's documented rule
-			u.Path = "/v1/traces"
-		}
-		return u, "--otlp-endpoint", true, nil
-	}
-	if v, set := os.LookupEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); set && v != "" {
-		u, err := parseEndpoint(v)
-		if err != nil {
-			return nil, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true, err
-		}
-		if u.Path == "" { // the signal's own URL is used as it is
-			u.Path = "/"
-		}
-		return u, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true, nil
-	}
-	if v, set := os.LookupEnv("OTEL_EXPORTER_OTLP_ENDPOINT"); set && v != "" {
-		u, err := parseEndpoint(v)
-		if err != nil {
-			return nil, "OTEL_EXPORTER_OTLP_ENDPOINT", true, err
-		}
-		u.Path = path.Join(u.Path, "/v1/traces") // a base URL
-		return u, "OTEL_EXPORTER_OTLP_ENDPOINT", true, nil
+		u.Path = src.path(u.Path)
+		return u, src.name, true, nil
 	}
 	return nil, "", false, nil
 }
@@ -137,6 +141,13 @@ func (s Settings) Check() []error {
 	var errs []error
 	if err := s.CheckEndpoint(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		// The SDK parses them even when --otlp-endpoint wins, and its
+		// message for one it cannot parse quotes it, password and all.
+		if _, err := url.Parse(os.Getenv(name)); err != nil && s.Endpoint != "" {
+			errs = append(errs, fmt.Errorf("%s: not a URL (--otlp-endpoint wins, but the exporter reads it)", name))
+		}
 	}
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
 		if v, ok := os.LookupEnv(name); ok {

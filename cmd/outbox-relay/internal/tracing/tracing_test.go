@@ -268,6 +268,8 @@ func TestCheck(t *testing.T) {
 		{"http://otel.example:4318/v1/traces?api-key=" + secret, nil, "a query or fragment is not sent"},
 		{"", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "otel.example:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT: want http://host:port"},
 		{"", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://u:s3cr3t-pw@h"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: http://h: credentials"},
+		{"http://h", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:s3cr3t-pw@h:bad"}, "OTEL_EXPORTER_OTLP_ENDPOINT: not a URL (--otlp-endpoint wins"},
+		{"http://h", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "otel.example:4318"}, ""}, // unused, and the SDK says nothing of it
 		{"http://h", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "exports OTLP/HTTP only"},
 		{"http://h", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "zstd"}, "want gzip or none"},
 		{"http://h", map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, "OTEL_EXPORTER_OTLP_TIMEOUT=10s: want a positive whole number"},
@@ -320,8 +322,8 @@ func TestShutdownBounded(t *testing.T) {
 }
 
 // BenchmarkPublishSpanExport is the SDK's side of the relay's publish span
-// on the drain path: a span of a sampled (or unsampled) remote parent
-// started with the relay's 7 attributes, ended, and, when sampled, batched,
+// on the drain path: a span of a sampled (or unsampled) remote parent, or
+// a root (an untraced event), started with the relay's 7 attributes, ended, and, when sampled, batched,
 // encoded and posted to a local OTLP/HTTP receiver that discards it. The
 // relay's own side is BenchmarkPublishSpan in package relay;
 // docs/tracing.md adds the two. cpu-ns/op is the process's CPU time per
@@ -340,9 +342,9 @@ func BenchmarkPublishSpanExport(b *testing.B) {
 		attribute.String("messaging.message.id", "0190a0b0-0000-7000-8000-000000000001"), attribute.String("messaging.kafka.message.key", "o-1"),
 		attribute.String("outbox.event_type", "order.confirmed")}
 	for _, bc := range []struct {
-		name    string
-		sampled bool
-	}{{"sampled", true}, {"unsampled", false}} {
+		name   string
+		parent context.Context
+	}{{"sampled", remoteParent(true)}, {"unsampled", remoteParent(false)}, {"untraced", context.Background()}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "65536") // measure the export, not the drops
 			p, err := Start(context.Background(), Settings{Endpoint: srv.URL, Service: "bench"}, slog.New(slog.DiscardHandler))
@@ -350,7 +352,7 @@ func BenchmarkPublishSpanExport(b *testing.B) {
 				b.Fatal(err)
 			}
 			tr := p.Tracer("bench")
-			parent := remoteParent(bc.sampled)
+			parent := bc.parent
 			cpu0 := cpuTime()
 			b.ReportAllocs()
 			for b.Loop() {
