@@ -119,7 +119,7 @@ func parseEndpoint(raw string) (*url.URL, error) {
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 		return nil, errors.New(want)
 	case u.User != nil:
-		return nil, fmt.Errorf("%s://%s: credentials in the URL are not sent (the exporter drops them); put them in OTEL_EXPORTER_OTLP_HEADERS, e.g. Authorization=Basic%%20...", u.Scheme, u.Host)
+		return nil, fmt.Errorf("%s://%s: credentials in the URL are not sent (the exporter drops them); put them in OTEL_EXPORTER_OTLP_HEADERS, e.g. Authorization=Basic%%20<base64 of user:password>", u.Scheme, u.Host)
 	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
 		return nil, fmt.Errorf("%s://%s%s: a query or fragment is not sent (the exporter drops it); put a key in OTEL_EXPORTER_OTLP_HEADERS", u.Scheme, u.Host, u.Path)
 	}
