@@ -123,8 +123,8 @@ func TestPublishSpanFailed(t *testing.T) {
 // headers, the span started at the hand-off and ended at the
 // acknowledgement, on a TracerProvider that samples as its parent did and
 // keeps nothing (discardProvider; the binary's
-// exporter has its own benchmark, BenchmarkPublishSpanExport in
-// cmd/outbox-relay/internal/otlptrace). off is the path without tracing;
+// SDK and exporter have their own benchmark, BenchmarkPublishSpanExport in
+// cmd/outbox-relay/internal/tracing). off is the path without tracing;
 // sampled is every event in a sampled producer trace; unsampled an event
 // whose producer trace was not sampled; untraced an event without a
 // traceparent (a root, not sampled). cpu-ns/op is the process's CPU time

@@ -119,6 +119,64 @@ func TestLibrariesImportNoAWSSDK(t *testing.T) {
 	}
 }
 
+// TestLibrariesLinkNoOpenTelemetrySDK keeps the OpenTelemetry SDK and
+// its exporters (the binary's --trace-publish,
+// cmd/outbox-relay/internal/tracing) out of every library's build: the
+// libraries take a trace.TracerProvider from the API, and an application
+// chooses its SDK, its version and its exporters (gRPC and all) itself.
+// go list -deps is per package, the same on every platform, so this
+// checks what a program importing a library links, not only its direct
+// imports.
+func TestLibrariesLinkNoOpenTelemetrySDK(t *testing.T) {
+	for _, p := range public {
+		var sdk []string
+		for _, dep := range strings.Fields(goCmd(t, "list", "-deps", "./"+p)) {
+			if sdkPackage(dep) {
+				sdk = append(sdk, dep)
+			}
+		}
+		if len(sdk) > 0 {
+			slices.Sort(sdk)
+			t.Errorf("%s links %d packages of the OpenTelemetry SDK or its exporters (%s): only cmd/ may", p, len(sdk), strings.Join(sdk[:min(3, len(sdk))], ", "))
+		}
+	}
+}
+
+// sdkPackage reports whether an import path is the OpenTelemetry SDK, an
+// exporter, or the OTLP wire types and transport the exporters bring.
+func sdkPackage(path string) bool {
+	for _, prefix := range []string{
+		"go.opentelemetry.io/otel/sdk",
+		"go.opentelemetry.io/otel/exporters",
+		"go.opentelemetry.io/proto/otlp",
+		"google.golang.org/grpc",
+	} {
+		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSDKPackage(t *testing.T) {
+	for path, want := range map[string]bool{
+		"go.opentelemetry.io/otel/sdk":                                           true,
+		"go.opentelemetry.io/otel/sdk/trace":                                     true,
+		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp":        true,
+		"go.opentelemetry.io/proto/otlp/trace/v1":                                true,
+		"google.golang.org/grpc":                                                 true,
+		"go.opentelemetry.io/otel":                                               false,
+		"go.opentelemetry.io/otel/trace":                                         false,
+		"go.opentelemetry.io/otel/propagation":                                   false,
+		"go.opentelemetry.io/otel/sdkx":                                          false,
+		"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/tracing": false,
+	} {
+		if got := sdkPackage(path); got != want {
+			t.Errorf("sdkPackage(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
 // TestConsumerLinksNoReplicationStack: a consumer application imports
 // inbox (and with it record, which decodes what the relay wrote); it must
 // not link the relay's replication stack. record owns the wire-neutral

@@ -99,6 +99,10 @@ func buildBinary(t testing.TB, dir string) string {
 	return bin
 }
 
+// headerSecret is a credential in the export requests' headers: it must
+// reach the receiver and never the relay's output.
+const headerSecret = "interop-otlp-token-1"
+
 // relayProcess is a running outbox-relay binary.
 type relayProcess struct {
 	cmd  *exec.Cmd
@@ -118,7 +122,7 @@ func runBinary(t testing.TB, bin string, cfg relay.Config, extra ...string) *rel
 	}, extra...)
 	p := &relayProcess{cmd: exec.Command(bin, args...), logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "OTEL_SERVICE_NAME=interop-relay",
-		"OTEL_EXPORTER_OTLP_HEADERS=x-test=yes"}
+		"OTEL_EXPORTER_OTLP_HEADERS=x-test=yes,authorization=Bearer%20" + headerSecret}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -220,8 +224,14 @@ func TestBinaryExportsPublishSpans(t *testing.T) {
 	if got.resource["service.name"] != "interop-relay" || got.resource["service.version"] == "" {
 		t.Errorf("resource %v, want service.name from OTEL_SERVICE_NAME and a version", got.resource)
 	}
-	if h := rcv.header.Get("x-test"); h != "yes" {
-		t.Errorf("request header x-test = %q, want yes (OTEL_EXPORTER_OTLP_HEADERS)", h)
+	if h := rcv.header.Get("x-test"); h != "yes" || rcv.header.Get("Authorization") != "Bearer "+headerSecret {
+		t.Errorf("request headers x-test = %q, Authorization = %q: want OTEL_EXPORTER_OTLP_HEADERS'", h, rcv.header.Get("Authorization"))
+	}
+	if strings.Contains(p.logs.String(), headerSecret) {
+		t.Errorf("the relay's output shows the header's secret:\n%s", p.logs)
+	}
+	if got.resource["telemetry.sdk.name"] != "opentelemetry" {
+		t.Errorf("resource %v, want the SDK's telemetry.sdk.* attributes", got.resource)
 	}
 	if got.scope != relay.ScopeName {
 		t.Errorf("scope %q, want %q", got.scope, relay.ScopeName)

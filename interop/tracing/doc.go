@@ -7,6 +7,7 @@
 // writes events with outbox.Writer, the relay publishes them (with its
 // optional publish span), the consumer applies them, and the test checks
 // one trace id with the right parents and links. The outbox-relay binary's
-// own exporter is checked by decoding what it sends to a local OTLP/HTTP
-// receiver with the official OTLP protobuf types.
+// --trace-publish (the SDK's OTLP/HTTP exporter, configured by the binary's
+// flags and the OTEL_* variables) is checked end to end by decoding what it
+// sends to a local OTLP/HTTP receiver with the official OTLP protobuf types.
 package tracing

@@ -78,7 +78,7 @@ type flow struct {
 }
 
 // start runs an in-process relay (the relay package, with the relay
-// recorder: the binary's own exporter is checked by
+// recorder: the binary's exporter is checked by
 // TestBinaryExportsPublishSpans) and an inbox consumer with handler or
 // batch set, both stopped when the test ends.
 func start(t *testing.T, batch bool) *flow {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/tracing"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
 	"github.com/outbox-relay/outbox-relay/internal/loopback"
@@ -33,7 +34,9 @@ func kafkaFlagErrors(set *envflag.Set, err error) []error {
 }
 
 // Secrets lists the values that must never be printed: the Secret flags'
-// values, and the passwords in the connection strings.
+// values, the passwords in the connection strings, and the OTLP request
+// headers' values (OTEL_EXPORTER_OTLP_HEADERS: tokens, which a collector's
+// error answer may echo into the SDK's message).
 func Secrets(set *envflag.Set) []string {
 	plain, dsns := set.Secrets()
 	var s []string
@@ -45,7 +48,7 @@ func Secrets(set *envflag.Set) []string {
 	for _, d := range dsns {
 		s = append(s, redact.DSNSecrets(d)...)
 	}
-	return s
+	return append(s, tracing.HeaderSecrets()...)
 }
 
 // warnInsecure logs settings that weaken a secure setup; they are allowed,
