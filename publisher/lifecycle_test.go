@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/endtxn"
 
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -156,4 +157,53 @@ func publisherGoroutines() int {
 		}
 	}
 	return n
+}
+
+// lingeringCommit lingers in every committing EndTxn (the committer's
+// request) and passes everything else to the transaction broker.
+type lingeringCommit struct {
+	*txnBroker
+	l *linger
+}
+
+func (b lingeringCommit) RoundTrip(ctx context.Context, addr net.Addr, msg protocol.Message) (protocol.Message, error) {
+	if req, ok := msg.(*endtxn.Request); ok && req.Committed {
+		return nil, b.l.wait(ctx)
+	}
+	return b.txnBroker.RoundTrip(ctx, addr, msg)
+}
+
+// TestCloseWaitsForTheCommitter: Close returns only once the committer
+// (exactly-once mode) has, even while its EndTxn lingers after the
+// publisher's context ended, and leaves no goroutine of the publisher.
+func TestCloseWaitsForTheCommitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &linger{}
+		c := newFakeCluster(lingeringCommit{newTxnBroker(), l})
+		c.setPartitions("orders", 3)
+		c.setPartitions("pos", 1)
+		cfg := Config{Transactions: &TransactionConfig{ID: "tid", Interval: 20 * time.Millisecond, PositionsTopic: "pos", PositionKey: []byte("slot"),
+			Position: func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) }}}
+		p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
+		if err := p.Begin(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish(context.Background(), testEvent("orders", "a", "e1"), nopAck{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // virtual: the range closes and its commit begins
+		synctest.Wait()
+		if n := l.inside.Load(); n != 1 {
+			t.Fatalf("%d commits under way, want 1", n)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := l.inside.Load(); n != 0 {
+			t.Fatal("Close returned with the committer's EndTxn still under way")
+		}
+		if n := publisherGoroutines(); n != 0 {
+			t.Fatalf("Close returned with %d goroutine(s) of the publisher running", n)
+		}
+	})
 }
