@@ -1,10 +1,11 @@
 package publisher
 
 // This file holds the committer, the goroutine of exactly-once mode
-// (transactions.run, counted in Publisher.wg): it closes the open range,
-// waits for its events, writes the position record and ends the Kafka
+// (transactions.run, the startstop service transactions.loop, started by
+// Begin and stopped by Publisher.Close): it closes the open range, waits
+// for its events, writes the position record and ends the Kafka
 // transaction, then begins the next. It is the only goroutine that calls
-// EndTxn; abandon runs after it stopped.
+// EndTxn; abandon runs after Close stopped it.
 
 import (
 	"context"
@@ -20,12 +21,12 @@ import (
 )
 
 // run is the committer: it commits the open range after Interval, or
-// early once it is full, until the publisher closes or a commit fails.
+// early once it is full, until ctx ends (the publisher closes) or a
+// commit fails.
 // Only the part before a gate still waiting counts (see segment): with
 // none, the committer waits for the quarantine's wake.
-func (t *transactions) run() {
+func (t *transactions) run(ctx context.Context) {
 	p := t.p
-	defer p.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -56,7 +57,7 @@ func (t *transactions) run() {
 		select {
 		case <-t.wake:
 		case <-tick:
-		case <-p.ctx.Done():
+		case <-ctx.Done():
 			timer.Stop()
 			return
 		}

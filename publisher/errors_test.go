@@ -199,8 +199,8 @@ func laneOver(t *testing.T, f *producetest.Broker, unknownTopicTimeout time.Dura
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: slog.New(slog.DiscardHandler), m: metrics.New().Publisher(), ctx: ctx, cancel: cancel, fatal: make(chan error, 1)}
 	p.sink = kafkaproduce.NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, 0, func() int { return 1 })
-	p.sink.Run(&p.wg)
-	t.Cleanup(func() { cancel(); p.wg.Wait() })
+	p.sink.Start()
+	t.Cleanup(func() { cancel(); p.sink.Stop() })
 	return &lane{p: p, topic: "t", partition: 0}, lf
 }
 

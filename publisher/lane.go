@@ -4,12 +4,13 @@ package publisher
 // sends the partition's records to Kafka one batch at a time, so a later
 // batch never overtakes an earlier one.
 //
-// Started by its topic's router (router.startLane, counted in
-// Publisher.wg) when the router routes a record to a partition that has
+// Started by its topic's router (router.startLane, a startstop service:
+// lane.loop) when the router routes a record to a partition that has
 // no lane: the first, or the first after the router removed an idle one.
-// It stops when its context ends: the publisher's (Close) or its own, a
-// child cancelled by the router's sweep (lane.stop) once the lane has
-// been idle with nothing outstanding. It also stops when it fails the
+// It stops when its context ends: the publisher's (Close) or its own,
+// which its router's Stop of loop cancels: the sweep, once the lane has
+// been idle with nothing outstanding, or the router's exit (stopLanes).
+// Either Stop waits for the lane. It also stops when it fails the
 // publisher (p.fail on a fatal error) or a park or dead-letter cannot
 // complete (park, settle).
 //
@@ -39,6 +40,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // lane writes one partition's records, one batch at a time.
@@ -46,10 +48,10 @@ type lane struct {
 	p         *Publisher
 	topic     string
 	partition int
-	// ctx ends when the publisher closes or the router evicts the lane
-	// (stop), which it does only with nothing outstanding.
-	ctx  context.Context
-	stop context.CancelFunc
+	// loop runs the lane's goroutine (run), under the publisher's
+	// context; the router stops it (evicting the lane, which it does
+	// only with nothing outstanding, or on its own way out).
+	loop *startstop.Service
 	// outstanding counts records routed to the lane and not yet taken
 	// care of (record.done).
 	outstanding atomic.Int64
@@ -110,12 +112,11 @@ func (p *Publisher) deliver(seq *kafkaproduce.Seq, st kafkaproduce.Stamp, b kafk
 	return b.Records, err
 }
 
-func (l *lane) run() {
+func (l *lane) run(ctx context.Context) {
 	p := l.p
-	defer p.wg.Done()
 	var batch, send []*outgoing
 	for {
-		batch = l.q.take(l.ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
+		batch = l.q.take(ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes, batch)
 		if batch == nil {
 			return
 		}

@@ -5,17 +5,23 @@ package publisher
 // which in the relay's stream is the replication goroutine (sink.Insert,
 // one event at a time in stream order); forward runs on the quarantine's.
 //
-// New starts the sink's goroutines (kafkaproduce.Sink.Run) and, with
-// DeadLetters, the quarantine's (quarantine.run); enqueue, from Publish or
-// forward, starts a topic's router, and routers start lanes. All of them
-// are counted in wg and end with ctx: Close cancels it, waits for wg and
-// then releases the transport's idle connections. A router also ends when
-// it retires, a lane when its router stops it, and both when they fail
-// the publisher.
+// Every goroutine of the publisher is a startstop service, started under
+// ctx and stopped (which waits for it) by its owner. New starts the
+// sink's (kafkaproduce.Sink.Start) and, with DeadLetters, the
+// quarantine's (quarantine.run); Begin starts the committer's
+// (transactions.run); enqueue, from Publish, forward or the committer,
+// starts a topic's router, and routers start and stop their lanes. Close
+// cancels ctx, stops the committer, the quarantine and every router
+// (each stops its lanes on the way out), then the sink, and only then
+// releases the transport's idle connections: no goroutine of the
+// publisher outlives Close. A router also ends when it retires, a lane
+// when its router stops it, and both when they fail the publisher.
 //
-// The Publisher's own state is small: routers, guarded by mu (enqueue adds
-// a router; retired removes one, called by the retiring router or by
-// enqueue when it finds that router's queue closed); lanes, an atomic
+// The Publisher's own state is small: routers, retiring and closed,
+// guarded by mu (enqueue adds a router unless closed; retired moves one
+// to retiring, called by the retiring router or by enqueue when it finds
+// that router's queue closed; enqueue forgets the retiring ones that have
+// returned, Close stops all of them); lanes, an atomic
 // count the routers keep and the sink reads; fatal, a channel of one
 // that fail sends on without blocking, from the quarantine, the routers and
 // the lanes, and that the caller reads (Fatal). The rest (cfg, log, m,
@@ -37,6 +43,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -170,10 +177,14 @@ type Publisher struct {
 	refreshed atomic.Int64
 	ctx       context.Context
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	fatal     chan error
 	mu        sync.Mutex
 	routers   map[string]*router
+	// retiring holds the routers that retired and whose goroutine may
+	// not have returned yet: Close stops them too. closed is set by
+	// Close: no router starts after it.
+	retiring map[*router]struct{}
+	closed   bool
 	// enc encodes the records (nil when cfg.Record is invalid); cfgErr
 	// is cfg.Record's validation error, returned by Publish.
 	enc    *record.Encoder
@@ -221,6 +232,7 @@ func newPublisher(cfg config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, enc: enc, cfgErr: cfgErr,
 		fatal:     make(chan error, 1),
 		routers:   make(map[string]*router),
+		retiring:  make(map[*router]struct{}),
 		closeIdle: closeIdle,
 		client:    &kafka.Client{Addr: addr, Transport: rt, Timeout: 10 * time.Second},
 	}
@@ -233,11 +245,10 @@ func newPublisher(cfg config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 		p.txn = newTransactions(p, *cfg.Transactions)
 		p.sink.TransactionalID, p.sink.BeforeSend = cfg.Transactions.ID, p.txn.addPartitions
 	}
-	p.sink.Run(&p.wg)
+	p.sink.Start()
 	p.quarantine = newQuarantine(p)
 	if cfg.DeadLetters != nil {
-		p.wg.Add(1)
-		go p.quarantine.run()
+		p.quarantine.loop.Start(ctx)
 	}
 	return p
 }
@@ -308,17 +319,23 @@ func (p *Publisher) enqueue(rec *outgoing) {
 }
 
 // enqueueNow hands rec to its topic's router, starting the router if
-// needed.
+// needed. Once Close began, rec is abandoned instead, like every record
+// not yet acknowledged then.
 func (p *Publisher) enqueueNow(rec *outgoing) {
 	topic := rec.msg.Topic
 	for {
 		p.mu.Lock()
 		r := p.routers[topic]
 		if r == nil {
+			if p.closed {
+				p.mu.Unlock()
+				return
+			}
+			p.forgetRetired()
 			r = &router{p: p, topic: topic, q: newQueue(), lanes: map[int]*lane{}}
+			r.loop = startstop.New(r.run)
 			p.routers[topic] = r
-			p.wg.Add(1)
-			go r.run()
+			r.loop.Start(p.ctx)
 		}
 		p.mu.Unlock()
 		if r.q.push(rec) {
@@ -331,13 +348,33 @@ func (p *Publisher) enqueueNow(rec *outgoing) {
 }
 
 // retired removes r from the routers once its queue is closed; a later
-// Publish of its topic starts a new router.
+// Publish of its topic starts a new router. r's goroutine may still be
+// on its way out: it stays in retiring until it has returned, so Close
+// waits for it.
 func (p *Publisher) retired(r *router) {
 	p.mu.Lock()
 	if p.routers[r.topic] == r {
 		delete(p.routers, r.topic)
 	}
+	p.retiring[r] = struct{}{}
 	p.mu.Unlock()
+}
+
+// forgetRetired drops the retiring routers whose goroutine has returned
+// (or never ran: tests plant routers without one), so retiring stays
+// small. It is called with mu held.
+func (p *Publisher) forgetRetired() {
+	for r := range p.retiring {
+		if r.loop == nil {
+			delete(p.retiring, r)
+			continue
+		}
+		select {
+		case <-r.loop.Done():
+			delete(p.retiring, r)
+		default:
+		}
+	}
 }
 
 // message builds ev's record on topic (record.Encoder.Encode) and checks
@@ -428,10 +465,26 @@ func (p *Publisher) durably(what string, f func(ctx context.Context) error) bool
 }
 
 // Close stops all lanes; records not yet acknowledged are abandoned (the
-// slot was not confirmed past them, so they will be redelivered).
+// slot was not confirmed past them, so they will be redelivered). It
+// returns once every goroutine of the publisher has.
 func (p *Publisher) Close() error {
 	p.cancel()
-	p.wg.Wait()
+	p.mu.Lock()
+	p.closed = true
+	routers := make([]*startstop.Service, 0, len(p.routers)+len(p.retiring))
+	for _, r := range p.routers {
+		routers = append(routers, r.loop)
+	}
+	for r := range p.retiring {
+		routers = append(routers, r.loop)
+	}
+	p.mu.Unlock()
+	if p.txn != nil {
+		p.txn.loop.Stop()
+	}
+	p.quarantine.loop.Stop()
+	startstop.StopAll(routers...) // nil: a router a test planted without a goroutine
+	p.sink.Stop()
 	if p.txn != nil {
 		p.txn.abandon()
 	}

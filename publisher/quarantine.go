@@ -1,9 +1,11 @@
 package publisher
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -25,6 +27,9 @@ import (
 type quarantine struct {
 	p *Publisher
 	q *queue
+	// loop runs the quarantine's goroutine (run), started by newPublisher
+	// with DeadLetters and stopped by Close.
+	loop *startstop.Service
 	// queued counts events queued or being decided, over all aggregates;
 	// zero lets Publish skip the lock in the common case.
 	queued atomic.Int64
@@ -42,7 +47,9 @@ func keyOf(ev *replication.WALEvent) aggregateKey {
 }
 
 func newQuarantine(p *Publisher) *quarantine {
-	return &quarantine{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
+	h := &quarantine{p: p, q: newQueue(), pending: map[aggregateKey]int{}}
+	h.loop = startstop.New(h.run)
+	return h
 }
 
 // route reports whether rec must be queued here (push): its aggregate
@@ -83,15 +90,14 @@ func (h *quarantine) done(rec *outgoing) {
 	h.mu.Unlock()
 }
 
-// run decides queued events in arrival order until the publisher closes.
-// What it has not decided then is abandoned like every unacknowledged
-// event: the slot was not confirmed past it.
-func (h *quarantine) run() {
+// run decides queued events in arrival order until ctx ends (the
+// publisher closes). What it has not decided then is abandoned like every
+// unacknowledged event: the slot was not confirmed past it.
+func (h *quarantine) run(ctx context.Context) {
 	p := h.p
-	defer p.wg.Done()
 	var batch []*outgoing
 	for {
-		batch = h.q.take(p.ctx, 256, 1<<62, batch)
+		batch = h.q.take(ctx, 256, 1<<62, batch)
 		if batch == nil {
 			return
 		}

@@ -3,15 +3,18 @@ package publisher
 // This file holds the router: one goroutine per topic that assigns the
 // topic's records to partition lanes, in arrival order.
 //
-// Started by Publisher.enqueue (under Publisher.mu, counted in
-// Publisher.wg) for the first record of a topic that has no router, and
-// again after a retired one. It stops when the publisher's context ends
-// (Close), when it fails the publisher (p.fail) or a park or dead-letter
-// cannot complete (park, settle), or, idle, by retiring itself: sweep
-// closes its empty queue and removes it from Publisher.routers (retired),
-// so the next record of the topic starts a new router.
+// Started by Publisher.enqueue (under Publisher.mu, a startstop service:
+// router.loop) for the first record of a topic that has no router, and
+// again after a retired one; Close stops it. It stops when the
+// publisher's context ends (Close), when it fails the publisher (p.fail)
+// or a park or dead-letter cannot complete (park, settle), or, idle, by
+// retiring itself: sweep closes its empty queue and moves it from
+// Publisher.routers to Publisher.retiring (retired), so the next record
+// of the topic starts a new router. It owns its lanes' goroutines: it
+// stops an idle lane (waiting for it), and on its way out it stops the
+// lanes it has left, once the publisher's context ended (stopLanes).
 //
-// p, topic and q are set by enqueue before the goroutine starts; the rest
+// p, topic, q and loop are set by enqueue before the goroutine starts; the rest
 // of the router's fields (lanes, partitions, leaders, fetched,
 // unknownSince, sweeps, lastTake) and its lanes' lastSweep only its
 // goroutine touches. It shares two atomics with each lane: it stores the
@@ -38,6 +41,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // router assigns a topic's records to partition lanes in arrival order.
@@ -50,9 +55,12 @@ import (
 // it has no lanes left and has been idle as long, the router closes its
 // queue and exits (see sweep).
 type router struct {
-	p          *Publisher
-	topic      string
-	q          *queue
+	p     *Publisher
+	topic string
+	q     *queue
+	// loop runs the router's goroutine (run); nil for a router a test
+	// plants without one.
+	loop       *startstop.Service
 	lanes      map[int]*lane
 	partitions []int
 	leaders    []int // broker id per partition, -1 unknown
@@ -80,8 +88,8 @@ func (c *Config) sweepEvery() (time.Duration, uint64) {
 	return every, max(n, 1)
 }
 
-func (r *router) run() {
-	defer r.p.wg.Done()
+func (r *router) run(ctx context.Context) {
+	defer r.stopLanes(ctx)
 	every, idle := r.p.cfg.sweepEvery()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -89,7 +97,7 @@ func (r *router) run() {
 	var balancer kafka.Murmur2Balancer
 	for {
 		var ok bool
-		batch, ok = r.q.poll(r.p.ctx, tick.C, 4096, 1<<62, batch)
+		batch, ok = r.q.poll(ctx, tick.C, 4096, 1<<62, batch)
 		if !ok {
 			return
 		}
@@ -144,19 +152,35 @@ func (r *router) run() {
 	}
 }
 
-// startLane starts the lane of partition part.
+// startLane starts the lane of partition part, under the publisher's
+// context.
 func (r *router) startLane(part int) *lane {
-	ctx, stop := context.WithCancel(r.p.ctx)
-	l := &lane{p: r.p, topic: r.topic, partition: part, q: newQueue(), ctx: ctx, stop: stop}
+	l := &lane{p: r.p, topic: r.topic, partition: part, q: newQueue()}
+	l.loop = startstop.New(l.run)
 	l.leader.Store(int32(r.leader(part)))
 	if r.p.producer != nil {
 		l.seq = r.p.producer.Sequence(r.topic, part)
 	}
 	r.lanes[part] = l
 	r.p.lanes.Add(1)
-	r.p.wg.Add(1)
-	go l.run()
+	l.loop.Start(r.p.ctx)
 	return l
+}
+
+// stopLanes stops the lanes the router leaves behind when it exits, and
+// waits for them. A router exits with lanes only when the publisher
+// closes or failed (a retiring one has none). After a failure the lanes
+// go on delivering what they hold until Close, as they always did, so
+// stopLanes first waits for ctx to end; the router's goroutine lingers
+// until then, idle.
+func (r *router) stopLanes(ctx context.Context) {
+	if len(r.lanes) == 0 {
+		return
+	}
+	<-ctx.Done()
+	for _, l := range r.lanes {
+		l.loop.Stop()
+	}
 }
 
 // sweep is the router's housekeeping, once per tick. It removes lanes
@@ -171,7 +195,7 @@ func (r *router) sweep(idle uint64) bool {
 	r.sweeps++
 	for part, l := range r.lanes {
 		if r.sweeps-l.lastSweep > idle && l.outstanding.Load() == 0 {
-			l.stop()
+			l.loop.Stop() // idle: it returns at once
 			delete(r.lanes, part)
 			r.p.lanes.Add(-1)
 		}

@@ -11,7 +11,7 @@ package publisher
 // transactional; their Ackers are deferred (rangeAck) until the range's
 // EndTxn succeeds, so the caller's tracker, and with it the slot, never
 // passes an event that an abort could still take back. The committer
-// goroutine (transactions.run, counted in Publisher.wg) closes the open
+// goroutine (transactions.run, a startstop service) closes the open
 // range after Interval, or once it holds MaxEvents or MaxBytes, waits
 // until every event of it is stored in the Kafka transaction or settled
 // in PostgreSQL (parked, dead-lettered), then writes the position record
@@ -42,6 +42,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
@@ -202,6 +203,9 @@ type transactions struct {
 	// wake tells the committer to look again: a range got its first
 	// event or filled up.
 	wake chan struct{}
+	// loop runs the committer (run): started by Begin, stopped by
+	// Publisher.Close before abandon.
+	loop *startstop.Service
 }
 
 func newTransactions(p *Publisher, cfg TransactionConfig) *transactions {
@@ -217,8 +221,10 @@ func newTransactions(p *Publisher, cfg TransactionConfig) *transactions {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 8 << 20
 	}
-	return &transactions{p: p, cfg: cfg, client: p.client, coord: kafkaproduce.Txn{Client: p.client, ID: cfg.ID, Timeout: cfg.Timeout}, open: &txnRange{}, added: map[kafkaproduce.TopicPartition]bool{},
+	t := &transactions{p: p, cfg: cfg, client: p.client, coord: kafkaproduce.Txn{Client: p.client, ID: cfg.ID, Timeout: cfg.Timeout}, open: &txnRange{}, added: map[kafkaproduce.TopicPartition]bool{},
 		wake: make(chan struct{}, 1)}
+	t.loop = startstop.New(t.run)
+	return t
 }
 
 // Begin takes the transactional producer id (exactly-once mode; a no-op
@@ -244,8 +250,7 @@ func (p *Publisher) Begin(ctx context.Context) error {
 	p.producer.Adopt(id)
 	p.log.Info("transactional producer ready: earlier producers of the transactional id are fenced", slog.String("stage", "transaction"),
 		slog.String("transactional_id", t.cfg.ID), slog.Int64("producer_id", id.ID), slog.Int("producer_epoch", int(id.Epoch)))
-	p.wg.Add(1)
-	go t.run()
+	t.loop.Start(p.ctx)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgstats"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
@@ -60,5 +61,21 @@ func (r *Relay) collectStats(ctx context.Context) {
 func (r *Relay) loopExit(loop string) {
 	if r.loopExitHook != nil {
 		r.loopExitHook(loop)
+	}
+}
+
+// every calls f every d until ctx ends or f returns false.
+func every(ctx context.Context, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !f() {
+			return
+		}
 	}
 }

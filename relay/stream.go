@@ -1,12 +1,19 @@
 package relay
 
+// This file holds stream, one replication connection with a fresh tracker
+// and publisher, run on its caller's goroutine (lead's, once per
+// connection). It has no goroutine of its own beyond what it owns and
+// stops before it returns: the checkpoint saver (startSaver, resume.go,
+// a startstop service) and the publisher (Publisher.Close waits for its
+// goroutines); drive (drive.go) owns the watchers while the stream runs.
+// connect, slotGone and closeConn are its steps.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -14,8 +21,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/hint"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -175,156 +180,3 @@ func closeConn(conn *pgconn.PgConn) {
 	defer cancel()
 	_ = conn.Close(ctx)
 }
-
-// drive runs the started stream s until the end of ctx has drained it,
-// the leadership ends (streamCtx) or a permanent failure of the publisher
-// or the slot cancels it; fatal is that failure. Its watchers are
-// services stopped before it returns: no slot query of this stream runs
-// after it, and no failure is reported once fatal has been read.
-func (r *Relay) drive(ctx, streamCtx context.Context, cancel context.CancelFunc, s *replication.Stream,
-	pub *publisher.Publisher, tracker *checkpoint.Tracker, start pglogrepl.LSN) (fatal, err error) {
-	r.m.ReplicationStarts.Inc()
-	r.m.ReplicationUp.Set(1)
-	defer r.m.ReplicationUp.Set(0)
-	r.streaming.Store(true)
-	defer r.streaming.Store(false)
-	r.log.Info("streaming", slog.String("stage", "stream"), slog.String("start_lsn", start.String()))
-
-	var failed atomic.Pointer[error]
-	setFatal := func(err error) {
-		failed.CompareAndSwap(nil, &err)
-		cancel()
-	}
-	fatalWatch := startstop.New(func(wctx context.Context) {
-		defer r.loopExit("publisher watch")
-		select {
-		case err := <-pub.Fatal():
-			setFatal(err)
-		case <-wctx.Done():
-		}
-	})
-	slotWatch := startstop.New(func(wctx context.Context) { r.watchSlot(wctx, setFatal) })
-	// stop asks s to drain once ctx ends (SIGTERM).
-	stop := make(chan struct{})
-	stopWatch := startstop.New(func(wctx context.Context) {
-		defer r.loopExit("stop watch")
-		select {
-		case <-ctx.Done():
-			close(stop)
-		case <-wctx.Done():
-		}
-	})
-	for _, w := range []*startstop.Service{fatalWatch, slotWatch, stopWatch} {
-		w.Start(streamCtx)
-	}
-	idle := func() bool { return tracker.Stats().Events == 0 }
-	err = s.Run(streamCtx, stop, r.cfg.ShutdownTimeout, idle)
-	cancel()
-	startstop.StopAll(fatalWatch, slotWatch, stopWatch)
-	if f := failed.Load(); f != nil {
-		return *f, err
-	}
-	return nil, err
-}
-
-// sink connects the stream to the tracker and the publisher.
-type sink struct {
-	ctx     context.Context
-	tracker *checkpoint.Tracker
-	pub     *publisher.Publisher
-	m       *metrics.Relay
-	tx      *checkpoint.Txn
-	events  int // in tx
-	// skip drops transactions a checkpoint says Kafka acknowledged already.
-	skip *skipper
-	// check holds back what skip drops by a position read from Kafka
-	// until the stream found that position's event (nil: none to check).
-	check *positionCheck
-	// redo counts re-published events; decoded marks what was handed to
-	// the publisher, published the events of tx that were.
-	redo      *redelivery
-	decoded   *decodedMark
-	published int
-	// spans starts a publish span per event (trace.go); nil: off.
-	spans *publishSpans
-}
-
-func (s *sink) Begin(b replication.Begin) error {
-	if err := s.check.begin(b); err != nil {
-		return err
-	}
-	s.tx = s.tracker.BeginTx(b.CommitTime, b.Xid, b.FinalLSN)
-	s.events, s.published = 0, 0
-	s.skip.begin(b)
-	s.redo.begin(b)
-	return nil
-}
-
-func (s *sink) Insert(ev *replication.WALEvent) error {
-	s.m.DecodedEvents.Inc()
-	s.events++
-	if err := s.check.event(ev); err != nil {
-		return err
-	}
-	if s.skipped(ev.Ordinal) {
-		return nil
-	}
-	size := ev.Size()
-	seq := s.tracker.TrackOrdinal(s.tx, ev.Ordinal, size)
-	var ack publisher.Acker = sizedAck{s.tx, seq, size}
-	if s.spans != nil {
-		ack = s.spans.start(ev, ack) // trace.go
-	}
-	if err := s.pub.Publish(s.ctx, ev, ack); err != nil {
-		failSpan(ack, err)
-		// Free its window share so the drain before stopping can finish;
-		// it is not acknowledged, so neither the slot nor a checkpoint's
-		// partial passes it.
-		s.tx.Release(size)
-		return err
-	}
-	s.published++
-	s.redo.published()
-	return nil
-}
-
-// skipped reports whether the event at ordinal of the current transaction
-// is one a checkpoint shows Kafka acknowledged before the crash, so it is
-// not published again. One the checkpoint's Partial names is settled in
-// the tracker, so the Partial this run saves carries it too.
-func (s *sink) skipped(ordinal int) bool {
-	switch s.skip.skipping(ordinal) {
-	case skipTransaction:
-		return true
-	case skipSettled:
-		s.tracker.Settle(s.tx, ordinal)
-		return true
-	}
-	return false
-}
-
-func (s *sink) Commit(c replication.Commit) error {
-	if err := s.check.commit(s.events); err != nil {
-		return err
-	}
-	if s.events > 0 {
-		s.m.CommitToDecode.Observe(time.Since(s.tx.CommitTime).Seconds())
-	}
-	s.tracker.Commit(s.tx, c.EndLSN)
-	if s.published > 0 {
-		s.decoded.advance(c.EndLSN)
-	}
-	s.tx = nil
-	return nil
-}
-
-// sizedAck releases an event's window share; the publisher's own size
-// accounting differs (it counts Kafka framing), the tracker's must not.
-// The Seq tells the tracker which event it is, for the acknowledged prefix.
-type sizedAck struct {
-	tx   *checkpoint.Txn
-	seq  checkpoint.Seq
-	size int
-}
-
-func (a sizedAck) Ack(int) { a.tx.AckSeq(a.seq, a.size) }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // StandbyVersion is the first server_version_num that decodes on a hot
@@ -26,9 +28,11 @@ func InRecovery(ctx context.Context, db DB) (bool, error) {
 const snapshotEvery = 200 * time.Millisecond
 
 // askPrimary checks that a standby of version v can create a logical
-// slot and, until stop, asks c.Primary every snapshotEvery for the
-// running-transactions record the creation waits for: the primary writes
-// one on its own only every 15 s when busy, and never when idle.
+// slot and starts the prompter (promptPrimary, a startstop service): until
+// stop, which waits for its goroutine, it asks c.Primary every
+// snapshotEvery for the running-transactions record the creation waits
+// for: the primary writes one on its own only every 15 s when busy, and
+// never when idle.
 func (c Config) askPrimary(ctx context.Context, v int) (stop func(), err error) {
 	if v < StandbyVersion {
 		return nil, fmt.Errorf("the server is a standby of PostgreSQL %d.%d, which cannot decode: logical decoding on a standby needs PostgreSQL 16 or later; "+
@@ -38,22 +42,26 @@ func (c Config) askPrimary(ctx context.Context, v int) (stop func(), err error) 
 		return nil, errors.New("the server is a standby, and creating a logical slot there waits for a running-transactions record from the primary: " +
 			"give the primary (slot.Config.Primary) so it can be asked for one (pg_log_standby_snapshot)")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(snapshotEvery)
-		defer t.Stop()
-		for {
-			// Best effort: a failure leaves the creation waiting for
-			// the primary's own next record (every 15 s when busy).
-			_, _ = c.Primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	prompter := startstop.New(c.promptPrimary)
+	prompter.Start(ctx)
+	return prompter.Stop, nil
+}
+
+// promptPrimary is the prompter's loop: it asks c.Primary for a
+// running-transactions record now and every snapshotEvery until ctx ends.
+// askPrimary's caller owns its goroutine and stops it (waiting for it)
+// once the creation returned, so no query of it runs on the primary after.
+func (c Config) promptPrimary(ctx context.Context) {
+	t := time.NewTicker(snapshotEvery)
+	defer t.Stop()
+	for {
+		// Best effort: a failure leaves the creation waiting for
+		// the primary's own next record (every 15 s when busy).
+		_, _ = c.Primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	return func() { cancel(); <-done }, nil
+	}
 }

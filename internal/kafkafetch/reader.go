@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // Config describes the partition to read and how. Every zero value is a
@@ -129,8 +130,11 @@ type PartitionReader struct {
 	tr    *kafka.Transport
 	conns *connSet
 
+	// stop ends the context of the transport and of the fetching
+	// goroutine (run), which fetcher runs; Close stops both, waiting for
+	// the goroutine.
 	stop    context.CancelFunc
-	done    chan struct{}  // closed when the fetching goroutine returned
+	fetcher *startstop.Service
 	results chan fetchItem // unbuffered: one response ahead, no more
 	// sizer is the fetching goroutine's (see fetchSizer).
 	sizer     fetchSizer
@@ -171,11 +175,11 @@ func New(cfg Config) (*PartitionReader, error) {
 		tr:      newTransport(ctx, cfg.Dialer, cfg.Topic, conns),
 		conns:   conns,
 		stop:    stop,
-		done:    make(chan struct{}),
 		results: make(chan fetchItem),
 		sizer:   newFetchSizer(cfg.MaxBytes),
 	}
-	go r.run(ctx)
+	r.fetcher = startstop.New(r.run)
+	r.fetcher.Start(ctx)
 	return r, nil
 }
 
@@ -249,7 +253,7 @@ const (
 func (r *PartitionReader) Close() error {
 	r.closeOnce.Do(func() {
 		r.stop()
-		<-r.done
+		r.fetcher.Stop()
 		r.tr.CloseIdleConnections()
 		r.conns.closeAll()
 	})
@@ -259,7 +263,6 @@ func (r *PartitionReader) Close() error {
 // run fetches from the start offset until ctx ends or an error is
 // permanent, handing each non-empty response to FetchMessage.
 func (r *PartitionReader) run(ctx context.Context) {
-	defer close(r.done)
 	defer close(r.results)
 	offset, err := r.startOffset(ctx)
 	for err == nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	produceapi "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
+
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // Bounds of one combined produce request. The broker limits each record
@@ -77,6 +79,10 @@ type Sink struct {
 	lanes  func() int
 	in     chan *Batch
 	groups chan []*Batch
+	// loops are the collector (collect) and the senders (sendGroups),
+	// each a startstop service run by Start under ctx and stopped,
+	// waiting for it, by Stop.
+	loops []*startstop.Service
 	// TransactionalID and BeforeSend are set in exactly-once mode, before
 	// Run: every produce request names the transactional id, and
 	// BeforeSend adds the request's partitions to the open transaction
@@ -93,10 +99,15 @@ type Sink struct {
 // NewSink returns a sink sending over rt to the brokers at addr, each
 // request with timeout, batches lingering up to linger for others; lanes
 // reports how many senders exist (once each has a batch in a group,
-// nothing more can come). It sends nothing until Run.
+// nothing more can come). It sends nothing until Start.
 func NewSink(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, timeout, linger time.Duration, lanes func() int) *Sink {
-	return &Sink{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0), lanes: lanes,
+	c := &Sink{ctx: ctx, rt: rt, addr: addr, timeout: timeout, linger: max(linger, 0), lanes: lanes,
 		in: make(chan *Batch), groups: make(chan []*Batch)}
+	c.loops = append(c.loops, startstop.New(c.collect))
+	for range combineSenders {
+		c.loops = append(c.loops, startstop.New(c.sendGroups))
+	}
+	return c
 }
 
 // Unanswered reports whether a produce request ended without an answer
@@ -110,25 +121,29 @@ func (c *Sink) full(group []*Batch, size int) bool {
 	return size >= combineFullBytes || len(group) >= c.lanes()
 }
 
-// Run starts the collector and the senders; wg tracks them.
-func (c *Sink) Run(wg *sync.WaitGroup) {
-	wg.Add(1 + combineSenders)
-	go func() {
-		defer wg.Done()
-		c.collect()
-	}()
-	for range combineSenders {
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case g := <-c.groups:
-					c.send(g)
-				case <-c.ctx.Done():
-					return
-				}
-			}
-		}()
+// Start starts the collector and the senders under the sink's context.
+func (c *Sink) Start() {
+	for _, l := range c.loops {
+		l.Start(c.ctx)
+	}
+}
+
+// Stop stops the senders and the collector and returns once they have
+// returned; every batch the collector took is answered by then. Call it
+// after the sink's context ended (Publisher.Close cancels it first): a
+// Produce waiting to hand a batch over returns only then.
+func (c *Sink) Stop() { startstop.StopAll(c.loops...) }
+
+// sendGroups is a sender: it sends the groups the collector forms until
+// ctx ends.
+func (c *Sink) sendGroups(ctx context.Context) {
+	for {
+		select {
+		case g := <-c.groups:
+			c.send(g)
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -146,9 +161,10 @@ func (c *Sink) Produce(b *Batch) error {
 	return <-b.err
 }
 
-// collect forms groups of batches and hands them to the senders. A group
-// it has taken is always answered: on close, with the context's error.
-func (c *Sink) collect() {
+// collect forms groups of batches and hands them to the senders until
+// ctx ends. A group it has taken is always answered: on close, with the
+// context's error.
+func (c *Sink) collect(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -156,7 +172,7 @@ func (c *Sink) collect() {
 		select {
 		case b := <-c.in:
 			group = append(group, b)
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
 		size := group[0].Bytes
@@ -187,16 +203,16 @@ func (c *Sink) collect() {
 			case <-timer.C:
 				lingering = false
 				break more
-			case <-c.ctx.Done():
+			case <-ctx.Done():
 				break more
 			}
 		}
 		timer.Stop() // no drain needed: since Go 1.23 Reset discards a stale tick
 		select {
 		case c.groups <- group:
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			for _, b := range group {
-				b.err <- c.ctx.Err()
+				b.err <- ctx.Err()
 			}
 			return
 		}
@@ -218,13 +234,10 @@ func (c *Sink) send(group []*Batch) {
 		c.request(group)
 		return
 	}
-	var wg sync.WaitGroup
+	var wg sync.WaitGroup // per leader, joined here
 	for _, l := range leaders {
-		wg.Add(1)
-		go func(bs []*Batch) {
-			defer wg.Done()
-			c.request(bs)
-		}(byLeader[l])
+		bs := byLeader[l]
+		wg.Go(func() { c.request(bs) })
 	}
 	wg.Wait()
 }

@@ -39,10 +39,9 @@ func produceAll(c *Sink, bs []*Batch) []error {
 
 func startCombiner(t *testing.T, f *producetest.Broker, linger time.Duration) *Sink {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	c := NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, linger, func() int { return 1000 })
-	c.Run(&wg)
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	c.Start()
+	t.Cleanup(func() { cancel(); c.Stop() })
 	return c
 }
 
@@ -182,11 +181,10 @@ func TestSinkLingerEndsWhenFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok := func(string, int32) *produceapi.ResponsePartition { return &produceapi.ResponsePartition{} }
 		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
 		f := &producetest.Broker{Reply: ok}
 		c := NewSink(ctx, f, kafka.TCP("127.0.0.1:1"), 5*time.Second, time.Hour, func() int { return 2 })
-		c.Run(&wg)
-		defer func() { cancel(); wg.Wait() }()
+		c.Start()
+		defer func() { cancel(); c.Stop() }()
 		t0 := time.Now()
 		if errs := produceAll(c, []*Batch{testBatch("a", 0, 1), testBatch("a", 1, 1)}); errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)
@@ -208,11 +206,10 @@ func TestSinkLingerEndsWhenFull(t *testing.T) {
 // refused, not lost in a channel.
 func TestSinkClosing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	c := NewSink(ctx, &producetest.Broker{}, kafka.TCP("127.0.0.1:1"), time.Second, 0, func() int { return 1000 })
-	c.Run(&wg)
+	c.Start()
 	cancel()
-	wg.Wait()
+	c.Stop()
 	if err := c.Produce(testBatch("a", 0, 1)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("produce after close: %v", err)
 	}

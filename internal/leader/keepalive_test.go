@@ -16,16 +16,14 @@ func fakeLease(acquired time.Time, held func(context.Context) (bool, error)) *Le
 	e := &Elector{cfg: Config{PollInterval: 2 * time.Second, KeepaliveInterval: time.Second, Timeout: 10 * time.Second},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{e: e, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
-		confirm: make(chan chan error), held: held}
+	l := &Lease{e: e, ctx: ctx, cancel: cancel, confirm: make(chan chan error), held: held}
 	return l.start(acquired)
 }
 
 // stopFake ends a fake lease's keepalive (Release would unlock on the
 // connection it does not have).
 func stopFake(l *Lease) {
-	close(l.stop)
-	<-l.done
+	l.loop.Stop()
 }
 
 // answer is a server that answers at once, while the check's context

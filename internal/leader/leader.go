@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // ApplicationName is the application_name of lock sessions; a standby names
@@ -365,8 +366,9 @@ type Lease struct {
 	key    int64
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
+	// loop runs the lease's one goroutine (keepalive): started by start,
+	// stopped by Release, which waits for it.
+	loop *startstop.Service
 	// confirm asks the keepalive goroutine, the only user of conn, for a
 	// check now (Confirm); it answers on the channel sent.
 	confirm chan chan error
@@ -378,16 +380,17 @@ type Lease struct {
 
 func newLease(e *Elector, conn *pgx.Conn, key int64, acquired time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
-		confirm: make(chan chan error)}
+	l := &Lease{e: e, conn: conn, key: key, ctx: ctx, cancel: cancel, confirm: make(chan chan error)}
 	l.held = l.heldOnConn
 	return l.start(acquired)
 }
 
 // start runs the keepalive from acquired, when the lock was last known
-// held.
+// held. Its context is not the caller's: the keepalive runs until the
+// lease is lost or Release stops it, whatever the campaign's context does.
 func (l *Lease) start(acquired time.Time) *Lease {
-	go l.keepalive(acquired)
+	l.loop = startstop.New(func(ctx context.Context) { l.keepalive(ctx, acquired) })
+	l.loop.Start(context.Background())
 	return l
 }
 
@@ -414,9 +417,10 @@ func (l *Lease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// keepalive confirms the lock every KeepaliveInterval. The deadline of each
-// check is Timeout/2 after the last successful one was sent, so a silent
-// connection is given up well before the server frees the lock.
+// keepalive confirms the lock every KeepaliveInterval, until ctx ends
+// (Release) or a check fails. The deadline of each check is Timeout/2
+// after the last successful one was sent, so a silent connection is given
+// up well before the server frees the lock.
 //
 // It shares nothing with the stream or Kafka: its own goroutine, its own
 // connection, no lock or pool. What it does share is the process's CPU
@@ -426,15 +430,14 @@ func (l *Lease) Err() error {
 // it waited. The server's answer is what counts: a session the server
 // ended for its silence (idle_session_timeout) fails the check, so a late
 // check never confirms a lock that was freed.
-func (l *Lease) keepalive(last time.Time) {
-	defer close(l.done)
+func (l *Lease) keepalive(ctx context.Context, last time.Time) {
 	t := time.NewTicker(l.e.cfg.KeepaliveInterval)
 	defer t.Stop()
 	answered := last // when the last check returned: lateness counts from there
 	for {
 		var reply chan error // a Confirm waiting for this check
 		select {
-		case <-l.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case reply = <-l.confirm:
@@ -447,8 +450,9 @@ func (l *Lease) keepalive(last time.Time) {
 			l.e.log.Warn("lock keepalive ran late: the process or its machine stalled; asking the server",
 				slog.Duration("late", late.Round(time.Millisecond)), slog.Duration("since_last_keepalive", sent.Sub(last).Round(time.Millisecond)))
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		held, err := l.held(ctx)
+		// Not ctx: Release lets a check that is under way finish.
+		cctx, cancel := context.WithDeadline(context.Background(), deadline)
+		held, err := l.held(cctx)
 		cancel()
 		if err == nil && !held {
 			err = errors.New("the advisory lock is no longer held by this session")
@@ -498,7 +502,7 @@ func (l *Lease) Confirm(ctx context.Context) error {
 	reply := make(chan error, 1)
 	select {
 	case l.confirm <- reply:
-	case <-l.done: // keepalive ended: lost, or being released
+	case <-l.loop.Done(): // keepalive ended: lost, or being released
 		if err := l.Err(); err != nil {
 			return err
 		}
@@ -521,8 +525,7 @@ func (l *Lease) Confirm(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	var err error
 	l.once.Do(func() {
-		close(l.stop)
-		<-l.done
+		l.loop.Stop()
 		lost := l.ctx.Err() != nil
 		l.cancel(ErrReleased)
 		if !lost {
