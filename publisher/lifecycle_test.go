@@ -89,14 +89,13 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 				for _, topic := range []string{"idle", "busy", "held", "slow"} {
 					cluster.setPartitions(topic, 2)
 				}
-				cfg := Config{Brokers: []string{"127.0.0.1:1"}, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-					TopicIdleTimeout: time.Second, DeadLetters: lingeringDeadLetters{l}}
+				cfg := config{Config: Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, TopicIdleTimeout: time.Second}, Brokers: []string{"127.0.0.1:1"}, DeadLetters: lingeringDeadLetters{l}}
 				tt, err := ParseTopicTemplate("{aggregate_type}")
 				if err != nil {
 					t.Fatal(err)
 				}
 				cfg.Template = tt
-				cfg.defaults()
+				cfg = testConfig(cfg)
 				p := newPublisher(cfg, slog.New(slog.DiscardHandler), nil, slowMetadata{cluster, l}, nil)
 
 				var acks ackLog
@@ -182,7 +181,7 @@ func TestCloseWaitsForTheCommitter(t *testing.T) {
 		c := newFakeCluster(lingeringCommit{newTxnBroker(), l})
 		c.setPartitions("orders", 3)
 		c.setPartitions("pos", 1)
-		cfg := Config{Transactions: &TransactionConfig{ID: "tid", Interval: 20 * time.Millisecond, PositionsTopic: "pos", PositionKey: []byte("slot"),
+		cfg := config{Transactions: &TransactionConfig{ID: "tid", Interval: 20 * time.Millisecond, PositionsTopic: "pos", PositionKey: []byte("slot"),
 			Position: func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) }}}
 		p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
 		if err := p.Begin(context.Background()); err != nil {
