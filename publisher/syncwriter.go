@@ -4,111 +4,93 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
+	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // SyncWriter writes single events synchronously, for operator commands
-// (dlq retry) that must know each event's outcome before the next. It is
-// a Publisher underneath, built from the same Config and options as the
-// relay's: the same record format and partitioning (acks=all, murmur2 on
-// aggregate_id), the idempotent producer, the reserved topics. It is not
-// safe for concurrent use.
+// (dlq retry) that must know each event's outcome before the next. It
+// writes as a Publisher of the same Config and options would - the record
+// format, the partitioning (acks=all, murmur2 on aggregate_id), the
+// reserved topics - one event at a time, but without the idempotent
+// producer (kafka-go's Writer has none): a write retried after a timeout
+// may store the event twice, which consumers deduplicate.
 type SyncWriter struct {
-	newPub func(hook Option) *Publisher
-	pub    *Publisher
-	// attempts bounds the failed attempts of one event before Write gives
-	// up on it as transient.
-	attempts int
-
-	// mu guards the failures of the current publisher, which its
-	// goroutines report (WithFailureHook).
-	mu        sync.Mutex
-	last      *Failure
-	failed    int
-	exhausted chan struct{} // closed at the attempts-th failure
+	cfg config
+	err error // an invalid TopicTemplate: every Write fails
+	w   *kafka.Writer
 }
 
 // NewSyncWriter returns a writer of cfg to brokers, wired by opts as New's
-// publishers are. WithDeadLetters and WithTransactions are refused (every
-// Write fails): an operator command reports a poison event instead of
-// dead-lettering it, and writes outside transactions.
+// publishers are (WithTransport, WithReservedTopics; the others do not
+// apply to single writes).
 func NewSyncWriter(brokers []string, cfg Config, opts ...Option) *SyncWriter {
-	return &SyncWriter{attempts: 5, newPub: func(hook Option) *Publisher {
-		p := New(brokers, cfg, append(slices.Clone(opts), hook)...)
-		if p.cfg.DeadLetters != nil || p.cfg.Transactions != nil {
-			p.cfgErr = errors.New("a SyncWriter takes no dead letters and no transactions")
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
 		}
-		return p
+	}
+	c, err := newConfig(brokers, cfg, o)
+	return &SyncWriter{cfg: c, err: err, w: &kafka.Writer{
+		Addr:         kafka.TCP(c.Brokers...),
+		Transport:    c.Transport,
+		Balancer:     &kafka.Murmur2Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    1,
+		BatchBytes:   int64(c.MaxBatchBytes),
+		BatchTimeout: time.Millisecond,
+		WriteTimeout: c.WriteTimeout,
+		MaxAttempts:  1,
+		// Topics are never created here: a retry goes where the relay would.
+		AllowAutoTopicCreation: false,
 	}}
 }
 
-// syncAck is the acknowledgement of the one event a Write waits for.
-type syncAck chan struct{}
-
-func (a syncAck) Ack(int) { close(a) }
-
-// Write publishes ev and waits until Kafka acknowledged it, retrying
-// transient failures (with the Config's backoff) for up to 5 attempts. The
-// error of a failed write says whether it is permanent. After a failure
-// the publisher underneath is closed, so nothing of ev is retried behind
-// the caller's back; the next Write starts a new one.
+// Write publishes ev, retrying transient failures a few times. The error
+// of a failed write says whether it is permanent.
 func (s *SyncWriter) Write(ctx context.Context, ev *replication.WALEvent) error {
-	if s.pub == nil {
-		s.mu.Lock()
-		s.last, s.failed, s.exhausted = nil, 0, make(chan struct{})
-		s.mu.Unlock()
-		s.pub = s.newPub(WithFailureHook(s.record))
+	if s.err != nil {
+		return fmt.Errorf("Publish.TopicTemplate: %w", s.err)
 	}
-	ack := make(syncAck)
-	if err := s.pub.Publish(ctx, ev, ack); err != nil {
-		s.reset()
-		var ee *EventError
-		if errors.As(err, &ee) {
-			return errors.New(ee.Reason)
-		}
+	enc, err := record.NewEncoder(s.cfg.Record)
+	if err != nil {
 		return err
 	}
-	select {
-	case <-ack:
-		return nil
-	case err := <-s.pub.Fatal():
-		s.reset()
-		return fmt.Errorf("%w (permanent)", err)
-	case <-ctx.Done():
-		s.reset()
-		return ctx.Err()
-	case <-s.exhausted:
-		s.mu.Lock()
-		f := *s.last
-		s.mu.Unlock()
-		s.reset()
-		return fmt.Errorf("%s (%s, gave up after %d attempts): %w", f.Reason, f.Class, s.attempts, f.Err)
+	topic := s.cfg.Template.Render(ev.AggregateType, ev.EventType)
+	p := &Publisher{cfg: s.cfg, enc: enc}
+	msg, reason, err := p.message(topic, ev)
+	if err != nil {
+		var ee *EventError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("%s: %s", reason, ee.Reason)
+		}
+		return fmt.Errorf("%s: %w", reason, err)
 	}
-}
-
-// record is the publisher's failure hook.
-func (s *SyncWriter) record(f Failure) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.last = &f
-	if s.failed++; s.failed == s.attempts {
-		close(s.exhausted)
+	var last error
+	for attempt := 1; attempt <= 5; attempt++ {
+		last = s.w.WriteMessages(ctx, msg)
+		if last == nil {
+			return nil
+		}
+		class, reason := classify(last)
+		if class == Permanent || ctx.Err() != nil {
+			return fmt.Errorf("%s (%s): %w", reason, class, last)
+		}
+		d := min(s.cfg.BackoffBase<<attempt, s.cfg.BackoffMax)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-}
-
-// reset closes the current publisher: whatever it still holds is dropped.
-func (s *SyncWriter) reset() {
-	if s.pub != nil {
-		_ = s.pub.Close()
-		s.pub = nil
-	}
+	_, reason = classify(last)
+	return fmt.Errorf("%s (transient, gave up after 5 attempts): %w", reason, last)
 }
 
 // Close releases the writer's connections.
-func (s *SyncWriter) Close() error {
-	s.reset()
-	return nil
-}
+func (s *SyncWriter) Close() error { return s.w.Close() }

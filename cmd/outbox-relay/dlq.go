@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"log/slog"
 	"time"
 
@@ -123,7 +124,7 @@ type dlqRetryCmd struct {
 }
 
 func (*dlqRetryCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka}
+	return about{args: " EVENT_ID", summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
 }
 func (c *dlqRetryCmd) run(ctx context.Context, x *invocation) error {
 	if (c.EventID == "") == (c.Target.AggregateID == "") {
@@ -151,7 +152,7 @@ type dlqDiscardCmd struct {
 }
 
 func (*dlqDiscardCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka}
+	return about{args: " EVENT_ID", summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
 }
 func (c *dlqDiscardCmd) run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
@@ -211,7 +212,7 @@ func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadlet
 					slog.String("delivered", a.Delivered.String()), slog.Duration("wait", wait.Wait))
 			},
 		}
-		w := x.cfg.Publish("outbox-relay-dlq").SyncWriter()
+		w := dlqPublish(x.cfg).SyncWriter()
 		defer w.Close()
 		res, err := f(store, w, g)
 		if err != nil {
@@ -223,4 +224,13 @@ func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadlet
 		res.Write(x.stdout)
 		return res.Err()
 	})
+}
+
+// dlqPublish is what dlq retry and discard write with: the relay's
+// publish configuration, one event at a time, without the idempotent
+// producer (publisher.SyncWriter has none), so --idempotent is refused.
+func dlqPublish(cfg *config.Config) kafkaclients.Publish {
+	p := cfg.Publish("outbox-relay-dlq")
+	p.Config.NoIdempotence = true
+	return p
 }

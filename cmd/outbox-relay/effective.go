@@ -85,6 +85,14 @@ func publishOf(c *config.Config, clientID string) struct {
 	}{c.Publish(clientID), kafkaOf(c)}
 }
 
+// dlqPublishOf is dlq retry's and discard's writer (dlqPublish).
+func dlqPublishOf(c *config.Config) any {
+	return struct {
+		Publish kafkaclients.Publish
+		Kafka   kafkaInput
+	}{dlqPublish(c), kafkaOf(c)}
+}
+
 // streaming is what run and recover hand to the relay and the process.
 type streaming struct {
 	Log         logInput
@@ -195,7 +203,7 @@ func (c *dlqRetryCmd) effective(x *invocation) any {
 		EventID string
 		Wait    time.Duration
 		Publish any
-	}{logOf(x.cfg), dbOf(x.cfg, "tspr"), c.Target, c.EventID, c.Wait, publishOf(x.cfg, "outbox-relay-dlq")}
+	}{logOf(x.cfg), dbOf(x.cfg, "tspr"), c.Target, c.EventID, c.Wait, dlqPublishOf(x.cfg)}
 }
 
 func (c *dlqDiscardCmd) effective(x *invocation) any {
@@ -205,7 +213,7 @@ func (c *dlqDiscardCmd) effective(x *invocation) any {
 		EventID, Reason string
 		Wait            time.Duration
 		Publish         any
-	}{logOf(x.cfg), dbOf(x.cfg, "tspr"), c.EventID, c.Reason, c.Wait, publishOf(x.cfg, "outbox-relay-dlq")}
+	}{logOf(x.cfg), dbOf(x.cfg, "tspr"), c.EventID, c.Reason, c.Wait, dlqPublishOf(x.cfg)}
 }
 
 func (c *doctorCmd) effective(x *invocation) any {
