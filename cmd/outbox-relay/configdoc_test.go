@@ -60,25 +60,20 @@ func golden(t *testing.T, path, got, test string) bool {
 // docCommand is one subcommand as the top-level usage lists it.
 type docCommand struct{ args, summary string }
 
-// usageCommands reads the command list of the top-level usage text, so a
-// new subcommand appears in the reference without editing this test.
+// usageCommands lists the commands of the tree, with their help, and
+// version, so a new subcommand appears in the reference without editing
+// this test.
 func usageCommands(t *testing.T) []docCommand {
 	t.Helper()
-	_, body, ok := strings.Cut(usage, "Commands:\n")
-	if !ok {
-		t.Fatal("usage has no Commands: section")
+	k, err := newParser(envflag.NewEnv(config.EnvPrefix), io.Discard, new(bool))
+	if err != nil {
+		t.Fatal(err)
 	}
-	body, _, _ = strings.Cut(body, "\n\n")
-	line := regexp.MustCompile(`^  (\S+(?: [a-z]+)?)\s{2,}(.*)$`)
 	var cmds []docCommand
-	for _, l := range strings.Split(body, "\n") {
-		m := line.FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("cannot parse usage line %q", l)
-		}
-		cmds = append(cmds, docCommand{args: m[1], summary: m[2]})
+	for _, leaf := range k.Model.Leaves(true) {
+		cmds = append(cmds, docCommand{args: nodeName(leaf), summary: leaf.Help})
 	}
-	return cmds
+	return append(cmds, docCommand{"version", "print the version (also --version)"})
 }
 
 // docFlag is one flag of a subcommand's --help.
@@ -122,11 +117,11 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 	}
 	env := envflag.NewEnv(config.EnvPrefix)
 	var helped bool
-	k, err := newParser(grammar(args), env, io.Discard, &helped)
+	k, err := newParser(env, io.Discard, &helped)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := k.Model.Leaves(true)[0]
+	node := leafOf(k, args)
 	desc = node.Target.Addr().Interface().(cmd).about(args).summary
 	fs := envflag.Flags(node)
 	slices.SortFunc(fs, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })

@@ -18,7 +18,7 @@ func PrintFlags(w io.Writer, flags []*kong.Flag, env *Env) {
 	flags = slices.Clone(flags)
 	slices.SortFunc(flags, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })
 	for _, f := range flags {
-		if f.Name == "help" {
+		if !Configures(f) {
 			continue
 		}
 		kind, secret := FlagKind(f)
