@@ -86,9 +86,6 @@ type cmd interface {
 
 // about is what --help says of a command, and its scope.
 type about struct {
-	// args describes its positional arguments in the usage line, e.g.
-	// " EVENT_ID".
-	args    string
 	summary string
 	scope   config.Scope
 	// unused are flags of the groups it embeds that it does not use
@@ -128,8 +125,8 @@ func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, erro
 		kong.Description(description),
 		kong.Writers(help, io.Discard),
 		kong.Exit(func(int) { *helped = true }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		kong.Help(printHelp(env)),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
+		kong.ValueFormatter(func(v *kong.Value) string { return v.Help + env.HelpSuffix(v.Flag) }),
 		kong.Resolvers(env),
 		kong.Vars{
 			"version": versionLine(),
@@ -142,24 +139,27 @@ func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, erro
 			"dlq_wait":               deadletter.DefaultWait.String(),
 		},
 		envflag.Defaults("Relay.", relay.DefaultConfig()),
+		kong.PostBuild(describe), // after Defaults: it reads them
 	)
 	return kong.New(&cli{}, opts...)
 }
 
-// printHelp is --help: kong's for the tree and its groups; a command's
-// is its usage line, summary and flags.
-func printHelp(env *envflag.Env) kong.HelpPrinter {
-	return func(o kong.HelpOptions, ctx *kong.Context) error {
-		c, ok := selected(ctx)
-		if !ok {
-			return kong.DefaultHelpPrinter(o, ctx)
+// describe gives each command's node its --help text (about) and hides
+// the flags it does not use.
+func describe(k *kong.Kong) error {
+	for _, leaf := range k.Model.Leaves(true) {
+		a := leaf.Target.Addr().Interface().(cmd).about(nodeName(leaf))
+		leaf.Detail = a.summary
+		for _, f := range leaf.Flags {
+			f.Hidden = f.Hidden || slices.Contains(a.unused, f.Name)
+			if kind, _ := envflag.FlagKind(f); f.Default == "" && kind != envflag.KindList {
+				f.PlaceHolder = strings.ToUpper(string(kind)) // --database-url=STRING, not =""
+			} else if f.Default == "" {
+				f.PlaceHolder = "URL" // doctor's --standby-url, the only list
+			}
 		}
-		a := c.about(commandName(ctx))
-		fmt.Fprintf(ctx.Stdout, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", ctx.Command(), a.args, a.summary)
-		flags := slices.DeleteFunc(slices.Clone(ctx.Flags()), func(f *kong.Flag) bool { return slices.Contains(a.unused, f.Name) })
-		envflag.PrintFlags(ctx.Stdout, flags, env)
-		return nil
 	}
+	return nil
 }
 
 // selected is the command ctx selected, if a command (not a group).
@@ -198,10 +198,6 @@ func commandNames() []string {
 	}
 	return names
 }
-
-// errPrinted is a usage error already explained on stderr: exit 2, and
-// nothing more to print.
-var errPrinted = fmt.Errorf("%w (printed)", errUsage)
 
 // configure parses a command line (flags, their environment fallbacks,
 // positional arguments) into the tree, checks the environment for

@@ -8,9 +8,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,9 +79,19 @@ func usageCommands(t *testing.T) []docCommand {
 // docFlag is one flag of a subcommand's --help.
 type docFlag struct{ name, typ, env, def, help string }
 
-var (
-	defPart = regexp.MustCompile(` \(default (.*)\)$`)
-)
+// zeroDefault reports whether def is the zero value of its kind, which
+// the reference does not list as a default.
+func zeroDefault(kind envflag.Kind, def string) bool {
+	switch kind {
+	case envflag.KindString, envflag.KindList:
+		return def == ""
+	case envflag.KindBool:
+		return def == "false"
+	case envflag.KindDuration:
+		return def == "0s" || def == "0"
+	}
+	return def == "0"
+}
 
 // helpOf runs `outbox-relay <args> --help` in-process with a clean
 // environment (flag defaults read OUTBOX_RELAY_* and GOMAXPROCS) and
@@ -137,10 +147,11 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 		}
 		names := env.Names(f)
 		d.env = "`" + strings.Join(names, "` or `") + "`"
-		var help strings.Builder
-		envflag.PrintFlags(&help, []*kong.Flag{f}, env)
-		if m := defPart.FindStringSubmatch(strings.TrimSpace(help.String())); m != nil && !secret {
-			d.def = m[1]
+		if f.HasDefault && !secret && !zeroDefault(kind, f.Default) {
+			d.def = f.Default
+			if kind == envflag.KindString {
+				d.def = strconv.Quote(f.Default)
+			}
 		}
 		if d.typ == "" && d.def == "" {
 			d.def = "false"

@@ -88,7 +88,7 @@ type dlqShowCmd struct {
 }
 
 func (*dlqShowCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
+	return about{summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
 }
 func (c *dlqShowCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
@@ -116,7 +116,7 @@ type dlqRetryCmd struct {
 }
 
 func (*dlqRetryCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka}
+	return about{summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka}
 }
 func (c *dlqRetryCmd) Run(ctx context.Context, x *invocation) error {
 	if (c.EventID == "") == (c.Target.AggregateID == "") {
@@ -144,7 +144,7 @@ type dlqDiscardCmd struct {
 }
 
 func (*dlqDiscardCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka}
+	return about{summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka}
 }
 func (c *dlqDiscardCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {

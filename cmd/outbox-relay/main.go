@@ -69,8 +69,6 @@ func outcomeOf(name string, err error, stdout io.Writer, out *cliStderr) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, errPrinted):
-		return exitUsage
 	case errors.As(err, &help):
 		fmt.Fprint(stdout, help.usage)
 		return exitOK

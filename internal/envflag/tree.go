@@ -32,7 +32,7 @@ func Declared(t reflect.Type, visit func(tag reflect.StructTag)) {
 // without --help and --version.
 func Flags(node *kong.Node) []*kong.Flag {
 	var out []*kong.Flag
-	for _, group := range node.AllFlags(true) {
+	for _, group := range node.AllFlags(false) {
 		for _, f := range group {
 			if Configures(f) {
 				out = append(out, f)
