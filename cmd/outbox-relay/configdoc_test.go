@@ -274,10 +274,9 @@ func renderConfigDoc(t *testing.T) string {
 		if f.def != "" {
 			def = "`" + f.def + "`"
 		}
-		used := "all"
-		if len(r.cmds) < len(cmds)-1 { // version takes none
-			used = strings.Join(r.cmds, ", ")
-		}
+		// Listed even when every command takes it: deploy/helmtest reads
+		// the commands of each variable from this column.
+		used := strings.Join(r.cmds, ", ")
 		fmt.Fprintf(&b, "| <a id=\"%s\"></a>%s | %s | %s | %s | %s |\n", r.anchor, name, f.env, def, used, mdCell(f.help))
 	}
 	b.WriteString("\n## Exit codes\n\n| Code | Commands | Meaning |\n|---|---|---|\n")
