@@ -96,10 +96,10 @@ func attempt(t *testing.T, p *commandParser, args []string) outcome {
 	var out, errOut bytes.Buffer
 	stderr := &cliStderr{Writer: redact.NewWriter(&errOut)}
 	line := append(append(strings.Fields(p.name), positional[p.name]...), args...)
-	c, x, err := p.configure(line, stderr)
+	_, x, err := p.configure(line, stderr)
 	if err == nil {
 		x.stdout = &out
-		err = c.run(ctx, x)
+		err = x.run(ctx)
 	}
 	code := outcomeOf(line[0], err, &out, stderr)
 	return outcome{code, out.String(), errOut.String()}
@@ -229,11 +229,10 @@ func checkHyphenValue(t *testing.T, p *commandParser, f *kong.Flag, kind envflag
 func received(p *commandParser, name string) (string, bool) {
 	var got string
 	found := false
-	_ = kong.Visit(p.k.Model, func(n kong.Visitable, next kong.Next) error {
-		if f, ok := n.(*kong.Flag); ok && f.Name == name && f.Target.IsValid() {
+	for _, f := range envflag.Flags(leafOf(p.k, p.name)) {
+		if f.Name == name && f.Target.IsValid() {
 			got, found = fmt.Sprint(f.Target.Interface()), true
 		}
-		return next(nil)
-	})
+	}
 	return got, found
 }

@@ -11,14 +11,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-const checkpointUsage = `Usage: outbox-relay checkpoint show|reset [flags]
-
-  checkpoint show     the newest saved position of the slot (JSON), compared with the slot and the server
-  checkpoint reset    delete the slot's checkpoints (after a deliberate restore or re-initialisation)
-
-Run "outbox-relay checkpoint show|reset --help" for the flags.
-`
-
 // checkpointSummaries describe each checkpoint command in its --help.
 var checkpointSummaries = map[string]string{
 	"show": "Prints the newest saved checkpoint of the slot as JSON, compared with the slot and the server:\n" +
@@ -44,7 +36,7 @@ func (*checkpointCmd) about(name string) about {
 	}
 	return a
 }
-func (*checkpointCmd) run(ctx context.Context, x *invocation) error {
+func (*checkpointCmd) Run(ctx context.Context, x *invocation) error {
 	return checkpointVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
 }
 

@@ -35,7 +35,7 @@ func (*cleanupCmd) about(string) about {
 	return about{summary: cleanupSummary, scope: config.ScopeDB, unused: []string{"publication"}}
 }
 
-func (c *cleanupCmd) run(ctx context.Context, x *invocation) error {
+func (c *cleanupCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, o := x.cfg, c.Options
 	if err := o.Validate(); err != nil {
 		return configError{err}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,41 +26,53 @@ import (
 
 // The command tree, declared for kong (github.com/alecthomas/kong): each
 // command is an options struct, its flags the fields of the groups it
-// embeds (flags.go) and its own, its work a run method. kong parses a
-// command line into it; the flags' environment fallback (envflag.Env, a
-// kong resolver), their bounds (envflag's mappers) and defaults (those of
-// relay.Config, filled into the model: defaults) plug into kong, and
-// walking the model lists every flag (knownEnv, the tests, the generated
-// docs/configuration.md).
+// embeds (flags.go) and its own, its work a Run method that ctx.Run calls
+// with the invocation bound. kong parses a command line into it, selects
+// the command and prints the help of the tree and its groups (help tags);
+// the flags' environment fallback (envflag.Env, a kong resolver), their
+// bounds (envflag's mappers) and defaults (those of relay.Config, filled
+// into the model: defaults) plug into kong, and walking the model lists
+// every flag (knownEnv, the tests, the generated docs/configuration.md).
 type cli struct {
-	Migrate    migrateCmd   `cmd:""`
-	Run        runCmd       `cmd:""`
-	Slot       slotGroup    `cmd:""`
-	Dlq        dlqGroup     `cmd:""`
-	Checkpoint cpGroup      `cmd:""`
-	Recover    recoverCmd   `cmd:""`
-	Replay     replayCmd    `cmd:""`
-	Cleanup    cleanupCmd   `cmd:""`
-	Doctor     doctorCmd    `cmd:""`
-	Reconcile  reconcileCmd `cmd:""`
+	Version    kong.VersionFlag `name:"version" help:"print the version and exit (also: outbox-relay version)"`
+	Migrate    migrateCmd       `cmd:"" help:"create or upgrade the outbox table, its publication and the slot"`
+	Run        runCmd           `cmd:"" help:"stream outbox inserts from the slot to Kafka"`
+	Slot       slotGroup        `cmd:"" help:"the logical replication slot: status, create, drop"`
+	Dlq        dlqGroup         `cmd:"" help:"the dead-letter table: list, show, retry and discard poison and parked events"`
+	Checkpoint cpGroup          `cmd:"" help:"the saved position: show, reset"`
+	Recover    recoverCmd       `cmd:"" help:"recreate a missing or lost slot and back-fill from the outbox table"`
+	Replay     replayCmd        `cmd:"" help:"re-publish events still in the outbox table (marked as replayed)"`
+	Cleanup    cleanupCmd       `cmd:"" help:"delete confirmed outbox rows older than --older-than (batched; drops old partitions)"`
+	Doctor     doctorCmd        `cmd:"" help:"check PostgreSQL settings, publication and slot; print fixes"`
+	Reconcile  reconcileCmd     `cmd:"" help:"compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing"`
 }
 
+// description is the tree's --help text above its commands.
+const description = `outbox-relay relays a PostgreSQL transactional outbox to Kafka.
+
+Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
+and OUTBOX_RELAY_DATABASE_URL; an OUTBOX_RELAY_* variable no flag reads is an
+error.`
+
 type slotGroup struct {
-	Status slotCmd       `cmd:""`
-	Create slotCreateCmd `cmd:""`
-	Drop   slotCmd       `cmd:""`
+	Status slotCmd       `cmd:"" help:"show the slot's position, lag and WAL health (JSON)"`
+	Create slotCreateCmd `cmd:"" help:"create the publication (if missing) and the slot (pgoutput)"`
+	Drop   slotCmd       `cmd:"" help:"drop the slot"`
 }
 
 type dlqGroup struct {
-	List    dlqListCmd    `cmd:""`
-	Show    dlqShowCmd    `cmd:""`
-	Retry   dlqRetryCmd   `cmd:""`
-	Discard dlqDiscardCmd `cmd:""`
+	List    dlqListCmd    `cmd:"" help:"list poison and parked events (dead-letter table), in commit order"`
+	Show    dlqShowCmd    `cmd:"" help:"show one dead-letter entry (JSON)"`
+	Retry   dlqRetryCmd   `cmd:"" help:"re-publish a quarantined aggregate's events in order"`
+	Discard dlqDiscardCmd `cmd:"" help:"discard a poison event (with a reason); its aggregate continues"`
 }
 
+// Help is the dlq group's --help text (kong.HelpProvider).
+func (dlqGroup) Help() string { return dlqHelp }
+
 type cpGroup struct {
-	Show  checkpointCmd `cmd:""`
-	Reset checkpointCmd `cmd:""`
+	Show  checkpointCmd `cmd:"" help:"show the newest saved position of the slot (JSON), compared with the slot and the server"`
+	Reset checkpointCmd `cmd:"" help:"delete the slot's checkpoints (after a deliberate restore or re-initialisation)"`
 }
 
 // cmd is a command of the tree.
@@ -69,15 +80,12 @@ type cmd interface {
 	// about describes it (name, its command line: "slot drop") for
 	// --help and says which shared flags are validated (scope).
 	about(name string) about
-	// run is its work, with the configuration parsed and validated.
-	run(ctx context.Context, x *invocation) error
+	// Run is its work, with the configuration parsed and validated.
+	Run(ctx context.Context, x *invocation) error
 }
 
 // about is what --help says of a command, and its scope.
 type about struct {
-	// args describes its positional arguments in the usage line, e.g.
-	// " EVENT_ID".
-	args    string
 	summary string
 	scope   config.Scope
 	// unused are flags of the groups it embeds that it does not use
@@ -87,13 +95,20 @@ type about struct {
 	unused []string
 }
 
-// invocation is what a command's run gets: the configuration, the
+// invocation is what a command's Run gets: the configuration, the
 // command line ("dlq show") and the streams (stderr redacts secrets).
 type invocation struct {
 	cfg    *config.Config
 	name   string
 	stdout io.Writer
 	stderr *cliStderr
+	kctx   *kong.Context
+}
+
+// run runs the command kong selected (ctx.Run), with ctx and x bound.
+func (x *invocation) run(ctx context.Context) error {
+	x.kctx.BindTo(ctx, (*context.Context)(nil))
+	return x.kctx.Run(x)
 }
 
 // verbOf is the verb of a group's command line ("drop" of "slot drop").
@@ -102,20 +117,19 @@ func verbOf(name string) string {
 	return verb
 }
 
-// groups are the commands that take a verb, with the usage they print
-// without one.
-var groups = map[string]string{"slot": slotUsage, "dlq": dlqUsage, "checkpoint": checkpointUsage}
-
 // newParser returns a parser of the tree that resolves the environment
-// with env and writes --help to help.
-func newParser(grammar any, env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, error) {
+// with env and writes --help (and --version) to help.
+func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, error) {
 	opts := append(envflag.Options(),
 		kong.Name("outbox-relay"),
+		kong.Description(description),
 		kong.Writers(help, io.Discard),
 		kong.Exit(func(int) { *helped = true }),
-		kong.Help(printHelp(env)),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, WrapUpperBound: 100}),
+		kong.ValueFormatter(func(v *kong.Value) string { return v.Help + env.HelpSuffix(v.Flag) }),
 		kong.Resolvers(env),
 		kong.Vars{
+			"version": versionLine(),
 			"failover_help": "create the logical slot with failover = true on PostgreSQL 17+, so a standby with sync_replication_slots = on keeps it " +
 				"through a failover; false opts out; ignored before 17",
 			"max_procs":              strconv.Itoa(process.DefaultMaxProcs()),
@@ -125,23 +139,27 @@ func newParser(grammar any, env *envflag.Env, help io.Writer, helped *bool) (*ko
 			"dlq_wait":               deadletter.DefaultWait.String(),
 		},
 		envflag.Defaults("Relay.", relay.DefaultConfig()),
+		kong.PostBuild(describe), // after Defaults: it reads them
 	)
-	return kong.New(grammar, opts...)
+	return kong.New(&cli{}, opts...)
 }
 
-// printHelp is a command's --help: its usage line, summary and flags.
-func printHelp(env *envflag.Env) kong.HelpPrinter {
-	return func(_ kong.HelpOptions, ctx *kong.Context) error {
-		c, ok := selected(ctx)
-		if !ok {
-			return nil // a group: find prints its usage
+// describe gives each command's node its --help text (about) and hides
+// the flags it does not use.
+func describe(k *kong.Kong) error {
+	for _, leaf := range k.Model.Leaves(true) {
+		a := leaf.Target.Addr().Interface().(cmd).about(nodeName(leaf))
+		leaf.Detail = a.summary
+		for _, f := range leaf.Flags {
+			f.Hidden = f.Hidden || slices.Contains(a.unused, f.Name)
+			if kind, _ := envflag.FlagKind(f); f.Default == "" && kind != envflag.KindList {
+				f.PlaceHolder = strings.ToUpper(string(kind)) // --database-url=STRING, not =""
+			} else if f.Default == "" {
+				f.PlaceHolder = "URL" // doctor's --standby-url, the only list
+			}
 		}
-		a := c.about(commandName(ctx))
-		fmt.Fprintf(ctx.Stdout, "Usage: outbox-relay %s [flags]%s\n\n%s\n\nFlags:\n", ctx.Command(), a.args, a.summary)
-		flags := slices.DeleteFunc(slices.Clone(ctx.Flags()), func(f *kong.Flag) bool { return slices.Contains(a.unused, f.Name) })
-		envflag.PrintFlags(ctx.Stdout, flags, env)
-		return nil
 	}
+	return nil
 }
 
 // selected is the command ctx selected, if a command (not a group).
@@ -156,86 +174,46 @@ func selected(ctx *kong.Context) (cmd, bool) {
 
 // commandName is the command line of ctx's command, without its
 // positional arguments ("dlq show").
-func commandName(ctx *kong.Context) string {
+func commandName(ctx *kong.Context) string { return nodeName(ctx.Selected()) }
+
+// nodeName is the command line of node ("dlq show").
+func nodeName(node *kong.Node) string {
 	var names []string
-	for n := ctx.Selected(); n != nil && n.Type == kong.CommandNode; n = n.Parent {
+	for n := node; n != nil && n.Type == kong.CommandNode; n = n.Parent {
 		names = append([]string{n.Name}, names...)
 	}
 	return strings.Join(names, " ")
 }
 
-// find checks a group's verb before kong parses: a group's --help is its
-// usage on stdout; a group without a known verb prints its usage on
-// stderr, a usage error; an unknown command prints the usage.
-func find(args []string, stderr io.Writer) error {
-	gusage, group := groups[args[0]]
-	switch {
-	case group && len(args) > 1 && isHelp(args[1]):
-		return &helpRequest{gusage}
-	case group && len(args) == 1:
-		fmt.Fprint(stderr, gusage)
-		return errUsage
-	}
-	name := args[0]
-	if group {
-		name += " " + args[1]
-	}
-	if slices.Contains(commandNames(), name) {
-		return nil
-	}
-	if group {
-		fmt.Fprint(stderr, gusage)
-		return fmt.Errorf("%w: unknown %s command %q", errUsage, args[0], args[1])
-	}
-	fmt.Fprintf(stderr, "outbox-relay: unknown command %q\n\n%s", args[0], usage)
-	return errPrinted
-}
-
 // commandNames are the command lines of every command and verb, in the
 // tree's order ("migrate", "slot status").
 func commandNames() []string {
-	return envflag.CommandNames(reflect.TypeFor[cli](), func(t reflect.Type) bool {
-		return reflect.PointerTo(t).Implements(reflect.TypeFor[cmd]())
-	})
+	k, err := newParser(envflag.NewEnv(config.EnvPrefix), io.Discard, new(bool))
+	if err != nil {
+		panic(err) // the tree is static: its tests fail first
+	}
+	var names []string
+	for _, leaf := range k.Model.Leaves(true) {
+		names = append(names, nodeName(leaf))
+	}
+	return names
 }
-
-// commandType is the struct type of command name ("dlq show").
-func commandType(name string) reflect.Type { return envflag.CommandType(reflect.TypeFor[cli](), name) }
-
-// grammar is the part of the tree command name needs: kong builds one
-// command's model, about a millisecond instead of ten.
-func grammar(name string) any { return envflag.Grammar(reflect.TypeFor[cli](), name) }
-
-// isHelp reports whether arg asks for help.
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
-}
-
-// errPrinted is a usage error already explained on stderr: exit 2, and
-// nothing more to print.
-var errPrinted = fmt.Errorf("%w (printed)", errUsage)
 
 // configure parses a command line (flags, their environment fallbacks,
 // positional arguments) into the tree, checks the environment for
 // unknown variables, gives out the secrets to mask and the flag names of
 // the configuration fields, and validates. It returns the command to run.
 func configure(args []string, out *cliStderr) (cmd, *invocation, error) {
-	if err := find(args, out); err != nil {
-		return nil, nil, err
-	}
-	name := args[0]
-	if groups[name] != "" {
-		name += " " + args[1]
-	}
-	p, err := newCommandParser(name)
+	p, err := newCommandParser(args[0])
 	if err != nil {
 		return nil, nil, err
 	}
 	return p.configure(args, out)
 }
 
-// commandParser parses the command lines of one command ("dlq show"):
-// its kong model, built once (a process parses one line; a test many).
+// commandParser parses command lines: its kong model, built once (a
+// process parses one line; a test many). name is the command a test
+// parses ("dlq show").
 type commandParser struct {
 	name   string
 	k      *kong.Kong
@@ -249,13 +227,18 @@ type commandParser struct {
 
 // about is what the command says of itself (cmd.about).
 func (p *commandParser) about() about {
-	return reflect.New(commandType(p.name)).Interface().(cmd).about(p.name)
+	for _, leaf := range p.k.Model.Leaves(true) {
+		if nodeName(leaf) == p.name {
+			return leaf.Target.Addr().Interface().(cmd).about(p.name)
+		}
+	}
+	return about{}
 }
 
 // newCommandParser returns the parser of command name.
 func newCommandParser(name string) (*commandParser, error) {
 	p := &commandParser{name: name, env: envflag.NewEnv(config.EnvPrefix)}
-	k, err := newParser(grammar(name), p.env, &p.help, &p.helped)
+	k, err := newParser(p.env, &p.help, &p.helped)
 	if err != nil {
 		return p, err
 	}
@@ -263,12 +246,12 @@ func newCommandParser(name string) (*commandParser, error) {
 	return p, nil
 }
 
-// configure is configure's work once the command is known.
+// configure is configure's work.
 func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocation, error) {
 	p.help.Reset()
 	p.helped = false
 	p.env.Reset()
-	name, env := p.name, p.env
+	env := p.env
 	ctx, err := p.k.Parse(envflag.Normalize(args, p.valueFlags))
 	switch {
 	case p.helped:
@@ -277,6 +260,11 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		var ve *envflag.ValueError
 		if errors.As(err, &ve) {
 			return nil, nil, configError{ve}
+		}
+		var pe *kong.ParseError
+		name := ""
+		if errors.As(err, &pe) {
+			name = commandName(pe.Context)
 		}
 		return nil, nil, &usageError{name, parseError(err)}
 	}
@@ -315,7 +303,7 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	if a.scope&(config.ScopeDB|config.ScopeKafka) != 0 {
 		cfg.WarnInsecure(newLogger(cfg, out), a.scope&config.ScopeKafka != 0)
 	}
-	return c, &invocation{cfg: cfg, name: commandName(ctx), stderr: out}, nil
+	return c, &invocation{cfg: cfg, name: commandName(ctx), stderr: out, kctx: ctx}, nil
 }
 
 // parseError is kong's error about a command line, in the words the
@@ -333,14 +321,17 @@ func parseError(err error) error {
 func knownEnv() map[string]bool {
 	names := map[string]bool{}
 	env := envflag.NewEnv(config.EnvPrefix)
-	for _, cmd := range commandNames() {
-		envflag.Declared(commandType(cmd), func(tag reflect.StructTag) {
-			name := env.Name(tag.Get("name"))
-			names[name] = true
-			if _, secret := tag.Lookup("secret"); secret {
-				names[name+"_FILE"] = true
-			}
-		})
+	k, err := newParser(env, io.Discard, new(bool))
+	if err != nil {
+		return names
 	}
+	_ = kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok && envflag.Configures(f) {
+			for _, name := range env.Names(f) {
+				names[name] = true
+			}
+		}
+		return next(nil)
+	})
 	return names
 }

@@ -8,9 +8,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,33 +60,38 @@ func golden(t *testing.T, path, got, test string) bool {
 // docCommand is one subcommand as the top-level usage lists it.
 type docCommand struct{ args, summary string }
 
-// usageCommands reads the command list of the top-level usage text, so a
-// new subcommand appears in the reference without editing this test.
+// usageCommands lists the commands of the tree, with their help, and
+// version, so a new subcommand appears in the reference without editing
+// this test.
 func usageCommands(t *testing.T) []docCommand {
 	t.Helper()
-	_, body, ok := strings.Cut(usage, "Commands:\n")
-	if !ok {
-		t.Fatal("usage has no Commands: section")
+	k, err := newParser(envflag.NewEnv(config.EnvPrefix), io.Discard, new(bool))
+	if err != nil {
+		t.Fatal(err)
 	}
-	body, _, _ = strings.Cut(body, "\n\n")
-	line := regexp.MustCompile(`^  (\S+(?: [a-z]+)?)\s{2,}(.*)$`)
 	var cmds []docCommand
-	for _, l := range strings.Split(body, "\n") {
-		m := line.FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("cannot parse usage line %q", l)
-		}
-		cmds = append(cmds, docCommand{args: m[1], summary: m[2]})
+	for _, leaf := range k.Model.Leaves(true) {
+		cmds = append(cmds, docCommand{args: nodeName(leaf), summary: leaf.Help})
 	}
-	return cmds
+	return append(cmds, docCommand{"version", "print the version (also --version)"})
 }
 
 // docFlag is one flag of a subcommand's --help.
 type docFlag struct{ name, typ, env, def, help string }
 
-var (
-	defPart = regexp.MustCompile(` \(default (.*)\)$`)
-)
+// zeroDefault reports whether def is the zero value of its kind, which
+// the reference does not list as a default.
+func zeroDefault(kind envflag.Kind, def string) bool {
+	switch kind {
+	case envflag.KindString, envflag.KindList:
+		return def == ""
+	case envflag.KindBool:
+		return def == "false"
+	case envflag.KindDuration:
+		return def == "0s" || def == "0"
+	}
+	return def == "0"
+}
 
 // helpOf runs `outbox-relay <args> --help` in-process with a clean
 // environment (flag defaults read OUTBOX_RELAY_* and GOMAXPROCS) and
@@ -122,11 +127,11 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 	}
 	env := envflag.NewEnv(config.EnvPrefix)
 	var helped bool
-	k, err := newParser(grammar(args), env, io.Discard, &helped)
+	k, err := newParser(env, io.Discard, &helped)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := k.Model.Leaves(true)[0]
+	node := leafOf(k, args)
 	desc = node.Target.Addr().Interface().(cmd).about(args).summary
 	fs := envflag.Flags(node)
 	slices.SortFunc(fs, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })
@@ -142,10 +147,11 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 		}
 		names := env.Names(f)
 		d.env = "`" + strings.Join(names, "` or `") + "`"
-		var help strings.Builder
-		envflag.PrintFlags(&help, []*kong.Flag{f}, env)
-		if m := defPart.FindStringSubmatch(strings.TrimSpace(help.String())); m != nil && !secret {
-			d.def = m[1]
+		if f.HasDefault && !secret && !zeroDefault(kind, f.Default) {
+			d.def = f.Default
+			if kind == envflag.KindString {
+				d.def = strconv.Quote(f.Default)
+			}
 		}
 		if d.typ == "" && d.def == "" {
 			d.def = "false"
@@ -268,10 +274,9 @@ func renderConfigDoc(t *testing.T) string {
 		if f.def != "" {
 			def = "`" + f.def + "`"
 		}
-		used := "all"
-		if len(r.cmds) < len(cmds)-1 { // version takes none
-			used = strings.Join(r.cmds, ", ")
-		}
+		// Listed even when every command takes it: deploy/helmtest reads
+		// the commands of each variable from this column.
+		used := strings.Join(r.cmds, ", ")
 		fmt.Fprintf(&b, "| <a id=\"%s\"></a>%s | %s | %s | %s | %s |\n", r.anchor, name, f.env, def, used, mdCell(f.help))
 	}
 	b.WriteString("\n## Exit codes\n\n| Code | Commands | Meaning |\n|---|---|---|\n")

@@ -17,15 +17,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-const dlqUsage = `Usage: outbox-relay dlq list|show|retry|discard [flags]
-
-  dlq list [--aggregate A] [--all] [--json]     open (dead and parked) events, in commit order
-  dlq show EVENT_ID                             one entry, as JSON
-  dlq retry EVENT_ID | --aggregate A            re-publish the aggregate's open events in order;
-                                                stops at the first that still fails (exit 1)
-  dlq discard EVENT_ID --reason TEXT            discard it (recorded), then re-publish the rest
-
-All are safe while the relay runs: a retry holds the aggregate's lock, and the
+// dlqHelp is the dlq group's --help text.
+const dlqHelp = `All are safe while the relay runs: a retry holds the aggregate's lock, and the
 relay publishes that aggregate's new events only after it. retry and discard
 first wait (--wait, 30s) until the relay has delivered past the aggregate's
 earliest open event, and otherwise refuse, publishing nothing: run them again
@@ -75,7 +68,7 @@ type dlqListCmd struct {
 func (*dlqListCmd) about(string) about {
 	return about{summary: dlqSummaries["list"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
 }
-func (c *dlqListCmd) run(ctx context.Context, x *invocation) error {
+func (c *dlqListCmd) Run(ctx context.Context, x *invocation) error {
 	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
 		entries, err := store.List(ctx, deadletter.Filter{AggregateID: c.Target.AggregateID, AggregateType: c.Target.AggregateType, All: c.All})
 		for i := range entries {
@@ -96,9 +89,9 @@ type dlqShowCmd struct {
 }
 
 func (*dlqShowCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
+	return about{summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
 }
-func (c *dlqShowCmd) run(ctx context.Context, x *invocation) error {
+func (c *dlqShowCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
 		return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
 	}
@@ -124,9 +117,9 @@ type dlqRetryCmd struct {
 }
 
 func (*dlqRetryCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
+	return about{summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
 }
-func (c *dlqRetryCmd) run(ctx context.Context, x *invocation) error {
+func (c *dlqRetryCmd) Run(ctx context.Context, x *invocation) error {
 	if (c.EventID == "") == (c.Target.AggregateID == "") {
 		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
 	}
@@ -152,9 +145,9 @@ type dlqDiscardCmd struct {
 }
 
 func (*dlqDiscardCmd) about(string) about {
-	return about{args: " EVENT_ID", summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
+	return about{summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
 }
-func (c *dlqDiscardCmd) run(ctx context.Context, x *invocation) error {
+func (c *dlqDiscardCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
 		return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)
 	}

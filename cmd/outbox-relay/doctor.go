@@ -61,7 +61,7 @@ func (*doctorCmd) about(string) about {
 	return about{summary: doctorSummary, scope: config.ScopeDB | config.ScopeKafka}
 }
 
-func (c *doctorCmd) run(ctx context.Context, x *invocation) error {
+func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout := x.cfg, x.stdout
 	for i, u := range c.StandbyURL {
 		// The shape first: pgconn's error would quote a value that is

@@ -175,7 +175,7 @@ func effectiveOf(t *testing.T, p *commandParser, line []string, flag string) (re
 	if err == nil {
 		x.stdout = &out
 		eff = dump(reflect.ValueOf(c.(configured).effective(x)))
-		err = c.run(ctx, x)
+		err = x.run(ctx)
 	}
 	code := outcomeOf(line[0], err, &out, stderr)
 	if code == exitUsage {
@@ -211,7 +211,7 @@ func TestEveryFlagHonouredOrRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := reflect.New(commandType(cmd)).Interface().(configured); !ok {
+		if _, ok := leafOf(p.k, cmd).Target.Addr().Interface().(configured); !ok {
 			t.Errorf("%s: no effective configuration (configured)", cmd)
 			continue
 		}

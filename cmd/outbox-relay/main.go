@@ -26,34 +26,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 )
 
-const usage = `outbox-relay relays a PostgreSQL transactional outbox to Kafka.
-
-Usage:
-  outbox-relay <command> [flags]
-
-Commands:
-  migrate        create or upgrade the outbox table, its publication and the slot
-  run            stream outbox inserts from the slot to Kafka
-  slot status    show the slot's position, lag and WAL health
-  slot create    create the slot (pgoutput)
-  slot drop      drop the slot
-  dlq list       list poison and parked events (dead-letter table)
-  dlq show       show one dead-letter entry
-  dlq retry      re-publish a quarantined aggregate's events in order
-  dlq discard    discard a poison event (with a reason); its aggregate continues
-  checkpoint     show or reset the saved position (checkpoint show|reset)
-  recover        recreate a missing or lost slot and back-fill from the outbox table
-  replay         re-publish events still in the outbox table (marked as replayed)
-  cleanup        delete confirmed outbox rows older than --older-than (batched; drops old partitions)
-  doctor         check PostgreSQL settings, publication and slot; print fixes
-  reconcile      compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing
-  version        print the version (also --version)
-
-Every flag has an OUTBOX_RELAY_* environment fallback, e.g. --database-url
-and OUTBOX_RELAY_DATABASE_URL; an OUTBOX_RELAY_* variable no flag reads is an
-error. Run "outbox-relay <command> --help" for its flags.
-`
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -62,17 +34,13 @@ func main() {
 // 0 on success, 2 on invalid usage or configuration, 1 on a runtime error.
 func run(args []string, stdout, stderr io.Writer) int {
 	switch {
-	case len(args) == 0:
-		fmt.Fprint(stdout, usage)
+	case len(args) == 0: // the tree's help, as a usage error
+		run([]string{"--help"}, stdout, stderr)
 		return exitUsage
-	case args[0] == "help" && len(args) > 1: // help CMD [VERB]
-		return run(append(args[1:], "--help"), stdout, stderr)
-	case isHelp(args[0]):
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	case args[0] == "--version" || args[0] == "-version" || args[0] == "version":
-		fmt.Fprintln(stdout, versionLine())
-		return exitOK
+	case args[0] == "help": // help [CMD [VERB]]
+		args = append(args[1:], "--help")
+	case args[0] == "version":
+		args = []string{"--version"}
 	}
 	// Secrets are registered once the configuration is parsed; from then
 	// on nothing printed to stderr (logs, errors) can show them.
@@ -101,8 +69,6 @@ func outcomeOf(name string, err error, stdout io.Writer, out *cliStderr) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, errPrinted):
-		return exitUsage
 	case errors.As(err, &help):
 		fmt.Fprint(stdout, help.usage)
 		return exitOK
@@ -129,12 +95,12 @@ func outcomeOf(name string, err error, stdout io.Writer, out *cliStderr) int {
 // execute parses and validates the command line (configure, cli.go) and
 // runs its command.
 func execute(ctx context.Context, args []string, stdout io.Writer, out *cliStderr) error {
-	c, x, err := configure(args, out)
+	_, x, err := configure(args, out)
 	if err != nil {
 		return err
 	}
 	x.stdout = stdout
-	return c.run(ctx, x)
+	return x.run(ctx)
 }
 
 // cliStderr is run's stderr: it redacts secrets (redact.Writer), and the
@@ -164,7 +130,7 @@ type usageError struct {
 }
 
 func (e *usageError) Error() string {
-	return fmt.Sprintf("%v; see 'outbox-relay %s --help'", e.err, e.cmd)
+	return fmt.Sprintf("%v; see 'outbox-relay %s--help'", e.err, strings.TrimPrefix(e.cmd+" ", " "))
 }
 func (e *usageError) Is(target error) bool { return target == errUsage }
 

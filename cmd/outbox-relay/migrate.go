@@ -35,7 +35,7 @@ func (*migrateCmd) about(string) about {
 	}
 }
 
-func (*migrateCmd) run(ctx context.Context, x *invocation) error {
+func (*migrateCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
 	pool, err := connectPool(ctx, cfg)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -48,11 +49,11 @@ func TestFailoverSlotFlag(t *testing.T) {
 func TestFailoverSlotFlagWhereSlotsAreCreated(t *testing.T) {
 	for cmd, want := range map[string]bool{"migrate": true, "run": true, "recover": true, "slot create": true,
 		"slot status": false, "slot drop": false, "doctor": false, "replay": false} {
-		if got := strings.Contains(helpOf(t, cmd), "\n  --failover-slot\n"); got != want {
+		if got := regexp.MustCompile(`(?m)^ +--failover-slot `).MatchString(helpOf(t, cmd)); got != want {
 			t.Errorf("%s --help lists --failover-slot: %v, want %v", cmd, got, want)
 		}
 	}
-	if !strings.Contains(helpOf(t, "doctor"), "\n  --standby-url string\n") {
+	if !regexp.MustCompile(`(?m)^ +--standby-url=`).MatchString(helpOf(t, "doctor")) {
 		t.Error("doctor --help lacks --standby-url")
 	}
 }

@@ -44,7 +44,7 @@ func (*reconcileCmd) about(string) about {
 	return about{summary: reconcileSummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"slot", "publication"}}
 }
 
-func (c *reconcileCmd) run(ctx context.Context, x *invocation) error {
+func (c *reconcileCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout, o := x.cfg, x.stdout, c.Options
 	if err := o.Validate(); err != nil {
 		return configError{err}

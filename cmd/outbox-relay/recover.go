@@ -38,7 +38,7 @@ func (*recoverCmd) about(string) about {
 	return about{summary: recoverSummary, scope: config.ScopeDB | config.ScopeKafka | config.ScopeRun}
 }
 
-func (c *recoverCmd) run(ctx context.Context, x *invocation) error {
+func (c *recoverCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
 	if c.Since != "" && c.All {
 		return fmt.Errorf("%w: recover takes at most one of --since and --all", errUsage)

@@ -51,7 +51,7 @@ func (*replayCmd) about(string) about {
 	return about{summary: replaySummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"publication"}}
 }
 
-func (c *replayCmd) run(ctx context.Context, x *invocation) error {
+func (c *replayCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr, o := x.cfg, x.stdout, x.stderr, c.Options
 	if err := o.Range.Validate(); err != nil {
 		return configError{err}

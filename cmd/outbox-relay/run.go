@@ -34,7 +34,7 @@ func (*runCmd) about(string) about {
 			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0."}
 }
 
-func (*runCmd) run(ctx context.Context, x *invocation) error {
+func (*runCmd) Run(ctx context.Context, x *invocation) error {
 	log := newLogger(x.cfg, x.stderr)
 	r, err := newRelay(x.cfg, log)
 	if err != nil {

@@ -11,15 +11,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-const slotUsage = `Usage: outbox-relay slot status|create|drop [flags]
-
-  slot status    the slot's position, lag and WAL health, as JSON
-  slot create    create the publication (if missing) and the slot (pgoutput)
-  slot drop      drop the slot
-
-Run "outbox-relay slot status|create|drop --help" for the flags.
-`
-
 // slotSummaries describe each slot command in its --help.
 var slotSummaries = map[string]string{
 	"status": "Shows the slot's confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size, active pid and lag.",
@@ -41,7 +32,7 @@ func (*slotCmd) about(name string) about {
 	}
 	return a
 }
-func (*slotCmd) run(ctx context.Context, x *invocation) error {
+func (*slotCmd) Run(ctx context.Context, x *invocation) error {
 	return slotVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
 }
 

@@ -63,6 +63,9 @@ func (e *Env) Validate(*kong.Application) error { return nil }
 // recorded (Errs) and the flag keeps its default, so every problem of the
 // configuration is reported at once.
 func (e *Env) Resolve(_ *kong.Context, _ *kong.Path, f *kong.Flag) (any, error) {
+	if !Configures(f) {
+		return nil, nil
+	}
 	v, err := e.value(f)
 	if err != nil {
 		e.errs[f.Name] = err

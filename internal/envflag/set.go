@@ -38,7 +38,7 @@ func NewSet(ctx *kong.Context, env *Env) *Set {
 		}
 	}
 	for _, f := range ctx.Flags() {
-		if f.Name == "help" {
+		if !Configures(f) {
 			continue
 		}
 		s.flags = append(s.flags, f)

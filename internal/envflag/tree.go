@@ -7,63 +7,10 @@ import (
 	"github.com/alecthomas/kong"
 )
 
-// A command tree is a struct type whose fields tagged cmd are commands
-// (a struct that implements the caller's command interface) or groups of
-// them (a struct of commands). These read it from the type alone, without
-// building kong's model: building one parses and interpolates every tag
-// of every flag of every command, ten milliseconds for the relay's
-// sixteen commands, so a command line builds only its own command's
-// (Grammar), and the environment check and the flag names of other
-// commands read the tags (Declared).
-
-// CommandNames are the command lines of the tree root ("migrate",
-// "slot status"), in its order; isCommand tells a command's type from a
-// group's.
-func CommandNames(root reflect.Type, isCommand func(reflect.Type) bool) []string {
-	var names []string
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if _, ok := f.Tag.Lookup("cmd"); !ok {
-				continue
-			}
-			name := prefix + strings.ToLower(f.Name)
-			if isCommand(f.Type) {
-				names = append(names, name)
-			} else {
-				walk(f.Type, name+" ")
-			}
-		}
-	}
-	walk(root, "")
-	return names
-}
-
-// CommandType is the struct type of command name ("dlq show") in root.
-func CommandType(root reflect.Type, name string) reflect.Type {
-	t := root
-	for _, w := range strings.Fields(name) {
-		f, _ := t.FieldByNameFunc(func(n string) bool { return strings.ToLower(n) == w })
-		t = f.Type
-	}
-	return t
-}
-
-// Grammar is the part of root a command line ("dlq show") needs: the path
-// of structs down to its command, for kong to build one command's model.
-func Grammar(root reflect.Type, name string) any {
-	var build func(t reflect.Type, path []string) reflect.Type
-	build = func(t reflect.Type, path []string) reflect.Type {
-		f, _ := t.FieldByNameFunc(func(n string) bool { return strings.ToLower(n) == path[0] })
-		typ := f.Type
-		if len(path) > 1 {
-			typ = build(typ, path[1:])
-		}
-		return reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: typ, Tag: f.Tag}})
-	}
-	return reflect.New(build(root, strings.Fields(name))).Interface()
-}
+// Configures reports whether flag f is a configuration flag: not kong's
+// --help or --version, which configure nothing and have no environment
+// variable.
+func Configures(f *kong.Flag) bool { return f.Name != "help" && f.Name != "version" }
 
 // Declared calls visit with every flag field of command type t (its
 // embedded groups' and its own; not its positional arguments).
@@ -82,12 +29,12 @@ func Declared(t reflect.Type, visit func(tag reflect.StructTag)) {
 }
 
 // Flags are the flags of a command's node (its groups' and its own),
-// without --help.
+// without --help and --version.
 func Flags(node *kong.Node) []*kong.Flag {
 	var out []*kong.Flag
-	for _, group := range node.AllFlags(true) {
+	for _, group := range node.AllFlags(false) {
 		for _, f := range group {
-			if f.Name != "help" {
+			if Configures(f) {
 				out = append(out, f)
 			}
 		}
