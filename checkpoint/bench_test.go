@@ -15,13 +15,13 @@ func BenchmarkTrackAck(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += 10 {
-		tx := tr.Begin(now)
+		tx := tr.begin(now)
 		for j := 0; j < 10; j++ {
-			tr.Track(tx, 300)
+			tr.track(tx, 300)
 		}
 		tr.Commit(tx, pglogrepl.LSN(i+10))
 		for j := 0; j < 10; j++ {
-			tx.Ack(300)
+			tx.ack(300)
 		}
 	}
 }
@@ -29,15 +29,15 @@ func BenchmarkTrackAck(b *testing.B) {
 // BenchmarkAckParallel measures acknowledgements from several lanes at once.
 func BenchmarkAckParallel(b *testing.B) {
 	tr := New(0, Limits{MaxEvents: 1 << 30, MaxBytes: 1 << 50})
-	tx := tr.Begin(time.Now())
+	tx := tr.begin(time.Now())
 	for i := 0; i < b.N; i++ {
-		tr.Track(tx, 1)
+		tr.track(tx, 1)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			tx.Ack(1)
+			tx.ack(1)
 		}
 	})
 }

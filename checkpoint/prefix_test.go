@@ -153,17 +153,17 @@ func TestPartialStopsAtOrdinalGap(t *testing.T) {
 	wantPartial(t, tr, 50, 2)
 }
 
-// Without a commit LSN (BeginXid) or Seq (Ack) there is no Partial.
+// Without a commit LSN (beginXid) or Seq (ack) there is no Partial.
 func TestPartialNeedsLSNAndSeq(t *testing.T) {
 	tr := New(0, Limits{})
-	tx := tr.BeginXid(time.Time{}, 1)
-	s := tr.Track(tx, 1)
+	tx := tr.beginXid(time.Time{}, 1)
+	s := tr.track(tx, 1)
 	tx.AckSeq(s, 1)
 	wantPartial(t, tr, 0, 0)
 	tr.Commit(tx, 10)
 	tx2 := tr.BeginTx(time.Time{}, 2, 20)
-	tr.Track(tx2, 1)
-	tx2.Ack(1)
+	tr.track(tx2, 1)
+	tx2.ack(1)
 	wantPartial(t, tr, 0, 0)
 }
 

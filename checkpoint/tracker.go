@@ -17,7 +17,7 @@ type Limits struct {
 
 // Tracker turns out-of-order acknowledgements into a monotonic flush LSN.
 // All methods are safe for concurrent use: the replication stream calls
-// Begin/Track/Commit, publisher goroutines call Txn.Ack.
+// BeginTx/TrackOrdinal/Commit, publisher goroutines call Txn.AckSeq.
 type Tracker struct {
 	limits Limits
 
@@ -126,21 +126,12 @@ func (t *Tracker) OnFlush(f func(lsn pglogrepl.LSN)) {
 	t.mu.Unlock()
 }
 
-// Begin records the start of a transaction. Transactions must be begun in
-// WAL order, which is the order the walsender sends them.
-func (t *Tracker) Begin(commitTime time.Time) *Txn {
-	return t.BeginXid(commitTime, 0)
-}
-
-// BeginXid is Begin for a transaction whose xid is known (from pgoutput's
-// Begin message), so Last can report it.
-func (t *Tracker) BeginXid(commitTime time.Time, xid uint32) *Txn {
-	return t.BeginTx(commitTime, xid, 0)
-}
-
-// BeginTx is BeginXid for a transaction whose commit LSN (pgoutput Begin's
-// final LSN) is known too, so its acknowledged prefix can be reported as a
-// Partial while it is the oldest unconfirmed transaction.
+// BeginTx records the start of a transaction: its commit time and xid
+// (from pgoutput's Begin message), so Last can report them, and its commit
+// LSN (Begin's final LSN; 0: unknown), so its acknowledged prefix can be
+// reported as a Partial while it is the oldest unconfirmed transaction.
+// Transactions must be begun in WAL order, which is the order the
+// walsender sends them.
 func (t *Tracker) BeginTx(commitTime time.Time, xid uint32, finalLSN pglogrepl.LSN) *Txn {
 	tx := &Txn{t: t, CommitTime: commitTime, xid: xid, finalLSN: finalLSN}
 	t.mu.Lock()
@@ -149,15 +140,10 @@ func (t *Tracker) BeginTx(commitTime time.Time, xid uint32, finalLSN pglogrepl.L
 	return tx
 }
 
-// Track adds one event of size bytes to tx's pending count and to the
-// window, at the ordinal after tx's previous tracked event (0 for the
-// first). It returns the event's sequence number for Txn.AckSeq.
-func (t *Tracker) Track(tx *Txn, bytes int) Seq {
-	return t.TrackOrdinal(tx, -1, bytes)
-}
-
-// TrackOrdinal is Track for the event at ordinal (0-based index within its
-// transaction; -1: the one after the previous tracked event). The stream
+// TrackOrdinal adds one event of size bytes to tx's pending count and to
+// the window, at ordinal (0-based index within its transaction; -1: the
+// one after tx's previous tracked event, 0 for the first). It returns the
+// event's sequence number for Txn.AckSeq. The stream
 // tracks (or settles) a transaction's events in ordinal order; ordinals
 // before the first tracked one must be settled already, as they count into
 // the transaction's acknowledged prefix. A restart inside a transaction
@@ -252,15 +238,7 @@ func (t *Tracker) Commit(tx *Txn, endLSN pglogrepl.LSN) {
 	t.mu.Unlock()
 }
 
-// Ack acknowledges one event of size bytes of tx without saying which:
-// the flush position moves as usual, the Partial only once the transaction
-// is confirmed. The relay uses AckSeq.
-func (tx *Txn) Ack(bytes int) {
-	tx.t.mu.Lock()
-	tx.ackLocked(bytes)
-}
-
-// AckSeq acknowledges the event of size bytes that Track numbered s: Kafka
+// AckSeq acknowledges the event of size bytes that TrackOrdinal numbered s: Kafka
 // stored it, or it was settled durably in the dead-letter table.
 func (tx *Txn) AckSeq(s Seq, bytes int) {
 	t := tx.t
@@ -285,7 +263,8 @@ func (tx *Txn) Release(bytes int) {
 	t.signalSpace()
 }
 
-// ackLocked is Ack with t.mu held; it unlocks.
+// ackLocked acknowledges one event of size bytes of tx with t.mu held;
+// it unlocks.
 func (tx *Txn) ackLocked(bytes int) {
 	t := tx.t
 	tx.pending--

@@ -11,20 +11,20 @@ import (
 
 func TestFlushWaitsForEveryEarlierTransaction(t *testing.T) {
 	tr := New(100, Limits{})
-	a := tr.Begin(time.Time{})
-	tr.Track(a, 10)
+	a := tr.begin(time.Time{})
+	tr.track(a, 10)
 	tr.Commit(a, 200)
-	b := tr.Begin(time.Time{})
-	tr.Track(b, 10)
-	tr.Track(b, 10)
+	b := tr.begin(time.Time{})
+	tr.track(b, 10)
+	tr.track(b, 10)
 	tr.Commit(b, 300)
 
-	b.Ack(10)
-	b.Ack(10)
+	b.ack(10)
+	b.ack(10)
 	if got := tr.Flushed(); got != 100 {
 		t.Fatalf("flushed %s after acking only the later transaction, want 0/64", got)
 	}
-	a.Ack(10)
+	a.ack(10)
 	if got := tr.Flushed(); got != 300 {
 		t.Fatalf("flushed %s, want %s", got, pglogrepl.LSN(300))
 	}
@@ -35,9 +35,9 @@ func TestFlushWaitsForEveryEarlierTransaction(t *testing.T) {
 
 func TestOpenTransactionHoldsFlush(t *testing.T) {
 	tr := New(0, Limits{})
-	a := tr.Begin(time.Time{})
-	tr.Track(a, 1)
-	a.Ack(1)
+	a := tr.begin(time.Time{})
+	tr.track(a, 1)
+	a.ack(1)
 	if tr.Flushed() != 0 || tr.Idle() {
 		t.Fatal("an uncommitted transaction must hold the flush position")
 	}
@@ -58,17 +58,17 @@ func TestOpenTransactionHoldsFlush(t *testing.T) {
 
 func TestEmptyTransactionsFold(t *testing.T) {
 	tr := New(0, Limits{})
-	slow := tr.Begin(time.Time{})
-	tr.Track(slow, 1)
+	slow := tr.begin(time.Time{})
+	tr.track(slow, 1)
 	tr.Commit(slow, 10)
 	for i := 0; i < 10000; i++ {
-		tx := tr.Begin(time.Time{})
+		tx := tr.begin(time.Time{})
 		tr.Commit(tx, pglogrepl.LSN(20+i))
 	}
 	if n := tr.Stats().Transactions; n != 1 {
 		t.Fatalf("%d live transactions, want 1 (empty ones fold)", n)
 	}
-	slow.Ack(1)
+	slow.ack(1)
 	if got := tr.Flushed(); got != pglogrepl.LSN(20+9999) {
 		t.Fatalf("flushed %s", got)
 	}
@@ -76,13 +76,13 @@ func TestEmptyTransactionsFold(t *testing.T) {
 
 func TestWindowFullAndSpace(t *testing.T) {
 	tr := New(0, Limits{MaxEvents: 2, MaxBytes: 1 << 20})
-	tx := tr.Begin(time.Time{})
-	tr.Track(tx, 1)
-	tr.Track(tx, 1)
+	tx := tr.begin(time.Time{})
+	tr.track(tx, 1)
+	tr.track(tx, 1)
 	if !tr.Full() {
 		t.Fatal("window should be full")
 	}
-	tx.Ack(1)
+	tx.ack(1)
 	select {
 	case <-tr.Space():
 	default:
@@ -107,10 +107,10 @@ func TestRandomAckOrder(t *testing.T) {
 		ends := []pglogrepl.LSN{}
 		counts := []int{}
 		for i := 0; i < 30; i++ {
-			tx := tr.Begin(time.Time{})
+			tx := tr.begin(time.Time{})
 			n := rng.Intn(4)
 			for j := 0; j < n; j++ {
-				tr.Track(tx, 1)
+				tr.track(tx, 1)
 				evs = append(evs, ev{tx, i})
 			}
 			end := pglogrepl.LSN((i + 1) * 10)
@@ -122,7 +122,7 @@ func TestRandomAckOrder(t *testing.T) {
 		var mu sync.Mutex
 		remaining := append([]int(nil), counts...)
 		for _, e := range evs {
-			e.tx.Ack(1)
+			e.tx.ack(1)
 			mu.Lock()
 			remaining[e.idx]--
 			want := pglogrepl.LSN(0)
@@ -144,9 +144,9 @@ func TestConcurrentAcks(t *testing.T) {
 	tr := New(0, Limits{MaxEvents: 1 << 30})
 	var txs []*Txn
 	for i := 0; i < 100; i++ {
-		tx := tr.Begin(time.Time{})
+		tx := tr.begin(time.Time{})
 		for j := 0; j < 100; j++ {
-			tr.Track(tx, 1)
+			tr.track(tx, 1)
 		}
 		tr.Commit(tx, pglogrepl.LSN(i+1))
 		txs = append(txs, tx)
@@ -158,7 +158,7 @@ func TestConcurrentAcks(t *testing.T) {
 			defer wg.Done()
 			for i := w; i < len(txs); i += 8 {
 				for j := 0; j < 100; j++ {
-					txs[i].Ack(1)
+					txs[i].ack(1)
 				}
 			}
 		}(w)

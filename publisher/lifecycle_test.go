@@ -184,7 +184,7 @@ func TestCloseWaitsForTheCommitter(t *testing.T) {
 		cfg := config{Transactions: &TransactionConfig{ID: "tid", Interval: 20 * time.Millisecond, PositionsTopic: "pos", PositionKey: []byte("slot"),
 			Position: func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) }}}
 		p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
-		if err := p.Begin(context.Background()); err != nil {
+		if _, err := p.begin(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.Publish(context.Background(), testEvent("orders", "a", "e1"), nopAck{}); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/positions"
 )
 
 // ensurePositionsTopic finds the position records' partition (by the
@@ -79,40 +80,12 @@ func (t *transactions) partitionCount(ctx context.Context, topic string) (int, e
 	return len(tp.Partitions), nil
 }
 
-// PositionPartition is the partition of the positions topic that holds
-// this publisher's position records (after Begin).
-func (p *Publisher) PositionPartition() int {
-	if p.txn == nil {
-		return -1
-	}
-	return p.txn.positions.Partition
-}
-
-// PositionPartitionOf is the partition of the positions topic that holds
-// the records of key (after Begin): murmur2 of the key, as for the
-// publisher's own.
-func (p *Publisher) PositionPartitionOf(key []byte) int {
-	if p.txn == nil || p.txn.positionsCount <= 0 {
-		return -1
-	}
-	return keyPartition(key, p.txn.positionsCount)
-}
-
-// PositionPartitions is the number of partitions of the positions topic
-// (after Begin; 0 before, or in at-least-once mode).
-func (p *Publisher) PositionPartitions() int {
-	if p.txn == nil {
-		return 0
-	}
-	return p.txn.positionsCount
-}
-
 // keyPartition is the partition of key among n, by the Java client's
-// murmur2, as for every record the publisher keys.
-func keyPartition(key []byte, n int) int {
-	parts := make([]int, n)
-	for i := range parts {
-		parts[i] = i
-	}
-	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
+// murmur2, as for every record the publisher keys (positions.Partition,
+// which the relay reads the positions topic by).
+func keyPartition(key []byte, n int) int { return positions.Partition(key, n) }
+
+// topic is the positions topic as begin found it (positions.Topic).
+func (t *transactions) topic() positions.Topic {
+	return positions.Topic{Partition: t.positions.Partition, Partitions: t.positionsCount}
 }

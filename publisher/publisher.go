@@ -276,6 +276,9 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.WALEvent, ack A
 	if p.cfgErr != nil {
 		return p.cfgErr
 	}
+	if p.txn != nil && !p.txn.begun.Load() {
+		return errNotStarted
+	}
 	rec := &outgoing{ev: ev, ack: ack, commit: ev.CommitTime}
 	rec.msg.Topic = p.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	quarantined := p.cfg.DeadLetters != nil && p.quarantine.route(rec)

@@ -36,22 +36,28 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaproduce"
+	"github.com/outbox-relay/outbox-relay/internal/positions"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
 
 // TransactionConfig turns on exactly-once writes (Config.Transactions).
+// Only package relay starts them (Publish.Delivery ExactlyOnce): before the
+// first Publish it fences the previous leader's producer and reads the
+// newest committed position, steps in an order only it knows. Publish of
+// a Publisher nobody started that way fails.
 type TransactionConfig struct {
 	// ID is the transactional id. Every publisher of the same source
-	// must use the same one: Begin's InitProducerId then fences the
-	// previous holder, whose open transaction the coordinator aborts and
-	// whose later requests it refuses.
+	// must use the same one: the relay's InitProducerId at the start
+	// then fences the previous holder, whose open transaction the
+	// coordinator aborts and whose later requests it refuses.
 	ID string
 	// Interval is how long a range collects events before its
 	// transaction commits.
@@ -169,9 +175,17 @@ func coordinatorRetry(err error) bool {
 	return healing(err)
 }
 
+// errNotStarted is Publish's error in exactly-once mode before the relay
+// started the transactions (TransactionConfig): nothing would ever commit
+// the events. No sentinel: no caller of this package can start them.
+var errNotStarted = errors.New("publisher: exactly-once transactions (Config.Transactions) were not started: package relay starts them")
+
 // transactions is the publisher's exactly-once state.
 type transactions struct {
-	p      *Publisher
+	p *Publisher
+	// begun is set once begin took the producer id and started the
+	// committer: Publish refuses events before.
+	begun  atomic.Bool
 	cfg    TransactionConfig
 	client *kafka.Client
 	// coord makes the transactional id's coordinator calls.
@@ -227,31 +241,41 @@ func newTransactions(p *Publisher, cfg TransactionConfig) *transactions {
 	return t
 }
 
-// Begin takes the transactional producer id (exactly-once mode; a no-op
-// otherwise) and must succeed before the first Publish. Its
-// InitProducerId fences every earlier producer of the transactional id:
-// the coordinator completes or aborts the transaction such a producer
-// left open, and refuses it from then on. Once Begin returns, the
-// position topic's newest committed record is final, so the caller reads
-// it afterwards. Begin creates the positions topic when it is missing
-// (one partition, compacted).
-func (p *Publisher) Begin(ctx context.Context) error {
+func init() { positions.Begin = beginPositions }
+
+// beginPositions is positions.Begin: the relay's route to begin, which is
+// no method of the API because only the relay can call it at the right
+// moment (see package positions).
+func beginPositions(ctx context.Context, pub any) (positions.Topic, error) {
+	p, ok := pub.(*Publisher)
+	if !ok {
+		return positions.Topic{Partition: -1}, fmt.Errorf("positions.Begin: %T is not a *publisher.Publisher", pub)
+	}
+	return p.begin(ctx)
+}
+
+// begin takes the transactional producer id (exactly-once mode; a no-op
+// otherwise) and must succeed before the first Publish; positions.Begin
+// says why and when. It returns the positions topic's layout for the
+// relay's read of the newest committed position.
+func (p *Publisher) begin(ctx context.Context) (positions.Topic, error) {
 	t := p.txn
 	if t == nil {
-		return nil
+		return positions.Topic{Partition: -1}, nil
 	}
 	if err := t.ensurePositionsTopic(ctx); err != nil {
-		return err
+		return positions.Topic{Partition: -1}, err
 	}
 	id, err := t.initProducerID(ctx)
 	if err != nil {
-		return err
+		return positions.Topic{Partition: -1}, err
 	}
 	p.producer.Adopt(id)
 	p.log.Info("transactional producer ready: earlier producers of the transactional id are fenced", slog.String("stage", "transaction"),
 		slog.String("transactional_id", t.cfg.ID), slog.Int64("producer_id", id.ID), slog.Int("producer_epoch", int(id.Epoch)))
 	t.loop.Start(p.ctx)
-	return nil
+	t.begun.Store(true)
+	return t.topic(), nil
 }
 
 // initProducerID asks the transaction coordinator for the transactional

@@ -251,7 +251,7 @@ func startTxnPublisherWith(t *testing.T, b *txnBroker, cfg config) *Publisher {
 		tc.Position = func(last *replication.WALEvent, _ int) []byte { return []byte(last.EventID) }
 	}
 	p, _ := startPublisher(t, cfg, slog.New(slog.DiscardHandler), c)
-	if err := p.Begin(context.Background()); err != nil {
+	if _, err := p.begin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return p

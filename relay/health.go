@@ -35,12 +35,6 @@ type Readiness struct {
 // off from PostgreSQL - is not ready.
 func (r *Relay) Readiness() Readiness { return r.readiness(time.Now()) }
 
-// Health is Readiness.
-//
-// Deprecated: use Readiness (outbox.Health is the producer's back-pressure
-// reading, a different thing).
-func (r *Relay) Health() Readiness { return r.Readiness() }
-
 func (r *Relay) readiness(now time.Time) Readiness {
 	h := Readiness{Status: "not_ready", Streaming: r.streaming.Load()}
 	if why := r.stopped.Load(); why != nil {

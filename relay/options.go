@@ -70,10 +70,3 @@ func WithLogger(l *slog.Logger) Option {
 func WithMetrics(r prometheus.Registerer) Option {
 	return optionFunc(func(o *options) { o.registerer = r })
 }
-
-// WithRegisterer is WithMetrics under its former name.
-//
-// Deprecated: use WithMetrics.
-func WithRegisterer(r prometheus.Registerer) Option {
-	return WithMetrics(r)
-}

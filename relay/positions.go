@@ -28,6 +28,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/kafkafetch"
+	"github.com/outbox-relay/outbox-relay/internal/positions"
 	"github.com/outbox-relay/outbox-relay/poison"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
@@ -418,7 +419,8 @@ func (p *kafkaPosition) after(q *kafkaPosition) bool {
 // every earlier leader's producer, then reads the committed position of
 // src and applies it to rs.
 func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher, rs resumeState, src Source) (resumeState, error) {
-	if err := pub.Begin(ctx); err != nil {
+	top, err := positions.Begin(ctx, pub)
+	if err != nil {
 		var kerr kafka.Error
 		if errors.As(err, &kerr) && (kerr == kafka.TransactionalIDAuthorizationFailed || kerr == kafka.InvalidTransactionTimeout ||
 			kerr == kafka.ClusterAuthorizationFailed) {
@@ -433,11 +435,10 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 		return rs, err
 	}
 	key, legacy := []byte(src.PositionKey()), []byte(src.legacyPositionKey())
-	part := pub.PositionPartition()
+	part := top.Partition
 	var pos *kafkaPosition
 	var found bool
-	var err error
-	lp := pub.PositionPartitionOf(legacy)
+	lp := top.PartitionOf(legacy)
 	if lp == part {
 		pos, found, err = r.committedPosition(ctx, part, src, [][]byte{key, legacy})
 	} else {
@@ -450,7 +451,7 @@ func (r *Relay) beginTransactions(ctx context.Context, pub *publisher.Publisher,
 	}
 	// Partitions added to the topic since the record was written move
 	// the key: the source's newest record may be in another partition.
-	if n := pub.PositionPartitions(); err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
+	if n := top.Partitions; err == nil && n > 1 && (!found || pos != nil && pos.Partitions != 0 && pos.Partitions != n) {
 		read := func(ctx context.Context, p int) (*kafkaPosition, error) {
 			pos, _, err := r.committedPosition(ctx, p, src, [][]byte{key, legacy})
 			return pos, err

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outbox-relay/outbox-relay/checkpoint"
 )
 
@@ -39,19 +37,6 @@ func (s Source) PositionKey() string {
 // PositionKey takes this key's newest record of the same system, so an
 // upgrade resumes where the previous version stopped.
 func (s Source) legacyPositionKey() string { return s.Slot }
-
-// LookupSource resolves the Source of slot on the database db connects
-// to: its system identifier (pg_control_system, the same as
-// IDENTIFY_SYSTEM's, which the relay itself uses) and its name. doctor
-// uses it to name the default transactional id as a running relay does.
-func LookupSource(ctx context.Context, db *pgxpool.Pool, slot string) (Source, error) {
-	src := Source{Slot: slot}
-	if err := db.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
-		Scan(&src.SystemID, &src.Database); err != nil {
-		return Source{}, fmt.Errorf("read the system identifier and database: %w", err)
-	}
-	return src, nil
-}
 
 // source resolves the Source of a stream on the server id: the system
 // identifier its replication connection reported (IDENTIFY_SYSTEM needs

@@ -92,8 +92,8 @@ func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {
 	if p.Delivery == relay.ExactlyOnce {
 		o.Transactions = &doctor.TransactionTarget{PositionsTopic: p.PositionsTopic, Timeout: p.TransactionTimeout}
 		o.TransactionalID = func(ctx context.Context, db *pgxpool.Pool) (string, error) {
-			src, err := relay.LookupSource(ctx, db, d.Slot)
-			return cfg.Relay.TransactionalID(src), err
+			sys, name, err := outboxdb.ServerSource(ctx, db)
+			return cfg.Relay.TransactionalID(relay.Source{SystemID: sys, Database: name, Slot: d.Slot}), err
 		}
 	}
 	if u := d.ReplicationURL; u != "" {

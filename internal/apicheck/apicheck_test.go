@@ -1,7 +1,7 @@
 // Package apicheck guards the module's public surface: which packages a
-// user can import, and that their exported API names no internal type (a
-// user could not construct or name it, and every change to it would break
-// them anyway).
+// user can import, what they declare (testdata/api.txt, TestAPIRecord),
+// and that their exported API names no internal type (a user could not
+// construct or name it, and every change to it would break them anyway).
 package apicheck
 
 import (

@@ -183,6 +183,21 @@ func Identify(ctx context.Context, dsn string, opts ...replication.Option) (chec
 	return id, err
 }
 
+// ServerSource reads, on the database db connects to, what relay.Source
+// names besides the slot: the cluster's system identifier
+// (pg_control_system, the same as IDENTIFY_SYSTEM's, which a running
+// relay uses) and the database's name. doctor and the integration tests
+// need it without a replication connection, to name the default
+// transactional id and position key as a running relay does; relay.Source
+// stays a plain value, so the query lives here rather than in the API.
+func ServerSource(ctx context.Context, db *pgxpool.Pool) (systemID, database string, err error) {
+	if err := db.QueryRow(ctx, `SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()`).
+		Scan(&systemID, &database); err != nil {
+		return "", "", fmt.Errorf("read the system identifier and database: %w", err)
+	}
+	return systemID, database, nil
+}
+
 // ValidName reports whether s can name a slot, publication or role: 1-63
 // lower-case letters, digits and underscores (no quoting needed).
 func ValidName(s string) bool {
