@@ -141,7 +141,9 @@ func TestAimPoll(t *testing.T) {
 		{8 * time.Second, poll},        // expires 2 s from now: the regular poll is as soon
 		{9 * time.Second, time.Second + expiryMargin},
 		{9900 * time.Millisecond, 100*time.Millisecond + expiryMargin},
-		{10 * time.Second, poll},
+		{10 * time.Second, overdueRetry}, // due now: being ended, late on a loaded server
+		{11 * time.Second, overdueRetry}, // still within a poll of its end
+		{12 * time.Second, poll},         // a poll overdue: not this timeout's to end
 		{time.Minute, poll},
 	} {
 		if got := aimPoll(c.idle, timeout, poll); got != c.want {

@@ -268,13 +268,26 @@ func (e *Elector) nextPoll(ctx context.Context, conn *pgx.Conn, key int64) time.
 }
 
 // aimPoll is the wait before the next poll when the holder's session has
-// been idle for idle and the server ends it after timeout.
+// been idle for idle and the server ends it after timeout. A session
+// overdue by less than a poll is being ended now, late on a loaded
+// server: the standby looks again every overdueRetry instead of waiting
+// a whole poll (at most poll/overdueRetry extra looks per expiry). One
+// overdue by a poll or more is not being ended by this timeout (the
+// server's setting differs): the regular poll.
 func aimPoll(idle, timeout, poll time.Duration) time.Duration {
-	if rem := timeout - idle; rem > 0 && rem+expiryMargin < poll {
+	rem := timeout - idle
+	switch {
+	case rem > 0 && rem+expiryMargin < poll:
 		return rem + expiryMargin
+	case rem <= 0 && -rem < poll:
+		return min(overdueRetry, poll)
 	}
 	return poll
 }
+
+// overdueRetry is how often a standby looks again at a holder whose
+// session is overdue (aimPoll).
+const overdueRetry = 100 * time.Millisecond
 
 // holderIdle reads how long the session holding the lock has been idle,
 // on the server's clock; ok is false when it is not idle (a query or a
