@@ -290,7 +290,7 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	out.flagText = cfg.FlagText
 	// Before validate: a misspelt variable explains a missing or default
 	// value better than the error about that value would.
-	if err := config.CheckEnv(os.Environ(), set.EnvNames(), knownEnv); err != nil {
+	if err := config.CheckEnv(os.Environ(), set.EnvNames(), func() map[string]bool { return knownEnvOf(p.k.Model, env) }); err != nil {
 		return nil, nil, err
 	}
 	out.Add(config.Secrets(set)...)
@@ -319,13 +319,18 @@ func parseError(err error) error {
 // knownEnv returns the environment variables of every flag of every
 // command and verb, walking the command tree.
 func knownEnv() map[string]bool {
-	names := map[string]bool{}
 	env := envflag.NewEnv(config.EnvPrefix)
 	k, err := newParser(env, io.Discard, new(bool))
 	if err != nil {
-		return names
+		return map[string]bool{}
 	}
-	_ = kong.Visit(k.Model, func(n kong.Visitable, next kong.Next) error {
+	return knownEnvOf(k.Model, env)
+}
+
+// knownEnvOf is knownEnv of the tree model, whose variables env names.
+func knownEnvOf(model *kong.Application, env *envflag.Env) map[string]bool {
+	names := map[string]bool{}
+	_ = kong.Visit(model, func(n kong.Visitable, next kong.Next) error {
 		if f, ok := n.(*kong.Flag); ok && envflag.Configures(f) {
 			for _, name := range env.Names(f) {
 				names[name] = true

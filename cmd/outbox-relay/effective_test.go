@@ -11,7 +11,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// Every command says what it hands to the libraries it runs: its
+// Every command says what it hands to the libraries it runs (test code:
+// nothing in the binary reads it, only TestEveryFlagHonouredOrRefused): its
 // effective configuration (effective), built from the parsed flags the
 // way its run builds them. TestEveryFlagHonouredOrRefused sets each flag
 // a command accepts to another valid value and wants this configuration
