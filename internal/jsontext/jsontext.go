@@ -307,3 +307,81 @@ func appendString(dst []byte, s string, jackson bool) []byte {
 func appendU(dst []byte, r rune, hex string) []byte {
 	return append(dst, '\\', 'u', hex[r>>12&0xF], hex[r>>8&0xF], hex[r>>4&0xF], hex[r&0xF])
 }
+
+// Offset is the scanner's position in its input: where the next token
+// starts once SkipSpace ran, or where the last one ended.
+func (s *Scanner) Offset() int { return s.i }
+
+// SkipValue skips the JSON value that comes next (a string, number,
+// literal, object or array, nested at most maxDepth deep), checking its
+// grammar but not the contents of its strings. false means that no valid
+// value comes next; the scanner has then moved.
+func (s *Scanner) SkipValue() bool { return s.skipValue(0) }
+
+// maxDepth bounds SkipValue's nesting: deeper input is refused, not
+// recursed into until the stack runs out.
+const maxDepth = 1000
+
+func (s *Scanner) skipValue(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	s.SkipSpace()
+	c, ok := s.Peek()
+	if !ok {
+		return false
+	}
+	switch c {
+	case '"':
+		_, _, err := s.StringToken()
+		return err == nil
+	case 't':
+		return s.ConsumeLiteral("true")
+	case 'f':
+		return s.ConsumeLiteral("false")
+	case 'n':
+		return s.ConsumeLiteral("null")
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.i++
+		s.SkipSpace()
+		if s.Consume(closer) {
+			return true
+		}
+		for {
+			if c == '{' {
+				s.SkipSpace()
+				if _, _, err := s.StringToken(); err != nil {
+					return false
+				}
+				s.SkipSpace()
+				if !s.Consume(':') {
+					return false
+				}
+			}
+			if !s.skipValue(depth + 1) {
+				return false
+			}
+			s.SkipSpace()
+			if s.Consume(closer) {
+				return true
+			}
+			if !s.Consume(',') {
+				return false
+			}
+		}
+	}
+	_, ok = s.NumberToken()
+	return ok
+}
+
+// Source is the scanner's whole input, for a caller that keeps offsets
+// into it (Offset).
+func (s *Scanner) Source() []byte { return s.b }
+
+// Seek moves the scanner to offset i of its input: back to a value a
+// caller skipped (Offset) to read it now.
+func (s *Scanner) Seek(i int) { s.i = i }

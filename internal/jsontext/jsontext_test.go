@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -141,4 +142,25 @@ func containsReplacement(s string) bool {
 		}
 	}
 	return false
+}
+
+// TestSkipValue: SkipValue accepts what encoding/json calls valid (for
+// one value) and ends at the value's end.
+func TestSkipValue(t *testing.T) {
+	for _, in := range []string{`"a\"b"`, `-1.5e3`, `true`, `false`, `null`, `{}`, `[]`, ` { "a" : [1, {"b": null}, "c"] , "d": {} }`,
+		`{"a":}`, `[1,]`, `{"a" 1}`, `[1 2]`, `tru`, `"open`, `{`, `01`, `{1:2}`} {
+		s := NewScanner([]byte(in))
+		ok := s.SkipValue()
+		if ok {
+			s.SkipSpace()
+			ok = s.AtEnd()
+		}
+		if want := json.Valid([]byte(in)); ok != want {
+			t.Errorf("%s: SkipValue %v, json.Valid %v", in, ok, want)
+		}
+	}
+	deep := strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)
+	if NewScanner([]byte(deep)).SkipValue() {
+		t.Errorf("nesting deeper than %d accepted", maxDepth)
+	}
 }
