@@ -34,7 +34,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/hamba/avro/v2"
+	"github.com/twmb/avro"
 )
 
 // Error is a payload that does not fit its schema: Path names the
@@ -53,28 +53,22 @@ func (e *Error) Error() string {
 }
 
 // Schema is a parsed Avro schema, compiled for encoding: what the encoder
-// needs per node is worked out once (field defaults encoded, union
-// branches by name), not per event.
+// needs per node is worked out once (field defaults encoded, named types
+// resolved), not per event.
 type Schema struct {
 	root *node
 }
 
-// Parse parses an Avro schema (its JSON text, as a registry returns it)
-// and compiles it. Named types resolve within this schema alone: hamba's
-// package-wide cache would grow with every schema a long-running relay
-// ever fetched.
+// Parse parses an Avro schema (its JSON text, as a registry returns it;
+// github.com/twmb/avro checks it against the specification) and compiles
+// it.
 func Parse(text string) (*Schema, error) {
-	s, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
+	s, err := avro.Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("avro schema: %w", err)
 	}
-	return Compile(s)
-}
-
-// Compile compiles a parsed schema.
-func Compile(s avro.Schema) (*Schema, error) {
 	c := compiler{named: map[string]*node{}}
-	root, err := c.compile(s)
+	root, err := c.compile(s.Root(), "")
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +76,7 @@ func Compile(s avro.Schema) (*Schema, error) {
 }
 
 // Append appends the Avro binary encoding of payload, a JSON value read
-// against s, to dst. An error is an *Error, or a JSON syntax error.
+// against s, to dst. An error is an *Error.
 func (s *Schema) Append(dst []byte, payload []byte) ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer func() {
@@ -168,101 +162,113 @@ type compiler struct {
 	named map[string]*node
 }
 
-func (c *compiler) compile(s avro.Schema) (*node, error) {
-	if ref, ok := s.(*avro.RefSchema); ok {
-		s = ref.Schema()
-	}
-	if n, ok := s.(avro.NamedSchema); ok {
-		if done := c.named[n.FullName()]; done != nil {
-			return done, nil // a recursive or repeated named type
+// compile compiles n, in namespace ns (the enclosing named type's, for
+// references by short name).
+func (c *compiler) compile(n *avro.SchemaNode, ns string) (*node, error) {
+	out := &node{name: n.Type}
+	switch n.Type {
+	case "null":
+		out.kind = kNull
+	case "boolean", "int", "long", "float", "double", "bytes", "string":
+		out.kind = primitiveKinds[n.Type]
+		out.logical, out.scale = logicals[n.LogicalType], n.Scale
+		if out.logical == lDecimal && out.kind != kBytes {
+			out.logical = lNone
 		}
-	}
-	n := &node{name: string(s.Type())}
-	switch s := s.(type) {
-	case *avro.NullSchema:
-		n.kind = kNull
-	case *avro.PrimitiveSchema:
-		n.kind = primitiveKinds[s.Type()]
-		if l := s.Logical(); l != nil {
-			n.logical = logicals[l.Type()]
-			if d, ok := l.(*avro.DecimalLogicalSchema); ok {
-				n.scale = d.Scale()
-			}
+	case "record", "error", "enum", "fixed":
+		out.name = fullName(n.Name, n.Namespace)
+		if done := c.named[out.name]; done != nil {
+			return done, nil
 		}
-	case *avro.RecordSchema:
-		n.kind, n.name = kRecord, s.FullName()
-		c.named[n.name] = n
-		for _, f := range s.Fields() {
-			typ, err := c.compile(f.Type())
-			if err != nil {
-				return nil, err
+		c.named[out.name] = out
+		switch n.Type {
+		case "enum":
+			out.kind, out.symbols = kEnum, n.Symbols
+		case "fixed":
+			out.kind, out.size = kFixed, n.Size
+			if logicals[n.LogicalType] == lDecimal {
+				out.logical, out.scale = lDecimal, n.Scale
 			}
-			fl := field{name: f.Name(), typ: typ, hasDef: f.HasDefault()}
-			if fl.hasDef {
-				if fl.defBytes, err = encodeDefault(typ, f.Default()); err != nil {
-					return nil, fmt.Errorf("avro schema: default of %s.%s: %w", n.name, f.Name(), err)
+		default:
+			out.kind = kRecord
+			ns := namespaceOf(out.name)
+			for i := range n.Fields {
+				f := &n.Fields[i]
+				typ, err := c.compile(&f.Type, ns)
+				if err != nil {
+					return nil, err
 				}
-			}
-			n.fields = append(n.fields, fl)
-		}
-	case *avro.EnumSchema:
-		n.kind, n.name, n.symbols = kEnum, s.FullName(), s.Symbols()
-		c.named[n.name] = n
-	case *avro.FixedSchema:
-		n.kind, n.name, n.size = kFixed, s.FullName(), s.Size()
-		c.named[n.name] = n
-		if l := s.Logical(); l != nil {
-			n.logical = logicals[l.Type()]
-			if d, ok := l.(*avro.DecimalLogicalSchema); ok {
-				n.scale = d.Scale()
+				fl := field{name: f.Name, typ: typ, hasDef: f.HasDefault}
+				if fl.hasDef {
+					if fl.defBytes, err = encodeDefault(typ, f.Default); err != nil {
+						return nil, fmt.Errorf("avro schema: default of %s.%s: %w", out.name, f.Name, err)
+					}
+				}
+				out.fields = append(out.fields, fl)
 			}
 		}
-	case *avro.ArraySchema:
-		n.kind = kArray
-		elem, err := c.compile(s.Items())
+	case "array", "map":
+		out.kind = kArray
+		elem := n.Items
+		if n.Type == "map" {
+			out.kind, elem = kMap, n.Values
+		}
+		e, err := c.compile(elem, ns)
 		if err != nil {
 			return nil, err
 		}
-		n.elem = elem
-	case *avro.MapSchema:
-		n.kind = kMap
-		elem, err := c.compile(s.Values())
-		if err != nil {
-			return nil, err
-		}
-		n.elem = elem
-	case *avro.UnionSchema:
-		n.kind = kUnion
-		for _, b := range s.Types() {
-			bn, err := c.compile(b)
+		out.elem = e
+	case "union":
+		out.kind = kUnion
+		for i := range n.Branches {
+			b, err := c.compile(&n.Branches[i], ns)
 			if err != nil {
 				return nil, err
 			}
-			n.branches = append(n.branches, bn)
+			out.branches = append(out.branches, b)
 		}
-	default:
-		return nil, fmt.Errorf("avro schema: type %s is not supported", s.Type())
+	default: // a reference to a named type defined earlier
+		if def := c.named[n.Type]; def != nil {
+			return def, nil
+		}
+		if def := c.named[fullName(n.Type, ns)]; def != nil {
+			return def, nil
+		}
+		return nil, fmt.Errorf("avro schema: type %q is not defined before its use", n.Type)
 	}
-	return n, nil
+	return out, nil
 }
 
-var primitiveKinds = map[avro.Type]kind{
-	avro.Null: kNull, avro.Boolean: kBoolean, avro.Int: kInt, avro.Long: kLong,
-	avro.Float: kFloat, avro.Double: kDouble, avro.Bytes: kBytes, avro.String: kString,
+func fullName(name, ns string) string {
+	if strings.Contains(name, ".") || ns == "" {
+		return name
+	}
+	return ns + "." + name
 }
 
-var logicals = map[avro.LogicalType]logical{
-	avro.Date: lDate, avro.TimeMillis: lTimeMillis, avro.TimeMicros: lTimeMicros,
-	avro.TimestampMillis: lTimestampMillis, avro.TimestampMicros: lTimestampMicros,
-	avro.LocalTimestampMillis: lLocalTimestampMillis, avro.LocalTimestampMicros: lLocalTimestampMicros,
-	avro.Decimal: lDecimal, avro.UUID: lUUID,
+func namespaceOf(full string) string {
+	if i := strings.LastIndexByte(full, '.'); i >= 0 {
+		return full[:i]
+	}
+	return ""
 }
 
-// encodeDefault encodes a field's default, which the specification gives
-// as JSON of the field's type (of a union's first branch).
+var primitiveKinds = map[string]kind{
+	"boolean": kBoolean, "int": kInt, "long": kLong, "float": kFloat, "double": kDouble, "bytes": kBytes, "string": kString,
+}
+
+var logicals = map[string]logical{
+	"date": lDate, "time-millis": lTimeMillis, "time-micros": lTimeMicros,
+	"timestamp-millis": lTimestampMillis, "timestamp-micros": lTimestampMicros,
+	"local-timestamp-millis": lLocalTimestampMillis, "local-timestamp-micros": lLocalTimestampMicros,
+	"decimal": lDecimal, "uuid": lUUID,
+}
+
+// encodeDefault encodes a field's default, a Go value of its type (see
+// avro.SchemaField.Default), back through its JSON form.
 func encodeDefault(typ *node, def any) ([]byte, error) {
-	// hamba holds bytes defaults as []byte and fixed ones as [N]byte:
-	// back to the specification's string of code points.
+	// bytes and fixed defaults are []byte: back to the specification's
+	// string of code points.
 	if v := reflect.ValueOf(def); def != nil && (v.Kind() == reflect.Slice || v.Kind() == reflect.Array) && v.Type().Elem().Kind() == reflect.Uint8 {
 		b := make([]byte, v.Len())
 		reflect.Copy(reflect.ValueOf(b), v)
@@ -272,14 +278,11 @@ func encodeDefault(typ *node, def any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A union's default is its first branch's, by the specification;
+	// github.com/twmb/avro accepts the first branch that takes it, and so
+	// does a bare union value here.
 	e := encoder{}
-	t := typ
-	if typ.kind == kUnion {
-		e.dst = appendLong(e.dst, 0)
-		t = typ.branches[0]
-	}
-	sc := newScanner(text)
-	if err := e.value(t, sc); err != nil {
+	if err := e.value(typ, newScanner(text)); err != nil {
 		return nil, err
 	}
 	return e.dst, nil
