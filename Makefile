@@ -214,6 +214,8 @@ kafka-versions: up
 # like a failed phase, and a failed phase skips the later ones (their output still printed).
 #   t=0       lint and unit (-race builds, staticcheck: CPU only, no server) start at nice 19 and
 #             run beside every phase; they are collected only at the end, so no phase waits for them.
+#             They run side by side (-j2): unit's longest package, cmd/outbox-relay, runs its tests
+#             one after another for minutes on one core, which lint uses the other for.
 #   it-build-stack  compiles the relay binary (testhooks) and the stack suite's test binary, at
 #             normal priority: the exclusive tests need them first.
 #   exclusive the stack suite's exclusive tests (they stop, crash and freeze the stack's servers:
@@ -240,7 +242,7 @@ TEST_PG_BESIDE_NICE ?= 5
 PHASES              := scripts/lib/phases.sh
 test:
 	@. $(PHASES); \
-	beside lint-unit 19 $(MAKE) --no-print-directory lint unit; \
+	beside lint-unit 19 $(MAKE) --no-print-directory -j2 --output-sync=target lint unit; \
 	phase it-build-stack $(MAKE) --no-print-directory it-build-stack; \
 	beside it-build 10 $(MAKE) --no-print-directory it-build; \
 	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
