@@ -211,7 +211,8 @@ kafka-versions: up
 # had set the pace). scripts/lib/phases.sh runs them: a phase in the foreground, its time printed
 # after it ("=== phase NAME: N s"); a job beside the phases in the background, from its start to
 # the phase that needs its result, its output printed whole there; a failed job fails make test
-# like a failed phase, and a failed phase skips the later ones (their output still printed).
+# like a failed phase, and a failed phase skips the later phases (the jobs already started are
+# still waited for and printed).
 #   t=0       lint and unit (-race builds, staticcheck: CPU only, no server) start at nice 19 and
 #             run beside every phase; they are collected only at the end, so no phase waits for them.
 #             They run side by side (-j2): unit's longest package, cmd/outbox-relay, runs its tests
