@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test demo lint vulncheck fuzz-short bench bench-inbox chaos interop
+.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test it-build it-build-stack demo lint vulncheck fuzz-short bench bench-inbox chaos interop
 
 all: build
 
@@ -207,31 +207,90 @@ kafka-versions: up
 	echo "$$summary"; \
 	if [ -n "$$failed" ]; then echo "kafka-versions: failed on Kafka$$failed"; exit 1; fi
 
-# The full proof, in phases. The CPU-bound checks (lint, unit, fuzz-short) run at nice 19 beside
-# the two phases that mostly wait on servers, so they use the CPU those leave idle without
-# stealing it from their recovery times: lint and unit beside the stack suite's exclusive tests
-# (they stop, crash and freeze the stack's servers, alone), fuzz-short beside the cluster suite
-# (its chaos run restarts the stack's PostgreSQL, so it runs without the stack suite). Between
-# them, what shares the stack without faulting it runs side by side (TEST_JOBS at a time, each
-# target's output printed whole when it ends): the PostgreSQL versions (their own clusters, the
-# stack's Kafka), the stack suite's parallel tests and the Kafka versions (their own brokers, the
-# stack's PostgreSQL). TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered
-# metadata too late for kafka-go's 1 s refresh, and tests failed on it. Times per phase:
-# docs/design.md#tests.
-TEST_JOBS ?= 2
-# phase: one phase of make test (or test-fast), its time printed after it.
+# The full proof, in phases (issue 49: on a fresh machine the cold compiles, not the servers,
+# had set the pace). scripts/lib/phases.sh runs them: a phase in the foreground, its time printed
+# after it ("=== phase NAME: N s"); a job beside the phases in the background, from its start to
+# the phase that needs its result, its output printed whole there; a failed job fails make test
+# like a failed phase, and a failed phase skips the later phases (the jobs already started are
+# still waited for and printed).
+#   t=0       lint and unit (-race builds, staticcheck: CPU only, no server) start at nice 19 and
+#             run beside every phase; they are collected only at the end, so no phase waits for them.
+#             They run side by side (-j2): unit's longest package, cmd/outbox-relay, runs its tests
+#             one after another for minutes on one core, which lint uses the other for.
+#   it-build-stack  compiles the relay binary (testhooks) and the stack suite's test binary, at
+#             normal priority: the exclusive tests need them first.
+#   exclusive the stack suite's exclusive tests (they stop, crash and freeze the stack's servers:
+#             no other server-bound work beside them), with it-build at nice 10 beside: the other
+#             suites' test binaries and the stack-backed packages', so the later phases only link
+#             (Go caches linked test binaries) and start their tests at once.
+#   middle    what shares the stack without faulting it, TEST_JOBS at a time (each target's output
+#             printed whole when it ends): the stack suite's parallel tests, the Kafka versions
+#             (their own brokers, the stack's PostgreSQL), then the PostgreSQL versions of
+#             TEST_PG_MIDDLE (their own clusters, the stack's Kafka).
+#   cluster   the cluster suite, which mostly waits on session timeouts and fault durations,
+#             with the other PostgreSQL versions beside it at nice TEST_PG_BESIDE_NICE (they use
+#             no stack PostgreSQL, which the cluster suite's chaos run restarts, and no cluster
+#             port: their clusters take ports 555xx) and fuzz-short at nice 19. The Kafka
+#             versions cannot go there: they use the stack's PostgreSQL, and their single broker
+#             the cluster's node-1 ports (scripts/kafkacluster.sh).
+# TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered metadata too late for
+# kafka-go's 1 s refresh, and tests failed on it. The checks at normal priority beside the cluster
+# suite made a leader election take 28 s instead of 8: the versions beside it yield to it
+# (TEST_PG_BESIDE_NICE). Times per phase: docs/design.md#tests.
+TEST_JOBS           ?= 2
+TEST_PG_MIDDLE      ?= 16
+TEST_PG_BESIDE_NICE ?= 5
+PHASES              := scripts/lib/phases.sh
+test:
+	@. $(PHASES); \
+	beside lint-unit 19 $(MAKE) --no-print-directory -j2 --output-sync=target lint unit; \
+	phase it-build-stack $(MAKE) --no-print-directory it-build-stack; \
+	beside it-build 10 $(MAKE) --no-print-directory it-build; \
+	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
+	collect it-build; \
+	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
+	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
+	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
+	phase cluster $(MAKE) --no-print-directory cluster-test; \
+	collect versions; \
+	collect fuzz-short; \
+	finish
+
+# phase and beside of make test-fast: one phase, its time printed after it; phase $(1) at
+# normal priority and phase $(2) at nice 19 beside it, $(2)'s output printed whole after $(1)
+# ends, and the recipe fails if either fails.
 phase = t0=$$SECONDS; $(MAKE) --no-print-directory $(1); echo "=== phase $(1): $$((SECONDS - t0)) s"
-# beside: phase $(1) at normal priority and phase $(2) at nice 19 beside it; $(2)'s output is
-# printed whole after $(1) ends, and the recipe fails if either fails.
 beside = t0=$$SECONDS; out=$$(mktemp); \
 	( rc=0; nice -n 19 $(MAKE) --no-print-directory $(2) || rc=$$?; \
 	  echo "=== phase $(2) (beside, nice 19): $$((SECONDS - t0)) s"; exit $$rc ) >"$$out" 2>&1 & bg=$$!; \
 	rc=0; $(MAKE) --no-print-directory $(1) || rc=$$?; echo "=== phase $(1): $$((SECONDS - t0)) s"; \
 	bgrc=0; wait $$bg || bgrc=$$?; cat "$$out"; rm -f "$$out"; [ $$rc = 0 ] && [ $$bgrc = 0 ]
-test:
-	@$(call beside,integration IT_SHARING=exclusive,lint unit)
-	@$(call phase,-j$(TEST_JOBS) --output-sync=target versions integration-parallel kafka-versions)
-	@$(call beside,cluster-test,fuzz-short)
+
+# versions-N: the version matrix on PostgreSQL N alone (make test's middle phase runs
+# TEST_PG_MIDDLE's this way, as one target of its -j list).
+versions-%:
+	@$(MAKE) --no-print-directory versions PG_VERSIONS=$*
+
+# The test binaries of make test's integration phases, compiled without running anything, into a
+# directory deleted afterwards: Go caches linked binaries, so the phases' own `go test` (and the
+# harness's `go build` of the relay) then only find them there. it-build-stack: what the exclusive
+# phase runs first; it-build: the rest, beside it. Each also works alone (a warm-up).
+IT_BUILD_TAGS := integration,suite_kafka_versions integration,suite_cluster integration,suite_pg_versions
+it-build-stack:
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(GO) build -tags testhooks -o "$$d/outbox-relay" ./cmd/outbox-relay; \
+	$(GO) test -c -o "$$d/stack.test" -tags integration ./integration/; \
+	echo "it-build-stack: the relay (testhooks) and the stack suite's test binary"
+it-build:
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	for tags in $(IT_BUILD_TAGS); do \
+		$(GO) test -c -o "$$d/suite.test" -tags "$$tags" ./integration/; \
+		echo "it-build: the test binary of -tags $$tags"; \
+	done; \
+	$(GO) test -c -o "$$d/" -tags integration ./migrations/ ./outbox/; \
+	pkgs=$$($(STACK_TEST_PKGS)); mkdir -p "$$d/pkgs"; $(GO) test -c -o "$$d/pkgs/" $$pkgs; \
+	for m in $(INTEROP_MODULES); do mkdir -p "$$d/$$m"; (cd $$m && $(GO) test -c -o "$$d/$$m/" ./...); done; \
+	echo "it-build: the test binaries of the stack-backed packages and of $(INTEROP_MODULES)"
 
 # The stack suite's parallel tests and the other stack-backed packages (make test's middle phase).
 integration-parallel:

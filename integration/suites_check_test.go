@@ -142,10 +142,13 @@ const (
 
 var (
 	ruleLine = regexp.MustCompile(`^([A-Za-z0-9_.-]+):([^=]|$)`)
-	// $(MAKE) ARGS, the Makefile's $(call phase,ARGS), which runs $(MAKE) ARGS, or its
-	// $(call beside,ARGS1,ARGS2), which runs $(MAKE) ARGS1 and $(MAKE) ARGS2.
+	// $(MAKE) ARGS (also as scripts/lib/phases.sh's `phase NAME $(MAKE) ARGS` and
+	// `beside NAME NICE $(MAKE) ARGS`), the Makefile's $(call phase,ARGS), which runs
+	// $(MAKE) ARGS, or its $(call beside,ARGS1,ARGS2), which runs $(MAKE) ARGS1 and $(MAKE) ARGS2.
 	subMake    = regexp.MustCompile(`(?:\$\(MAKE\)|\$\(call (?:phase|beside),)([^;\n|&]*)`)
 	goTestTags = regexp.MustCompile(`-tags\s+(\S+)`)
+	// go test -c compiles a suite's binary without running it (make it-build): no run.
+	compileOnly = regexp.MustCompile(`\btest\s+-c\b`)
 )
 
 // makeTestTags returns the -tags of every `go test ... ./integration/`
@@ -193,7 +196,7 @@ func makeTestTags(path string) ([]string, error) {
 		}
 		// go test commands of ./integration/ (one command per ; or line).
 		for _, cmd := range strings.FieldsFunc(r, func(c rune) bool { return c == ';' || c == '\n' }) {
-			if !strings.Contains(cmd, "./integration/") {
+			if !strings.Contains(cmd, "./integration/") || compileOnly.MatchString(cmd) {
 				continue
 			}
 			if m := goTestTags.FindStringSubmatch(cmd); m != nil && !slices.Contains(tags, m[1]) {
