@@ -228,6 +228,9 @@ func newPublisher(cfg config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	enc, cfgErr := record.NewEncoder(cfg.Record)
+	if cfgErr == nil && cfg.Record.Format.Registry() {
+		cfgErr = fmt.Errorf("Publish.Record.Format %s: the publisher has no schema registry to encode it with", cfg.Record.Format)
+	}
 	p := &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, enc: enc, cfgErr: cfgErr,
 		fatal:     make(chan error, 1),

@@ -61,6 +61,9 @@ func (s *SyncWriter) Write(ctx context.Context, ev *replication.WALEvent) error 
 	if err != nil {
 		return err
 	}
+	if s.cfg.Record.Format.Registry() {
+		return fmt.Errorf("Publish.Record.Format %s: the writer has no schema registry to encode it with", s.cfg.Record.Format)
+	}
 	topic := s.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	p := &Publisher{cfg: s.cfg, enc: enc}
 	msg, reason, err := p.message(topic, ev)

@@ -91,6 +91,15 @@ func (c Config) Encode(topic string, ev *Row) (kafka.Message, error) {
 // alias ev's strings, and its value ev.Payload unless the format rewrites
 // it: ev must not change while the record is in use.
 func (e *Encoder) Encode(topic string, ev *Row) (kafka.Message, error) {
+	if e.cfg.Format.Registry() {
+		return kafka.Message{}, fmt.Errorf("record format %s encodes with a registered schema: use EncodeRegistered", e.cfg.Format)
+	}
+	return e.encode(topic, ev)
+}
+
+// encode is Encode's work, and the record EncodeRegistered encodes the
+// value of.
+func (e *Encoder) encode(topic string, ev *Row) (kafka.Message, error) {
 	fail := func(code, reason string) (kafka.Message, error) {
 		return kafka.Message{}, &EncodeError{EventID: ev.EventID, AggregateID: ev.AggregateID, Code: code, Reason: reason}
 	}
@@ -152,7 +161,9 @@ func (e *Encoder) Encode(topic string, ev *Row) (kafka.Message, error) {
 // that ev's payload is NULL and the record carries a null value.
 func (c *Config) build(topic string, ev *Row, tombstone bool) (kafka.Message, error) {
 	switch c.Format {
-	case "", FormatNative:
+	case "", FormatNative, FormatAvro, FormatProtobuf, FormatJSONSchema:
+		// The registry formats' record is the native one; EncodeRegistered
+		// then encodes its value.
 		return buildMessage(topic, ev)
 	case FormatDebezium:
 		return buildDebezium(topic, ev, c.DebeziumExpandJSON && !tombstone)

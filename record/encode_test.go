@@ -31,12 +31,13 @@ func headerList(h []kafka.Header) string {
 }
 
 func TestParseFormat(t *testing.T) {
-	for in, want := range map[string]Format{"": FormatNative, "native": FormatNative, "debezium": FormatDebezium, "cloudevents": FormatCloudEvents} {
+	for in, want := range map[string]Format{"": FormatNative, "native": FormatNative, "debezium": FormatDebezium, "cloudevents": FormatCloudEvents,
+		"avro": FormatAvro, "protobuf": FormatProtobuf, "json-schema": FormatJSONSchema} {
 		if got, err := ParseFormat(in); err != nil || got != want {
 			t.Errorf("ParseFormat(%q) = %q, %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"Native", "avro", "cloudevent"} {
+	for _, bad := range []string{"Native", "Avro", "cloudevent", "json"} {
 		if _, err := ParseFormat(bad); err == nil {
 			t.Errorf("ParseFormat(%q) accepted", bad)
 		}
@@ -265,8 +266,11 @@ func TestEncodeErrors(t *testing.T) {
 			t.Errorf("got %v\nwant %s", err, c.want)
 		}
 	}
-	if _, err := (Config{Format: "avro"}).Encode("t", formatEvent()); err == nil || !strings.Contains(err.Error(), "avro") {
+	if _, err := (Config{Format: "xml"}).Encode("t", formatEvent()); err == nil || !strings.Contains(err.Error(), "xml") {
 		t.Fatalf("an invalid configuration: %v", err)
+	}
+	if _, err := (Config{Format: FormatAvro}).Encode("t", formatEvent()); err == nil || !strings.Contains(err.Error(), "EncodeRegistered") {
+		t.Fatalf("a registry format without its schema: %v", err)
 	}
 	if _, err := NewEncoder(Config{Format: FormatCloudEvents}); err == nil || !strings.Contains(err.Error(), "source") {
 		t.Fatalf("cloudevents without a source: %v", err)

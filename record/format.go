@@ -40,10 +40,10 @@ func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
 	case "", FormatNative:
 		return FormatNative, nil
-	case FormatDebezium, FormatCloudEvents:
+	case FormatDebezium, FormatCloudEvents, FormatAvro, FormatProtobuf, FormatJSONSchema:
 		return f, nil
 	}
-	return "", fmt.Errorf("record format %q: use native, debezium or cloudevents", s)
+	return "", fmt.Errorf("record format %q: use native, debezium, cloudevents, avro, protobuf or json-schema", s)
 }
 
 // CloudEventsMode is the content mode of FormatCloudEvents records.
@@ -108,6 +108,12 @@ type Config struct {
 	// payload that is not valid UTF-8 has no JSON form: such an event is
 	// an *EncodeError (CodeInvalidRow, an *InvalidUTF8Error).
 	DebeziumExpandJSON bool
+	// SubjectStrategy names the registry subject of a registry format's
+	// value schema (SchemaRef); "" is SubjectTopic.
+	SubjectStrategy SubjectStrategy
+	// SchemaVersion says which version of the subject encodes an event;
+	// "" is VersionFromRow.
+	SchemaVersion SchemaVersionSource
 	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
 	// into a record with the row's key and headers and a null value (a
 	// tombstone, for compacted topics), in every format. Off, such a row
@@ -125,6 +131,12 @@ func (c Config) Validate() error {
 	}
 	if f == FormatCloudEvents {
 		errs = append(errs, CheckCloudEventsSource(c.CloudEventsSource))
+	}
+	if _, err := ParseSubjectStrategy(string(c.SubjectStrategy)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseSchemaVersionSource(string(c.SchemaVersion)); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -182,7 +182,7 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 		out.policy = pol
 	}
 	format, err := record.ParseFormat(string(p.Record.Format))
-	if err != nil {
+	if err != nil || format.Registry() { // the registry formats reach the relay with issue 48's registry client
 		cs.Fail("Publish.Record.Format", string(p.Record.Format), "use native, debezium or cloudevents")
 	}
 	if _, err := record.ParseCloudEventsMode(string(p.Record.CloudEventsMode)); err != nil {

@@ -1,0 +1,164 @@
+package record
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/avro"
+)
+
+func schemaRow() *Row {
+	return &Row{CommitTime: time.Unix(1765110600, 0), EventID: "e-1", AggregateType: "order", AggregateID: "o-1",
+		AggregateVersion: "3", EventType: "shop.v1.OrderPlaced", SchemaVersion: "2", Payload: []byte(`{"id":"o-1","qty":2}`)}
+}
+
+func TestSchemaRef(t *testing.T) {
+	ev := schemaRow()
+	for _, c := range []struct {
+		cfg  Config
+		want SchemaRef
+	}{
+		{Config{}, SchemaRef{"orders-value", "2"}},
+		{Config{SubjectStrategy: SubjectRecord}, SchemaRef{"shop.v1.OrderPlaced", "2"}},
+		{Config{SubjectStrategy: SubjectTopicRecord, SchemaVersion: VersionLatest}, SchemaRef{"orders-shop.v1.OrderPlaced", "latest"}},
+	} {
+		got, err := c.cfg.SchemaRef("orders", ev)
+		if err != nil || got != c.want {
+			t.Errorf("%+v: %+v, %v; want %+v", c.cfg, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		cfg    Config
+		mutate func(*Row)
+		want   string
+	}{
+		{Config{SubjectStrategy: SubjectRecord}, func(r *Row) { r.EventType = "" }, "event_type is empty"},
+		{Config{}, func(r *Row) { r.SchemaVersion = "v2" }, `schema_version "v2" is not a registry version`},
+		{Config{}, func(r *Row) { r.SchemaVersion = "0" }, `schema_version "0"`},
+	} {
+		ev := schemaRow()
+		c.mutate(ev)
+		_, err := c.cfg.SchemaRef("orders", ev)
+		var ee *EncodeError
+		if !errors.As(err, &ee) || ee.Code != CodeSchema || !strings.Contains(ee.Reason, c.want) {
+			t.Errorf("%v, want a %s EncodeError with %q", err, CodeSchema, c.want)
+		}
+	}
+}
+
+const avroOrder = `{"type":"record","name":"OrderPlaced","namespace":"shop.v1","fields":[{"name":"id","type":"string"},{"name":"qty","type":"int"}]}`
+
+func TestEncodeRegisteredAvro(t *testing.T) {
+	s, err := ParseSchema(context.Background(), 7, "", avroOrder, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := NewEncoder(Config{Format: FormatAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := schemaRow()
+	ref := SchemaRef{"orders-value", "2"}
+	msg, err := enc.EncodeRegistered("orders", ev, ref, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(msg.Value[:5], []byte{0, 0, 0, 0, 7}) {
+		t.Fatalf("header %x, want magic 0 and id 7", msg.Value[:5])
+	}
+	var got map[string]any
+	if _, err := avro.MustParse(avroOrder).Decode(msg.Value[5:], &got); err != nil || got["id"] != "o-1" || got["qty"] != int32(2) {
+		t.Fatalf("decoded %v, %v", got, err)
+	}
+	native, _ := Config{}.Encode("orders", ev)
+	if string(msg.Key) != "o-1" || len(msg.Headers) != len(native.Headers) || !msg.Time.Equal(native.Time) {
+		t.Errorf("key/headers/time differ from the native record's: %+v", msg)
+	}
+
+	ev.Payload = []byte(`{"id":"o-1","qty":"two"}`)
+	_, err = enc.EncodeRegistered("orders", ev, ref, s)
+	var ee *EncodeError
+	if !errors.As(err, &ee) || ee.Code != CodeSchema || ee.Reason != "subject orders-value version 2 (schema id 7): field qty: want an integer" {
+		t.Errorf("mismatch: %v", err)
+	}
+
+	framed := []byte{0, 0, 0, 0, 9, 1, 2, 3}
+	ev.Payload = framed
+	if msg, err := enc.EncodeRegistered("orders", ev, ref, s); err != nil || !bytes.Equal(msg.Value, framed) {
+		t.Errorf("a framed payload: %x, %v; want it unchanged", msg.Value, err)
+	}
+	if id, ok := FramedSchemaID(framed); !ok || id != 9 {
+		t.Errorf("FramedSchemaID = %d, %v", id, ok)
+	}
+	if _, ok := FramedSchemaID([]byte(`{"a":1}`)); ok {
+		t.Error("JSON taken for a framed value")
+	}
+
+	tomb, _ := NewEncoder(Config{Format: FormatAvro, TombstoneOnNullPayload: true})
+	ev.Payload, ev.Invalid = nil, InvalidNullPayload
+	if msg, err := tomb.EncodeRegistered("orders", ev, ref, s); err != nil || msg.Value != nil {
+		t.Errorf("tombstone: %x, %v", msg.Value, err)
+	}
+}
+
+func TestEncodeRegisteredProtobufIndexes(t *testing.T) {
+	const proto = `syntax = "proto3"; package shop.v1;
+message OrderPlaced { string id = 1; int32 qty = 2; map<string,string> attrs = 3; message Line { string sku = 1; } }
+message OrderCancelled { string id = 1; }`
+	s, err := ParseSchema(context.Background(), 3, SchemaTypeProtobuf, proto, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg       Config
+		eventType string
+		header    []byte
+	}{
+		{Config{Format: FormatProtobuf}, "ignored", []byte{0, 0, 0, 0, 3, 0}},
+		{Config{Format: FormatProtobuf, SubjectStrategy: SubjectRecord}, "shop.v1.OrderCancelled", []byte{0, 0, 0, 0, 3, 2, 2}},
+		{Config{Format: FormatProtobuf, SubjectStrategy: SubjectRecord}, "shop.v1.OrderPlaced.Line", []byte{0, 0, 0, 0, 3, 4, 0, 2}},
+	} {
+		enc, _ := NewEncoder(c.cfg)
+		ev := schemaRow()
+		ev.EventType = c.eventType
+		ev.Payload = []byte(`{}`)
+		msg, err := enc.EncodeRegistered("orders", ev, SchemaRef{"s", "1"}, s)
+		if err != nil || !bytes.HasPrefix(msg.Value, c.header) {
+			t.Errorf("%s: %x, %v; want prefix %x", c.eventType, msg.Value, err, c.header)
+		}
+	}
+}
+
+func TestEncodeRegisteredJSONSchema(t *testing.T) {
+	s, err := ParseSchema(context.Background(), 11, SchemaTypeJSON, `{"type":"object","required":["id"]}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := NewEncoder(Config{Format: FormatJSONSchema})
+	ev := schemaRow()
+	msg, err := enc.EncodeRegistered("orders", ev, SchemaRef{"orders-value", "2"}, s)
+	if err != nil || !bytes.Equal(msg.Value, append([]byte{0, 0, 0, 0, 11}, ev.Payload...)) {
+		t.Fatalf("%x, %v", msg.Value, err)
+	}
+	ev.Payload = []byte(`{"qty":1}`)
+	if _, err := enc.EncodeRegistered("orders", ev, SchemaRef{"orders-value", "2"}, s); err == nil || !strings.Contains(err.Error(), "missing property 'id'") {
+		t.Errorf("refusal: %v", err)
+	}
+}
+
+func TestParseSchemaRefuses(t *testing.T) {
+	for _, c := range []struct{ typ, text, want string }{
+		{"", `{"type":"nope"}`, "schema 1: avro schema"},
+		{"XML", `<a/>`, `schema type "XML"`},
+		{SchemaTypeProtobuf, `message {`, "protobuf schema"},
+		{SchemaTypeJSON, `{"type": 5}`, "json schema"},
+	} {
+		if _, err := ParseSchema(context.Background(), 1, c.typ, c.text, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %v, want %q", c.typ, c.text, err, c.want)
+		}
+	}
+}
