@@ -305,3 +305,72 @@ func (e *Encoder) EncodeRegistered(topic string, ev *Row, ref SchemaRef, s *Sche
 	msg.Value = v
 	return msg, nil
 }
+
+// ErrNotFramed is a value that is not in the Confluent wire format.
+var ErrNotFramed = errors.New("record: not a schema registry value (no magic byte 0 and schema id)")
+
+// SchemaIDOf returns the schema id of a Confluent-framed value, or
+// ErrNotFramed.
+func SchemaIDOf(value []byte) (uint32, error) {
+	id, ok := FramedSchemaID(value)
+	if !ok {
+		return 0, ErrNotFramed
+	}
+	return id, nil
+}
+
+// DecodeValue decodes a Confluent-framed value written with s (its schema
+// id is s.ID) into JSON: the form of the outbox payload it was encoded
+// from, for a handler that wants JSON rather than the body's bytes.
+func (s *Schema) DecodeValue(value []byte) ([]byte, error) {
+	id, err := SchemaIDOf(value)
+	if err != nil {
+		return nil, err
+	}
+	if id != s.ID {
+		return nil, fmt.Errorf("record: the value's schema id is %d, not %d", id, s.ID)
+	}
+	body := value[5:]
+	switch {
+	case s.avro != nil:
+		return s.avro.JSON(body)
+	case s.proto != nil:
+		idx, rest, err := readMessageIndexes(body)
+		if err != nil {
+			return nil, err
+		}
+		m, err := s.proto.MessageAt(idx)
+		if err != nil {
+			return nil, err
+		}
+		return m.JSON(rest)
+	case s.json != nil:
+		return body, nil
+	}
+	return nil, errors.New("record: a Schema must come from ParseSchema")
+}
+
+// maxMessageDepth bounds a message-index list: deeper nesting than any
+// schema has is a corrupt value, not a list to allocate.
+const maxMessageDepth = 64
+
+// readMessageIndexes reads Confluent's message-index list off body.
+func readMessageIndexes(body []byte) ([]int, []byte, error) {
+	n, k := binary.Varint(body)
+	if k <= 0 || n < 0 || n > maxMessageDepth {
+		return nil, nil, errors.New("record: a protobuf value without a valid message-index list")
+	}
+	body = body[k:]
+	if n == 0 {
+		return []int{0}, body, nil
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		v, k := binary.Varint(body)
+		if k <= 0 || v < 0 || v > 1<<20 {
+			return nil, nil, errors.New("record: a protobuf value without a valid message-index list")
+		}
+		idx[i], body = int(v), body[k:]
+	}
+	return idx, body, nil
+}

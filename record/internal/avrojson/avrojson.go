@@ -57,6 +57,7 @@ func (e *Error) Error() string {
 // resolved), not per event.
 type Schema struct {
 	root *node
+	avro *avro.Schema // for JSON
 }
 
 // Parse parses an Avro schema (its JSON text, as a registry returns it;
@@ -72,7 +73,23 @@ func Parse(text string) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Schema{root: root}, nil
+	return &Schema{root: root, avro: s}, nil
+}
+
+// JSON decodes body, an Avro binary value of s, into JSON: unions bare,
+// as a payload has them; bytes as strings of code points (github.com/twmb/avro's
+// reading, checked against Apache Avro's). Text after the value is an
+// error.
+func (s *Schema) JSON(body []byte) ([]byte, error) {
+	var v any
+	rest, err := s.avro.Decode(body, &v)
+	if err != nil {
+		return nil, fmt.Errorf("avro value: %w", err)
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("avro value: %d bytes after the value", len(rest))
+	}
+	return s.avro.EncodeJSON(v)
 }
 
 // Append appends the Avro binary encoding of payload, a JSON value read

@@ -135,6 +135,34 @@ func (m *Message) Append(dst, payload []byte) ([]byte, error) {
 	return out, nil
 }
 
+// MessageAt is the message at indexes (Confluent's message-index path).
+func (s *Schema) MessageAt(indexes []int) (*Message, error) {
+	if len(indexes) == 0 {
+		return nil, errors.New("protobuf value: no message index")
+	}
+	ms := s.file.Messages()
+	var m protoreflect.MessageDescriptor
+	for _, i := range indexes {
+		if i < 0 || i >= ms.Len() {
+			return nil, fmt.Errorf("protobuf value: message index %v is not in the schema", indexes)
+		}
+		m = ms.Get(i)
+		ms = m.Messages()
+	}
+	return &Message{desc: m, Indexes: indexes}, nil
+}
+
+// JSON decodes body, a Protobuf binary value of the message, into its
+// canonical JSON (protojson; field names as declared, so a payload
+// written with them round-trips).
+func (m *Message) JSON(body []byte) ([]byte, error) {
+	msg := dynamicpb.NewMessage(m.desc)
+	if err := proto.Unmarshal(body, msg); err != nil {
+		return nil, fmt.Errorf("protobuf value of %s: %s", m.Name(), trimProto(err.Error()))
+	}
+	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
+}
+
 // trimProto drops the "proto:" prefix of the protobuf module's errors
 // (followed by a space or, at random, a no-break space).
 func trimProto(s string) string {
