@@ -328,6 +328,7 @@ func (t *transactions) abandon() {
 	pending := t.open.events > 0
 	t.mu.Unlock()
 	if !pending {
+		t.p.log.Debug("no open transaction to abort on close: nothing was produced since the last commit", slog.String("stage", "transaction"))
 		return
 	}
 	if t.p.sink.Unanswered() {
