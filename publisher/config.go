@@ -183,12 +183,14 @@ type config struct {
 	ReservedTopics []string
 	// failed, if set, is told of every failed write and topic lookup.
 	failed func(Failure)
+	// Schemas is the registry of the registry record formats.
+	Schemas Schemas
 }
 
 // newConfig is cfg with its defaults, and the wiring of o.
 func newConfig(brokers []string, cfg Config, o options) (config, error) {
 	c := config{Config: cfg.WithDefaults(), Brokers: brokers, Transport: o.transport, DeadLetters: o.deadLetters,
-		Transactions: o.transactions, ReservedTopics: o.reserved, failed: o.failed}
+		Transactions: o.transactions, ReservedTopics: o.reserved, failed: o.failed, Schemas: o.schemas}
 	if c.Linger < 0 {
 		c.Linger = 0
 	}

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -35,13 +36,13 @@ func TestPublisherTombstones(t *testing.T) {
 	ev := formatEvent()
 	ev.Payload, ev.Invalid = nil, replication.InvalidNullPayload
 	p := encoderPublisher(t, record.Config{}, 1<<20)
-	if _, reason, err := p.message("t", ev); reason != "invalid_row" || err == nil {
+	if _, reason, err := p.message(context.Background(), "t", ev); reason != "invalid_row" || err == nil {
 		t.Fatalf("NULL payload without tombstones: %q %v", reason, err)
 	}
 	for _, f := range record.Formats() {
 		for _, mode := range []record.CloudEventsMode{record.CloudEventsBinary, record.CloudEventsStructured} {
 			p = encoderPublisher(t, record.Config{Format: f, CloudEventsSource: "/o", CloudEventsMode: mode, TombstoneOnNullPayload: true, DebeziumExpandJSON: true}, 1<<20)
-			m, reason, err := p.message("t", ev)
+			m, reason, err := p.message(context.Background(), "t", ev)
 			if err != nil || m.Value != nil || string(m.Key) != "o-1" || len(m.Headers) < 5 {
 				t.Fatalf("%s/%s tombstone: %+v %q %v", f, mode, m, reason, err)
 			}
@@ -49,12 +50,12 @@ func TestPublisherTombstones(t *testing.T) {
 	}
 	bad := *ev
 	bad.Invalid = `column "aggregate_version" is NULL`
-	if _, reason, err := p.message("t", &bad); reason != "invalid_row" || err == nil {
+	if _, reason, err := p.message(context.Background(), "t", &bad); reason != "invalid_row" || err == nil {
 		t.Fatalf("another NULL with tombstones on: %q %v", reason, err)
 	}
 	p = encoderPublisher(t, record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/o"}, 1<<20)
 	ev.Invalid, ev.Payload, ev.EventType = "", []byte("{}"), ""
-	if _, reason, err := p.message("t", ev); reason != "invalid_row" || err == nil {
+	if _, reason, err := p.message(context.Background(), "t", ev); reason != "invalid_row" || err == nil {
 		t.Fatalf("cloudevents without a type: %q %v", reason, err)
 	}
 }
@@ -88,7 +89,7 @@ func BenchmarkMessage(b *testing.B) {
 			p := encoderPublisher(b, c.rc, 1<<20)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := p.message("outbox.event.order", ev); err != nil {
+				if _, _, err := p.message(context.Background(), "outbox.event.order", ev); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -109,13 +110,13 @@ func TestMessageReasons(t *testing.T) {
 	} {
 		ev := formatEvent()
 		edit(ev)
-		_, got, err := p.message("t", ev)
+		_, got, err := p.message(context.Background(), "t", ev)
 		ee, ok := err.(*EventError)
 		if got != reason || !ok || ee.EventID != ev.EventID {
 			t.Errorf("%s: got %q, %v", reason, got, err)
 		}
 	}
-	if _, reason, err := p.message("a b", formatEvent()); reason != "invalid_topic" || err == nil {
+	if _, reason, err := p.message(context.Background(), "a b", formatEvent()); reason != "invalid_topic" || err == nil {
 		t.Fatalf("invalid topic: %q %v", reason, err)
 	}
 }
@@ -128,14 +129,14 @@ func TestReservedTopics(t *testing.T) {
 	p.cfg.ReservedTopics = []string{"positions.custom"}
 	for _, topic := range []string{"__outbox_relay_positions", "__consumer_offsets", "__transaction_state", "__x", "positions.custom"} {
 		ev := formatEvent()
-		_, reason, err := p.message(topic, ev)
+		_, reason, err := p.message(context.Background(), topic, ev)
 		ee, ok := err.(*EventError)
 		if reason != ReasonReservedTopic || !ok || ee.EventID != ev.EventID || !strings.Contains(ee.Reason, topic) {
 			t.Errorf("%s: got %q, %v", topic, reason, err)
 		}
 	}
 	for _, topic := range []string{"_x", "outbox.event.__x", "positions.custom2"} {
-		if _, reason, err := p.message(topic, formatEvent()); err != nil {
+		if _, reason, err := p.message(context.Background(), topic, formatEvent()); err != nil {
 			t.Errorf("%s: %q %v", topic, reason, err)
 		}
 	}

@@ -53,6 +53,7 @@ type wiring struct {
 	transactions *TransactionConfig
 	reserved     []string
 	failed       func(Failure)
+	schemas      Schemas
 }
 
 // WithTransport sends every request to the brokers through t, so its TLS,

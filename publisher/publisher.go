@@ -228,8 +228,8 @@ func newPublisher(cfg config, log *slog.Logger, m Metrics, rt kafka.RoundTripper
 	addr := kafka.TCP(cfg.Brokers...)
 	ctx, cancel := context.WithCancel(context.Background())
 	enc, cfgErr := record.NewEncoder(cfg.Record)
-	if cfgErr == nil && cfg.Record.Format.Registry() {
-		cfgErr = fmt.Errorf("Publish.Record.Format %s: the publisher has no schema registry to encode it with", cfg.Record.Format)
+	if cfgErr == nil && cfg.Record.Format.Registry() && cfg.Schemas == nil {
+		cfgErr = fmt.Errorf("Publish.Record.Format %s: the publisher has no schema registry to encode it with (WithSchemas)", cfg.Record.Format)
 	}
 	p := &Publisher{
 		cfg: cfg, log: log, m: m, ctx: ctx, cancel: cancel, enc: enc, cfgErr: cfgErr,
@@ -292,8 +292,13 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.WALEvent, ack A
 		p.quarantine.push(rec)
 		return nil
 	}
-	msg, reason, err := p.message(rec.msg.Topic, ev)
+	msg, reason, err := p.message(ctx, rec.msg.Topic, ev)
 	if err != nil {
+		var su *SchemaUnavailableError
+		if errors.As(err, &su) { // transient: the relay restarts the stream after a backoff
+			p.m.PublishError(reason, string(Transient))
+			return err
+		}
 		return p.poison(ctx, ev, rec.msg.Topic, reason, err, rec.ack)
 	}
 	rec.msg, rec.size = msg, messageSize(&msg)
@@ -305,7 +310,10 @@ func (p *Publisher) Publish(ctx context.Context, ev *replication.WALEvent, ack A
 // at its router, or dead-letters it when it cannot become a record. It
 // returns false when the publisher is closing or failed.
 func (p *Publisher) forward(rec *outgoing) bool {
-	msg, reason, err := p.message(rec.msg.Topic, rec.ev)
+	msg, reason, err, ok := p.forwardable(rec)
+	if !ok {
+		return false
+	}
 	if err != nil {
 		p.m.PublishError(reason, string(Permanent))
 		return p.settle(rec, reason, err)
@@ -386,8 +394,17 @@ func (p *Publisher) forgetRetired() {
 // message builds ev's record on topic (record.Encoder.Encode) and checks
 // its size. An error is an *EventError, with the reason of the dead
 // letter and of the publish_errors metric.
-func (p *Publisher) message(topic string, ev *replication.WALEvent) (kafka.Message, string, error) {
-	msg, err := p.enc.Encode(topic, &ev.Row)
+func (p *Publisher) message(ctx context.Context, topic string, ev *replication.WALEvent) (kafka.Message, string, error) {
+	var msg kafka.Message
+	var err error
+	if p.cfg.Record.Format.Registry() {
+		var reason string
+		if msg, reason, err = p.registered(ctx, topic, ev); err != nil {
+			return msg, reason, err
+		}
+	} else {
+		msg, err = p.enc.Encode(topic, &ev.Row)
+	}
 	if err != nil {
 		var ee *record.EncodeError
 		if !errors.As(err, &ee) { // Encode fails with an EncodeError alone

@@ -61,12 +61,12 @@ func (s *SyncWriter) Write(ctx context.Context, ev *replication.WALEvent) error 
 	if err != nil {
 		return err
 	}
-	if s.cfg.Record.Format.Registry() {
-		return fmt.Errorf("Publish.Record.Format %s: the writer has no schema registry to encode it with", s.cfg.Record.Format)
+	if s.cfg.Record.Format.Registry() && s.cfg.Schemas == nil {
+		return fmt.Errorf("Publish.Record.Format %s: the writer has no schema registry to encode it with (WithSchemas)", s.cfg.Record.Format)
 	}
 	topic := s.cfg.Template.Render(ev.AggregateType, ev.EventType)
 	p := &Publisher{cfg: s.cfg, enc: enc}
-	msg, reason, err := p.message(topic, ev)
+	msg, reason, err := p.message(ctx, topic, ev)
 	if err != nil {
 		var ee *EventError
 		if errors.As(err, &ee) {

@@ -114,6 +114,12 @@ func ParseSchemaVersionSource(s string) (SchemaVersionSource, error) {
 	return "", fmt.Errorf("schema version source %q: use row or latest", s)
 }
 
+// ErrSchemaNotFound is a registry's answer that a subject, version or
+// schema id does not exist (Confluent's error codes 40401, 40402 and
+// 40403): an event encoded with it is poison until someone registers it.
+// A registry client wraps it; every other registry error is transient.
+var ErrSchemaNotFound = errors.New("schema not found in the registry")
+
 // CodeSchema is the EncodeError code of an event whose payload does not
 // match its schema, or whose subject or version cannot be named from the
 // row (an empty event_type with a record strategy, a schema_version that

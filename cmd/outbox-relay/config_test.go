@@ -257,7 +257,11 @@ func TestEveryRelayFieldHasAFlag(t *testing.T) {
 	leaves := map[string]reflect.Value{}
 	relayLeaves(reflect.ValueOf(relay.DefaultConfig()), "", leaves)
 	for path := range leaves {
-		if _, ok := names[path]; !ok && path != "Kafka.TLS" && path != "Kafka.SASL" && path != "Database.BeforeConnect" {
+		// The registry formats' settings get their flags with the registry
+		// client (issue 48): until then the relay refuses those formats,
+		// and a flag for them would change nothing.
+		registryOnly := path == "Publish.Record.SubjectStrategy" || path == "Publish.Record.SchemaVersion"
+		if _, ok := names[path]; !ok && path != "Kafka.TLS" && path != "Kafka.SASL" && path != "Database.BeforeConnect" && !registryOnly {
 			t.Errorf("relay.Config's %s has no flag", path)
 		}
 	}
