@@ -201,7 +201,7 @@ func (s *Store) FenceBeforeTime(ctx context.Context, id Identity, t time.Time) (
 func (s *Store) fence(ctx context.Context, id Identity, cond string, arg any) (Fence, bool, error) {
 	var f Fence
 	var lsn string
-	err := s.db.QueryRow(ctx, `SELECT fence_lsn::text, fence_xmin, fence_xmax, fence_at FROM `+s.table+`
+	err := s.db.QueryRow(ctx, `SELECT fence_lsn::text AS fence_lsn_text, fence_xmin, fence_xmax, fence_at FROM `+s.table+`
 		WHERE outbox_table = $1 AND slot = $2 AND system_identifier = $3 AND timeline = $4 AND fence_lsn IS NOT NULL
 		AND `+cond+` LIMIT 1`, s.outbox, s.slot, id.SystemID, id.Timeline, arg).Scan(&lsn, &f.Xmin, &f.Xmax, &f.At)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -290,8 +290,18 @@ func TestDBFences(t *testing.T) {
 		f, ok, err := e.store.FenceBeforeTime(e.ctx, testID, c.at)
 		check("FenceBeforeTime "+c.at.Format(time.TimeOnly), f, ok, err, c.want)
 	}
+	// Commit order, not the text's: 0/FFFFFF0 < 0/10000010 (the text of
+	// the second sorts first). Ordering by fence_lsn once meant the text
+	// output column of that name.
+	fA, fB := fence(0xFFFFFF0, 40, t0.Add(3*time.Minute)), fence(0x10000010, 50, t0.Add(4*time.Minute))
+	ins("outbox_relay", testID, 0xFFFFFF8, fA)
+	ins("outbox_relay", testID, 0x10000018, fB)
+	f, ok, err := e.store.FenceBefore(e.ctx, testID, 0x20000000)
+	check("FenceBefore across LSN digits", f, ok, err, fB)
+	f, ok, err = e.store.FenceAfter(e.ctx, testID, 0x400)
+	check("FenceAfter across LSN digits", f, ok, err, fA)
 	// Another identity's history holds only its own fence.
-	f, ok, err := e.store.FenceBefore(e.ctx, other, 0x1000)
+	f, ok, err = e.store.FenceBefore(e.ctx, other, 0x1000)
 	check("FenceBefore of another identity", f, ok, err, fence(0x260, 26, t0.Add(90*time.Second)))
 	f, ok, err = e.store.FenceAfter(e.ctx, other, 0x261)
 	check("FenceAfter of another identity", f, ok, err, nil)

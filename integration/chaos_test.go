@@ -579,7 +579,7 @@ type deadLetterRow struct {
 func deadLetterRows(ctx context.Context, db *DB, ids []string) ([]deadLetterRow, error) {
 	var rows []deadLetterRow
 	err := db.WithConn(ctx, func(conn *pgx.Conn) error {
-		rs, err := conn.Query(ctx, `select event_id::text, status, coalesce(aggregate_version, -1), tx_lsn::text, tx_ordinal
+		rs, err := conn.Query(ctx, `select event_id::text, status, coalesce(aggregate_version, -1), tx_lsn::text AS tx_lsn_text, tx_ordinal
 			from public.outbox_dead_letter where event_id::text = any($1) order by tx_lsn, tx_ordinal`, ids)
 		if err != nil {
 			return err

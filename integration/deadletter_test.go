@@ -71,7 +71,7 @@ func dlRows(t testing.TB, env *Env, aggID string) []dlRow {
 	var out []dlRow
 	err := env.DB.WithConn(ctx, func(c *pgx.Conn) error {
 		rows, err := c.Query(ctx, `select event_id, aggregate_type, aggregate_id, aggregate_version, status, reason, class,
-				attempts, headers, coalesce(topic, ''), tx_lsn::text, tx_ordinal, first_failed_at, resolution
+				attempts, headers, coalesce(topic, ''), tx_lsn::text AS tx_lsn_text, tx_ordinal, first_failed_at, resolution
 			from `+dlTable+` where outbox_table = $1 and ($2 = '' or aggregate_id = $2)
 			order by tx_lsn, tx_ordinal, event_id`, env.Table, aggID)
 		if err != nil {

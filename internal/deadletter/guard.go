@@ -143,7 +143,7 @@ type rowQuerier interface {
 // others reports whether any other row is open.
 func (s *Store) earliestOpen(ctx context.Context, db rowQuerier, agg Aggregate, except string) (e earliest, ok bool, err error) {
 	var lsn string
-	err = db.QueryRow(ctx, `SELECT event_id, tx_lsn::text, tx_ordinal, NOT `+sameSystem+`,
+	err = db.QueryRow(ctx, `SELECT event_id, tx_lsn::text AS tx_lsn_text, tx_ordinal, NOT `+sameSystem+`,
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE outbox_table = $1 AND aggregate_type = $2 AND aggregate_id = $3
 				AND status IN ('dead', 'parked') AND event_id <> $4)
 		FROM `+s.table+` WHERE outbox_table = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND status IN ('dead', 'parked')

@@ -190,3 +190,58 @@ func TestDBDiscardWaitingForRetry(t *testing.T) {
 		t.Fatalf("Discard after a concurrent retry = %v; row is %q, want it left published and an error", err, got)
 	}
 }
+
+// TestDBCommitOrderAcrossLSNDigits: a retry, the list and the guard's
+// earliest open event follow commit order where the positions' text does
+// not (0/9000000 < 0/FFFFFF0 < 0/10000010): ordering by tx_lsn once meant
+// the text output column of the same name, and a retry re-published an
+// aggregate out of order once the WAL passed 0/10000000.
+func TestDBCommitOrderAcrossLSNDigits(t *testing.T) {
+	e := newDBEnv(t)
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("p", "order", "9", 0x9000000, 0))
+	for _, ev := range []*replication.WALEvent{event("q1", "order", "9", 0xFFFFFF0, 0), event("q2", "order", "9", 0x10000010, 0)} {
+		if !hold(t, q, ev) {
+			t.Fatalf("%s not parked", ev.EventID)
+		}
+	}
+	entries, err := e.store.List(e.ctx, Filter{AggregateID: "9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, en := range entries {
+		listed = append(listed, en.EventID)
+	}
+	if !slices.Equal(listed, []string{"p", "q1", "q2"}) {
+		t.Errorf("dlq list order %v, want commit order p q1 q2", listed)
+	}
+	first, ok, err := e.store.earliestOpen(e.ctx, e.store.db, Aggregate{"order", "9"}, "")
+	if err != nil || !ok || first.eventID != "p" {
+		t.Errorf("earliest open event %q (%v, %v), want p", first.eventID, ok, err)
+	}
+	w := &recWriter{}
+	if _, err := e.store.Retry(e.ctx, Aggregate{"order", "9"}, w, caughtUp); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.ids(); !slices.Equal(got, []string{"p", "q1", "q2"}) {
+		t.Fatalf("retry published %v, want commit order p q1 q2", got)
+	}
+}
+
+// TestDBRestartKeepsQuarantineAcrossLSNDigits: a restarted relay loads
+// each quarantined aggregate's earliest open position in commit order
+// (0/9000000, not 0/10000010, whose text sorts first): a redelivered event
+// between them is parked again, not published ahead of the poison event.
+func TestDBRestartKeepsQuarantineAcrossLSNDigits(t *testing.T) {
+	e := newDBEnv(t)
+	q := e.quarantine(t, poison.Quarantine)
+	mustPoison(t, q, event("p", "order", "9", 0x9000000, 0))
+	if !hold(t, q, event("q2", "order", "9", 0x10000010, 0)) {
+		t.Fatal("q2 not parked")
+	}
+	restarted := e.quarantine(t, poison.Quarantine)
+	if !hold(t, restarted, event("q1", "order", "9", 0xFFFFFF0, 0)) {
+		t.Fatal("after a restart, q1 (committed between the poison event and q2) was not parked")
+	}
+}

@@ -137,7 +137,7 @@ func textOrNil(b []byte) any {
 // 0/0, before every event this system decodes.
 func (s *Store) open(ctx context.Context) (map[Aggregate]replication.Position, error) {
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id,
-			pos_lsn::text, pos_ordinal
+			pos_lsn::text AS pos_lsn_text, pos_ordinal
 		FROM (SELECT aggregate_type, aggregate_id,
 				CASE WHEN `+sameSystem+` THEN tx_lsn ELSE '0/0'::pg_lsn END AS pos_lsn,
 				CASE WHEN `+sameSystem+` THEN tx_ordinal ELSE 0 END AS pos_ordinal
@@ -196,7 +196,7 @@ func (s *Store) resolvedSince(ctx context.Context, lsn pglogrepl.LSN) (map[strin
 }
 
 const entryColumns = `event_id, aggregate_type, aggregate_id, aggregate_version, coalesce(event_type, ''),
-	schema_version, payload, headers, coalesce(topic, ''), tx_lsn::text, tx_ordinal, coalesce(commit_time, 'epoch'),
+	schema_version, payload, headers, coalesce(topic, ''), tx_lsn::text AS tx_lsn_text, tx_ordinal, coalesce(commit_time, 'epoch'),
 	status, reason, class, attempts, first_failed_at, last_failed_at, resolved_at, resolution`
 
 func scanEntry(row pgx.Row) (Entry, error) {
