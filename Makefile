@@ -316,7 +316,7 @@ integration-fast: up
 # the fuzz coordinator's "context deadline exceeded" (a loaded machine, no failing input) is
 # retried once. New interesting inputs stay in GOCACHE; copy crashers into testdata/fuzz.
 FUZZTIME  ?= 5s
-FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/
+FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./internal/schemareg/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for pkg in $(FUZZ_PKGS); do \

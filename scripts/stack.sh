@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Local test stack for outbox-relay: PostgreSQL 15 + Kafka 4.1.1 (KRaft), no Docker.
+# Local test stack for outbox-relay: PostgreSQL 15 + Kafka 4.1.1 (KRaft) + Apicurio Registry 3.3.3, no Docker.
 # Ports, paths and verbs are fixed by docs/design.md ("The local stack").
 #
 #   scripts/stack.sh up | down | status | env | clean
 #   scripts/stack.sh pg-start | pg-stop [fast|immediate|smart] | pg-restart | pg-crash (immediate stop, then start)
 #   scripts/stack.sh kafka-start | kafka-stop
+#   scripts/stack.sh registry-start | registry-stop
 #   scripts/stack.sh kafka-class CLASS [ARGS...]   # run a class from the Kafka jars
 #
-# Everything lives in <repo>/.stack (pg/ and kafka/); Kafka jars are cached in
-# ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/kafka-4.1.1/libs.
+# Everything lives in <repo>/.stack (pg/, kafka/ and registry/); Kafka jars are cached in
+# ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/kafka-4.1.1/libs, the registry in .../apicurio-registry-3.3.3.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +39,17 @@ KAFKA_PROXIED_ADVERTISED_PORT=19095
 KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 KAFKA_READY_TIMEOUT=${KAFKA_READY_TIMEOUT:-90}
 KAFKA_STOP_TIMEOUT=20
+
+registry_use_version 3.3.3 # sets REGISTRY_HOME, REGISTRY_ARTIFACT (scripts/lib/common.sh)
+REGISTRY_DIR=$STACK/registry
+REGISTRY_PID=$REGISTRY_DIR/registry.pid
+REGISTRY_LOG=$REGISTRY_DIR/registry.log
+# HTTP (the APIs) and the Quarkus management interface (health, metrics), both on loopback.
+REGISTRY_PORT=19081
+REGISTRY_MANAGEMENT_PORT=19082
+# The Confluent-compatible API, what the relay's schema registry client speaks.
+REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7
+REGISTRY_READY_TIMEOUT=${REGISTRY_READY_TIMEOUT:-90}
 
 # ---------------------------------------------------------------- locking
 
@@ -321,6 +333,113 @@ kafka_stop() {
 	log "Kafka stopped"
 }
 
+# ---------------------------------------------------------------- Apicurio Registry
+
+# registry_pid: the pid of this checkout's registry, found by the system property that
+# names its directory (the pid file may be stale after a reboot).
+registry_pid() {
+	local pid="" mark="-Doutbox.relay.registry=$REGISTRY_DIR"
+	if [ -f "$REGISTRY_PID" ]; then
+		pid=$(cat "$REGISTRY_PID" 2>/dev/null || true)
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+			tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$mark"; then
+			echo "$pid"
+			return 0
+		fi
+	fi
+	pid=$(pgrep -f -- "$mark " | head -n1 || true)
+	[ -n "$pid" ] || return 1
+	echo "$pid" >"$REGISTRY_PID" 2>/dev/null || true
+	echo "$pid"
+}
+
+# registry_ready: the Confluent API answers (the in-memory storage is up then).
+registry_ready() {
+	curl -fsS -m 5 -o /dev/null "$REGISTRY_URL/subjects" 2>/dev/null
+}
+
+registry_start() {
+	local pid
+	if pid=$(registry_pid); then
+		registry_wait_ready "$pid"
+		log "Apicurio Registry already up on $REGISTRY_URL (pid $pid)"
+		return 0
+	fi
+	registry_java
+	registry_fetch
+	command -v curl >/dev/null 2>&1 || apt_install curl
+	local port
+	for port in "$REGISTRY_PORT" "$REGISTRY_MANAGEMENT_PORT"; do
+		if port_open "$port"; then
+			die "port 127.0.0.1:$port is already in use by a process that is not this checkout's registry"
+		fi
+	done
+	mkdir -p "$REGISTRY_DIR"
+	rm -f "$REGISTRY_PID"
+	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_URL with $REGISTRY_JAVA (log: $REGISTRY_LOG)"
+	local t0=$SECONDS
+	# In-memory storage (the default): a restart forgets every schema, as tests want.
+	# The working directory is REGISTRY_DIR: Quarkus may write there, never into the cache.
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	(cd "$REGISTRY_DIR" && REGISTRY_PID="$REGISTRY_PID" exec setsid nohup bash -c 'echo $$ >"$REGISTRY_PID"; exec "$@"' registry \
+		"$REGISTRY_JAVA" -Xms64m -Xmx512m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+		"-Doutbox.relay.registry=$REGISTRY_DIR" \
+		-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$REGISTRY_MANAGEMENT_PORT" \
+		-jar "$REGISTRY_HOME/quarkus-run.jar" >>"$REGISTRY_LOG" 2>&1 </dev/null) 9>&- &
+	local _
+	for _ in $(seq 50); do
+		[ -s "$REGISTRY_PID" ] && break
+		sleep 0.1
+	done
+	pid=$(cat "$REGISTRY_PID" 2>/dev/null) || die "Apicurio Registry did not start (see $REGISTRY_LOG)"
+	registry_wait_ready "$pid"
+	log "Apicurio Registry up in $((SECONDS - t0)) s (pid $pid)"
+}
+
+registry_wait_ready() {
+	local pid=$1 deadline=$((SECONDS + REGISTRY_READY_TIMEOUT))
+	until registry_ready; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail_log "$REGISTRY_LOG" 40
+			die "Apicurio Registry (pid $pid) exited during startup"
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			tail_log "$REGISTRY_LOG" 40
+			die "Apicurio Registry not ready on $REGISTRY_URL after $REGISTRY_READY_TIMEOUT s"
+		fi
+		sleep 0.5
+	done
+}
+
+registry_stop() {
+	local pid
+	if ! pid=$(registry_pid); then
+		rm -f "$REGISTRY_PID"
+		log "Apicurio Registry already down"
+		return 0
+	fi
+	log "stopping Apicurio Registry (pid $pid, SIGTERM)"
+	kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + 20))
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ $SECONDS -ge $deadline ]; then
+			log "Apicurio Registry still running after 20 s: SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.5
+			deadline=$((SECONDS + 10))
+			while kill -0 "$pid" 2>/dev/null; do
+				[ $SECONDS -lt $deadline ] || die "Apicurio Registry pid $pid survived SIGKILL"
+				sleep 0.2
+			done
+			break
+		fi
+		sleep 0.2
+	done
+	rm -f "$REGISTRY_PID"
+	log "Apicurio Registry stopped"
+}
+
 # ---------------------------------------------------------------- verbs
 
 cmd_status() {
@@ -344,6 +463,15 @@ cmd_status() {
 	else
 		echo "kafka:    down"
 	fi
+	if pid=$(registry_pid); then
+		if registry_ready; then
+			echo "registry: up   $REGISTRY_URL pid=$pid management=127.0.0.1:$REGISTRY_MANAGEMENT_PORT (Apicurio $REGISTRY_VERSION, in memory)"
+		else
+			echo "registry: starting (pid=$pid, $REGISTRY_URL not answering)"
+		fi
+	else
+		echo "registry: down"
+	fi
 }
 
 cmd_env() {
@@ -355,9 +483,12 @@ cmd_env() {
 	# named by the relay's own OUTBOX_RELAY_DATABASE_URL.
 	echo "export OUTBOX_RELAY_TEST_DATABASE_URL='$DATABASE_URL'"
 	echo "export OUTBOX_RELAY_TEST_KAFKA_BROKERS='$KAFKA_BROKERS'"
+	# The registry's Confluent-compatible API, for tests only (no flag reads it yet). Not
+	# OUTBOX_RELAY_*: the relay refuses such a variable that no flag or NotFlagEnv knows.
+	echo "export TEST_SCHEMA_REGISTRY_URL='$REGISTRY_URL'"
 }
 
-usage() { print_usage 11; }
+usage() { print_usage 12; }
 
 main() {
 	local verb=${1:-}
@@ -369,20 +500,23 @@ main() {
 		local t0=$SECONDS
 		pg_start
 		kafka_start
+		registry_start
 		log "stack up in $((SECONDS - t0)) s"
 		;;
 	down)
 		take_lock
+		registry_stop
 		kafka_stop
 		pg_stop fast
 		;;
 	clean)
 		take_lock
+		registry_stop
 		kafka_stop
 		pg_stop fast
 		pg_resolve
 		if [ -L "$PG_LINK" ]; then rm -rf "$PG_DIR"; fi
-		rm -rf "$PG_LINK" "$KAFKA_DIR"
+		rm -rf "$PG_LINK" "$KAFKA_DIR" "$REGISTRY_DIR"
 		find "$STACK" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} +
 		rm -rf "$STACK"
 		log "removed $STACK"
@@ -395,6 +529,8 @@ main() {
 	pg-crash) take_lock && pg_stop immediate && pg_start ;;
 	kafka-start) take_lock && kafka_start ;;
 	kafka-stop) take_lock && kafka_stop ;;
+	registry-start) take_lock && registry_start ;;
+	registry-stop) take_lock && registry_stop ;;
 	kafka-class)
 		[ $# -ge 1 ] || die "usage: scripts/stack.sh kafka-class CLASS [ARGS...]"
 		kafka_class_exec "$@"

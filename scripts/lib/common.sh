@@ -248,3 +248,117 @@ kafka_class_exec() {
 	# shellcheck disable=SC2086
 	exec java ${KAFKA_CLASS_JAVA_OPTS:--Xmx512m} -cp "$KAFKA_LIBS/*" "$KAFKA_TOOLS_LOGGING" "$@"
 }
+
+# ---------------------------------------------------------------- Java 21+ and Apicurio Registry
+# scripts/stack.sh runs Apicurio Registry 3.x, built for Java 21+ (on 17 it dies with
+# UnsupportedClassVersionError), while Kafka keeps the machine's default JDK.
+
+# java_major JAVA: the feature version (17, 21, 25…) of the java binary JAVA, from the
+# release file beside its bin/ when there is one (no JVM start), else from java -version.
+java_major() {
+	local java=$1 home v
+	home=$(dirname "$(dirname "$java")")
+	if [ -f "$home/release" ]; then
+		v=$(sed -n 's/^JAVA_VERSION="\(.*\)"$/\1/p' "$home/release")
+	fi
+	if [ -z "${v:-}" ]; then
+		v=$("$java" -version 2>&1 | sed -n 's/.* version "\([^"]*\)".*/\1/p' | head -n1)
+	fi
+	v=${v#1.} # 1.8.0 -> 8
+	v=${v%%[.+-]*}
+	case $v in '' | *[!0-9]*) echo 0 ;; *) echo "$v" ;; esac
+}
+
+# java_home_min MAJOR: print the JAVA_HOME of a JDK or JRE of version MAJOR or newer.
+# JAVA_HOME wins when it qualifies; otherwise the newest of the java on PATH,
+# /usr/lib/jvm/* (Debian's and Temurin's packages) and /opt/java/*, /opt/*
+# (tarballs, the Temurin images). Nothing found: the versions seen, on stderr, and
+# status 1.
+java_home_min() {
+	local want=$1 best="" best_v=0 seen="" cand java v
+	local cands=()
+	[ -z "${JAVA_HOME:-}" ] || cands+=("$JAVA_HOME")
+	if java=$(command -v java 2>/dev/null); then
+		cands+=("$(dirname "$(dirname "$(readlink -f "$java")")")")
+	fi
+	for cand in /usr/lib/jvm/* /opt/java/* /opt/*; do
+		[ -d "$cand" ] && cands+=("$cand")
+	done
+	for cand in "${cands[@]}"; do
+		java=$cand/bin/java
+		[ -x "$java" ] || continue
+		v=$(java_major "$java")
+		seen="$seen $cand ($v)"
+		if [ "$cand" = "${JAVA_HOME:-}" ] && [ "$v" -ge "$want" ]; then
+			echo "$cand"
+			return 0
+		fi
+		if [ "$v" -ge "$want" ] && [ "$v" -gt "$best_v" ]; then
+			best=$cand best_v=$v
+		fi
+	done
+	if [ -n "$best" ]; then
+		echo "$best"
+		return 0
+	fi
+	log "no Java $want+ found; seen:${seen:- none}"
+	return 1
+}
+
+# registry_use_version VERSION: select an Apicurio Registry version. Sets REGISTRY_VERSION,
+# REGISTRY_ARTIFACT (Maven coordinates of the Quarkus fast-jar tarball), REGISTRY_HOME
+# (where it is unpacked, in the download cache beside Kafka's jars) and REGISTRY_MARKER.
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
+registry_use_version() {
+	REGISTRY_VERSION=$1
+	local cache=${OUTBOX_RELAY_CACHE:-${HOME:-/root}/.cache/outbox-relay}
+	REGISTRY_ARTIFACT=io.apicurio:apicurio-registry-app:$REGISTRY_VERSION:tar.gz:all
+	REGISTRY_HOME=$cache/apicurio-registry-$REGISTRY_VERSION
+	REGISTRY_MARKER=$REGISTRY_HOME/.outbox-relay-complete
+}
+
+# registry_java: set REGISTRY_JAVA to a java binary of version 21 or newer, or die.
+registry_java() {
+	local home
+	home=$(java_home_min 21) || die "Apicurio Registry $REGISTRY_VERSION needs Java 21 or newer (3.x is built for class file version 65): install a JDK 21+ (a Temurin JDK under /usr/lib/jvm or /opt is found) or set JAVA_HOME to one"
+	REGISTRY_JAVA=$home/bin/java
+}
+
+# registry_fetch: download REGISTRY_ARTIFACT with Maven (into the local Maven repository)
+# and unpack it into REGISTRY_HOME, once (scripts asking at the same time wait for the first
+# one's fetch).
+registry_fetch() {
+	if [ -f "$REGISTRY_MARKER" ] && [ -f "$REGISTRY_HOME/quarkus-run.jar" ]; then
+		return 0
+	fi
+	mkdir -p "$REGISTRY_HOME"
+	(
+		exec 8>"$REGISTRY_HOME/.lock"
+		flock -w 900 8 || die "could not lock $REGISTRY_HOME/.lock"
+		if [ -f "$REGISTRY_MARKER" ] && [ -f "$REGISTRY_HOME/quarkus-run.jar" ]; then
+			exit 0
+		fi
+		command -v mvn >/dev/null 2>&1 || apt_install maven
+		log "fetching $REGISTRY_ARTIFACT with Maven"
+		local tmp=$REGISTRY_HOME/fetch.tmp.$$ t0=$SECONDS
+		rm -rf "$tmp"
+		mkdir -p "$tmp/app"
+		# Maven's output to a file: callers' stdout is for their results (env lines...)
+		mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="$REGISTRY_ARTIFACT" \
+			-DoutputDirectory="$tmp" >"$REGISTRY_HOME/mvn.log" 2>&1 8>&- || {
+			cat "$REGISTRY_HOME/mvn.log" >&2
+			rm -rf "$tmp"
+			die "mvn dependency:copy $REGISTRY_ARTIFACT failed"
+		}
+		local tgz=$tmp/apicurio-registry-app-$REGISTRY_VERSION-all.tar.gz
+		[ -f "$tgz" ] || die "Maven did not deliver $(basename "$tgz")"
+		tar -xzf "$tgz" -C "$tmp/app" || die "cannot unpack $tgz"
+		[ -f "$tmp/app/quarkus-run.jar" ] || die "no quarkus-run.jar in $tgz"
+		find "$REGISTRY_HOME" -mindepth 1 -maxdepth 1 ! -name .lock ! -name mvn.log ! -name "fetch.tmp.$$" \
+			-exec rm -rf {} +
+		mv "$tmp/app"/* "$REGISTRY_HOME"/
+		rm -rf "$tmp"
+		echo "$REGISTRY_ARTIFACT" >"$REGISTRY_MARKER"
+		log "Apicurio Registry $REGISTRY_VERSION unpacked in $REGISTRY_HOME in $((SECONDS - t0)) s"
+	)
+}
