@@ -318,7 +318,7 @@ integration-fast: up
 # the fuzz coordinator's "context deadline exceeded" (a loaded machine, no failing input) is
 # retried once. New interesting inputs stay in GOCACHE; copy crashers into testdata/fuzz.
 FUZZTIME  ?= 5s
-FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./internal/schemareg/
+FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./record/internal/wire/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for pkg in $(FUZZ_PKGS); do \

@@ -2,7 +2,6 @@ package record
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/record/internal/avrojson"
 	"github.com/outbox-relay/outbox-relay/record/internal/jsoncheck"
 	"github.com/outbox-relay/outbox-relay/record/internal/pbjson"
+	"github.com/outbox-relay/outbox-relay/record/internal/wire"
 )
 
 // The schema registry formats (issue 48; docs/schemas.md): the native
@@ -237,49 +237,30 @@ func (s *Schema) message(name string) (*pbjson.Message, error) {
 // value (a bytea payload an application serialized itself) and returns
 // its schema id. A JSON payload never starts with the magic byte 0.
 func FramedSchemaID(payload []byte) (uint32, bool) {
-	if len(payload) < 5 || payload[0] != 0 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint32(payload[1:5]), true
+	id, _, err := wire.Unframe(payload)
+	return id, err == nil
 }
 
 // AppendValue appends the Confluent-framed value of payload encoded with
 // s to dst. message names the Protobuf message ("" the schema's first).
 // An error names the first offending field.
 func (s *Schema) AppendValue(dst, payload []byte, message string) ([]byte, error) {
-	dst = append(dst, 0)
-	dst = binary.BigEndian.AppendUint32(dst, s.ID)
 	switch {
 	case s.avro != nil:
-		return s.avro.Append(dst, payload)
+		return s.avro.Append(wire.AppendFrame(dst, s.ID, nil, nil), payload)
 	case s.proto != nil:
 		m, err := s.message(message)
 		if err != nil {
 			return nil, err
 		}
-		dst = appendMessageIndexes(dst, m.Indexes)
-		return m.Append(dst, payload)
+		return m.Append(wire.AppendFrame(dst, s.ID, m.Indexes, nil), payload)
 	case s.json != nil:
 		if err := s.json.Check(payload); err != nil {
 			return nil, err
 		}
-		return append(dst, payload...), nil
+		return wire.AppendFrame(dst, s.ID, nil, payload), nil
 	}
 	return nil, errors.New("record: a Schema must come from ParseSchema")
-}
-
-// appendMessageIndexes appends Confluent's message-index list: the
-// zig-zag varint count and indexes, with [0], the first message, as the
-// single byte 0.
-func appendMessageIndexes(dst []byte, idx []int) []byte {
-	if len(idx) == 1 && idx[0] == 0 {
-		return append(dst, 0)
-	}
-	dst = binary.AppendVarint(dst, int64(len(idx)))
-	for _, i := range idx {
-		dst = binary.AppendVarint(dst, int64(i))
-	}
-	return dst
 }
 
 // EncodeRegistered is Encode for the registry formats: the native
@@ -313,70 +294,45 @@ func (e *Encoder) EncodeRegistered(topic string, ev *Row, ref SchemaRef, s *Sche
 }
 
 // ErrNotFramed is a value that is not in the Confluent wire format.
-var ErrNotFramed = errors.New("record: not a schema registry value (no magic byte 0 and schema id)")
+var ErrNotFramed = wire.ErrNotFramed
 
-// SchemaIDOf returns the schema id of a Confluent-framed value, or
-// ErrNotFramed.
+// SchemaIDOf returns the schema id of a Confluent-framed value, or an
+// error wrapping ErrNotFramed.
 func SchemaIDOf(value []byte) (uint32, error) {
-	id, ok := FramedSchemaID(value)
-	if !ok {
-		return 0, ErrNotFramed
-	}
-	return id, nil
+	id, _, err := wire.Unframe(value)
+	return id, err
 }
 
 // DecodeValue decodes a Confluent-framed value written with s (its schema
 // id is s.ID) into JSON: the form of the outbox payload it was encoded
 // from, for a handler that wants JSON rather than the body's bytes.
 func (s *Schema) DecodeValue(value []byte) ([]byte, error) {
-	id, err := SchemaIDOf(value)
+	var id uint32
+	var idx []int
+	var body []byte
+	var err error
+	if s.proto != nil {
+		id, idx, body, err = wire.UnframeProtobuf(value)
+	} else {
+		id, body, err = wire.Unframe(value)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("record: %w", err)
 	}
 	if id != s.ID {
 		return nil, fmt.Errorf("record: the value's schema id is %d, not %d", id, s.ID)
 	}
-	body := value[5:]
 	switch {
 	case s.avro != nil:
 		return s.avro.JSON(body)
 	case s.proto != nil:
-		idx, rest, err := readMessageIndexes(body)
-		if err != nil {
-			return nil, err
-		}
 		m, err := s.proto.MessageAt(idx)
 		if err != nil {
 			return nil, err
 		}
-		return m.JSON(rest)
+		return m.JSON(body)
 	case s.json != nil:
 		return body, nil
 	}
 	return nil, errors.New("record: a Schema must come from ParseSchema")
-}
-
-// maxMessageDepth bounds a message-index list: deeper nesting than any
-// schema has is a corrupt value, not a list to allocate.
-const maxMessageDepth = 64
-
-// readMessageIndexes reads Confluent's message-index list off body.
-func readMessageIndexes(body []byte) ([]int, []byte, error) {
-	n, k := binary.Varint(body)
-	if k <= 0 || n < 0 || n > maxMessageDepth {
-		return nil, nil, errors.New("record: a protobuf value without a valid message-index list")
-	}
-	body = body[k:]
-	if n == 0 {
-		return []int{0}, body, nil
-	}
-	idx := make([]int, n)
-	for i := range idx {
-		v, k := binary.Varint(body)
-		if k <= 0 || v < 0 || v > 1<<20 {
-			return nil, nil, errors.New("record: a protobuf value without a valid message-index list")
-		}
-		idx[i], body = int(v), body[k:]
-	}
-	return idx, body, nil
 }

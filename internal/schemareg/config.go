@@ -2,7 +2,7 @@
 // Confluent's REST API (Confluent Schema Registry, Karapace, Redpanda,
 // Apicurio's /apis/ccompat/v7): the lookups an encoder needs (a schema by
 // id, a subject's version or its latest), a bounded cache in front of
-// them, and the Confluent wire format's framing (Frame, Unframe).
+// them (the wire format itself is record/internal/wire's).
 //
 // It is built for a relay that must tell a bad event from a bad day: a
 // subject, version or id the registry does not have is ErrNotFound (the

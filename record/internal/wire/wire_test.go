@@ -1,4 +1,4 @@
-package schemareg
+package wire
 
 import (
 	"bytes"

@@ -1,4 +1,6 @@
-package schemareg
+// Package wire is the Confluent wire format of schema registry records
+// (issue 48): framing and unframing, shared by the encoder and the decoder.
+package wire
 
 import (
 	"encoding/binary"
