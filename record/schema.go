@@ -294,13 +294,25 @@ func (e *Encoder) EncodeRegistered(topic string, ev *Row, ref SchemaRef, s *Sche
 }
 
 // ErrNotFramed is a value that is not in the Confluent wire format.
-var ErrNotFramed = wire.ErrNotFramed
+var ErrNotFramed = errors.New("record: not a schema registry value")
 
 // SchemaIDOf returns the schema id of a Confluent-framed value, or an
 // error wrapping ErrNotFramed.
 func SchemaIDOf(value []byte) (uint32, error) {
 	id, _, err := wire.Unframe(value)
-	return id, err
+	return id, unframeErr(err)
+}
+
+// unframeErr is wire's error in record's terms: a value that is not
+// framed wraps ErrNotFramed.
+func unframeErr(err error) error {
+	if errors.Is(err, wire.ErrNotFramed) {
+		return fmt.Errorf("%w: %w", ErrNotFramed, err)
+	}
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	return nil
 }
 
 // DecodeValue decodes a Confluent-framed value written with s (its schema
@@ -316,8 +328,8 @@ func (s *Schema) DecodeValue(value []byte) ([]byte, error) {
 	} else {
 		id, body, err = wire.Unframe(value)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("record: %w", err)
+	if err := unframeErr(err); err != nil {
+		return nil, err
 	}
 	if id != s.ID {
 		return nil, fmt.Errorf("record: the value's schema id is %d, not %d", id, s.ID)

@@ -228,3 +228,14 @@ func FuzzDecodeValue(f *testing.F) {
 		_, _ = pb.DecodeValue(value)
 	})
 }
+
+func TestSchemaIDOf(t *testing.T) {
+	if id, err := SchemaIDOf([]byte{0, 0, 0, 1, 2, 'x'}); err != nil || id != 258 {
+		t.Fatalf("%d, %v", id, err)
+	}
+	for _, v := range [][]byte{nil, {0, 0, 0}, []byte(`{"a":1}`)} {
+		if _, err := SchemaIDOf(v); !errors.Is(err, ErrNotFramed) {
+			t.Errorf("%q: %v, want ErrNotFramed", v, err)
+		}
+	}
+}
