@@ -194,7 +194,9 @@ func TestForwardWaitsOutTheRegistry(t *testing.T) {
 			_, _, err, ok := p.forwardable(rec)
 			done <- result{err, ok}
 		}()
-		time.Sleep(time.Minute) // synctest: backoff after backoff, instantly
+		// The fake clock of the bubble: a minute of backoff after backoff
+		// passes at once, and the registry stays down throughout.
+		time.Sleep(time.Minute)
 		reg.mu.Lock()
 		calls := reg.calls
 		reg.down = false
@@ -213,7 +215,7 @@ func TestForwardWaitsOutTheRegistry(t *testing.T) {
 			_, _, err, ok := p.forwardable(rec)
 			done <- result{err, ok}
 		}()
-		time.Sleep(time.Second)
+		synctest.Wait() // forwardable is in its backoff
 		p.Close()
 		if r := <-done; r.ok {
 			t.Fatalf("closing: ok=%v, want the wait ended", r.ok)

@@ -359,16 +359,16 @@ func TestLatestIsRefreshedAfterTTLAndServedStaleWhileDown(t *testing.T) {
 			t.Fatalf("latest %d, want 1", v)
 		}
 		f.register("orders-value", fakeSchema{Text: `{"type":"record","name":"Order","fields":[]}`})
-		time.Sleep(59 * time.Second)
+		time.Sleep(59 * time.Second) // the bubble's fake clock: just inside LatestTTL
 		if v := latest().Version; v != 1 || f.requests.Load() != 1 {
 			t.Fatalf("within the TTL: latest %d after %d requests, want 1 after 1", v, f.requests.Load())
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the fake clock reaches LatestTTL
 		if v := latest().Version; v != 2 {
 			t.Fatalf("after the TTL: latest %d, want 2", v)
 		}
 		f.setFail(func(*http.Request) (int, string) { return 503, "" })
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // the fake clock past LatestTTL again, with the registry down
 		if v := latest().Version; v != 2 || m.stale != 1 {
 			t.Fatalf("registry down: latest %d, stale %d, want 2 served stale once", v, m.stale)
 		}
