@@ -260,11 +260,17 @@ const expiryMargin = 50 * time.Millisecond
 // than Timeout (another relay with a longer --leader-timeout) falls back
 // to PollInterval: no hot loop.
 func (e *Elector) nextPoll(ctx context.Context, conn *pgx.Conn, key int64) time.Duration {
-	idle, ok := holderIdle(ctx, conn, key)
-	if !ok {
-		return e.cfg.PollInterval
+	idle, st := holderIdle(ctx, conn, key)
+	switch st {
+	case holderGone:
+		// The lock was freed between the try and this look: the holder's
+		// session ended just now. Waiting a whole poll here is what made a
+		// takeover up to PollInterval late; the next try takes it.
+		return min(overdueRetry, e.cfg.PollInterval)
+	case holderIdleState:
+		return aimPoll(idle, e.cfg.Timeout, e.cfg.PollInterval)
 	}
-	return aimPoll(idle, e.cfg.Timeout, e.cfg.PollInterval)
+	return e.cfg.PollInterval
 }
 
 // aimPoll is the wait before the next poll when the holder's session has
@@ -289,22 +295,39 @@ func aimPoll(idle, timeout, poll time.Duration) time.Duration {
 // session is overdue (aimPoll).
 const overdueRetry = 100 * time.Millisecond
 
+// holderState is what a standby's look at the lock's holder found.
+type holderState int
+
+const (
+	holderUnknown   holderState = iota // the look failed
+	holderBusy                         // held by a session running a query or transaction
+	holderIdleState                    // held by an idle session (idle says how long)
+	holderGone                         // nobody holds it any more
+)
+
 // holderIdle reads how long the session holding the lock has been idle,
-// on the server's clock; ok is false when it is not idle (a query or a
-// transaction in progress) or cannot be read.
-func holderIdle(ctx context.Context, conn *pgx.Conn, key int64) (time.Duration, bool) {
+// on the server's clock, and whether anyone holds it at all: a holder
+// whose session ended between the standby's try and this look shows as
+// holderGone.
+func holderIdle(ctx context.Context, conn *pgx.Conn, key int64) (time.Duration, holderState) {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	hi, lo := split(key)
+	var held bool
 	var us *int64
-	err := conn.QueryRow(qctx, `SELECT (extract(epoch FROM now() - a.state_change) * 1e6)::bigint
-		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1
-		AND a.state = 'idle' LIMIT 1`, hi, lo).Scan(&us)
-	if err != nil || us == nil {
-		return 0, false
+	err := conn.QueryRow(qctx, `SELECT count(*) > 0,
+		max(CASE WHEN a.state = 'idle' THEN (extract(epoch FROM now() - a.state_change) * 1e6)::bigint END)
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1`, hi, lo).Scan(&held, &us)
+	switch {
+	case err != nil:
+		return 0, holderUnknown
+	case !held:
+		return 0, holderGone
+	case us == nil:
+		return 0, holderBusy
 	}
-	return time.Duration(*us) * time.Microsecond, true
+	return time.Duration(*us) * time.Microsecond, holderIdleState
 }
 
 // connect opens the lock connection and derives the key from the database

@@ -121,3 +121,42 @@ func TestStandbyTakesTheLockWhenTheHoldersSessionExpires(t *testing.T) {
 		t.Errorf("lock taken %s after the holder went silent, want within %s of its session's expiry (%s)", took.Round(time.Millisecond), 700*time.Millisecond, timeout)
 	}
 }
+
+// TestNextPollAfterTheHolderLeft: a holder whose session ends between the
+// standby's try and its look at the holder (an idle_session_timeout that
+// fires in that gap) leaves no lock row; the standby tries again within
+// overdueRetry, not a whole poll later. Before, this gap made a takeover a
+// poll interval late in CI (4.5 s for a 3 s timeout).
+func TestNextPollAfterTheHolderLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := testenv.DatabaseURL(t)
+	const timeout, poll = 3 * time.Second, 1500 * time.Millisecond
+	e, err := NewElector(Config{DatabaseURL: url, Slot: fmt.Sprintf("gone_%d", time.Now().UnixNano()), PollInterval: poll, KeepaliveInterval: 500 * time.Millisecond, Timeout: timeout},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, key, err := e.connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.nextPoll(ctx, conn, key); d != poll {
+		t.Errorf("next poll with a freshly idle holder: %s, want the poll interval %s", d, poll)
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.nextPoll(ctx, conn, key); d != overdueRetry {
+		t.Errorf("next poll after the holder left: %s, want %s", d, overdueRetry)
+	}
+}
