@@ -43,6 +43,12 @@ func WithSchemas(s Schemas) Option {
 // the registry does not have: registering it and `dlq retry` delivers it.
 const ReasonSchemaNotFound = "schema_not_found"
 
+// ReasonSchemaInvalid is the reason of an event whose registered schema
+// the relay cannot encode with (record.ErrSchemaInvalid): registered
+// versions never change, so only registering a usable one (with
+// --schema-version latest) or discarding the event ends it.
+const ReasonSchemaInvalid = "schema_invalid"
+
 // SchemaUnavailableError is a registry that did not answer an event's
 // lookup (unreachable, a timeout, a 5xx): transient. Publish returns it
 // and the relay restarts its stream after a backoff, the slot position
@@ -90,7 +96,9 @@ func (p *Publisher) registered(ctx context.Context, topic string, ev *replicatio
 	s, err := p.cfg.Schemas.Schema(ctx, ref)
 	switch {
 	case errors.Is(err, record.ErrSchemaNotFound):
-		return poisoned(ReasonSchemaNotFound, fmt.Sprintf("subject %s version %s is not registered: register it, then dlq retry", ref.Subject, ref.Version))
+		return poisoned(ReasonSchemaNotFound, fmt.Sprintf("subject %s version %s is not registered: register it, then dlq retry (%v)", ref.Subject, ref.Version, err))
+	case errors.Is(err, record.ErrSchemaInvalid):
+		return poisoned(ReasonSchemaInvalid, fmt.Sprintf("subject %s version %s cannot be used: %v", ref.Subject, ref.Version, err))
 	case err != nil:
 		return unavailable(err)
 	}

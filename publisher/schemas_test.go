@@ -49,6 +49,9 @@ func (f *fakeSchemas) Schema(_ context.Context, ref record.SchemaRef) (*record.S
 	if s, ok := f.schemas[ref]; ok {
 		return s, nil
 	}
+	if ref.Version == "3" { // registered, but not a schema the relay can use
+		return nil, fmt.Errorf("%w: subject %s version 3: schema 8: unknown type", record.ErrSchemaInvalid, ref.Subject)
+	}
 	return nil, fmt.Errorf("subject %s version %s: %w", ref.Subject, ref.Version, record.ErrSchemaNotFound)
 }
 
@@ -91,6 +94,7 @@ func TestRegistryAnswers(t *testing.T) {
 		version, payload, reason, text string
 	}{
 		{"2", `{"id":"o-1"}`, ReasonSchemaNotFound, "subject orders-value version 2 is not registered: register it, then dlq retry"},
+		{"3", `{"id":"o-1"}`, ReasonSchemaInvalid, "subject orders-value version 3 cannot be used: registered schema cannot be used: subject orders-value version 3: schema 8: unknown type"},
 		{"1", `{"id":1}`, record.CodeSchema, "subject orders-value version 1 (schema id 7): field id: want a string"},
 		{"one", `{"id":"o-1"}`, record.CodeSchema, `schema_version "one" is not a registry version`},
 		{"1", "\x00\x00\x00\x00\x09body", ReasonSchemaNotFound, "framed with schema id 9, which is not a version of subject orders-value"},

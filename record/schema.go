@@ -120,6 +120,12 @@ func ParseSchemaVersionSource(s string) (SchemaVersionSource, error) {
 // A registry client wraps it; every other registry error is transient.
 var ErrSchemaNotFound = errors.New("schema not found in the registry")
 
+// ErrSchemaInvalid is a registered schema the relay cannot encode with: a
+// schema type it does not know, text that does not parse, references it
+// cannot resolve. Registered versions never change, so an event encoded
+// with it is poison; a registry client wraps it.
+var ErrSchemaInvalid = errors.New("registered schema cannot be used")
+
 // CodeSchema is the EncodeError code of an event whose payload does not
 // match its schema, or whose subject or version cannot be named from the
 // row (an empty event_type with a record strategy, a schema_version that

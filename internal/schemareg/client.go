@@ -63,7 +63,7 @@ type Reference struct {
 // concurrent use and quick.
 type Metrics interface {
 	// Request: one request to the registry, by operation
-	// ("schema_by_id", "subject_version"), its outcome ("ok",
+	// ("schema_by_id", "subject_version", "schema_versions"), its outcome ("ok",
 	// "not_found", "invalid", "transient", "unauthorized") and duration.
 	Request(op, outcome string, took time.Duration)
 	// CacheLookup: a lookup the cache answered (hit) or passed on.
@@ -104,7 +104,9 @@ type Client struct {
 	http      *http.Client
 	timeout   time.Duration
 	latestTTL time.Duration
-	cache     *cache
+	cache     *cache[*Schema]
+	parsed    *cache[parsedEntry] // by idKey: what Schema made of a registered schema
+	subjects  *cache[struct{}]    // by idKey+subject: the subjects Registered found an id in
 	group     singleflight.Group
 	metrics   Metrics
 	mask      masker
@@ -136,7 +138,8 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 	u.RawQuery, u.Fragment = "", ""
 	c := &Client{
 		base: strings.TrimSuffix(u.String(), "/"), timeout: cfg.Timeout, latestTTL: cfg.LatestTTL,
-		cache: newCache(cfg.CacheSize), metrics: o.metrics, now: time.Now,
+		cache: newCache[*Schema](cfg.CacheSize), parsed: newCache[parsedEntry](cfg.CacheSize),
+		subjects: newCache[struct{}](cfg.CacheSize), metrics: o.metrics, now: time.Now,
 	}
 	switch {
 	case cfg.Token != "":

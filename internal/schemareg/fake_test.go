@@ -37,6 +37,14 @@ func newFake() *fakeRegistry {
 	return &fakeRegistry{subjects: map[string][]int{}, schemas: map[int]fakeSchema{}}
 }
 
+// alsoRegister adds schema id as the next version of subject (a
+// registry gives identical schemas one id across subjects).
+func (f *fakeRegistry) alsoRegister(subject string, id int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.subjects[subject] = append(f.subjects[subject], id)
+}
+
 // register adds a version of subject and returns its id.
 func (f *fakeRegistry) register(subject string, s fakeSchema) int {
 	f.mu.Lock()
@@ -84,6 +92,25 @@ func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := r.URL.Path
 	switch {
+	case strings.HasPrefix(p, "/schemas/ids/") && strings.HasSuffix(p, "/versions"):
+		id, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(p, "/schemas/ids/"), "/versions"))
+		if _, ok := f.schemas[id]; !ok {
+			notFound(40403, fmt.Sprintf("Schema %d not found.", id))
+			return
+		}
+		type sv struct {
+			Subject string `json:"subject"`
+			Version int    `json:"version"`
+		}
+		out := []sv{}
+		for subject, ids := range f.subjects {
+			for i, x := range ids {
+				if x == id {
+					out = append(out, sv{subject, i + 1})
+				}
+			}
+		}
+		_ = json.NewEncoder(w).Encode(out)
 	case strings.HasPrefix(p, "/schemas/ids/"):
 		id, _ := strconv.Atoi(strings.TrimPrefix(p, "/schemas/ids/"))
 		s, ok := f.schemas[id]
