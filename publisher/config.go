@@ -94,7 +94,8 @@ func DefaultConfig() Config {
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, MetadataTimeout: 10 * time.Second,
 		TopicIdleTimeout: 2 * time.Minute,
-		Record:           record.Config{Format: record.FormatNative, CloudEventsMode: record.CloudEventsBinary},
+		Record:           record.Config{Format: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
+			SubjectStrategy: record.SubjectTopic, SchemaVersion: record.VersionFromRow, Registry: record.DefaultRegistryConfig()},
 	}
 }
 
@@ -116,6 +117,9 @@ func (c Config) WithDefaults() Config {
 	def(&c.TopicIdleTimeout, d.TopicIdleTimeout)
 	def(&c.Record.Format, d.Record.Format)
 	def(&c.Record.CloudEventsMode, d.Record.CloudEventsMode)
+	def(&c.Record.SubjectStrategy, d.Record.SubjectStrategy)
+	def(&c.Record.SchemaVersion, d.Record.SchemaVersion)
+	c.Record.Registry = c.Record.Registry.WithDefaults()
 	return c
 }
 

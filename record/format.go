@@ -114,6 +114,9 @@ type Config struct {
 	// SchemaVersion says which version of the subject encodes an event;
 	// "" is VersionFromRow.
 	SchemaVersion SchemaVersionSource
+	// Registry is where the registry formats' schemas live; the other
+	// formats do not use it.
+	Registry RegistryConfig
 	// TombstoneOnNullPayload turns an outbox row whose payload is NULL
 	// into a record with the row's key and headers and a null value (a
 	// tombstone, for compacted topics), in every format. Off, such a row

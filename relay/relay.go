@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -35,7 +36,11 @@ type Relay struct {
 	// gatherer serves /metrics (nil: not served; see WithMetrics).
 	gatherer prometheus.Gatherer
 	elector  *leader.Elector
-	running  atomic.Bool
+	// schemas is the registry of a registry record format (nil for the
+	// others), shared by every stream's publisher so that its cache
+	// outlives a stream restart.
+	schemas publisher.Schemas
+	running atomic.Bool
 	// stopped is why Run returned ("" while it runs or before): Readiness
 	// reports it instead of the last role.
 	stopped atomic.Pointer[string]
@@ -99,6 +104,9 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 		return nil, err
 	} else if g, ok := o.registerer.(prometheus.Gatherer); ok {
 		r.gatherer = g
+	}
+	if r.schemas, err = kafkaclients.Schemas(cfg.Publish.Record); err != nil {
+		return nil, err
 	}
 	r.cleanup = newCleanupSchedule(r)
 	r.loops = newServices(r)
@@ -236,7 +244,7 @@ func (r *Relay) campaign(ctx context.Context) error {
 // configuration, its publish settings and its positions topic.
 func (r *Relay) publish() kafkaclients.Publish {
 	return kafkaclients.Publish{Kafka: r.cfg.Kafka, Config: r.cfg.Publish.Config, PositionsTopic: r.cfg.Publish.PositionsTopic,
-		ClientID: "outbox-relay", Recycled: r.recycled}
+		ClientID: "outbox-relay", Recycled: r.recycled, Schemas: r.schemas}
 }
 
 // recycled logs a recycle of the Kafka connections before a SASL session

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"math"
 	"net"
 	"time"
@@ -182,9 +183,10 @@ func (p PublishConfig) validate(cs *checks, out *compiled) {
 		out.policy = pol
 	}
 	format, err := record.ParseFormat(string(p.Record.Format))
-	if err != nil || format.Registry() { // the registry formats reach the relay with issue 48's registry client
-		cs.Fail("Publish.Record.Format", string(p.Record.Format), "use native, debezium or cloudevents")
+	if err != nil {
+		cs.Fail("Publish.Record.Format", string(p.Record.Format), "use native, debezium, cloudevents, avro, protobuf or json-schema")
 	}
+	p.validateRegistry(cs, format)
 	if _, err := record.ParseCloudEventsMode(string(p.Record.CloudEventsMode)); err != nil {
 		cs.Fail("Publish.Record.CloudEventsMode", string(p.Record.CloudEventsMode), "use binary or structured")
 	}
@@ -292,4 +294,51 @@ func (p PublishConfig) validateDelivery(cs *checks) {
 	if p.PositionsTopic == "" {
 		cs.Wrap("Publish.PositionsTopic", ErrRequired)
 	}
+}
+
+// validateRegistry checks the registry formats' settings: the registry's
+// with one of them, and none without (a setting that would be ignored is
+// refused).
+func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
+	r := p.Record
+	if _, err := record.ParseSubjectStrategy(string(r.SubjectStrategy)); err != nil {
+		cs.Fail("Publish.Record.SubjectStrategy", string(r.SubjectStrategy), "use topic, record or topic-record")
+	}
+	if _, err := record.ParseSchemaVersionSource(string(r.SchemaVersion)); err != nil {
+		cs.Fail("Publish.Record.SchemaVersion", string(r.SchemaVersion), "use row or latest")
+	}
+	if format.Registry() {
+		for _, e := range unjoinErrs(r.Registry.Validate()) {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				cs.Fail("Publish.Record.Registry."+fe.Field, fe.Value, "%w", fe.Err)
+			} else {
+				cs.Wrap("Publish.Record.Registry", e)
+			}
+		}
+		return
+	}
+	unused := func(field string, value any) {
+		cs.Fail(field, value, "is only used with a registry format (Publish.Record.Format avro, protobuf or json-schema; it is %s)", format)
+	}
+	if r.SubjectStrategy != "" && r.SubjectStrategy != record.SubjectTopic {
+		unused("Publish.Record.SubjectStrategy", string(r.SubjectStrategy))
+	}
+	if r.SchemaVersion != "" && r.SchemaVersion != record.VersionFromRow {
+		unused("Publish.Record.SchemaVersion", string(r.SchemaVersion))
+	}
+	if r.Registry.URL != "" {
+		unused("Publish.Record.Registry.URL", nil)
+	}
+}
+
+// unjoinErrs lists the errors err joins (none for nil).
+func unjoinErrs(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }

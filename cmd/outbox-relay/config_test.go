@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/redact"
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -197,8 +198,8 @@ func TestRecordFormatFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := record.Config{Format: record.FormatCloudEvents, CloudEventsSource: "/orders",
-		CloudEventsMode: record.CloudEventsStructured, TombstoneOnNullPayload: true}
+	want := publisher.DefaultConfig().Record
+	want.Format, want.CloudEventsSource, want.CloudEventsMode, want.TombstoneOnNullPayload = record.FormatCloudEvents, "/orders", record.CloudEventsStructured, true
 	if got := cfg.Relay.Publish.Record; got != want {
 		t.Fatalf("relay record config %+v", got)
 	}
@@ -207,20 +208,38 @@ func TestRecordFormatFlags(t *testing.T) {
 	}
 	t.Setenv("OUTBOX_RELAY_RECORD_FORMAT", "debezium")
 	if cfg, err = parse("run", []string{"--debezium-expand-json-payload"}, &bytes.Buffer{}); err != nil ||
-		cfg.Relay.Publish.Record != (record.Config{Format: record.FormatDebezium, CloudEventsMode: record.CloudEventsBinary, DebeziumExpandJSON: true}) {
+		cfg.Relay.Publish.Record != debeziumWant() {
 		t.Fatalf("%+v %v", cfg.Relay.Publish.Record, err)
 	}
 	for args, msg := range map[string]string{
-		"--record-format avro":                                  `--record-format "avro": use native, debezium or cloudevents`,
-		"--record-format cloudevents":                           "--cloudevents-source: is required with --record-format cloudevents",
-		"--cloudevents-mode batch":                              `--cloudevents-mode "batch": use binary or structured`,
-		"--record-format cloudevents --cloudevents-source a%zz": "--cloudevents-source",
+		"--record-format xml":  `--record-format "xml": use native, debezium, cloudevents, avro, protobuf or json-schema`,
+		"--record-format avro": "--schema-registry-url is required",
+		"--record-format avro --schema-registry-url registry:8081":                                   "--schema-registry-url",
+		"--schema-registry-url http://r:8081":                                                        "--schema-registry-url: is only used with a registry format",
+		"--schema-version latest":                                                                    `--schema-version "latest": is only used with a registry format`,
+		"--schema-subject-strategy record":                                                           `--schema-subject-strategy "record": is only used with a registry format`,
+		"--record-format avro --schema-registry-url http://r --schema-version newest":                `--schema-version "newest": use row or latest`,
+		"--record-format avro --schema-registry-url http://r --schema-subject-strategy event":        `--schema-subject-strategy "event": use topic, record or topic-record`,
+		"--schema-registry-timeout 3s":                                                               "--schema-registry-timeout 3s is only used with a registry format",
+		"--schema-registry-password pw":                                                              "--schema-registry-password is only used with a registry format",
+		"--record-format avro --schema-registry-url http://r --schema-registry-ca-file /nonexistent": "--schema-registry-ca-file",
+		"--record-format cloudevents":                                                                "--cloudevents-source: is required with --record-format cloudevents",
+		"--cloudevents-mode batch":                                                                   `--cloudevents-mode "batch": use binary or structured`,
+		"--record-format cloudevents --cloudevents-source a%zz":                                      "--cloudevents-source",
 	} {
 		_, err := parse("run", strings.Fields(args), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", args, err, msg)
 		}
 	}
+}
+
+// debeziumWant is the record configuration of --record-format debezium
+// --debezium-expand-json-payload: the defaults otherwise.
+func debeziumWant() record.Config {
+	w := publisher.DefaultConfig().Record
+	w.Format, w.DebeziumExpandJSON = record.FormatDebezium, true
+	return w
 }
 
 // runNames are run's flags by the field each sets (its Go path), as
@@ -257,17 +276,14 @@ func TestEveryRelayFieldHasAFlag(t *testing.T) {
 	leaves := map[string]reflect.Value{}
 	relayLeaves(reflect.ValueOf(relay.DefaultConfig()), "", leaves)
 	for path := range leaves {
-		// The registry formats' settings get their flags with the registry
-		// client (issue 48): until then the relay refuses those formats,
-		// and a flag for them would change nothing.
-		registryOnly := path == "Publish.Record.SubjectStrategy" || path == "Publish.Record.SchemaVersion"
-		if _, ok := names[path]; !ok && path != "Kafka.TLS" && path != "Kafka.SASL" && path != "Database.BeforeConnect" && !registryOnly {
+		built := path == "Kafka.TLS" || path == "Kafka.SASL" || path == "Database.BeforeConnect" || path == "Publish.Record.Registry.TLS"
+		if _, ok := names[path]; !ok && !built {
 			t.Errorf("relay.Config's %s has no flag", path)
 		}
 	}
 	for path, name := range names {
 		flagName, _, _ := strings.Cut(name, "=") // "--failover-slot", where names has "--failover-slot=false"
-		if _, relayField := leaves[path]; !relayField && (strings.HasPrefix(path, "kafkaconn.") || path == "Kafka.Brokers" ||
+		if _, relayField := leaves[path]; !relayField && (strings.HasPrefix(path, "kafkaconn.") || strings.HasPrefix(path, "RegistryTLS.") || path == "Kafka.Brokers" ||
 			!strings.Contains(path, ".") || strings.HasPrefix(path, "PGAuth.") || strings.HasPrefix(path, "Trace.")) {
 			continue // built from --kafka-brokers and the TLS/SASL flags, or the binary's own
 		}

@@ -13,7 +13,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/internal/schemareg"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // security is k's TLS and SASL for package kafkaconn.
@@ -66,6 +68,24 @@ type Publish struct {
 	// Recycled, if set, is told of each recycle of the transport's
 	// connections before a SASL session ends.
 	Recycled func(sessionEnd time.Time)
+	// Schemas is the registry of a registry format (Schemas builds it),
+	// nil for the other formats.
+	Schemas publisher.Schemas
+}
+
+// Schemas is the schema registry client of rc's format, nil for a format
+// that needs none. Build one per relay or command and share it between
+// its publishers: its cache is what keeps a stream going through a
+// registry outage, and a stream restart must not lose it.
+func Schemas(rc record.Config, opts ...schemareg.Option) (publisher.Schemas, error) {
+	if f, err := record.ParseFormat(string(rc.Format)); err != nil || !f.Registry() {
+		return nil, nil
+	}
+	c, err := schemareg.New(rc.Registry, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // options are the wiring every publisher shares: the transport of the
@@ -73,10 +93,14 @@ type Publish struct {
 // delivery mode (another relay on the cluster may write exactly-once,
 // and a row routed to its positions is a forgery).
 func (p Publish) options(opts []publisher.Option) []publisher.Option {
-	return append([]publisher.Option{
+	base := []publisher.Option{
 		publisher.WithTransport(Transport(p.Kafka, p.ClientID, p.Recycled)),
 		publisher.WithReservedTopics(p.PositionsTopic),
-	}, opts...)
+	}
+	if p.Schemas != nil {
+		base = append(base, publisher.WithSchemas(p.Schemas))
+	}
+	return append(base, opts...)
 }
 
 // Publisher is every asynchronous publisher of the relay and the binary:

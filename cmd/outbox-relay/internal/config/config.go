@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/replication"
 )
@@ -44,6 +45,9 @@ type Config struct {
 	// names, credentials); validate builds Relay.Kafka.TLS and SASL from
 	// it.
 	KafkaConn kafkaconn.Config
+	// RegistryTLS is the schema registry's TLS files; validate builds
+	// Relay.Publish.Record.Registry.TLS from it.
+	RegistryTLS kafkaconn.TLSConfig
 	// PGAuth is how to authenticate to PostgreSQL beyond the URL's
 	// password; validate sets Relay.Database.BeforeConnect from it.
 	PGAuth pgauth.Options
@@ -170,6 +174,11 @@ func (c *Config) Validate(set *envflag.Set, s Scope) error {
 		c.kafkaSecurity = sec
 		k.TLS, k.SASL = sec.TLS, sec.SASL
 	}
+	if s&ScopeKafka != 0 && c.RegistryTLS.On() {
+		sec, err := kafkaconn.Config{TLS: c.RegistryTLS}.Build()
+		errs = append(errs, settingFlagErrors(set, "Registry", err)...)
+		c.Relay.Publish.Record.Registry.TLS = sec.TLS
+	}
 	if s&ScopeDB != 0 {
 		hook, err := c.PGAuth.Build(context.Background(), c.Relay.Database.URL)
 		if err != nil {
@@ -221,6 +230,19 @@ func (c *Config) conflicts(set *envflag.Set, s Scope) []error {
 			if set.IsSet(f.name) {
 				errs = append(errs, fmt.Errorf("--%s %s is only used with --delivery exactly-once (--delivery is %s): drop it, or set --delivery exactly-once", f.name, f.value, p.Delivery))
 			}
+		}
+	}
+	if f, _ := record.ParseFormat(string(p.Record.Format)); !f.Registry() {
+		// The relay refuses the URL, the strategy and the version itself.
+		for _, fl := range set.Flags() {
+			if !strings.HasPrefix(fl.Name, "schema-registry-") || fl.Name == "schema-registry-url" || !set.IsSet(fl.Name) {
+				continue
+			}
+			v := ""
+			if !fl.Tag.Has("secret") {
+				v = " " + envflag.Format(fl, fl.Target)
+			}
+			errs = append(errs, fmt.Errorf("--%s%s is only used with a registry format (--record-format avro, protobuf or json-schema; it is %s)", fl.Name, v, f))
 		}
 	}
 	if set.IsSet("topic-replication-factor") && p.TopicReplicationFactor == 0 {

@@ -91,11 +91,30 @@ type PublishFlags struct {
 	WriteTimeout              time.Duration `name:"write-timeout" help:"how long one produce request may take before it is retried" to:"Relay.Publish.WriteTimeout"`
 	MetadataTimeout           time.Duration `name:"metadata-timeout" help:"how long one of the relay's own metadata questions (a topic's partitions and leaders) may take; a silent broker then shows as a logged, counted failure" to:"Relay.Publish.MetadataTimeout"`
 	TopicIdleTimeout          time.Duration `name:"topic-idle-timeout" help:"how long an unused topic keeps its router and partition lanes (goroutines, queues)" to:"Relay.Publish.TopicIdleTimeout"`
-	RecordFormat              string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits) or cloudevents (docs/formats.md)" to:"Relay.Publish.Record.Format"`
+	RecordFormat              string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits), cloudevents (docs/formats.md), or avro, protobuf or json-schema: the JSON payload encoded with its schema from --schema-registry-url, in the Confluent wire format (docs/schemas.md)" to:"Relay.Publish.Record.Format"`
 	CloudeventsSource         string        `name:"cloudevents-source" help:"CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents" to:"Relay.Publish.Record.CloudEventsSource"`
 	CloudeventsMode           string        `name:"cloudevents-mode" help:"CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)" to:"Relay.Publish.Record.CloudEventsMode"`
 	DebeziumExpandJsonPayload bool          `name:"debezium-expand-json-payload" help:"with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)" to:"Relay.Publish.Record.DebeziumExpandJSON"`
-	TombstoneOnNullPayload    bool          `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
+	SchemaRegistryFlags
+	TombstoneOnNullPayload bool `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
+}
+
+// SchemaRegistryFlags are the registry formats' (--record-format avro,
+// protobuf, json-schema): which schema encodes an event, and where the
+// registry is. Without such a format each is refused.
+type SchemaRegistryFlags struct {
+	SchemaRegistryUrl       string        `name:"schema-registry-url" help:"base URL of the Confluent-compatible schema registry API, e.g. https://registry:8081 or Apicurio's http://host:8080/apis/ccompat/v7; a user:password in it is basic auth; required with a registry format" to:"Relay.Publish.Record.Registry.URL" secret:"dsn" example:"https://registry:8081"`
+	SchemaRegistryUsername  string        `name:"schema-registry-username" help:"basic auth user of the registry (Confluent Cloud: the API key)" to:"Relay.Publish.Record.Registry.Username"`
+	SchemaRegistryPassword  string        `name:"schema-registry-password" help:"basic auth password of the registry (Confluent Cloud: the API secret)" to:"Relay.Publish.Record.Registry.Password" secret:""`
+	SchemaRegistryToken     string        `name:"schema-registry-token" help:"bearer token sent to the registry instead of basic auth" to:"Relay.Publish.Record.Registry.Token" secret:""`
+	SchemaRegistryCaFile    string        `name:"schema-registry-ca-file" help:"PEM CA bundle that signed the registry's certificate (default: system roots)" to:"RegistryTLS.CAFile"`
+	SchemaRegistryCertFile  string        `name:"schema-registry-cert-file" help:"PEM client certificate for a registry that asks for one" to:"RegistryTLS.CertFile"`
+	SchemaRegistryKeyFile   string        `name:"schema-registry-key-file" help:"PEM private key (unencrypted) of --schema-registry-cert-file" to:"RegistryTLS.KeyFile"`
+	SchemaRegistryTimeout   time.Duration `name:"schema-registry-timeout" help:"how long one registry request may take; a registry that does not answer holds the stream (slot position kept), it never dead-letters" to:"Relay.Publish.Record.Registry.Timeout"`
+	SchemaRegistryCacheSize int           `name:"schema-registry-cache-size" help:"most schemas remembered (by id, and by subject and version); what is remembered keeps being served while the registry is down" to:"Relay.Publish.Record.Registry.CacheSize"`
+	SchemaRegistryLatestTtl time.Duration `name:"schema-registry-latest-ttl" help:"with --schema-version latest: how long a subject's latest version is trusted before it is asked again" to:"Relay.Publish.Record.Registry.LatestTTL"`
+	SchemaSubjectStrategy   string        `name:"schema-subject-strategy" help:"the subject of an event's value schema: topic (<topic>-value), record (<event_type>; with protobuf also the message's full name) or topic-record (<topic>-<event_type>)" to:"Relay.Publish.Record.SubjectStrategy"`
+	SchemaVersion           string        `name:"schema-version" help:"which version of the subject encodes an event: row (its schema_version column; an unregistered version is poison) or latest" to:"Relay.Publish.Record.SchemaVersion"`
 }
 
 // DeliveryFlags are the delivery guarantee's: the streaming commands'

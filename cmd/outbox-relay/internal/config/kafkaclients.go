@@ -31,5 +31,8 @@ func (c *Config) KafkaReader(clientID string, rc kafka.ReaderConfig) *kafka.Read
 // configuration and its positions topic, as the relay builds its own
 // (kafkaclients.Publish), so a flag means the same to every command.
 func (c *Config) Publish(clientID string) kafkaclients.Publish {
-	return kafkaclients.Publish{Kafka: c.Relay.Kafka, Config: c.Relay.Publish.Config, PositionsTopic: c.Relay.Publish.PositionsTopic, ClientID: clientID}
+	// Validate checked the registry's settings: New cannot fail on them.
+	schemas, _ := kafkaclients.Schemas(c.Relay.Publish.Record)
+	return kafkaclients.Publish{Kafka: c.Relay.Kafka, Config: c.Relay.Publish.Config, PositionsTopic: c.Relay.Publish.PositionsTopic, ClientID: clientID,
+		Schemas: schemas}
 }

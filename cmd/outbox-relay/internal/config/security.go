@@ -20,11 +20,17 @@ import (
 // kafkaFlagErrors renames kafkaconn's setting errors (of config.KafkaConn)
 // after the flags.
 func kafkaFlagErrors(set *envflag.Set, err error) []error {
+	return settingFlagErrors(set, kafkaConnPrefix, err)
+}
+
+// settingFlagErrors renames kafkaconn's setting errors after the flags
+// whose field is prefix + the setting's ("Registry" + "TLS.CAFile").
+func settingFlagErrors(set *envflag.Set, prefix string, err error) []error {
 	var out []error
 	for _, e := range unjoin(err) {
 		var fe *kafkaconn.SettingError
 		if errors.As(e, &fe) {
-			if name, ok := set.Flag(kafkaConnPrefix + fe.Field); ok {
+			if name, ok := set.Flag(prefix + fe.Field); ok {
 				e = fmt.Errorf("%s: %w", name, fe.Err)
 			}
 		}
