@@ -94,7 +94,7 @@ func DefaultConfig() Config {
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		UnknownTopicTimeout: time.Minute, PartitionRefresh: time.Minute, MetadataTimeout: 10 * time.Second,
 		TopicIdleTimeout: 2 * time.Minute,
-		Record:           record.Config{Format: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
+		Record: record.Config{Format: record.FormatNative, CloudEventsMode: record.CloudEventsBinary,
 			SubjectStrategy: record.SubjectTopic, SchemaVersion: record.VersionFromRow, Registry: record.DefaultRegistryConfig()},
 	}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
-	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
