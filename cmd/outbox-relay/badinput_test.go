@@ -106,6 +106,7 @@ func attempt(t *testing.T, p *commandParser, args []string) outcome {
 }
 
 func TestBadInputEveryFlag(t *testing.T) {
+	sweep(t)
 	helpOf(t, "migrate") // unsets OUTBOX_RELAY_* and GOMAXPROCS
 	base := map[string]string{
 		config.EnvPrefix + "DATABASE_URL":  "postgres://relay@127.0.0.1:1/app",

@@ -270,6 +270,7 @@ func relayLeaves(v reflect.Value, prefix string, out map[string]reflect.Value) {
 // --database-auth (Database.BeforeConnect), and each flag's path (derived from the pointer it is bound
 // to) names the field it sets.
 func TestEveryRelayFieldHasAFlag(t *testing.T) {
+	sweep(t)
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	names := runNames()
@@ -331,6 +332,7 @@ func twoValues(v reflect.Value) []string {
 // a non-zero default passes a 0 on as -1 (its "off"), or is refused naming
 // the 0 the user gave, never as relay.Config's "the default".
 func TestZeroFlagsReachTheRelayAsOff(t *testing.T) {
+	sweep(t)
 	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://u@h:5432/db")
 	t.Setenv("OUTBOX_RELAY_KAFKA_BROKERS", "a:9092")
 	def := map[string]reflect.Value{}

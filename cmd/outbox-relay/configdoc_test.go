@@ -30,6 +30,7 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from 
 const configDocPath = "../../docs/configuration.md"
 
 func TestConfigurationDoc(t *testing.T) {
+	sweep(t)
 	if !golden(t, configDocPath, renderConfigDoc(t), "TestConfigurationDoc") {
 		t.Fatalf("docs/configuration.md is stale (a flag, default or help text changed); regenerate it:\n" +
 			"  go test ./cmd/outbox-relay -run TestConfigurationDoc -update")

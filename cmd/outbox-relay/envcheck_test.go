@@ -50,6 +50,7 @@ func runWith(t *testing.T, args string, env ...string) (code int, stdout, stderr
 // variable before doing anything: one line naming it and the closest
 // known name, exit code 2.
 func TestUnknownEnvRejected(t *testing.T) {
+	sweep(t)
 	cmds := everyCommand(t)
 	if len(cmds) < 15 {
 		t.Fatalf("only %d commands: %v", len(cmds), cmds)
@@ -101,6 +102,7 @@ func TestUnknownEnvLines(t *testing.T) {
 // is never refused), and each command accepts every command's variables:
 // one environment serves migrate, run and the rest.
 func TestEveryFlagVariableIsAccepted(t *testing.T) {
+	sweep(t)
 	byCmd := helpEnvNames(t)
 	all := map[string]bool{}
 	for _, names := range byCmd {

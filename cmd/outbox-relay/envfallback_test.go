@@ -26,6 +26,7 @@ func everyCommand(t *testing.T) []string {
 // every credential can come from a file (<ENV>_FILE), so it need be
 // neither in the environment nor on the command line, visible in ps.
 func TestEveryFlagHasAnEnvFallback(t *testing.T) {
+	sweep(t)
 	credential := regexp.MustCompile(`password|database-url|secret|token`)
 	n := 0
 	for _, cmd := range everyCommand(t) {

@@ -191,6 +191,7 @@ func effectiveOf(t *testing.T, p *commandParser, line []string, flag string) (re
 // like TestBadInputEveryFlag: a new flag, or a command that takes a flag
 // and drops it on the way to the library, fails here.
 func TestEveryFlagHonouredOrRefused(t *testing.T) {
+	sweep(t)
 	helpOf(t, "migrate") // unsets OUTBOX_RELAY_* and GOMAXPROCS
 	for k, v := range map[string]string{
 		config.EnvPrefix + "DATABASE_URL":  "postgres://relay@127.0.0.1:1/app",

@@ -1,0 +1,345 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bufbuild/protocompile"
+	"github.com/twmb/avro"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// registryURL is the stack's schema registry (Apicurio's Confluent API,
+// scripts/stack.sh); the registry tests need it and fail without it.
+func registryURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("TEST_SCHEMA_REGISTRY_URL")
+	if u == "" {
+		t.Fatal("TEST_SCHEMA_REGISTRY_URL is not set: start the stack (scripts/stack.sh up) and eval \"$(scripts/stack.sh env)\"")
+	}
+	return u
+}
+
+// register adds a version of subject to the registry at base and returns
+// its schema id.
+func register(t testing.TB, base, subject, schemaType, schema string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"schema": schema, "schemaType": schemaType})
+	resp, err := http.Post(base+"/subjects/"+url.PathEscape(subject)+"/versions", "application/vnd.schemaregistry.v1+json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("register %s: %v", subject, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var r struct{ ID int }
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(out, &r) != nil || r.ID < 1 {
+		t.Fatalf("register %s: HTTP %d: %s", subject, resp.StatusCode, out)
+	}
+	return r.ID
+}
+
+// registryFormat is one registry format of the end-to-end test: the
+// schema of version 2 (the rows' schema_version), an unrelated version 1,
+// and how a record's value (after the 5-byte frame) is read back without
+// the relay's code.
+type registryFormat struct {
+	name, schemaType string
+	v1, v2           string
+	decode           func(t *testing.T, schema string, body []byte) map[string]any
+}
+
+var registryFormats = []registryFormat{
+	{
+		name: "avro", schemaType: "AVRO",
+		v1: `{"type":"record","name":"Old","fields":[{"name":"x","type":"string"}]}`,
+		v2: `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"n","type":"int"},{"name":"sku","type":"string"},
+			{"name":"qty","type":"long","default":1}]}`,
+		decode: func(t *testing.T, schema string, body []byte) map[string]any {
+			s, err := avro.Parse(schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v map[string]any
+			rest, err := s.Decode(body, &v)
+			if err != nil || len(rest) != 0 {
+				t.Fatalf("avro decode %x: %v (%d bytes left)", body, err, len(rest))
+			}
+			return normalize(t, v)
+		},
+	},
+	{
+		name: "protobuf", schemaType: "PROTOBUF",
+		v1: `syntax = "proto3"; package old; message Old { string x = 1; }`,
+		v2: `syntax = "proto3"; package shop; message Order { int32 n = 1; string sku = 2; int64 qty = 3; }`,
+		decode: func(t *testing.T, schema string, body []byte) map[string]any {
+			// The message indexes of the first message: a single 0.
+			if len(body) == 0 || body[0] != 0 {
+				t.Fatalf("protobuf value %x: want the message index list [0] (a single zero byte) first", body)
+			}
+			files, err := (&protocompile.Compiler{Resolver: &protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(
+				map[string]string{"order.proto": schema})}}).Compile(context.Background(), "order.proto")
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := files[0].Messages().Get(0)
+			m := dynamicpb.NewMessage(protoreflect.MessageDescriptor(md))
+			if err := proto.Unmarshal(body[1:], m); err != nil {
+				t.Fatalf("protobuf decode %x: %v", body, err)
+			}
+			js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v map[string]any
+			if err := json.Unmarshal(js, &v); err != nil {
+				t.Fatal(err)
+			}
+			return normalize(t, v)
+		},
+	},
+	{
+		name: "json-schema", schemaType: "JSON",
+		v1: `{"type":"object","properties":{"x":{"type":"string"}}}`,
+		v2: `{"type":"object","properties":{"n":{"type":"integer"},"sku":{"type":"string"},"qty":{"type":"integer"}},
+			"required":["n","sku","qty"],"additionalProperties":false}`,
+		decode: func(t *testing.T, _ string, body []byte) map[string]any {
+			var v map[string]any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatalf("json-schema value %q: %v", body, err)
+			}
+			return normalize(t, v)
+		},
+	},
+}
+
+// normalize renders every number of v as its decimal text, so that an
+// Avro int32, a protojson int64 string and a JSON float compare equal.
+func normalize(t *testing.T, v map[string]any) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for k, x := range v {
+		switch n := x.(type) {
+		case int32, int64, int:
+			out[k] = fmt.Sprint(n)
+		case float64:
+			out[k] = fmt.Sprint(int64(n))
+		default:
+			out[k] = fmt.Sprint(n)
+		}
+	}
+	return out
+}
+
+// registryEnv is the relay's environment for a registry format.
+func registryEnv(format, registry string, extra ...string) []string {
+	return append([]string{"OUTBOX_RELAY_RECORD_FORMAT=" + format, "OUTBOX_RELAY_SCHEMA_REGISTRY_URL=" + registry}, extra...)
+}
+
+// TestRegistryFormats runs the relay binary with each registry format
+// against the stack's registry (Apicurio): every event arrives framed with
+// the id of the version its row names, its value decodes with that schema
+// by an independent decoder (twmb/avro; protobuf-go's dynamicpb) into the
+// payload, key, partition and headers as in the other formats, in
+// per-aggregate order.
+func TestRegistryFormats(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	for _, f := range registryFormats {
+		t.Run(f.name, func(t *testing.T) {
+			env := NewEnv(t, EnvOptions{Partitions: 3})
+			subject := env.Topic + "-value"
+			register(t, reg, subject, f.schemaType, f.v1)
+			id := register(t, reg, subject, f.schemaType, f.v2)
+			relay := env.StartRelay(registryEnv(f.name, reg)...)
+			defer relay.Term(10 * time.Second)
+			const n = 12
+			rows := writeFormatRows(t, env, n, false, func(i int) any {
+				return fmt.Sprintf(`{"n": %d, "sku": "s-%d", "qty": %d}`, i, i, 10*i)
+			})
+			recs := waitRaw(t, env.Topic, env.Partitions, len(rows), 60*time.Second)
+			byID := recordsByID(t, recs)
+			lastVersion := map[string]int64{}
+			for _, r := range recs { // partition order, then offset: per aggregate, commit order
+				id, _ := r.header("event_id")
+				for _, row := range rows {
+					if row.id == id {
+						if row.version <= lastVersion[row.aggID] {
+							t.Errorf("aggregate %s: version %d after %d", row.aggID, row.version, lastVersion[row.aggID])
+						}
+						lastVersion[row.aggID] = row.version
+					}
+				}
+			}
+			for _, row := range rows {
+				r := byID[row.id]
+				if string(r.Key) != row.aggID || r.Partition != partitionOf(row.aggID, env.Partitions) {
+					t.Fatalf("event %s: key %q on partition %d, want %q on %d", row.id, r.Key, r.Partition, row.aggID, partitionOf(row.aggID, env.Partitions))
+				}
+				if len(r.Value) < 6 || r.Value[0] != 0 || binary.BigEndian.Uint32(r.Value[1:5]) != uint32(id) {
+					t.Fatalf("event %s: value %x, want the Confluent frame of schema id %d", row.id, r.Value, id)
+				}
+				got := f.decode(t, f.v2, r.Value[5:])
+				var payload map[string]any
+				if err := json.Unmarshal(row.payload, &payload); err != nil {
+					t.Fatal(err)
+				}
+				want := normalize(t, payload)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("event %s: decoded %v, want %v", row.id, got, want)
+				}
+				if sv, _ := r.header("schema_version"); sv != "2" {
+					t.Errorf("event %s: schema_version header %q, want 2", row.id, sv)
+				}
+			}
+			t.Logf("%d events, framed with schema id %d, decoded by an independent %s decoder", len(rows), id, f.name)
+		})
+	}
+}
+
+// TestRegistryPoisonThenRetry: an event whose schema_version the
+// registry does not have, and one whose payload its schema refuses, are
+// dead-lettered with their reasons and quarantine their aggregates while
+// the others flow; once the version is registered, dlq retry delivers it
+// and the events parked behind it, in order. Nothing is skipped.
+func TestRegistryPoisonThenRetry(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	f := registryFormats[0] // avro
+	env := NewEnv(t, EnvOptions{Partitions: 2})
+	subject := env.Topic + "-value"
+	register(t, reg, subject, f.schemaType, f.v1)
+	id2 := register(t, reg, subject, f.schemaType, f.v2)
+	relayEnv := registryEnv(f.name, reg)
+	relay := env.StartRelay(relayEnv...)
+	defer relay.Term(10 * time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	insert := func(agg string, version, schemaVersion int, payload string) {
+		t.Helper()
+		if _, err := env.DB.Exec(ctx, `insert into `+env.QuotedTable()+` (event_id, aggregate_type, aggregate_id, aggregate_version,
+			event_type, schema_version, payload) values (gen_random_uuid(), $1, $2, $3, 'order.changed', $4, $5)`,
+			env.AggType, agg, version, schemaVersion, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := `{"n": 1, "sku": "s", "qty": 1}`
+	insert("unregistered", 1, 3, ok) // version 3 is not registered yet
+	insert("unregistered", 2, 2, ok) // parked behind it
+	insert("mismatch", 1, 2, `{"n": "one", "sku": "s", "qty": 1}`)
+	insert("healthy", 1, 2, ok)
+	insert("healthy", 2, 2, ok)
+
+	// The healthy aggregate's two events arrive; the others are dead
+	// letters: the poison events dead, the one behind parked.
+	recs := waitRaw(t, env.Topic, env.Partitions, 2, 60*time.Second)
+	var rows []dlRow
+	if !within(30*time.Second, 200*time.Millisecond, func() bool { rows = dlRows(t, env, ""); return len(rows) == 3 }) {
+		t.Fatalf("dead letters: %v, want 3 rows", rows)
+	}
+	reasons := map[string]string{}
+	for _, r := range rows {
+		reasons[r.AggID+"/"+r.Status] = r.Class + ": " + r.Reason
+	}
+	t.Logf("dead letters: %v", reasons)
+	for key, want := range map[string]string{"unregistered/dead": "schema_not_found", "unregistered/parked": "", "mismatch/dead": "schema_mismatch"} {
+		got, found := reasons[key]
+		if !found || !strings.Contains(got, want) {
+			t.Errorf("dead letter %s: %q, want one mentioning %q", key, got, want)
+		}
+	}
+	for _, r := range recs {
+		if k := string(r.Key); k != "healthy" {
+			t.Errorf("a record of aggregate %s reached Kafka", k)
+		}
+	}
+	if !relay.Running() {
+		t.Fatalf("relay exited (code %d); tail:\n%s", relay.exitCode, relay.LogTail(20))
+	}
+
+	// Register version 3, then retry the aggregate: both of its events
+	// arrive, in order, framed with version 3's id and version 2's.
+	id3 := register(t, reg, subject, f.schemaType, `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"n","type":"int"},{"name":"sku","type":"string"}]}`)
+	res := env.RunCLI(60*time.Second, relayEnv, "dlq", "retry", "--aggregate", "unregistered")
+	if res.Code != 0 {
+		t.Fatalf("dlq retry: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, tail(res.Stdout, 10), tail(res.Stderr, 20))
+	}
+	recs = waitRaw(t, env.Topic, env.Partitions, 4, 60*time.Second)
+	var ids []uint32
+	for _, r := range recs {
+		if string(r.Key) == "unregistered" {
+			ids = append(ids, binary.BigEndian.Uint32(r.Value[1:5]))
+		}
+	}
+	if want := []uint32{uint32(id3), uint32(id2)}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("after dlq retry, aggregate unregistered has records framed with ids %v, want %v (its two events in order)", ids, want)
+	}
+	if rows := dlRows(t, env, "mismatch"); len(rows) != 1 || rows[0].Status != "dead" {
+		t.Errorf("the mismatching event: %v, want it still dead", rows)
+	}
+}
+
+// TestRegistryOutage: a relay that starts while its registry cannot be
+// reached (a network cut: no route, no answer) holds the events, with the
+// slot position, and dead-letters nothing; when the registry is back
+// every event arrives, in order, none twice.
+func TestRegistryOutage(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	u, err := url.Parse(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := registryFormats[0]
+	env := NewEnv(t, EnvOptions{Partitions: 2})
+	subject := env.Topic + "-value"
+	register(t, reg, subject, f.schemaType, f.v1)
+	id := register(t, reg, subject, f.schemaType, f.v2)
+	proxy := StartProxy(t, "registry", "127.0.0.1:0", u.Host)
+	proxied := *u
+	proxied.Host = proxy.Addr
+	proxy.Blackhole(time.Minute)
+	relay := env.StartRelay(registryEnv(f.name, proxied.String(), "OUTBOX_RELAY_SCHEMA_REGISTRY_TIMEOUT=1s")...)
+	defer relay.Term(10 * time.Second)
+	rows := writeFormatRows(t, env, 8, false, func(i int) any { return fmt.Sprintf(`{"n": %d, "sku": "s-%d", "qty": 1}`, i, i) })
+	if !within(30*time.Second, 100*time.Millisecond, func() bool { return relay.LogContains("schema registry") }) {
+		t.Fatalf("no log of the unreachable registry within 30s; tail:\n%s", relay.LogTail(20))
+	}
+	if recs, err := fetchRaw(env.Topic, env.Partitions); err != nil || len(recs) != 0 {
+		t.Fatalf("with the registry unreachable: %d records (%v), want none", len(recs), err)
+	}
+	if dl := dlRows(t, env, ""); len(dl) != 0 {
+		t.Fatalf("dead letters while the registry was unreachable: %v", dl)
+	}
+	proxy.Restore()
+	recs := waitRaw(t, env.Topic, env.Partitions, len(rows), 60*time.Second)
+	byID := recordsByID(t, recs) // fails on a duplicate
+	for _, row := range rows {
+		if r, ok := byID[row.id]; !ok || binary.BigEndian.Uint32(r.Value[1:5]) != uint32(id) {
+			t.Fatalf("event %s: %x, want it framed with id %d", row.id, r.Value, id)
+		}
+	}
+	if dl := dlRows(t, env, ""); len(dl) != 0 {
+		t.Fatalf("dead letters after the outage: %v", dl)
+	}
+	if !relay.Running() {
+		t.Fatalf("relay exited (code %d)", relay.exitCode)
+	}
+	t.Logf("%d events held through the outage and delivered after it, none dead-lettered, none twice", len(rows))
+}
