@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/doctor"
+	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -50,6 +53,7 @@ type doctorCmd struct {
 	config.TopicFlags
 	config.ProducerFlags
 	config.DeliveryFlags
+	config.FormatFlags
 	StandbyURL              []string      `name:"standby-url" help:"a standby to check the failover chain on, as a URL like --database-url; repeatable, or comma-separated" secret:"dsn"`
 	Topics                  string        `name:"topics" help:"comma-separated topics to check (default: the template rendered for event types found in the outbox)"`
 	ConsumerDedupeRetention time.Duration `name:"consumer-dedupe-retention" help:"how long consumers remember event ids; warns when a topic retains records longer (0 skips)"`
@@ -63,6 +67,9 @@ func (*doctorCmd) about(string) about {
 
 func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout := x.cfg, x.stdout
+	if f := cfg.Relay.Publish.Record.Format; f != record.FormatNative && !f.Registry() {
+		return configError{fmt.Errorf("--record-format %s: doctor checks the registry formats (avro, protobuf, json-schema) only; leave it out", f)}
+	}
 	for i, u := range c.StandbyURL {
 		// The shape first: pgconn's error would quote a value that is
 		// no connection string, and it may be a password.
@@ -96,6 +103,13 @@ func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {
 			return cfg.Relay.TransactionalID(relay.Source{SystemID: sys, Database: name, Slot: d.Slot}), err
 		}
 	}
+	if rc := p.Record; rc.Format.Registry() {
+		schemas, err := kafkaclients.Schemas(rc)
+		if err != nil {
+			return configError{err}
+		}
+		o.Registry = &doctor.RegistryTarget{Record: rc, URL: withoutUserinfo(rc.Registry.URL), Schemas: schemas}
+	}
 	if u := d.ReplicationURL; u != "" {
 		s, closeStandby := doctor.OpenStandby(ctx, u, d.BeforeConnect)
 		defer closeStandby()
@@ -125,3 +139,14 @@ type notCheckedError struct{ err error }
 
 func (e notCheckedError) Error() string { return e.err.Error() }
 func (e notCheckedError) Unwrap() error { return e.err }
+
+// withoutUserinfo is a registry URL fit to print in a fix: no user, no
+// password (Validate parsed it).
+func withoutUserinfo(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<--schema-registry-url>"
+	}
+	u.User = nil
+	return strings.TrimSuffix(u.String(), "/")
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/pgauth"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaconn"
+	"github.com/outbox-relay/outbox-relay/record"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -232,9 +233,19 @@ func (c *doctorCmd) effective(x *invocation) any {
 		StandbyURL                                                     []string
 		Topics                                                         string
 		ConsumerDedupeRetention, CleanupOlderThan, CheckpointRetention time.Duration
+		Registry                                                       any
 	}{logOf(cfg), dbOf(cfg, "tspr"), kafkaOf(cfg), p.TopicTemplate, !p.NoIdempotence, p.Delivery,
 		p.PositionsTopic, p.TransactionalID, p.TransactionTimeout, c.StandbyURL, c.Topics,
-		c.ConsumerDedupeRetention, c.CleanupOlderThan, c.CheckpointRetention}
+		c.ConsumerDedupeRetention, c.CleanupOlderThan, c.CheckpointRetention, registryOf(p.Record)}
+}
+
+// registryOf is what a command checks or encodes with the registry: the
+// record configuration of a registry format, nil for the other formats.
+func registryOf(rc record.Config) any {
+	if !rc.Format.Registry() {
+		return nil
+	}
+	return rc
 }
 
 func (c *reconcileCmd) effective(x *invocation) any {

@@ -91,18 +91,20 @@ type PublishFlags struct {
 	WriteTimeout              time.Duration `name:"write-timeout" help:"how long one produce request may take before it is retried" to:"Relay.Publish.WriteTimeout"`
 	MetadataTimeout           time.Duration `name:"metadata-timeout" help:"how long one of the relay's own metadata questions (a topic's partitions and leaders) may take; a silent broker then shows as a logged, counted failure" to:"Relay.Publish.MetadataTimeout"`
 	TopicIdleTimeout          time.Duration `name:"topic-idle-timeout" help:"how long an unused topic keeps its router and partition lanes (goroutines, queues)" to:"Relay.Publish.TopicIdleTimeout"`
-	RecordFormat              string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits), cloudevents (docs/formats.md), or avro, protobuf or json-schema: the JSON payload encoded with its schema from --schema-registry-url, in the Confluent wire format (docs/schemas.md)" to:"Relay.Publish.Record.Format"`
 	CloudeventsSource         string        `name:"cloudevents-source" help:"CloudEvents source attribute, a URI-reference naming the producer, e.g. /orders-service; required with --record-format cloudevents" to:"Relay.Publish.Record.CloudEventsSource"`
 	CloudeventsMode           string        `name:"cloudevents-mode" help:"CloudEvents content mode: binary (attributes in ce_* headers, the payload as the value) or structured (the event as a JSON value)" to:"Relay.Publish.Record.CloudEventsMode"`
 	DebeziumExpandJsonPayload bool          `name:"debezium-expand-json-payload" help:"with --record-format debezium: write JSON payloads as the router does with table.expand.json.payload=true and the JsonConverter (compact, null members dropped)" to:"Relay.Publish.Record.DebeziumExpandJSON"`
-	SchemaRegistryFlags
-	TombstoneOnNullPayload bool `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
+	TombstoneOnNullPayload    bool          `name:"tombstone-on-null-payload" help:"an outbox row with a NULL payload becomes a tombstone (its key and headers, a null value) for compacted topics, instead of a poison event" to:"Relay.Publish.Record.TombstoneOnNullPayload"`
+	FormatFlags
 }
 
-// SchemaRegistryFlags are the registry formats' (--record-format avro,
-// protobuf, json-schema): which schema encodes an event, and where the
-// registry is. Without such a format each is refused.
-type SchemaRegistryFlags struct {
+// FormatFlags are the record format and the registry formats' settings
+// (--record-format avro, protobuf, json-schema): which schema encodes an
+// event, and where the registry is; without such a format each of those
+// is refused. The commands that publish take them, and doctor, which
+// checks the registry.
+type FormatFlags struct {
+	RecordFormat            string        `name:"record-format" help:"record format: native, debezium (the record Debezium's Outbox Event Router emits), cloudevents (docs/formats.md), or avro, protobuf or json-schema: the JSON payload encoded with its schema from --schema-registry-url, in the Confluent wire format (docs/schemas.md)" to:"Relay.Publish.Record.Format"`
 	SchemaRegistryUrl       string        `name:"schema-registry-url" help:"base URL of the Confluent-compatible schema registry API, e.g. https://registry:8081 or Apicurio's http://host:8080/apis/ccompat/v7; a user:password in it is basic auth; required with a registry format" to:"Relay.Publish.Record.Registry.URL" secret:"dsn" example:"https://registry:8081"`
 	SchemaRegistryUsername  string        `name:"schema-registry-username" help:"basic auth user of the registry (Confluent Cloud: the API key)" to:"Relay.Publish.Record.Registry.Username"`
 	SchemaRegistryPassword  string        `name:"schema-registry-password" help:"basic auth password of the registry (Confluent Cloud: the API secret)" to:"Relay.Publish.Record.Registry.Password" secret:""`

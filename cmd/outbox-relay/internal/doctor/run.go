@@ -37,6 +37,9 @@ type Options struct {
 	// Retention are the retention periods compared (the Kafka topics'
 	// are read here).
 	Retention Retention
+	// Registry, with a registry record format, checks the subjects and
+	// versions of the outbox's events.
+	Registry *RegistryTarget
 }
 
 // Run runs every check on pool, the primary, and returns the report. An
@@ -60,6 +63,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, error) {
 		kt.Topics = OutboxTopics(ctx, pool, o.Table, o.Render)
 	}
 	CheckKafka(ctx, kt, rep)
+	if o.Registry != nil {
+		CheckRegistry(ctx, pool, o.Table, o.Render, *o.Registry, rep)
+	}
 	if o.Transactions != nil {
 		id, err := o.TransactionalID(ctx, pool)
 		if err != nil {
