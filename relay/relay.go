@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
+	"github.com/outbox-relay/outbox-relay/internal/schemareg"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -105,7 +106,10 @@ func New(cfg Config, opts ...Option) (*Relay, error) {
 	} else if g, ok := o.registerer.(prometheus.Gatherer); ok {
 		r.gatherer = g
 	}
-	if r.schemas, err = kafkaclients.Schemas(cfg.Publish.Record); err != nil {
+	// The registry client reports to the relay's collectors: its
+	// requests, cache and stale answers are the first place to look when
+	// events wait on the registry (reason schema_registry).
+	if r.schemas, err = kafkaclients.Schemas(cfg.Publish.Record, schemareg.WithMetrics(r.m.SchemaRegistryClient())); err != nil {
 		return nil, err
 	}
 	r.cleanup = newCleanupSchedule(r)

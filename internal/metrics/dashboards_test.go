@@ -691,13 +691,15 @@ var (
 	byteUnits  = set("bytes", "decbytes", "kbytes", "mbytes", "gbytes")
 	rateUnits  = set("ops", "reqps", "rps", "wps", "cps")
 	countUnits = set("short", "none", "locale")
+	ratioUnits = set("percentunit", "short", "none")
 )
 
 // allowedUnits is the set of units an expression over metric can be shown
 // in, from the metric's suffix: _seconds a duration (or, for a
 // _timestamp_seconds, a date unless subtracted from time()), _bytes a
 // size, a counter's rate per second, a counter's increase (or a gauge
-// without a unit suffix) a plain count.
+// without a unit suffix) a plain count, a counter divided by itself
+// (hits over all lookups: one family under two matchers) a ratio.
 func allowedUnits(expr, metric string) map[string]bool {
 	base := strings.TrimSuffix(strings.TrimSuffix(metric, "_bucket"), "_sum")
 	if b, ok := strings.CutSuffix(base, "_count"); ok {
@@ -705,6 +707,9 @@ func allowedUnits(expr, metric string) map[string]bool {
 	}
 	switch {
 	case strings.HasSuffix(base, "_total"):
+		if names, err := promqlMetrics(expr); err == nil && len(names) == 1 && names[0] == metric && strings.Contains(expr, " / ") {
+			return ratioUnits
+		}
 		if strings.Contains(expr, "rate(") {
 			return rateUnits
 		}
@@ -800,6 +805,8 @@ func TestDashboardChecksCatch(t *testing.T) {
 		{"bytes as a count", `"unit": "bytes"`, `"unit": "short"`, unitProblems},
 		{"seconds as bytes", `"unit": "s"`, `"unit": "bytes"`, unitProblems},
 		{"a rate in seconds", `"value": "ops"`, `"value": "s"`, unitProblems},
+		{"a rate as a ratio", `"unit": "ops"`, `"unit": "percentunit"`, unitProblems},
+		{"a ratio as a rate", `"unit": "percentunit"`, `"unit": "ops"`, unitProblems},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

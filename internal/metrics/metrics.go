@@ -93,6 +93,10 @@ type Relay struct {
 	// slot or table (one value per process), so dashboards can take
 	// max by (slot) across the leader and its standbys.
 	PG PGStats
+
+	// SchemaRegistry is the schema registry client's, for the registry
+	// formats (see SchemaRegistryClient).
+	SchemaRegistry SchemaRegistry
 }
 
 // PGStats are the slot and outbox-table gauges of package pgstats. A gauge
@@ -360,7 +364,8 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 			Namespace: namespace, Name: "stalled",
 			Help: "1 while events are in flight and no acknowledgement advanced for the stall timeout; 0 otherwise.",
 		}),
-		PG: newPGStats(),
+		PG:             newPGStats(),
+		SchemaRegistry: newSchemaRegistry(),
 	}
 	cs := append([]prometheus.Collector{
 		r.BuildInfo,
@@ -372,6 +377,7 @@ func Register(reg prometheus.Registerer) (*Relay, error) {
 		r.Transactions, r.TransactionDuration, r.TransactionCommit, r.TransactionEvents, r.ProducerFenced,
 		r.Leader, r.LeaderAcquisitions, r.Stalled,
 	}, r.PG.collectors()...)
+	cs = append(cs, r.SchemaRegistry.collectors()...)
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
