@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bufbuild/protocompile"
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/avro"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -275,7 +276,8 @@ func TestRegistryPoisonThenRetry(t *testing.T) {
 
 	// Register version 3, then retry the aggregate: both of its events
 	// arrive, in order, framed with version 3's id and version 2's.
-	id3 := register(t, reg, subject, f.schemaType, `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"n","type":"int"},{"name":"sku","type":"string"}]}`)
+	id3 := register(t, reg, subject, f.schemaType, `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"n","type":"int"},{"name":"sku","type":"string"},
+		{"name":"qty","type":"long"},{"name":"note","type":"string","default":""}]}`)
 	res := env.RunCLI(60*time.Second, relayEnv, "dlq", "retry", "--aggregate", "unregistered")
 	if res.Code != 0 {
 		t.Fatalf("dlq retry: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, tail(res.Stdout, 10), tail(res.Stderr, 20))
@@ -342,4 +344,106 @@ func TestRegistryOutage(t *testing.T) {
 		t.Fatalf("relay exited (code %d)", relay.exitCode)
 	}
 	t.Logf("%d events held through the outage and delivered after it, none dead-lettered, none twice", len(rows))
+}
+
+// TestRegistryExactlyOnce: with --delivery exactly-once, a registry
+// format's records are written in Kafka transactions like the others: a
+// relay killed with SIGKILL between two batches and restarted leaves a
+// read_committed consumer every event once, framed with its schema id.
+func TestRegistryExactlyOnce(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	f := registryFormats[1] // protobuf: the message index too
+	env := NewEnv(t, EnvOptions{Partitions: 3})
+	subject := env.Topic + "-value"
+	register(t, reg, subject, f.schemaType, f.v1)
+	id := register(t, reg, subject, f.schemaType, f.v2)
+	relayEnv := append(registryEnv(f.name, reg), env.eosArgs()...)
+	rc := StartTxnConsumer(t, env.Topic, env.Partitions, true)
+	relay := env.StartRelay(relayEnv...)
+	batch := func(name string, from int) []string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var ids []string
+		err := env.DB.WithConn(ctx, func(c *pgx.Conn) error {
+			rows, err := c.Query(ctx, `insert into `+env.QuotedTable()+` (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload)
+				select gen_random_uuid(), $1, 'agg-' || (i % 3), i, 'order.changed', 2, jsonb_build_object('n', i, 'sku', $2 || i, 'qty', 1)
+				from generate_series($3::int, $3::int + 8) i returning event_id::text`, env.AggType, name, from)
+			if err != nil {
+				return err
+			}
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil || len(ids) != 9 {
+			t.Fatalf("insert %s: %d rows, %v", name, len(ids), err)
+		}
+		return ids
+	}
+	first := batch("a-", 1)
+	if !rc.WaitCount(len(first), 60*time.Second) {
+		t.Fatalf("read_committed consumer got %d records, want %d; relay tail:\n%s", rc.Count(), len(first), relay.LogTail(20))
+	}
+	relay.Kill9()
+	second := batch("b-", 10)
+	relay = env.StartRelay(relayEnv...)
+	defer relay.Term(10 * time.Second)
+	want := len(first) + len(second)
+	if !rc.WaitCount(want, 60*time.Second) {
+		t.Fatalf("read_committed consumer got %d records, want %d; relay tail:\n%s", rc.Count(), want, relay.LogTail(20))
+	}
+	// wall-clock: a window for a late duplicate to show up
+	time.Sleep(2 * time.Second)
+	seen := map[string]int{}
+	for _, r := range rc.Records() {
+		seen[r.EventID()]++
+		if len(r.Value) < 6 || r.Value[0] != 0 || binary.BigEndian.Uint32(r.Value[1:5]) != uint32(id) || r.Value[5] != 0 {
+			t.Fatalf("event %s: value %x, want the frame of schema id %d and message index [0]", r.EventID(), r.Value, id)
+		}
+	}
+	for _, id := range append(first, second...) {
+		if seen[id] != 1 {
+			t.Errorf("event %s read %d times by the read_committed consumer, want once", id, seen[id])
+		}
+	}
+	if len(seen) != want {
+		t.Errorf("read_committed consumer saw %d distinct events, want %d", len(seen), want)
+	}
+}
+
+// TestDoctorRegistry: doctor with a registry format checks each subject
+// and version the outbox's rows need: a registered one passes, a missing
+// one fails with the command that registers it (exit 1), and a registry
+// that does not answer fails the check.
+func TestDoctorRegistry(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	f := registryFormats[0]
+	env := NewEnv(t, EnvOptions{Partitions: 1})
+	subject := env.Topic + "-value"
+	register(t, reg, subject, f.schemaType, f.v1)
+	register(t, reg, subject, f.schemaType, f.v2)
+	writeFormatRows(t, env, 2, false, func(i int) any { return fmt.Sprintf(`{"n": %d, "sku": "s", "qty": 1}`, i) }) // schema_version 2
+	doctor := func(url string) CLIResult {
+		return env.RunCLI(60*time.Second, registryEnv(f.name, url), "doctor", "--topics", env.Topic)
+	}
+	res := doctor(reg)
+	if !strings.Contains(res.Stdout, "PASS  schema registry") {
+		t.Fatalf("doctor with version 2 registered: no passing registry check:\n%s\n%s", res.Stdout, tail(res.Stderr, 10))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := env.DB.Exec(ctx, `update `+env.QuotedTable()+` set schema_version = 5`); err != nil {
+		t.Fatal(err)
+	}
+	res = doctor(reg)
+	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  schema "+subject) || !strings.Contains(res.Stdout, "version 5 is not registered") ||
+		!strings.Contains(res.Stdout, "/subjects/"+url.PathEscape(subject)+"/versions") {
+		t.Fatalf("doctor with version 5 missing: exit %d, want 1 naming it with the command that registers it:\n%s", res.Code, res.Stdout)
+	}
+	res = doctor("http://127.0.0.1:1/apis/ccompat/v7")
+	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  schema registry") || !strings.Contains(res.Stdout, "unreachable") {
+		t.Fatalf("doctor with no registry at the URL: exit %d, want 1 with the registry unreachable:\n%s", res.Code, res.Stdout)
+	}
 }
