@@ -317,11 +317,30 @@ func TestRegistryOutage(t *testing.T) {
 	proxied := *u
 	proxied.Host = proxy.Addr
 	proxy.Blackhole(time.Minute)
-	relay := env.StartRelay(registryEnv(f.name, proxied.String(), "OUTBOX_RELAY_SCHEMA_REGISTRY_TIMEOUT=1s")...)
+	node := &relayNode{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	relay := env.StartRelay(registryEnv(f.name, proxied.String(), "OUTBOX_RELAY_SCHEMA_REGISTRY_TIMEOUT=1s", "OUTBOX_RELAY_METRICS_ADDR="+node.addr)...)
 	defer relay.Term(10 * time.Second)
 	rows := writeFormatRows(t, env, 8, false, func(i int) any { return fmt.Sprintf(`{"n": %d, "sku": "s-%d", "qty": 1}`, i, i) })
 	if !within(30*time.Second, 100*time.Millisecond, func() bool { return relay.LogContains("schema registry") }) {
 		t.Fatalf("no log of the unreachable registry within 30s; tail:\n%s", relay.LogTail(20))
+	}
+	// /readyz names the registry, whether the stream is backing off or
+	// restarted and waiting for it.
+	var h readiness
+	if !within(20*time.Second, 100*time.Millisecond, func() bool {
+		var err error
+		h, err = node.ready()
+		return err == nil && h.code == 503 && strings.Contains(h.Reason, "schema registry unavailable")
+	}) {
+		t.Fatalf("/readyz during the outage: %+v, want 503 naming the schema registry", h)
+	}
+	t.Logf("/readyz during the outage: %d %q", h.code, h.Reason)
+	for i := 0; i < 10; i++ {
+		// wall-clock: samples across the stream's restarts: never ready while the registry is away
+		time.Sleep(200 * time.Millisecond)
+		if h, err := node.ready(); err == nil && h.code == 200 {
+			t.Fatalf("/readyz 200 during the registry outage: %+v", h)
+		}
 	}
 	if recs, err := fetchRaw(env.Topic, env.Partitions); err != nil || len(recs) != 0 {
 		t.Fatalf("with the registry unreachable: %d records (%v), want none", len(recs), err)
@@ -339,6 +358,10 @@ func TestRegistryOutage(t *testing.T) {
 	}
 	if dl := dlRows(t, env, ""); len(dl) != 0 {
 		t.Fatalf("dead letters after the outage: %v", dl)
+	}
+	if !within(20*time.Second, 100*time.Millisecond, func() bool { h, err := node.ready(); return err == nil && h.code == 200 }) {
+		h, _ := node.ready()
+		t.Fatalf("/readyz after the outage: %+v, want 200", h)
 	}
 	if !relay.Running() {
 		t.Fatalf("relay exited (code %d)", relay.exitCode)

@@ -44,7 +44,12 @@ func (r *Relay) readiness(now time.Time) Readiness {
 	st := r.elector.Status()
 	h.Role, h.LastContact = st.Role.String(), st.LastContact
 	stalled := r.stalls.reason()
+	registry := r.registryOut.reason(now)
 	switch {
+	case st.Role == leader.RoleLeader && registry != "":
+		// The stream restarts and ends at the first event it cannot
+		// encode: neither "streaming" nor "reconnecting" says why.
+		h.Reason = registry
 	case st.Role == leader.RoleLeader && h.Streaming && stalled != "":
 		// Streaming, but Kafka acknowledges nothing: once its window is
 		// full the relay reads nothing either (stallwatch.go).

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/hint"
 	"github.com/outbox-relay/outbox-relay/internal/leader"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/replication"
 	"github.com/outbox-relay/outbox-relay/slot"
 )
@@ -89,6 +90,10 @@ func (r *Relay) lead(ctx context.Context, lease *leader.Lease) error {
 		}
 		if time.Since(started) > time.Minute {
 			attempt = 1
+		}
+		var su *publisher.SchemaUnavailableError
+		if errors.As(err, &su) {
+			r.registryOut.down(su, r.tracker.Load(), time.Now())
 		}
 		d := backoff.Jitter(attempt, 200*time.Millisecond, r.cfg.Publish.BackoffMax)
 		r.log.Warn("replication stream ended, reconnecting", slog.String("stage", "stream"), slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.Any("error", err))

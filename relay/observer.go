@@ -23,6 +23,7 @@ func (r *Relay) observe(ctx context.Context) {
 			return true
 		}
 		s := tr.Stats()
+		r.registryOut.observe(tr, s.Acked, r.log, time.Now())
 		if r.streaming.Load() {
 			r.stalls.observe(time.Now(), s)
 		} else {

@@ -70,6 +70,9 @@ type Relay struct {
 	// stalls the stall detection fed from it and the window (stallwatch.go).
 	failures lastFailure
 	stalls   *stallWatch
+	// registryOut is a schema registry outage, for /readyz
+	// (registryoutage.go).
+	registryOut registryOutage
 	// decodeFails bounds the reconnects on one undecodable message.
 	decodeFails decodeRetries
 }
