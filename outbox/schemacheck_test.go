@@ -447,3 +447,52 @@ func TestNewSchemaCheckerRefusesWhatTheRelayWouldNotRun(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAppendSchemaCheck is Append without the schema check and with
+// it, its schema cached (the steady state: no request), for the three
+// registry formats; the difference is the check's cost per event.
+//
+//	go test -run '^$' -bench BenchmarkAppendSchemaCheck -benchmem ./outbox/
+func BenchmarkAppendSchemaCheck(b *testing.B) {
+	f, srv := newFakeRegistry(b)
+	f.register("outbox.event.order-value", "", avroOrder)
+	f.register("shop.v1.OrderConfirmed", record.SchemaTypeProtobuf, protoOrder)
+	f.register("outbox.event.order-order.confirmed", record.SchemaTypeJSON, jsonOrder)
+	cases := []struct {
+		name      string
+		rc        *record.Config // nil: no check
+		eventType string
+	}{
+		{"none", nil, "order.confirmed"},
+		{"avro", &record.Config{Format: record.FormatAvro}, "order.confirmed"},
+		// The record strategy: the event type names the subject and the message.
+		{"protobuf", &record.Config{Format: record.FormatProtobuf, SubjectStrategy: record.SubjectRecord}, "shop.v1.OrderConfirmed"},
+		{"json-schema", &record.Config{Format: record.FormatJSONSchema, SubjectStrategy: record.SubjectTopicRecord}, "order.confirmed"},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			w := NewWriter(testTable)
+			if c.rc != nil {
+				w = checkedWriter(b, srv, *c.rc)
+			}
+			ctx := context.Background()
+			e := orderEvent(`{"id":"o-1","qty":2}`)
+			e.Headers = nil
+			e.EventType = c.eventType
+			if err := w.Append(ctx, nopExecer{}, e); err != nil { // warms the cache
+				b.Fatal(err)
+			}
+			before := f.count()
+			b.ReportAllocs()
+			for b.Loop() {
+				e.EventID = uuid.Nil
+				if err := w.Append(ctx, nopExecer{}, e); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if n := f.count() - before; n != 0 {
+				b.Fatalf("%d registry requests while the schema was cached", n)
+			}
+		})
+	}
+}

@@ -60,6 +60,18 @@ func (t Template) Render(aggregateType, eventType string) string {
 		return t.parts[0]
 	}
 	var b strings.Builder
+	n := 0
+	for i, p := range t.parts {
+		switch {
+		case i%2 == 0:
+			n += len(p)
+		case p == "aggregate_type":
+			n += len(aggregateType)
+		default:
+			n += len(eventType)
+		}
+	}
+	b.Grow(n) // one allocation
 	for i, p := range t.parts {
 		switch {
 		case i%2 == 0:
