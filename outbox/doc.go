@@ -72,11 +72,25 @@
 // by default). docs/operations.md explains how to pick the budgets from
 // the forecast.
 //
+// # Schema check: a payload the relay cannot encode fails before commit
+//
+// With a schema registry record format (avro, protobuf, json-schema), a
+// payload that does not match its registered schema is dead-lettered by
+// the relay, after the business transaction committed. A Writer built
+// WithSchemaCheck finds it before: Append encodes the payload with the
+// schema the relay will use (NewSchemaChecker takes the relay's record
+// configuration and topic template) and refuses a mismatch with a
+// *SchemaError naming the field (errors.Is(err, ErrInvalidEvent)), before
+// any SQL. Schemas are cached, so an Append of a schema already seen
+// makes no request; a registry that cannot be asked for one not cached
+// refuses the event too (ErrSchemaUnavailable). docs/schemas.md has the
+// details.
+//
 // # Options
 //
 // NewWriter and NewHealthMonitor take Options, one type for the two: the
 // Writer's (WithBinaryPayload, WithSchema, WithBackpressure,
-// WithPropagator), the monitor's (WithLogger) and WithMetrics, which both
+// WithSchemaCheck, WithPropagator), the monitor's (WithLogger) and WithMetrics, which both
 // take, so that one Metrics (outboxprom.New) counts the Writers' conflicts
 // and refusals and the monitor's engaged levels. Each With function says
 // whom it configures; the other constructor ignores it. The names are the

@@ -25,7 +25,7 @@ import (
 // values, or it checks against another schema than the relay uses.
 type SchemaCheckConfig struct {
 	// Record is the relay's record configuration (relay.Config's
-	// Publisher.Record, the --record-format, --schema-subject-strategy,
+	// Publish.Record, the --record-format, --schema-subject-strategy,
 	// --schema-version and --schema-registry-* flags). Format must be a
 	// registry format (record.Format.Registry); SubjectStrategy,
 	// SchemaVersion and Registry are read, the other fields are not.

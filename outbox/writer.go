@@ -85,8 +85,9 @@ const (
 // schema (see package migrations). By default the payload column is
 // assumed to be jsonb or json and the headers column to exist. The
 // options of a Writer are WithBinaryPayload, WithSchema, WithBackpressure,
-// WithSchemaCheck, WithMetrics and WithPropagator; WithLogger, a HealthMonitor's, changes
-// nothing here (a Writer logs nothing: it returns its errors).
+// WithSchemaCheck, WithMetrics and WithPropagator; WithLogger, a
+// HealthMonitor's, changes nothing here (a Writer logs nothing: it
+// returns its errors).
 func NewWriter(table migrations.Table, opts ...Option) *Writer {
 	var o options
 	for _, opt := range opts {
