@@ -71,7 +71,7 @@ type Transition struct {
 // t.Event is refused before any SQL (a *ValidationError, as from Append),
 // and so is one that back-pressure refuses (WithBackpressure: a
 // *BackpressureError, errors.Is(err, ErrBackpressure)), and one the
-// schema check refuses (WithSchemaCheck: a *SchemaError). Roll back on any
+// event check refuses (WithEventCheck: the check's error). Roll back on any
 // error: when the append fails after the change, the change did run.
 //
 // Use it with a pgx transaction through PgxTx, or a database/sql one
@@ -99,9 +99,10 @@ func (w *Writer) Transition(ctx context.Context, tx Tx, t Transition) error {
 	if be := w.admit(t.Event); be != nil {
 		return be
 	}
-	// So does the schema check: its outcome does not depend on the
-	// version RETURNING gives, so it runs once, here.
-	if err := w.checkSchema(ctx, t.Event); err != nil {
+	// So does the event check: it runs once, here, before the change,
+	// so a refused event leaves the change unrun (a check therefore must
+	// not depend on the AggregateVersion RETURNING gives).
+	if err := w.check(ctx, t.Event); err != nil {
 		return err
 	}
 	want := t.ExpectRows

@@ -69,7 +69,7 @@ type Writer struct {
 	columns string // column list shared by single and batch inserts
 	metrics Metrics
 	bp      *HealthMonitor // nil: no back-pressure (WithBackpressure)
-	schemas *SchemaChecker // nil: payloads not checked (WithSchemaCheck)
+	checker EventChecker   // nil: events not checked (WithEventCheck)
 }
 
 const (
@@ -85,7 +85,7 @@ const (
 // schema (see package migrations). By default the payload column is
 // assumed to be jsonb or json and the headers column to exist. The
 // options of a Writer are WithBinaryPayload, WithSchema, WithBackpressure,
-// WithSchemaCheck, WithMetrics and WithPropagator; WithLogger, a
+// WithEventCheck, WithMetrics and WithPropagator; WithLogger, a
 // HealthMonitor's, changes nothing here (a Writer logs nothing: it
 // returns its errors).
 func NewWriter(table migrations.Table, opts ...Option) *Writer {
@@ -94,7 +94,7 @@ func NewWriter(table migrations.Table, opts ...Option) *Writer {
 		opt.apply(&o)
 	}
 	w := &Writer{table: table, payload: o.payload, headers: !o.noHeaders, prop: o.propagator, metrics: o.metrics, bp: o.backpressure,
-		schemas: o.schemaCheck}
+		checker: o.check}
 	if w.metrics == nil {
 		w.metrics = nopMetrics{}
 	}
@@ -150,8 +150,8 @@ func (w *Writer) insertSQL(n int) string {
 
 // Validate reports whether Append would accept e, without writing it. The
 // error is a *ValidationError wrapping ErrInvalidEvent. It leaves out the
-// schema check (WithSchemaCheck), which may ask the registry:
-// SchemaChecker.Check does that part.
+// event check (WithEventCheck), which may do I/O: the checker's own Check
+// does that part.
 func (w *Writer) Validate(e *Event) error {
 	if e == nil {
 		return &ValidationError{Problems: []string{"event is nil"}}
@@ -244,26 +244,26 @@ func validText(s string) bool {
 // (errors.Is(err, ErrBackpressure)), counted in Metrics, and e is left
 // unchanged too. The check is an atomic load, not a query.
 //
-// With WithSchemaCheck, an event whose payload the relay could not encode
-// with its registered schema is rejected next, before any SQL, with a
-// *SchemaError naming the field (errors.Is(err, ErrInvalidEvent)), and so
-// is every event while the registry cannot be asked for a schema not in
-// the cache (errors.Is(err, ErrSchemaUnavailable)); e is left unchanged.
+// With WithEventCheck, the check runs next, before any SQL: an event it
+// refuses is rejected with the check's error, unchanged, and e is left
+// unchanged too. The schema check of package outboxschema refuses a
+// payload the relay could not encode with its registered schema with an
+// *outboxschema.SchemaError (errors.Is(err, ErrInvalidEvent)).
 func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
 	return w.append(ctx, tx, e, true)
 }
 
-// append is Append; checkSchema false skips the schema check, for
-// Transition, which ran it before its change.
-func (w *Writer) append(ctx context.Context, tx Execer, e *Event, checkSchema bool) error {
+// append is Append; check false skips the event check, for Transition,
+// which ran it before its change.
+func (w *Writer) append(ctx context.Context, tx Execer, e *Event, check bool) error {
 	if err := w.Validate(e); err != nil {
 		return err
 	}
 	if be := w.admit(e); be != nil {
 		return be
 	}
-	if checkSchema {
-		if err := w.checkSchema(ctx, e); err != nil {
+	if check {
+		if err := w.check(ctx, e); err != nil {
 			return err
 		}
 	}
@@ -278,16 +278,6 @@ func (w *Writer) append(ctx context.Context, tx Execer, e *Event, checkSchema bo
 		return fmt.Errorf("append outbox event %s (%s) to %s: %w", e.EventID, e.EventType, w.table, err)
 	}
 	return nil
-}
-
-// checkSchema is the schema check of one event (WithSchemaCheck): nil
-// without one. Callers run it after validation and back-pressure (which
-// cost no I/O) and before any SQL.
-func (w *Writer) checkSchema(ctx context.Context, e *Event) error {
-	if w.schemas == nil {
-		return nil
-	}
-	return w.schemas.Check(ctx, e)
 }
 
 // AppendBatch appends several events with as few statements as possible
@@ -305,9 +295,9 @@ func (w *Writer) checkSchema(ctx context.Context, e *Event) error {
 // Put critical and non-critical events in separate batches if the
 // critical ones must go through while the soft budget is crossed.
 //
-// With WithSchemaCheck, every event is checked after that, before any
+// With WithEventCheck, every event is checked after that, before any
 // SQL, and the error for the first refused one says which it was and
-// wraps its *SchemaError; nothing is sent.
+// wraps the check's error; nothing is sent.
 func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) error {
 	for i, e := range events {
 		if err := w.Validate(e); err != nil {
@@ -325,9 +315,9 @@ func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) er
 			return first
 		}
 	}
-	if w.schemas != nil {
+	if w.checker != nil {
 		for i, e := range events {
-			if err := w.schemas.Check(ctx, e); err != nil {
+			if err := w.checker.Check(ctx, e); err != nil {
 				return fmt.Errorf("event %d of %d: %w", i, len(events), err)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 // format's checker finds it: "items[2].price" for Avro, "items/2/price"
 // for JSON Schema. field is "" when the error is about the whole payload,
 // and for Protobuf, whose account (protojson's) names the member only in
-// the error's text. The producer-side check (outbox.SchemaError.Field)
+// the error's text. The producer-side check (outboxschema.SchemaError.Field)
 // reports it without the caller parsing error text.
 func PayloadField(err error) (field string, ok bool) {
 	var ae *avrojson.Error

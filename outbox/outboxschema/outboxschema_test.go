@@ -1,4 +1,4 @@
-package outbox
+package outboxschema_test
 
 import (
 	"context"
@@ -16,8 +16,56 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/outboxschema"
 	"github.com/outbox-relay/outbox-relay/record"
 )
+
+// recorder is an outbox.Tx that records the statements a Writer sends
+// instead of running them, and answers a Transition's change with rows
+// and returned.
+type recorder struct {
+	calls    []call
+	changes  []call
+	rows     int64
+	returned []int64
+}
+
+type call struct {
+	sql  string
+	args []any
+}
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) error {
+	r.calls = append(r.calls, call{sql: sql, args: args})
+	return nil
+}
+
+func (r *recorder) Change(_ context.Context, sql string, args ...any) (int64, []int64, error) {
+	r.changes = append(r.changes, call{sql: sql, args: args})
+	return r.rows, r.returned, nil
+}
+
+// nopExecer accepts every statement: the benchmark measures the Writer
+// and the check, not a fake's bookkeeping.
+type nopExecer struct{}
+
+func (nopExecer) Exec(context.Context, string, ...any) error { return nil }
+
+var testTable = migrations.Table{Schema: "public", Name: "outbox"}
+
+func validEvent() *outbox.Event {
+	return &outbox.Event{
+		AggregateType:    "order",
+		AggregateID:      "o-1",
+		AggregateVersion: 2,
+		EventType:        "order.confirmed",
+		SchemaVersion:    1,
+		Payload:          []byte(`{"id":"o-1"}`),
+		Headers:          map[string]string{"trace_id": "abc"},
+	}
+}
 
 // fakeRegistry is an in-process registry speaking the part of the
 // Confluent API the schema check uses (a subject's version, an id's
@@ -134,17 +182,17 @@ const (
 // checkedWriter is a Writer with the schema check against srv, the topic
 // outbox.event.order (the default template), subject
 // outbox.event.order-value by default.
-func checkedWriter(t testing.TB, srv *httptest.Server, rc record.Config, opts ...Option) *Writer {
+func checkedWriter(t testing.TB, srv *httptest.Server, rc record.Config, opts ...outbox.Option) *outbox.Writer {
 	t.Helper()
 	rc.Registry.URL = srv.URL
-	c, err := NewSchemaChecker(SchemaCheckConfig{Record: rc})
+	c, err := outboxschema.New(outboxschema.Config{Record: rc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewWriter(testTable, append(opts, WithSchemaCheck(c))...)
+	return outbox.NewWriter(testTable, append(opts, outbox.WithEventCheck(c))...)
 }
 
-func orderEvent(payload string) *Event {
+func orderEvent(payload string) *outbox.Event {
 	e := validEvent()
 	e.Payload = []byte(payload)
 	return e
@@ -189,9 +237,9 @@ func TestSchemaCheckRefusesAMismatchBeforeTheInsert(t *testing.T) {
 	r := &recorder{}
 	e := orderEvent(`{"id":"o-1","qty":"two"}`)
 	err := w.Append(context.Background(), r, e)
-	var se *SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, ErrInvalidEvent) || errors.Is(err, ErrSchemaUnavailable) {
-		t.Fatalf("err = %v, want a *SchemaError wrapping ErrInvalidEvent", err)
+	var se *outboxschema.SchemaError
+	if !errors.As(err, &se) || !errors.Is(err, outbox.ErrInvalidEvent) || errors.Is(err, outboxschema.ErrUnavailable) {
+		t.Fatalf("err = %v, want a *SchemaError wrapping outbox.ErrInvalidEvent", err)
 	}
 	if se.Field != "qty" || se.Subject != "outbox.event.order-value" || se.Version != "1" || se.SchemaID != uint32(id) ||
 		se.Topic != "outbox.event.order" || se.EventType != "order.confirmed" || se.Unavailable {
@@ -233,9 +281,9 @@ func TestSchemaCheckRefusesAnUnregisteredVersion(t *testing.T) {
 	e := orderEvent(`{"id":"o-1","qty":2}`)
 	e.SchemaVersion = 2
 	err := w.Append(context.Background(), r, e)
-	var se *SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, record.ErrSchemaNotFound) {
-		t.Fatalf("err = %v, want a *SchemaError wrapping ErrInvalidEvent and record.ErrSchemaNotFound", err)
+	var se *outboxschema.SchemaError
+	if !errors.As(err, &se) || !errors.Is(err, outbox.ErrInvalidEvent) || !errors.Is(err, record.ErrSchemaNotFound) {
+		t.Fatalf("err = %v, want a *SchemaError wrapping outbox.ErrInvalidEvent and record.ErrSchemaNotFound", err)
 	}
 	if se.Subject != "outbox.event.order-value" || se.Version != "2" || !strings.Contains(se.Reason, "not registered") {
 		t.Fatalf("SchemaError = %+v", se)
@@ -252,9 +300,9 @@ func TestSchemaCheckRefusesWhileTheRegistryIsDown(t *testing.T) {
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	r := &recorder{}
 	err := w.Append(context.Background(), r, orderEvent(`{"id":"o-1","qty":2}`))
-	var se *SchemaError
-	if !errors.As(err, &se) || !se.Unavailable || !errors.Is(err, ErrSchemaUnavailable) || errors.Is(err, ErrInvalidEvent) {
-		t.Fatalf("err = %v, want a *SchemaError wrapping ErrSchemaUnavailable and not ErrInvalidEvent", err)
+	var se *outboxschema.SchemaError
+	if !errors.As(err, &se) || !se.Unavailable || !errors.Is(err, outboxschema.ErrUnavailable) || errors.Is(err, outbox.ErrInvalidEvent) {
+		t.Fatalf("err = %v, want a *SchemaError wrapping outboxschema.ErrUnavailable and not outbox.ErrInvalidEvent", err)
 	}
 	if !strings.HasPrefix(err.Error(), "schema registry unavailable (order.confirmed): schema check: subject outbox.event.order-value version 1: ") {
 		t.Fatalf("err = %q", err)
@@ -265,7 +313,7 @@ func TestSchemaCheckRefusesWhileTheRegistryIsDown(t *testing.T) {
 
 	// Unreachable altogether: the same class.
 	srv.Close()
-	if err := w.Append(context.Background(), r, orderEvent(`{"id":"o-1","qty":2}`)); !errors.Is(err, ErrSchemaUnavailable) || len(r.calls) != 0 {
+	if err := w.Append(context.Background(), r, orderEvent(`{"id":"o-1","qty":2}`)); !errors.Is(err, outboxschema.ErrUnavailable) || len(r.calls) != 0 {
 		t.Fatalf("closed registry: %v, %d calls", err, len(r.calls))
 	}
 }
@@ -288,7 +336,7 @@ func TestSchemaCheckAsksTheRegistryOncePerSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Append(ctx, r, orderEvent(`{"id":"o-2"}`)); !errors.Is(err, ErrInvalidEvent) {
+	if err := w.Append(ctx, r, orderEvent(`{"id":"o-2"}`)); !errors.Is(err, outbox.ErrInvalidEvent) {
 		t.Fatalf("a mismatch against the cached schema: %v", err)
 	}
 	if n := f.count(); n != first {
@@ -337,7 +385,7 @@ func TestSchemaCheckFramedPayloadIsCheckedByItsID(t *testing.T) {
 	f, srv := newFakeRegistry(t)
 	id := f.register("outbox.event.order-value", "", avroOrder)
 	other := f.register("payments-value", "", `"string"`)
-	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro}, WithBinaryPayload())
+	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro}, outbox.WithBinaryPayload())
 	r := &recorder{}
 	ctx := context.Background()
 	e := validEvent()
@@ -355,8 +403,8 @@ func TestSchemaCheckFramedPayloadIsCheckedByItsID(t *testing.T) {
 	e = validEvent()
 	e.Payload = framed(other, 0x02, 'x')
 	err := w.Append(ctx, r, e)
-	var se *SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, record.ErrSchemaNotFound) || se.SchemaID != uint32(other) {
+	var se *outboxschema.SchemaError
+	if !errors.As(err, &se) || !errors.Is(err, outbox.ErrInvalidEvent) || !errors.Is(err, record.ErrSchemaNotFound) || se.SchemaID != uint32(other) {
 		t.Fatalf("framed with another subject's id: %v", err)
 	}
 	if !strings.Contains(se.Reason, "not a version of subject outbox.event.order-value") || len(r.calls) != 1 {
@@ -382,7 +430,7 @@ func containsPath(f *fakeRegistry, path string) bool {
 func TestSchemaCheckTopicTemplateNamesTheSubject(t *testing.T) {
 	f, srv := newFakeRegistry(t)
 	f.register("shop.order.order.confirmed-value", "", avroOrder)
-	c, err := NewSchemaChecker(SchemaCheckConfig{Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: srv.URL}},
+	c, err := outboxschema.New(outboxschema.Config{Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: srv.URL}},
 		TopicTemplate: "shop.{aggregate_type}.{event_type}"})
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +440,7 @@ func TestSchemaCheckTopicTemplateNamesTheSubject(t *testing.T) {
 	}
 	e := orderEvent(`{"id":"o-1","qty":2}`)
 	e.AggregateType = "a b"
-	var ve *ValidationError
+	var ve *outbox.ValidationError
 	if err := c.Check(context.Background(), e); !errors.As(err, &ve) || !strings.Contains(err.Error(), `invalid Kafka topic name "shop.a b.order.confirmed"`) {
 		t.Fatalf("a topic Kafka refuses: %v", err)
 	}
@@ -404,9 +452,9 @@ func TestSchemaCheckBatchAndTransition(t *testing.T) {
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	ctx := context.Background()
 	r := &recorder{}
-	events := []*Event{orderEvent(`{"id":"o-1","qty":2}`), orderEvent(`{"id":"o-2","qty":2.5}`)}
+	events := []*outbox.Event{orderEvent(`{"id":"o-1","qty":2}`), orderEvent(`{"id":"o-2","qty":2.5}`)}
 	err := w.AppendBatch(ctx, r, events)
-	var se *SchemaError
+	var se *outboxschema.SchemaError
 	if !errors.As(err, &se) || se.Field != "qty" || !strings.HasPrefix(err.Error(), "event 1 of 2: ") {
 		t.Fatalf("batch: %v", err)
 	}
@@ -418,8 +466,11 @@ func TestSchemaCheckBatchAndTransition(t *testing.T) {
 		t.Fatalf("batch: %v, %d calls", err, len(r.calls))
 	}
 
-	tx := &transitionTx{rows: 1, returned: []int64{7}}
-	tr := confirmTransition()
+	tx := &recorder{rows: 1, returned: []int64{7}}
+	e := validEvent()
+	e.AggregateVersion = 0
+	tr := outbox.Transition{SQL: `UPDATE orders SET status = 'confirmed', version = version + 1 WHERE id = $1 AND status = 'pending' RETURNING version`,
+		Args: []any{"o-1"}, Event: e}
 	tr.Event.Payload = []byte(`{"id":"o-1"}`)
 	if err := w.Transition(ctx, tx, tr); !errors.As(err, &se) || len(tx.changes) != 0 || len(tx.calls) != 0 {
 		t.Fatalf("transition: %v, %d changes, %d inserts; want refused before the change", err, len(tx.changes), len(tx.calls))
@@ -430,18 +481,18 @@ func TestSchemaCheckBatchAndTransition(t *testing.T) {
 	}
 }
 
-func TestNewSchemaCheckerRefusesWhatTheRelayWouldNotRun(t *testing.T) {
+func TestNewRefusesWhatTheRelayWouldNotRun(t *testing.T) {
 	for _, c := range []struct {
-		cfg  SchemaCheckConfig
+		cfg  outboxschema.Config
 		want string
 	}{
-		{SchemaCheckConfig{Record: record.Config{Format: record.FormatNative, Registry: record.RegistryConfig{URL: "http://r:8081"}}}, "Record.Format"},
-		{SchemaCheckConfig{Record: record.Config{Format: record.FormatAvro}}, "Record.Registry"},
-		{SchemaCheckConfig{Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: "http://r:8081"}}, TopicTemplate: "{nope}"}, "TopicTemplate"},
-		{SchemaCheckConfig{Record: record.Config{Format: record.FormatAvro, SubjectStrategy: "x", Registry: record.RegistryConfig{URL: "http://r:8081"}}}, "subject strategy"},
+		{outboxschema.Config{Record: record.Config{Format: record.FormatNative, Registry: record.RegistryConfig{URL: "http://r:8081"}}}, "Record.Format"},
+		{outboxschema.Config{Record: record.Config{Format: record.FormatAvro}}, "Record.Registry"},
+		{outboxschema.Config{Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: "http://r:8081"}}, TopicTemplate: "{nope}"}, "TopicTemplate"},
+		{outboxschema.Config{Record: record.Config{Format: record.FormatAvro, SubjectStrategy: "x", Registry: record.RegistryConfig{URL: "http://r:8081"}}}, "subject strategy"},
 	} {
-		_, err := NewSchemaChecker(c.cfg)
-		var fe *FieldError
+		_, err := outboxschema.New(c.cfg)
+		var fe *outbox.FieldError
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want a FieldError naming %s", c.cfg, err, c.want)
 		}
@@ -452,7 +503,7 @@ func TestNewSchemaCheckerRefusesWhatTheRelayWouldNotRun(t *testing.T) {
 // it, its schema cached (the steady state: no request), for the three
 // registry formats; the difference is the check's cost per event.
 //
-//	go test -run '^$' -bench BenchmarkAppendSchemaCheck -benchmem ./outbox/
+//	go test -run '^$' -bench BenchmarkAppendSchemaCheck -benchmem ./outbox/outboxschema/
 func BenchmarkAppendSchemaCheck(b *testing.B) {
 	f, srv := newFakeRegistry(b)
 	f.register("outbox.event.order-value", "", avroOrder)
@@ -471,7 +522,7 @@ func BenchmarkAppendSchemaCheck(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			w := NewWriter(testTable)
+			w := outbox.NewWriter(testTable)
 			if c.rc != nil {
 				w = checkedWriter(b, srv, *c.rc)
 			}
@@ -494,5 +545,16 @@ func BenchmarkAppendSchemaCheck(b *testing.B) {
 				b.Fatalf("%d registry requests while the schema was cached", n)
 			}
 		})
+	}
+}
+
+// A nil *Checker checks nothing, as a Writer without a check: an
+// interface holding it is not nil, so Check itself must say so.
+func TestNilCheckerChecksNothing(t *testing.T) {
+	var c *outboxschema.Checker
+	w := outbox.NewWriter(testTable, outbox.WithEventCheck(c))
+	r := &recorder{}
+	if err := w.Append(context.Background(), r, validEvent()); err != nil || len(r.calls) != 1 {
+		t.Fatalf("Append = %v, %d INSERTs", err, len(r.calls))
 	}
 }

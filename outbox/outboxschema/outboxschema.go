@@ -1,9 +1,26 @@
-package outbox
-
-// This file holds the producer-side schema check (issue 48): an event's
-// payload checked, before its INSERT, against the registered schema the
-// relay will encode it with, so a mismatch fails the caller's transaction
-// instead of reaching the dead-letter table after commit.
+// Package outboxschema is the producer-side schema check (issue 48): an
+// event's payload checked, before its INSERT, against the registered
+// schema the relay will encode it with, so a mismatch fails the caller's
+// transaction instead of reaching the dead-letter table after commit.
+//
+// It plugs into package outbox as an outbox.EventChecker, and lives apart
+// from it, as outboxprom does, so that a producer that does not check
+// links none of what the check needs (the registry client, the Avro,
+// Protobuf and JSON Schema parsers, the relay's record encoders):
+//
+//	check, err := outboxschema.New(outboxschema.Config{
+//		Record:        relayCfg.Publish.Record,        // the relay's own
+//		TopicTemplate: relayCfg.Publish.TopicTemplate, // "" is the relay's default
+//	})
+//	w := outbox.NewWriter(table, outbox.WithEventCheck(check))
+//	err = w.Append(ctx, outbox.PgxTx(tx), &event) // checked before the INSERT
+//	var se *outboxschema.SchemaError
+//	if errors.As(err, &se) && !se.Unavailable { /* a producer bug: se.Field, se.Subject, se.Version */ }
+//
+// docs/schemas.md ("Before commit: the producer-side check") has what it
+// refuses, framed payloads, an unavailable registry, the cost and the
+// refresh of latest.
+package outboxschema
 
 import (
 	"context"
@@ -17,13 +34,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/fielderr"
 	"github.com/outbox-relay/outbox-relay/internal/schemareg"
 	"github.com/outbox-relay/outbox-relay/internal/topictemplate"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
-// SchemaCheckConfig is the part of the relay's configuration that decides
-// which registered schema encodes an event: give the check the relay's own
+// Config is the part of the relay's configuration that decides which
+// registered schema encodes an event: give the check the relay's own
 // values, or it checks against another schema than the relay uses.
-type SchemaCheckConfig struct {
+type Config struct {
 	// Record is the relay's record configuration (relay.Config's
 	// Publish.Record, the --record-format, --schema-subject-strategy,
 	// --schema-version and --schema-registry-* flags). Format must be a
@@ -37,11 +55,19 @@ type SchemaCheckConfig struct {
 	TopicTemplate string
 }
 
-// SchemaChecker checks events against the schemas the relay encodes them
-// with, through its own registry client and cache. Build one per process
-// (or per relay configuration) and share it between Writers
-// (WithSchemaCheck): the cache is the checker's. It is safe for
-// concurrent use.
+// Checker checks events against the schemas the relay encodes them
+// with, through its own registry client and cache; it is an
+// outbox.EventChecker. Build one per process (or per relay configuration)
+// and share it between Writers (outbox.WithEventCheck): the cache is the
+// checker's. It is safe for concurrent use.
+//
+// A Writer built with it refuses, in Append, AppendBatch and Transition
+// and before any SQL, an event the relay would dead-letter for its
+// schema, with a *SchemaError (errors.Is(err, outbox.ErrInvalidEvent))
+// naming the field: the mistake fails the caller's transaction, before
+// commit, instead of reaching the dead-letter table after it. A registry
+// that cannot be asked refuses too (errors.Is(err, ErrUnavailable)): see
+// SchemaError.
 //
 // Cost: a schema is fetched once, parsed once, and cached by subject and
 // version and by id, bounded by Registry.CacheSize entries (least
@@ -54,7 +80,7 @@ type SchemaCheckConfig struct {
 // known keeps being served. So for up to LatestTTL after a new version is
 // registered, events are checked against the previous one, as the relay,
 // with the same TTL, encodes them.
-type SchemaChecker struct {
+type Checker struct {
 	cfg      record.Config
 	template topictemplate.Template
 	reg      *schemareg.Client
@@ -67,10 +93,10 @@ type SchemaChecker struct {
 // left to the garbage collector, so one huge event does not pin memory.
 const maxScratch = 64 << 10
 
-// NewSchemaChecker validates cfg and builds the checker's registry client.
-// It does no I/O: the first Append of each schema fetches it. An invalid
-// cfg is an error joining a *FieldError per problem.
-func NewSchemaChecker(cfg SchemaCheckConfig) (*SchemaChecker, error) {
+// New validates cfg and builds the checker's registry client. It does no
+// I/O: the first Append of each schema fetches it. An invalid cfg is an
+// error joining a *fielderr.Error (outbox.FieldError) per problem.
+func New(cfg Config) (*Checker, error) {
 	var errs []error
 	if !cfg.Record.Format.Registry() {
 		errs = append(errs, &fielderr.Error{Field: "Record.Format", Value: cfg.Record.Format,
@@ -91,47 +117,34 @@ func NewSchemaChecker(cfg SchemaCheckConfig) (*SchemaChecker, error) {
 		errs = append(errs, &fielderr.Error{Field: "Record.Registry", Err: err})
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("outbox: schema check: %w", err)
+		return nil, fmt.Errorf("outboxschema: %w", err)
 	}
-	return &SchemaChecker{cfg: cfg.Record, template: t, reg: reg}, nil
+	return &Checker{cfg: cfg.Record, template: t, reg: reg}, nil
 }
 
-// WithSchemaCheck makes Append, AppendBatch and Transition check each
-// event with c before any SQL: the payload is encoded with the registered
-// schema the relay will use for the event (its subject and version named
-// by the configuration, the topic from the topic template), and an event
-// the relay would dead-letter for its schema is refused with a
-// *SchemaError (errors.Is(err, ErrInvalidEvent)), its field named, the
-// INSERT not executed: the mistake fails the caller's transaction, before
-// commit, instead of reaching the dead-letter table after it. A registry
-// that cannot be asked refuses too (errors.Is(err, ErrSchemaUnavailable)):
-// see SchemaError. Schemas are cached (see SchemaChecker for the cost and
-// the refresh of latest). Without this option, or with a nil c, nothing
-// is checked. A Writer option.
-func WithSchemaCheck(c *SchemaChecker) Option {
-	return optionFunc(func(o *options) { o.schemaCheck = c })
-}
+var _ outbox.EventChecker = (*Checker)(nil)
 
-// ErrSchemaUnavailable is the class of a *SchemaError that says nothing
+// ErrUnavailable is the class of a *SchemaError that says nothing
 // about the event: the registry could not be asked (unreachable, a
 // timeout, a 5xx, refused credentials, the caller's context done), and
 // the event's schema was not in the cache.
-var ErrSchemaUnavailable = errors.New("schema registry unavailable")
+var ErrUnavailable = errors.New("schema registry unavailable")
 
 // SchemaError is an event the schema check refused. Either the relay
 // would dead-letter it (its payload does not match its schema, its
 // subject or version is not registered, the registered schema cannot be
-// used): it unwraps to ErrInvalidEvent, like a *ValidationError, and
-// retrying cannot help. Or the registry could not be asked (Unavailable):
-// it unwraps to ErrSchemaUnavailable, not ErrInvalidEvent. Both also
+// used): it unwraps to outbox.ErrInvalidEvent, like an
+// *outbox.ValidationError, and retrying cannot help. Or the registry
+// could not be asked (Unavailable): it unwraps to ErrUnavailable, not
+// outbox.ErrInvalidEvent. Both also
 // unwrap to the cause (Err: record.ErrSchemaNotFound,
 // record.ErrSchemaInvalid, a context's error, ...).
 //
 // An unavailable registry refuses the event because the check's promise
 // is "found before commit": an event let through unchecked could still
 // be poison after it. A caller that would rather commit unchecked than
-// fail (or retry) keeps a second Writer without WithSchemaCheck for that
-// case; the relay checks again anyway.
+// fail (or retry) keeps a second Writer without outbox.WithEventCheck
+// for that case; the relay checks again anyway.
 type SchemaError struct {
 	// EventID is the event's id as given (zero if Append would have
 	// assigned one: a refused event is left unchanged).
@@ -159,9 +172,9 @@ type SchemaError struct {
 
 // Error names the event, the schema and the reason.
 func (e *SchemaError) Error() string {
-	class := ErrInvalidEvent
+	class := outbox.ErrInvalidEvent
 	if e.Unavailable {
-		class = ErrSchemaUnavailable
+		class = ErrUnavailable
 	}
 	id := ""
 	if e.EventID != uuid.Nil {
@@ -177,11 +190,11 @@ func (e *SchemaError) Error() string {
 	return fmt.Sprintf("%s%s (%s): schema check:%s: %s", class, id, e.EventType, at, e.Reason)
 }
 
-// Unwrap returns ErrInvalidEvent or ErrSchemaUnavailable, and Err.
+// Unwrap returns outbox.ErrInvalidEvent or ErrUnavailable, and Err.
 func (e *SchemaError) Unwrap() []error {
-	class := ErrInvalidEvent
+	class := outbox.ErrInvalidEvent
 	if e.Unavailable {
-		class = ErrSchemaUnavailable
+		class = ErrUnavailable
 	}
 	if e.Err == nil {
 		return []error{class}
@@ -190,16 +203,20 @@ func (e *SchemaError) Unwrap() []error {
 }
 
 // Check reports whether the relay could encode e's payload with the
-// schema it will use for e: nil, a *SchemaError, or a *ValidationError
-// when the topic template renders a topic Kafka refuses for e. It does
-// not run Writer.Validate; Append does both. A payload already framed in
+// schema it will use for e: nil, a *SchemaError, or an
+// *outbox.ValidationError when the topic template renders a topic Kafka
+// refuses for e. It does not run Writer.Validate; Append does both. A nil
+// c checks nothing, as a Writer without a check. A payload already framed in
 // the Confluent wire format (a bytea payload the application serialized,
 // record.FramedSchemaID) passes when its schema id is a version of the
 // event's subject, as the relay lets it through; its body is not decoded.
-func (c *SchemaChecker) Check(ctx context.Context, e *Event) error {
+func (c *Checker) Check(ctx context.Context, e *outbox.Event) error {
+	if c == nil {
+		return nil
+	}
 	topic := c.template.Render(e.AggregateType, e.EventType)
 	if err := record.ValidTopic(topic); err != nil {
-		return &ValidationError{EventID: e.EventID, Problems: []string{"the topic template gives " + err.Error()}}
+		return &outbox.ValidationError{EventID: e.EventID, Problems: []string{"the topic template gives " + err.Error()}}
 	}
 	row := record.Row{
 		AggregateType: e.AggregateType, AggregateID: e.AggregateID, EventType: e.EventType,
@@ -263,7 +280,7 @@ func (c *SchemaChecker) Check(ctx context.Context, e *Event) error {
 }
 
 // encode encodes payload with s into a reused buffer, for its error.
-func (c *SchemaChecker) encode(s *record.Schema, payload []byte, message string) error {
+func (c *Checker) encode(s *record.Schema, payload []byte, message string) error {
 	bp, _ := c.scratch.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxschema_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/outboxschema"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -19,14 +20,14 @@ import (
 // back instead of committing an event the relay would dead-letter. The
 // configuration is the relay's own (record format, subject strategy,
 // version source, registry, topic template).
-func ExampleWithSchemaCheck() {
+func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	check, err := outbox.NewSchemaChecker(outbox.SchemaCheckConfig{
+	check, err := outboxschema.New(outboxschema.Config{
 		Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: "https://registry:8081"}},
 		// TopicTemplate "" is the relay's default, outbox.event.{aggregate_type}:
 		// the subject is outbox.event.invoice-value.
@@ -35,7 +36,7 @@ func ExampleWithSchemaCheck() {
 		log.Fatal(err)
 	}
 	table, _ := migrations.ParseTable("public.outbox")
-	w := outbox.NewWriter(table, outbox.WithSchemaCheck(check))
+	w := outbox.NewWriter(table, outbox.WithEventCheck(check))
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -46,11 +47,11 @@ func ExampleWithSchemaCheck() {
 		AggregateType: "invoice", AggregateID: "i-7", AggregateVersion: 1,
 		EventType: "invoice.issued", SchemaVersion: 3, Payload: []byte(`{"id":"i-7","total":"12.50"}`),
 	})
-	var se *outbox.SchemaError
+	var se *outboxschema.SchemaError
 	switch {
 	case errors.As(err, &se) && !se.Unavailable:
 		log.Fatalf("a producer bug: field %q of subject %s version %s: %s", se.Field, se.Subject, se.Version, se.Reason)
-	case errors.Is(err, outbox.ErrSchemaUnavailable):
+	case errors.Is(err, outboxschema.ErrUnavailable):
 		log.Fatal("the registry cannot be asked: retry later") // nothing was written
 	case err != nil:
 		log.Fatal(err)
