@@ -1,9 +1,10 @@
-// Package topictemplate renders an event's Kafka topic from the relay's
-// topic template, the rules of publisher.TopicTemplate, for code that must
-// know the topic the relay will pick without linking the relay: the
-// producer-side schema check (outbox.SchemaChecker) names a subject by it
-// (issue 48). TestAgreesWithPublisher keeps the two in step; publisher can
-// move onto this package when it is next edited.
+// Package topictemplate is the relay's topic template: the rules that
+// render an event's Kafka topic from its aggregate and event types. It is
+// the one implementation; publisher.TopicTemplate and ParseTopicTemplate
+// are built on it, and code that must know the topic the relay will pick
+// without linking the publisher uses it directly: the producer-side
+// schema check (package outbox/outboxschema) names a subject by it
+// (issue 48).
 package topictemplate
 
 import (
@@ -53,6 +54,10 @@ func Parse(s string) (Template, error) {
 	}
 	return t, nil
 }
+
+// IsZero reports whether t is the zero Template, not one Parse returned
+// (which has at least one part).
+func (t Template) IsZero() bool { return t.parts == nil }
 
 // Render returns the topic for an event.
 func (t Template) Render(aggregateType, eventType string) string {

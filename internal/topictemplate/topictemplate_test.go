@@ -1,38 +1,31 @@
-package topictemplate_test
+package topictemplate
 
-import (
-	"fmt"
-	"testing"
+import "testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/topictemplate"
-	"github.com/outbox-relay/outbox-relay/publisher"
-)
+// The rules themselves are tested through their public face,
+// publisher.TopicTemplate (TestTopicTemplate); this covers what only this
+// package promises.
 
-// TestAgreesWithPublisher: the producer's check renders the topic the
-// relay publishes to, and refuses the templates the relay refuses, with
-// the same words.
-func TestAgreesWithPublisher(t *testing.T) {
-	if topictemplate.Default != publisher.DefaultTopicTemplate {
-		t.Errorf("Default = %q, publisher's is %q", topictemplate.Default, publisher.DefaultTopicTemplate)
+// TestRenderAllocatesOnce: the schema check renders a topic per Append
+// (BenchmarkAppendSchemaCheck counts on one allocation).
+func TestRenderAllocatesOnce(t *testing.T) {
+	tt, err := Parse("shop.{aggregate_type}.{event_type}")
+	if err != nil {
+		t.Fatal(err)
 	}
-	events := [][2]string{{"order", "order.confirmed"}, {"", ""}, {"a b", "ü"}}
-	for _, s := range []string{
-		topictemplate.Default, "orders", "{event_type}", "x.{aggregate_type}.{event_type}.y", "{aggregate_type}{aggregate_type}",
-		"", "{", "a{b}", "{aggregate_type", "__x.{aggregate_type}", "bad topic", "{event_type}}",
-	} {
-		got, gerr := topictemplate.Parse(s)
-		want, werr := publisher.ParseTopicTemplate(s)
-		if fmt.Sprint(gerr) != fmt.Sprint(werr) {
-			t.Errorf("Parse(%q) = %v, publisher's %v", s, gerr, werr)
-			continue
-		}
-		if gerr != nil {
-			continue
-		}
-		for _, e := range events {
-			if g, w := got.Render(e[0], e[1]), want.Render(e[0], e[1]); g != w {
-				t.Errorf("%q.Render(%q, %q) = %q, publisher's %q", s, e[0], e[1], g, w)
-			}
-		}
+	if got := tt.Render("order", "order.confirmed"); got != "shop.order.order.confirmed" {
+		t.Fatalf("Render = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = tt.Render("order", "order.confirmed") }); n != 1 {
+		t.Fatalf("Render allocates %v times, want 1", n)
+	}
+}
+
+func TestIsZero(t *testing.T) {
+	if !(Template{}).IsZero() {
+		t.Error("the zero Template is not IsZero")
+	}
+	if tt, err := Parse(Default); err != nil || tt.IsZero() {
+		t.Errorf("Parse(Default): %v, IsZero %v", err, tt.IsZero())
 	}
 }
