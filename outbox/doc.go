@@ -72,14 +72,32 @@
 // by default). docs/operations.md explains how to pick the budgets from
 // the forecast.
 //
+// # Event checks: a payload the relay cannot encode fails before commit
+//
+// With a schema registry record format (avro, protobuf, json-schema), a
+// payload that does not match its registered schema is dead-lettered by
+// the relay, after the business transaction committed. A Writer built
+// WithEventCheck runs a check on each event before its INSERT, in the
+// caller's transaction, and returns the check's error unchanged. The
+// schema check is in package outboxschema, so that a producer that does
+// not use it links no registry client or schema parser:
+// outboxschema.New takes the relay's record configuration and topic
+// template, and its Checker encodes the payload with the schema the
+// relay will use and refuses a mismatch with an *outboxschema.SchemaError
+// naming the field (errors.Is(err, ErrInvalidEvent)), before any SQL.
+// Schemas are cached, so an Append of a schema already seen makes no
+// request; a registry that cannot be asked for one not cached refuses the
+// event too (outboxschema.ErrUnavailable). docs/schemas.md has the
+// details.
+//
 // # Options
 //
 // NewWriter and NewHealthMonitor take Options, one type for the two: the
 // Writer's (WithBinaryPayload, WithSchema, WithBackpressure,
-// WithPropagator), the monitor's (WithLogger) and WithMetrics, which both
-// take, so that one Metrics (outboxprom.New) counts the Writers' conflicts
-// and refusals and the monitor's engaged levels. Each With function says
-// whom it configures; the other constructor ignores it. The names are the
+// WithEventCheck, WithPropagator), the monitor's (WithLogger) and
+// WithMetrics, which both take, so that one Metrics (outboxprom.New)
+// counts the Writers' conflicts and refusals and the monitor's engaged
+// levels. Each With function says whom it configures; the other constructor ignores it. The names are the
 // relay's and the inbox's for the same concerns. A Writer logs nothing
 // (it returns its errors) and the package starts no spans, so there is no
 // WithTracerProvider, and WithLogger configures only the monitor.

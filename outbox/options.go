@@ -21,7 +21,7 @@ var ErrRequired = fielderr.ErrRequired
 // Option changes how NewWriter builds a Writer or NewHealthMonitor a
 // HealthMonitor. The With functions of this package build them, and each
 // says whom it configures: WithBinaryPayload, WithSchema,
-// WithBackpressure and WithPropagator a Writer, WithLogger a
+// WithBackpressure, WithEventCheck and WithPropagator a Writer, WithLogger a
 // HealthMonitor, WithMetrics both (one Metrics for the monitor and its
 // Writers). The constructor an option does not configure ignores it.
 //
@@ -49,6 +49,9 @@ type options struct {
 	propagator propagation.TextMapPropagator
 	// backpressure is a Writer's monitor; nil: nothing is refused.
 	backpressure *HealthMonitor
+	// check checks a Writer's events before their INSERT
+	// (WithEventCheck); nil: not checked.
+	check EventChecker
 	// metrics receives a Writer's and a HealthMonitor's measurements;
 	// nil measures nothing.
 	metrics Metrics

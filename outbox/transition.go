@@ -70,7 +70,8 @@ type Transition struct {
 // without appending: roll back then, since the change did run. An invalid
 // t.Event is refused before any SQL (a *ValidationError, as from Append),
 // and so is one that back-pressure refuses (WithBackpressure: a
-// *BackpressureError, errors.Is(err, ErrBackpressure)). Roll back on any
+// *BackpressureError, errors.Is(err, ErrBackpressure)), and one the
+// event check refuses (WithEventCheck: the check's error). Roll back on any
 // error: when the append fails after the change, the change did run.
 //
 // Use it with a pgx transaction through PgxTx, or a database/sql one
@@ -97,6 +98,12 @@ func (w *Writer) Transition(ctx context.Context, tx Tx, t Transition) error {
 	// the aggregate as it was (Append checks again, after the change).
 	if be := w.admit(t.Event); be != nil {
 		return be
+	}
+	// So does the event check: it runs once, here, before the change,
+	// so a refused event leaves the change unrun (a check therefore must
+	// not depend on the AggregateVersion RETURNING gives).
+	if err := w.check(ctx, t.Event); err != nil {
+		return err
 	}
 	want := t.ExpectRows
 	if want == 0 {
@@ -135,5 +142,5 @@ func (w *Writer) Transition(ctx context.Context, tx Tx, t Transition) error {
 		}
 		e.AggregateVersion = v
 	}
-	return w.Append(ctx, tx, e)
+	return w.append(ctx, tx, e, false)
 }

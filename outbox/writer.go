@@ -69,6 +69,7 @@ type Writer struct {
 	columns string // column list shared by single and batch inserts
 	metrics Metrics
 	bp      *HealthMonitor // nil: no back-pressure (WithBackpressure)
+	checker EventChecker   // nil: events not checked (WithEventCheck)
 }
 
 const (
@@ -84,14 +85,16 @@ const (
 // schema (see package migrations). By default the payload column is
 // assumed to be jsonb or json and the headers column to exist. The
 // options of a Writer are WithBinaryPayload, WithSchema, WithBackpressure,
-// WithMetrics and WithPropagator; WithLogger, a HealthMonitor's, changes
-// nothing here (a Writer logs nothing: it returns its errors).
+// WithEventCheck, WithMetrics and WithPropagator; WithLogger, a
+// HealthMonitor's, changes nothing here (a Writer logs nothing: it
+// returns its errors).
 func NewWriter(table migrations.Table, opts ...Option) *Writer {
 	var o options
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	w := &Writer{table: table, payload: o.payload, headers: !o.noHeaders, prop: o.propagator, metrics: o.metrics, bp: o.backpressure}
+	w := &Writer{table: table, payload: o.payload, headers: !o.noHeaders, prop: o.propagator, metrics: o.metrics, bp: o.backpressure,
+		checker: o.check}
 	if w.metrics == nil {
 		w.metrics = nopMetrics{}
 	}
@@ -146,7 +149,9 @@ func (w *Writer) insertSQL(n int) string {
 }
 
 // Validate reports whether Append would accept e, without writing it. The
-// error is a *ValidationError wrapping ErrInvalidEvent.
+// error is a *ValidationError wrapping ErrInvalidEvent. It leaves out the
+// event check (WithEventCheck), which may do I/O: the checker's own Check
+// does that part.
 func (w *Writer) Validate(e *Event) error {
 	if e == nil {
 		return &ValidationError{Problems: []string{"event is nil"}}
@@ -238,12 +243,29 @@ func validText(s string) bool {
 // rejected after validation and before any SQL with a *BackpressureError
 // (errors.Is(err, ErrBackpressure)), counted in Metrics, and e is left
 // unchanged too. The check is an atomic load, not a query.
+//
+// With WithEventCheck, the check runs next, before any SQL: an event it
+// refuses is rejected with the check's error, unchanged, and e is left
+// unchanged too. The schema check of package outboxschema refuses a
+// payload the relay could not encode with its registered schema with an
+// *outboxschema.SchemaError (errors.Is(err, ErrInvalidEvent)).
 func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
+	return w.append(ctx, tx, e, true)
+}
+
+// append is Append; check false skips the event check, for Transition,
+// which ran it before its change.
+func (w *Writer) append(ctx context.Context, tx Execer, e *Event, check bool) error {
 	if err := w.Validate(e); err != nil {
 		return err
 	}
 	if be := w.admit(e); be != nil {
 		return be
+	}
+	if check {
+		if err := w.check(ctx, e); err != nil {
+			return err
+		}
 	}
 	if err := assignID(e); err != nil {
 		return err
@@ -272,6 +294,10 @@ func (w *Writer) Append(ctx context.Context, tx Execer, e *Event) error {
 // not written either, but they were not refused, so they are not counted.
 // Put critical and non-critical events in separate batches if the
 // critical ones must go through while the soft budget is crossed.
+//
+// With WithEventCheck, every event is checked after that, before any
+// SQL, and the error for the first refused one says which it was and
+// wraps the check's error; nothing is sent.
 func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) error {
 	for i, e := range events {
 		if err := w.Validate(e); err != nil {
@@ -287,6 +313,13 @@ func (w *Writer) AppendBatch(ctx context.Context, tx Execer, events []*Event) er
 		}
 		if first != nil {
 			return first
+		}
+	}
+	if w.checker != nil {
+		for i, e := range events {
+			if err := w.checker.Check(ctx, e); err != nil {
+				return fmt.Errorf("event %d of %d: %w", i, len(events), err)
+			}
 		}
 	}
 	for _, e := range events {

@@ -107,7 +107,7 @@ func startPublisher(t testing.TB, cfg config, log *slog.Logger, rt kafka.RoundTr
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax = time.Millisecond, 5*time.Millisecond
 	}
-	if cfg.Template.parts == nil {
+	if cfg.Template.t.IsZero() {
 		tt, err := ParseTopicTemplate("{aggregate_type}")
 		if err != nil {
 			t.Fatal(err)

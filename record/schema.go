@@ -243,6 +243,9 @@ func (s *Schema) message(name string) (*pbjson.Message, error) {
 // value (a bytea payload an application serialized itself) and returns
 // its schema id. A JSON payload never starts with the magic byte 0.
 func FramedSchemaID(payload []byte) (uint32, bool) {
+	if len(payload) == 0 || payload[0] != 0 {
+		return 0, false // the common case, without building Unframe's error
+	}
 	id, _, err := wire.Unframe(payload)
 	return id, err == nil
 }

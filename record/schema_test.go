@@ -239,3 +239,37 @@ func TestSchemaIDOf(t *testing.T) {
 		}
 	}
 }
+
+func TestPayloadField(t *testing.T) {
+	ctx := context.Background()
+	av, err := ParseSchema(ctx, 7, "", avroOrder, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := ParseSchema(ctx, 8, SchemaTypeJSON, `{"type":"object","properties":{"items":{"type":"array","items":{"type":"object","properties":{"price":{"type":"number"}}}}}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := ParseSchema(ctx, 9, SchemaTypeProtobuf, `syntax = "proto3"; message M { int32 q = 1; }`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		s       *Schema
+		payload string
+		field   string
+	}{
+		{av, `{"id":"o-1","qty":"two"}`, "qty"},
+		{js, `{"items":[{"price":1},{"price":"x"}]}`, "items/1/price"},
+		{pb, `{"q":"x"}`, ""},
+	} {
+		_, err := c.s.AppendValue(nil, []byte(c.payload), "")
+		field, ok := PayloadField(err)
+		if err == nil || !ok || field != c.field {
+			t.Errorf("schema %d, %s: PayloadField(%v) = %q, %v; want %q, true", c.s.ID, c.payload, err, field, ok, c.field)
+		}
+	}
+	if _, ok := PayloadField(errors.New("other")); ok {
+		t.Error("PayloadField of another error: ok")
+	}
+}

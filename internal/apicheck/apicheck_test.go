@@ -33,6 +33,7 @@ var public = []string{
 	"oauthbearer",
 	"outbox",
 	"outbox/outboxprom",
+	"outbox/outboxschema",
 	"poison",
 	"publisher",
 	"record",
@@ -189,6 +190,27 @@ func TestConsumerLinksNoReplicationStack(t *testing.T) {
 			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/migrations"),
 			strings.HasPrefix(dep, "github.com/outbox-relay/outbox-relay/slot"):
 			t.Errorf("inbox or record links %s", dep)
+		}
+	}
+}
+
+// TestProducerLinksNoRegistryStack: every producer service imports
+// outbox, so it links only what writing an event needs. The schema check
+// (outbox/outboxschema: the registry client, the Avro, Protobuf and JSON
+// Schema parsers, record's encoders, and kafka-go through them) plugs in
+// through outbox.EventChecker and is linked only by a producer that
+// imports it (issue 48).
+func TestProducerLinksNoRegistryStack(t *testing.T) {
+	for _, dep := range strings.Fields(goCmd(t, "list", "-deps", "./outbox", "./outbox/outboxprom")) {
+		switch {
+		case dep == module+"/record", strings.HasPrefix(dep, module+"/record/"),
+			strings.HasPrefix(dep, module+"/internal/schemareg"),
+			strings.HasPrefix(dep, module+"/outbox/outboxschema"),
+			strings.HasPrefix(dep, "github.com/segmentio/kafka-go"),
+			strings.HasPrefix(dep, "github.com/bufbuild/protocompile"),
+			strings.HasPrefix(dep, "github.com/twmb/avro"),
+			strings.Contains(dep, "jsonschema"):
+			t.Errorf("outbox links %s", dep)
 		}
 	}
 }
