@@ -29,8 +29,10 @@
 # config, data, server.log and pid in node-N/; KAFKA_READY_TIMEOUT (90 s) bounds up and start;
 # KAFKA_NODE_JVM_OPTS replaces the nodes' JVM flags (heap, collector, JIT).
 # Node n listens on 127.0.0.1:29n92 (broker) and 29n93 (controller): 29192/29193, 29292/29293,
-# 29392/29393; a 1-node cluster uses node 1's. One cluster runs at a time (they share ports):
-# up and start refuse when a port is taken by anything else.
+# 29392/29393; a 1-node cluster uses node 1's. KAFKA_PORT_PREFIX=30 moves a second cluster to
+# 30n92/30n93 (and its default directory to cluster-$KAFKA_VERSION-$KAFKA_NODES-p30), so two run
+# side by side (make cluster-test's two halves); clusters of one prefix share ports: up and
+# start refuse when a port is taken by anything else.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,8 +42,12 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 kafka_use_version "${KAFKA_VERSION:-4.1.1}"
 NODES=${KAFKA_NODES:-3}
 case $NODES in 1 | 3) ;; *) die "KAFKA_NODES must be 1 or 3, not '$NODES'" ;; esac
+PORT_PREFIX=${KAFKA_PORT_PREFIX:-29}
+case $PORT_PREFIX in 29 | 30) ;; *) die "KAFKA_PORT_PREFIX must be 29 or 30, not '$PORT_PREFIX'" ;; esac
 STACK=$REPO/.stack
-DIR=${KAFKA_CLUSTER_DIR:-$STACK/cluster-$KAFKA_VERSION-$NODES}
+DIR_SUFFIX=
+[ "$PORT_PREFIX" = 29 ] || DIR_SUFFIX=-p$PORT_PREFIX
+DIR=${KAFKA_CLUSTER_DIR:-$STACK/cluster-$KAFKA_VERSION-$NODES$DIR_SUFFIX}
 case $DIR in /*) ;; *) DIR=$PWD/$DIR ;; esac
 MARKER=$DIR/.kafkacluster # what 'clean' checks before it deletes DIR
 
@@ -58,8 +64,8 @@ NODE_JVM_OPTS=${KAFKA_NODE_JVM_OPTS:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:Tier
 DOWN_TIMEOUT=20 # down: SIGKILL after
 STOP_TIMEOUT=60 # stop N: SIGKILL after
 
-broker_port() { echo $((29000 + $1 * 100 + 92)); }
-controller_port() { echo $((29000 + $1 * 100 + 93)); }
+broker_port() { echo $((PORT_PREFIX * 1000 + $1 * 100 + 92)); }
+controller_port() { echo $((PORT_PREFIX * 1000 + $1 * 100 + 93)); }
 node_dir() { echo "$DIR/node-$1"; }
 
 # brokers [NODE...]: the bootstrap list of those nodes (all by default).
@@ -504,6 +510,7 @@ cmd_status() {
 cmd_env() {
 	echo "export OUTBOX_RELAY_KAFKA_BROKERS='$(brokers)'"
 	echo "export OUTBOX_RELAY_TEST_KAFKA_BROKERS='$(brokers)'"
+	echo "export KAFKA_PORT_PREFIX=$PORT_PREFIX"
 }
 
 # controllers NODE...: the controller listeners of those nodes.

