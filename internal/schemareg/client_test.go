@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testutil/fakeregistry"
 )
 
 const avroV1 = `{"type":"record","name":"Order","fields":[{"name":"id","type":"string"}]}`
@@ -24,22 +26,14 @@ func newClient(t *testing.T, cfg Config, opts ...Option) *Client {
 	return c
 }
 
-// serve starts f on a loopback socket for the test.
-func serve(t *testing.T, f *fakeRegistry) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 func TestSchemaByIDTypesAndReferences(t *testing.T) {
-	f := newFake()
-	avro := f.register("a-value", fakeSchema{Text: avroV1})
-	proto := f.register("p-value", fakeSchema{Type: "PROTOBUF", Text: `syntax = "proto3"; message M { string id = 1; }`})
-	js := f.register("j-value", fakeSchema{Type: "JSON", Text: `{"type":"object"}`})
-	ref := f.register("w-value", fakeSchema{Text: `{"type":"record","name":"W","fields":[{"name":"o","type":"Order"}]}`,
-		Refs: []Reference{{Name: "Order", Subject: "a-value", Version: 1}}})
-	c := newClient(t, Config{URL: serve(t, f).URL + "/"})
+	f := fakeregistry.New()
+	avro := f.Register("a-value", fakeregistry.Schema{Text: avroV1})
+	proto := f.Register("p-value", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; message M { string id = 1; }`})
+	js := f.Register("j-value", fakeregistry.Schema{Type: "JSON", Text: `{"type":"object"}`})
+	ref := f.Register("w-value", fakeregistry.Schema{Text: `{"type":"record","name":"W","fields":[{"name":"o","type":"Order"}]}`,
+		Refs: []fakeregistry.Reference{{Name: "Order", Subject: "a-value", Version: 1}}})
+	c := newClient(t, Config{URL: f.Serve(t).URL + "/"})
 	ctx := t.Context()
 	for _, tc := range []struct {
 		id   int
@@ -60,11 +54,11 @@ func TestSchemaByIDTypesAndReferences(t *testing.T) {
 }
 
 func TestSubjectVersionAndLatest(t *testing.T) {
-	f := newFake()
-	id1 := f.register("orders/eu-value", fakeSchema{Text: avroV1})
-	id2 := f.register("orders/eu-value", fakeSchema{Text: `{"type":"record","name":"Order","fields":[]}`})
+	f := fakeregistry.New()
+	id1 := f.Register("orders/eu-value", fakeregistry.Schema{Text: avroV1})
+	id2 := f.Register("orders/eu-value", fakeregistry.Schema{Text: `{"type":"record","name":"Order","fields":[]}`})
 	m := newCountingMetrics()
-	c := newClient(t, Config{URL: serve(t, f).URL}, WithMetrics(m))
+	c := newClient(t, Config{URL: f.Serve(t).URL}, WithMetrics(m))
 	ctx := t.Context()
 	s, err := c.SubjectVersion(ctx, "orders/eu-value", 1)
 	if err != nil {
@@ -81,11 +75,11 @@ func TestSubjectVersionAndLatest(t *testing.T) {
 		t.Errorf("latest: got %+v", s)
 	}
 	// the subject is one path segment: its slash is escaped
-	if got := f.paths[0]; got != "/subjects/orders%2Feu-value/versions/1" {
+	if got := f.Paths()[0]; got != "/subjects/orders%2Feu-value/versions/1" {
 		t.Errorf("path: got %s", got)
 	}
 	// latest also told us version 2 and both ids: no more requests
-	before := f.requests.Load()
+	before := f.Requests()
 	for _, lookup := range []func() error{
 		func() error { _, err := c.SubjectVersion(ctx, "orders/eu-value", 2); return err },
 		func() error { _, err := c.SchemaByID(ctx, id1); return err },
@@ -95,7 +89,7 @@ func TestSubjectVersionAndLatest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.requests.Load() - before; n != 0 {
+	if n := f.Requests() - before; n != 0 {
 		t.Errorf("%d requests for what the cache knew", n)
 	}
 	if m.count("subject_version/ok") != 2 || m.hits != 3 || m.misses != 2 {
@@ -104,9 +98,9 @@ func TestSubjectVersionAndLatest(t *testing.T) {
 }
 
 func TestNotRegisteredIsErrNotFound(t *testing.T) {
-	f := newFake()
-	f.register("orders-value", fakeSchema{Text: avroV1})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name string
@@ -141,10 +135,10 @@ func TestRegistryFailuresAreTransient(t *testing.T) {
 		{"200 without a schema", 200, `{"id":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake()
-			f.register("orders-value", fakeSchema{Text: avroV1})
-			f.setFail(func(*http.Request) (int, string) { return tc.status, tc.body })
-			c := newClient(t, Config{URL: serve(t, f).URL})
+			f := fakeregistry.New()
+			f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
+			f.SetFail(func(*http.Request) (int, string) { return tc.status, tc.body })
+			c := newClient(t, Config{URL: f.Serve(t).URL})
 			_, err := c.SchemaByID(t.Context(), 1)
 			if !errors.Is(err, ErrTransient) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
 				t.Fatalf("got %v, want only ErrTransient", err)
@@ -164,9 +158,9 @@ func TestRegistryFailuresAreTransient(t *testing.T) {
 
 func TestRefusedCredentialsAreUnauthorizedAndTransient(t *testing.T) {
 	for _, status := range []int{401, 403} {
-		f := newFake()
-		f.setFail(func(*http.Request) (int, string) { return status, `{"error_code":40101,"message":"Unauthorized"}` })
-		c := newClient(t, Config{URL: serve(t, f).URL, Username: "u", Password: "p4ss"})
+		f := fakeregistry.New()
+		f.SetFail(func(*http.Request) (int, string) { return status, `{"error_code":40101,"message":"Unauthorized"}` })
+		c := newClient(t, Config{URL: f.Serve(t).URL, Username: "u", Password: "p4ss"})
 		_, err := c.SchemaByID(t.Context(), 1)
 		if !errors.Is(err, ErrUnauthorized) || !errors.Is(err, ErrTransient) || errors.Is(err, ErrNotFound) {
 			t.Errorf("%d: got %v, want ErrUnauthorized and ErrTransient", status, err)
@@ -175,9 +169,9 @@ func TestRefusedCredentialsAreUnauthorizedAndTransient(t *testing.T) {
 }
 
 func TestInvalidLookups(t *testing.T) {
-	f := newFake()
-	f.register("x-value", fakeSchema{Type: "XML", Text: "<x/>"})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	f.Register("x-value", fakeregistry.Schema{Type: "XML", Text: "<x/>"})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	for name, call := range map[string]func() (*Schema, error){
 		"id 0":          func() (*Schema, error) { return c.SchemaByID(ctx, 0) },
@@ -190,13 +184,13 @@ func TestInvalidLookups(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
 	}
-	if n := f.requests.Load(); n != 0 {
+	if n := f.Requests(); n != 0 {
 		t.Errorf("%d requests for lookups that cannot succeed", n)
 	}
 	if _, err := c.SchemaByID(ctx, 1); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"XML"`) {
 		t.Errorf("unknown schemaType: got %v, want ErrInvalid naming it", err)
 	}
-	f.setFail(func(*http.Request) (int, string) { return 422, `{"error_code":42202,"message":"invalid version"}` })
+	f.SetFail(func(*http.Request) (int, string) { return 422, `{"error_code":42202,"message":"invalid version"}` })
 	if _, err := c.SubjectVersion(ctx, "x-value", 3); !errors.Is(err, ErrInvalid) {
 		t.Errorf("422: got %v, want ErrInvalid", err)
 	}
@@ -205,8 +199,8 @@ func TestInvalidLookups(t *testing.T) {
 func TestAuthentication(t *testing.T) {
 	var got []string
 	var mu sync.Mutex
-	f := newFake()
-	f.register("orders-value", fakeSchema{Text: avroV1})
+	f := fakeregistry.New()
+	f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got = append(got, r.Header.Get("Authorization"))
@@ -265,8 +259,8 @@ func TestCredentialsNeverInErrors(t *testing.T) {
 		texts = append(texts, name+": "+err.Error())
 	}
 	for _, status := range []int{404, 401, 500, 422, 200} {
-		f := newFake()
-		f.setFail(func(r *http.Request) (int, string) {
+		f := fakeregistry.New()
+		f.SetFail(func(r *http.Request) (int, string) {
 			if status == 404 {
 				return status, `{"error_code":40403,"message":` + echo(r) + `}`
 			}
@@ -275,7 +269,7 @@ func TestCredentialsNeverInErrors(t *testing.T) {
 			}
 			return status, echo(r)
 		})
-		srv := serve(t, f)
+		srv := f.Serve(t)
 		for _, cfg := range []Config{
 			{URL: srv.URL, Username: "key", Password: password},
 			{URL: strings.Replace(srv.URL, "://", "://key:"+password+"@", 1)},
@@ -318,8 +312,8 @@ func TestCredentialsNeverInErrors(t *testing.T) {
 }
 
 func TestCacheServesWhileRegistryDown(t *testing.T) {
-	f := newFake()
-	id := f.register("orders-value", fakeSchema{Text: avroV1})
+	f := fakeregistry.New()
+	id := f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
 	srv := httptest.NewServer(f)
 	c := newClient(t, Config{URL: srv.URL})
 	ctx := t.Context()
@@ -342,8 +336,8 @@ func TestCacheServesWhileRegistryDown(t *testing.T) {
 // clock (synctest) with an in-process transport.
 func TestLatestIsRefreshedAfterTTLAndServedStaleWhileDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFake()
-		f.register("orders-value", fakeSchema{Text: avroV1})
+		f := fakeregistry.New()
+		f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
 		m := newCountingMetrics()
 		c := newClient(t, Config{URL: "http://registry", LatestTTL: time.Minute}, WithRoundTripper(handlerTransport{f}), WithMetrics(m))
 		ctx := t.Context()
@@ -358,16 +352,16 @@ func TestLatestIsRefreshedAfterTTLAndServedStaleWhileDown(t *testing.T) {
 		if v := latest().Version; v != 1 {
 			t.Fatalf("latest %d, want 1", v)
 		}
-		f.register("orders-value", fakeSchema{Text: `{"type":"record","name":"Order","fields":[]}`})
+		f.Register("orders-value", fakeregistry.Schema{Text: `{"type":"record","name":"Order","fields":[]}`})
 		time.Sleep(59 * time.Second) // the bubble's fake clock: just inside LatestTTL
-		if v := latest().Version; v != 1 || f.requests.Load() != 1 {
-			t.Fatalf("within the TTL: latest %d after %d requests, want 1 after 1", v, f.requests.Load())
+		if v := latest().Version; v != 1 || f.Requests() != 1 {
+			t.Fatalf("within the TTL: latest %d after %d requests, want 1 after 1", v, f.Requests())
 		}
 		time.Sleep(time.Second) // the fake clock reaches LatestTTL
 		if v := latest().Version; v != 2 {
 			t.Fatalf("after the TTL: latest %d, want 2", v)
 		}
-		f.setFail(func(*http.Request) (int, string) { return 503, "" })
+		f.SetFail(func(*http.Request) (int, string) { return 503, "" })
 		time.Sleep(time.Minute) // the fake clock past LatestTTL again, with the registry down
 		if v := latest().Version; v != 2 || m.stale != 1 {
 			t.Fatalf("registry down: latest %d, stale %d, want 2 served stale once", v, m.stale)
@@ -380,9 +374,9 @@ func TestLatestIsRefreshedAfterTTLAndServedStaleWhileDown(t *testing.T) {
 // own; a caller that gives up does not fail the others.
 func TestConcurrentLookupsShareOneRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFake()
-		f.register("orders-value", fakeSchema{Text: avroV1})
-		f.block = make(chan struct{})
+		f := fakeregistry.New()
+		f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
+		release := f.Block()
 		c := newClient(t, Config{URL: "http://registry"}, WithRoundTripper(handlerTransport{f}))
 		const n = 20
 		errs := make(chan error, n)
@@ -403,31 +397,31 @@ func TestConcurrentLookupsShareOneRequest(t *testing.T) {
 		if err := <-quitErr; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrTransient) {
 			t.Errorf("cancelled caller: got %v, want context.Canceled and ErrTransient", err)
 		}
-		close(f.block)
+		release()
 		for range n {
 			if err := <-errs; err != nil {
 				t.Error(err)
 			}
 		}
-		if got := f.requests.Load(); got != 1 {
+		if got := f.Requests(); got != 1 {
 			t.Errorf("%d requests for %d concurrent lookups, want 1", got, n+1)
 		}
 	})
 }
 
 func TestCacheIsBounded(t *testing.T) {
-	f := newFake()
+	f := fakeregistry.New()
 	for range 3 {
-		f.register("s", fakeSchema{Text: avroV1})
+		f.Register("s", fakeregistry.Schema{Text: avroV1})
 	}
-	c := newClient(t, Config{URL: serve(t, f).URL, CacheSize: 2})
+	c := newClient(t, Config{URL: f.Serve(t).URL, CacheSize: 2})
 	ctx := t.Context()
 	for _, id := range []int{1, 2, 3, 3, 1} {
 		if _, err := c.SchemaByID(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, want := f.requests.Load(), int64(4); got != want { // 1 was evicted by 3
+	if got, want := f.Requests(), 4; got != want { // 1 was evicted by 3
 		t.Errorf("%d requests, want %d", got, want)
 	}
 	if n := c.cache.len(); n != 2 {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/internal/testutil/fakeregistry"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/record"
 )
@@ -14,10 +15,10 @@ import (
 // TestSchemaParsesAndCaches: a subject's version comes back parsed, and
 // the second lookup of it costs no request and no parse.
 func TestSchemaParsesAndCaches(t *testing.T) {
-	f := newFake()
-	f.register("orders-value", fakeSchema{Text: avroV1})
-	id2 := f.register("orders-value", fakeSchema{Type: "JSON", Text: `{"type":"object","required":["id"]}`})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
+	id2 := f.Register("orders-value", fakeregistry.Schema{Type: "JSON", Text: `{"type":"object","required":["id"]}`})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	s, err := c.Schema(ctx, record.SchemaRef{Subject: "orders-value", Version: "1"})
 	if err != nil {
@@ -33,12 +34,12 @@ func TestSchemaParsesAndCaches(t *testing.T) {
 	if latest.ID != uint32(id2) || latest.Type != record.SchemaTypeJSON {
 		t.Errorf("latest: id %d type %s, want %d JSON", latest.ID, latest.Type, id2)
 	}
-	before := f.requests.Load()
+	before := f.Requests()
 	again, err := c.Schema(ctx, record.SchemaRef{Subject: "orders-value", Version: "1"})
 	if err != nil || again != s {
 		t.Errorf("second lookup: %p, %v; want the cached %p", again, err, s)
 	}
-	if n := f.requests.Load() - before; n != 0 {
+	if n := f.Requests() - before; n != 0 {
 		t.Errorf("%d requests for a cached schema", n)
 	}
 }
@@ -47,10 +48,10 @@ func TestSchemaParsesAndCaches(t *testing.T) {
 // depends on the class of the error: not registered and unusable are
 // poison, a registry that does not answer is neither.
 func TestSchemaPoisonAndTransient(t *testing.T) {
-	f := newFake()
-	f.register("bad-value", fakeSchema{Text: `{"type":"record","name":"X","fields":[{"name":"a","type":"nosuchtype"}]}`})
-	f.register("typo-value", fakeSchema{Type: "XML", Text: `<x/>`})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	f.Register("bad-value", fakeregistry.Schema{Text: `{"type":"record","name":"X","fields":[{"name":"a","type":"nosuchtype"}]}`})
+	f.Register("typo-value", fakeregistry.Schema{Type: "XML", Text: `<x/>`})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	for _, tc := range []struct {
 		ref  record.SchemaRef
@@ -69,14 +70,14 @@ func TestSchemaPoisonAndTransient(t *testing.T) {
 	}
 	// The failed parse is remembered: the next event of that schema is
 	// poison without another parse (counted by the parse's requests: none).
-	before := f.requests.Load()
+	before := f.Requests()
 	if _, err := c.Schema(ctx, record.SchemaRef{Subject: "bad-value", Version: "1"}); !errors.Is(err, record.ErrSchemaInvalid) {
 		t.Errorf("again: %v", err)
 	}
-	if n := f.requests.Load() - before; n != 0 {
+	if n := f.Requests() - before; n != 0 {
 		t.Errorf("%d requests for a schema known to be unusable", n)
 	}
-	f.setFail(func(*http.Request) (int, string) { return http.StatusServiceUnavailable, "down" })
+	f.SetFail(func(*http.Request) (int, string) { return http.StatusServiceUnavailable, "down" })
 	_, err := c.Schema(ctx, record.SchemaRef{Subject: "new-value", Version: "1"})
 	if err == nil || errors.Is(err, record.ErrSchemaNotFound) || errors.Is(err, record.ErrSchemaInvalid) || !errors.Is(err, ErrTransient) {
 		t.Errorf("registry down: %v, want transient only", err)
@@ -86,15 +87,15 @@ func TestSchemaPoisonAndTransient(t *testing.T) {
 // TestSchemaResolvesReferences: a Protobuf schema's imports, and theirs,
 // are looked up by the names it imports them with.
 func TestSchemaResolvesReferences(t *testing.T) {
-	f := newFake()
-	f.register("money", fakeSchema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; message Money { int64 cents = 1; }`})
-	f.register("line", fakeSchema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; import "money.proto"; message Line { Money price = 1; }`,
-		Refs: []Reference{{Name: "money.proto", Subject: "money", Version: 1}}})
-	f.register("orders-value", fakeSchema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; import "line.proto"; message Order { repeated Line lines = 1; }`,
-		Refs: []Reference{{Name: "line.proto", Subject: "line", Version: 1}}})
-	f.register("dangling-value", fakeSchema{Type: "PROTOBUF", Text: `syntax = "proto3"; import "gone.proto"; message D { Gone g = 1; }`,
-		Refs: []Reference{{Name: "gone.proto", Subject: "gone", Version: 1}}})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	f.Register("money", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; message Money { int64 cents = 1; }`})
+	f.Register("line", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; import "money.proto"; message Line { Money price = 1; }`,
+		Refs: []fakeregistry.Reference{{Name: "money.proto", Subject: "money", Version: 1}}})
+	f.Register("orders-value", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; import "line.proto"; message Order { repeated Line lines = 1; }`,
+		Refs: []fakeregistry.Reference{{Name: "line.proto", Subject: "line", Version: 1}}})
+	f.Register("dangling-value", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; import "gone.proto"; message D { Gone g = 1; }`,
+		Refs: []fakeregistry.Reference{{Name: "gone.proto", Subject: "gone", Version: 1}}})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	s, err := c.Schema(ctx, record.SchemaRef{Subject: "orders-value", Version: "1"})
 	if err != nil {
@@ -112,27 +113,27 @@ func TestSchemaResolvesReferences(t *testing.T) {
 // schema cost unbounded lookups: a chain past the depth, a fan-out past
 // the count, and one name for two schemas are unusable, a cycle ends.
 func TestSchemaReferenceBounds(t *testing.T) {
-	f := newFake()
+	f := fakeregistry.New()
 	const js = `{"type":"object"}`
 	// A chain deeper than maxReferenceDepth: chain-0 -> chain-1 -> ...
 	for i := maxReferenceDepth + 1; i >= 0; i-- {
-		var refs []Reference
+		var refs []fakeregistry.Reference
 		if i <= maxReferenceDepth {
-			refs = []Reference{{Name: fmt.Sprintf("c%d.json", i+1), Subject: fmt.Sprintf("chain-%d", i+1), Version: 1}}
+			refs = []fakeregistry.Reference{{Name: fmt.Sprintf("c%d.json", i+1), Subject: fmt.Sprintf("chain-%d", i+1), Version: 1}}
 		}
-		f.register(fmt.Sprintf("chain-%d", i), fakeSchema{Type: "JSON", Text: js, Refs: refs})
+		f.Register(fmt.Sprintf("chain-%d", i), fakeregistry.Schema{Type: "JSON", Text: js, Refs: refs})
 	}
-	var wide []Reference
+	var wide []fakeregistry.Reference
 	for i := 0; i <= maxReferences; i++ {
-		f.register(fmt.Sprintf("leaf-%d", i), fakeSchema{Type: "JSON", Text: js})
-		wide = append(wide, Reference{Name: fmt.Sprintf("l%d.json", i), Subject: fmt.Sprintf("leaf-%d", i), Version: 1})
+		f.Register(fmt.Sprintf("leaf-%d", i), fakeregistry.Schema{Type: "JSON", Text: js})
+		wide = append(wide, fakeregistry.Reference{Name: fmt.Sprintf("l%d.json", i), Subject: fmt.Sprintf("leaf-%d", i), Version: 1})
 	}
-	f.register("wide", fakeSchema{Type: "JSON", Text: js, Refs: wide})
-	f.register("clash", fakeSchema{Type: "JSON", Text: js, Refs: []Reference{{Name: "a.json", Subject: "leaf-0", Version: 1}, {Name: "a.json", Subject: "leaf-1", Version: 1}}})
+	f.Register("wide", fakeregistry.Schema{Type: "JSON", Text: js, Refs: wide})
+	f.Register("clash", fakeregistry.Schema{Type: "JSON", Text: js, Refs: []fakeregistry.Reference{{Name: "a.json", Subject: "leaf-0", Version: 1}, {Name: "a.json", Subject: "leaf-1", Version: 1}}})
 	// A cycle: loop-a imports loop-b, which imports loop-a.
-	f.register("loop-a", fakeSchema{Type: "JSON", Text: js, Refs: []Reference{{Name: "b.json", Subject: "loop-b", Version: 1}}})
-	f.register("loop-b", fakeSchema{Type: "JSON", Text: js, Refs: []Reference{{Name: "a.json", Subject: "loop-a", Version: 1}}})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f.Register("loop-a", fakeregistry.Schema{Type: "JSON", Text: js, Refs: []fakeregistry.Reference{{Name: "b.json", Subject: "loop-b", Version: 1}}})
+	f.Register("loop-b", fakeregistry.Schema{Type: "JSON", Text: js, Refs: []fakeregistry.Reference{{Name: "a.json", Subject: "loop-a", Version: 1}}})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	for subject, want := range map[string]string{"chain-0": "nest deeper", "wide": "more than", "clash": "names both"} {
 		_, err := c.Schema(ctx, record.SchemaRef{Subject: subject, Version: "1"})
@@ -149,28 +150,28 @@ func TestSchemaReferenceBounds(t *testing.T) {
 // cached, a no is asked again (the subject may register it meanwhile), an
 // id the registry does not have is not found.
 func TestRegistered(t *testing.T) {
-	f := newFake()
-	id := f.register("orders-value", fakeSchema{Text: avroV1})
-	c := newClient(t, Config{URL: serve(t, f).URL})
+	f := fakeregistry.New()
+	id := f.Register("orders-value", fakeregistry.Schema{Text: avroV1})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
 	ctx := t.Context()
 	if ok, err := c.Registered(ctx, "orders-value", uint32(id)); !ok || err != nil {
 		t.Fatalf("a version of its subject: %v, %v", ok, err)
 	}
-	before := f.requests.Load()
-	if ok, err := c.Registered(ctx, "orders-value", uint32(id)); !ok || err != nil || f.requests.Load() != before {
-		t.Errorf("again: %v, %v, %d requests; want true from the cache", ok, err, f.requests.Load()-before)
+	before := f.Requests()
+	if ok, err := c.Registered(ctx, "orders-value", uint32(id)); !ok || err != nil || f.Requests() != before {
+		t.Errorf("again: %v, %v, %d requests; want true from the cache", ok, err, f.Requests()-before)
 	}
 	if ok, err := c.Registered(ctx, "payments-value", uint32(id)); ok || err != nil {
 		t.Errorf("another subject: %v, %v; want false", ok, err)
 	}
-	f.alsoRegister("payments-value", id)
+	f.AlsoRegister("payments-value", id)
 	if ok, err := c.Registered(ctx, "payments-value", uint32(id)); !ok || err != nil {
 		t.Errorf("after the subject registered it: %v, %v; want true", ok, err)
 	}
 	if _, err := c.Registered(ctx, "orders-value", 999); !errors.Is(err, record.ErrSchemaNotFound) {
 		t.Errorf("an unknown id: %v, want ErrSchemaNotFound", err)
 	}
-	f.setFail(func(*http.Request) (int, string) { return http.StatusBadGateway, "" })
+	f.SetFail(func(*http.Request) (int, string) { return http.StatusBadGateway, "" })
 	if _, err := c.Registered(ctx, "other-value", uint32(id)); err == nil || errors.Is(err, record.ErrSchemaNotFound) {
 		t.Errorf("registry down: %v, want transient", err)
 	}

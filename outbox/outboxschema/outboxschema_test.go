@@ -3,19 +3,17 @@ package outboxschema_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/outbox-relay/outbox-relay/internal/testutil/fakeregistry"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/outboxschema"
@@ -67,110 +65,11 @@ func validEvent() *outbox.Event {
 	}
 }
 
-// fakeRegistry is an in-process registry speaking the part of the
-// Confluent API the schema check uses (a subject's version, an id's
-// versions), with Confluent's not-found codes, counting its requests.
-// A trimmed copy of internal/schemareg's test fake.
-type fakeRegistry struct {
-	mu       sync.Mutex
-	subjects map[string][]int // subject -> schema ids by version-1
-	schemas  map[int][2]string
-	// down answers every request with 503.
-	down     bool
-	requests []string
-}
-
-func newFakeRegistry(t testing.TB) (*fakeRegistry, *httptest.Server) {
-	f := &fakeRegistry{subjects: map[string][]int{}, schemas: map[int][2]string{}}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	return f, srv
-}
-
-// register adds a version of subject (schemaType "" is Avro) and returns
-// its id.
-func (f *fakeRegistry) register(subject, schemaType, text string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := len(f.schemas) + 1
-	f.schemas[id] = [2]string{schemaType, text}
-	f.subjects[subject] = append(f.subjects[subject], id)
-	return id
-}
-
-func (f *fakeRegistry) setDown(down bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = down
-}
-
-// count is the number of requests answered so far.
-func (f *fakeRegistry) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.requests)
-}
-
-func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.requests = append(f.requests, r.URL.Path)
-	if f.down {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
-	}
-	w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	notFound := func(code int, msg string) {
-		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(map[string]any{"error_code": code, "message": msg})
-	}
-	p := r.URL.Path
-	switch {
-	case strings.HasPrefix(p, "/schemas/ids/") && strings.HasSuffix(p, "/versions"):
-		id, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(p, "/schemas/ids/"), "/versions"))
-		if _, ok := f.schemas[id]; !ok {
-			notFound(40403, fmt.Sprintf("Schema %d not found.", id))
-			return
-		}
-		out := []map[string]any{}
-		for subject, ids := range f.subjects {
-			for i, x := range ids {
-				if x == id {
-					out = append(out, map[string]any{"subject": subject, "version": i + 1})
-				}
-			}
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	case strings.HasPrefix(p, "/subjects/"):
-		rest := strings.TrimPrefix(p, "/subjects/")
-		i := strings.LastIndex(rest, "/versions/")
-		if i < 0 {
-			w.WriteHeader(http.StatusNotFound)
-			return
-		}
-		subject, v := rest[:i], rest[i+len("/versions/"):]
-		ids, ok := f.subjects[subject]
-		if !ok {
-			notFound(40401, fmt.Sprintf("Subject '%s' not found.", subject))
-			return
-		}
-		n := len(ids)
-		if v != "latest" {
-			n, _ = strconv.Atoi(v)
-		}
-		if n < 1 || n > len(ids) {
-			notFound(40402, fmt.Sprintf("Version %s not found.", v))
-			return
-		}
-		s := f.schemas[ids[n-1]]
-		m := map[string]any{"subject": subject, "version": n, "id": ids[n-1], "schema": s[1]}
-		if s[0] != "" {
-			m["schemaType"] = s[0]
-		}
-		_ = json.NewEncoder(w).Encode(m)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-	}
+// newFakeRegistry is a fake registry served on a loopback socket for
+// the test.
+func newFakeRegistry(t testing.TB) (*fakeregistry.Registry, *httptest.Server) {
+	f := fakeregistry.New()
+	return f, f.Serve(t)
 }
 
 const (
@@ -212,12 +111,12 @@ func TestSchemaCheckPassesAMatchingPayload(t *testing.T) {
 	} {
 		t.Run(string(c.format), func(t *testing.T) {
 			f, srv := newFakeRegistry(t)
-			f.register(c.subject, c.typ, c.text)
+			f.Register(c.subject, fakeregistry.Schema{Type: c.typ, Text: c.text})
 			w := checkedWriter(t, srv, record.Config{Format: c.format, SubjectStrategy: c.strategy})
 			e := orderEvent(`{"id":"o-1","qty":2}`)
 			if c.format == record.FormatProtobuf {
 				e.EventType = "OrderConfirmed" // the message, by the record strategy
-				f.register("OrderConfirmed", c.typ, c.text)
+				f.Register("OrderConfirmed", fakeregistry.Schema{Type: c.typ, Text: c.text})
 			}
 			r := &recorder{}
 			if err := w.Append(context.Background(), r, e); err != nil {
@@ -232,7 +131,7 @@ func TestSchemaCheckPassesAMatchingPayload(t *testing.T) {
 
 func TestSchemaCheckRefusesAMismatchBeforeTheInsert(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	id := f.register("outbox.event.order-value", "", avroOrder)
+	id := f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	r := &recorder{}
 	e := orderEvent(`{"id":"o-1","qty":"two"}`)
@@ -258,7 +157,7 @@ func TestSchemaCheckRefusesAMismatchBeforeTheInsert(t *testing.T) {
 
 	// Protobuf: the message picked by the record strategy, the member
 	// named in the reason.
-	f.register("shop.v1.OrderConfirmed", record.SchemaTypeProtobuf, protoOrder)
+	f.Register("shop.v1.OrderConfirmed", fakeregistry.Schema{Type: record.SchemaTypeProtobuf, Text: protoOrder})
 	w = checkedWriter(t, srv, record.Config{Format: record.FormatProtobuf, SubjectStrategy: record.SubjectRecord})
 	e = orderEvent(`{"id":"o-1","qty":2}`)
 	e.EventType = "shop.v1.OrderPlaced" // its own subject is not registered
@@ -275,7 +174,7 @@ func TestSchemaCheckRefusesAMismatchBeforeTheInsert(t *testing.T) {
 
 func TestSchemaCheckRefusesAnUnregisteredVersion(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("outbox.event.order-value", "", avroOrder)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	r := &recorder{}
 	e := orderEvent(`{"id":"o-1","qty":2}`)
@@ -295,8 +194,8 @@ func TestSchemaCheckRefusesAnUnregisteredVersion(t *testing.T) {
 
 func TestSchemaCheckRefusesWhileTheRegistryIsDown(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("outbox.event.order-value", "", avroOrder)
-	f.setDown(true)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
+	f.SetDown(true)
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	r := &recorder{}
 	err := w.Append(context.Background(), r, orderEvent(`{"id":"o-1","qty":2}`))
@@ -320,14 +219,14 @@ func TestSchemaCheckRefusesWhileTheRegistryIsDown(t *testing.T) {
 
 func TestSchemaCheckAsksTheRegistryOncePerSchema(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("outbox.event.order-value", "", avroOrder)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	r := &recorder{}
 	ctx := context.Background()
 	if err := w.Append(ctx, r, orderEvent(`{"id":"o-1","qty":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	first := f.count()
+	first := f.Requests()
 	if first != 1 {
 		t.Fatalf("the first Append made %d requests, want 1", first)
 	}
@@ -339,13 +238,13 @@ func TestSchemaCheckAsksTheRegistryOncePerSchema(t *testing.T) {
 	if err := w.Append(ctx, r, orderEvent(`{"id":"o-2"}`)); !errors.Is(err, outbox.ErrInvalidEvent) {
 		t.Fatalf("a mismatch against the cached schema: %v", err)
 	}
-	if n := f.count(); n != first {
+	if n := f.Requests(); n != first {
 		t.Fatalf("later Appends made %d requests, want none", n-first)
 	}
 	// The cache keeps answering while the registry is down.
-	f.setDown(true)
-	if err := w.Append(ctx, r, orderEvent(`{"id":"o-3","qty":4}`)); err != nil || f.count() != first {
-		t.Fatalf("registry down, schema cached: %v after %d requests", err, f.count()-first)
+	f.SetDown(true)
+	if err := w.Append(ctx, r, orderEvent(`{"id":"o-3","qty":4}`)); err != nil || f.Requests() != first {
+		t.Fatalf("registry down, schema cached: %v after %d requests", err, f.Requests()-first)
 	}
 	if len(r.calls) != 12 {
 		t.Fatalf("%d INSERTs, want 12", len(r.calls))
@@ -354,7 +253,7 @@ func TestSchemaCheckAsksTheRegistryOncePerSchema(t *testing.T) {
 
 func TestSchemaCheckLatestIsRefreshedAfterItsTTL(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("outbox.event.order-value", "", avroOrder)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
 	ctx := context.Background()
 	r := &recorder{}
 	for _, c := range []struct {
@@ -366,11 +265,11 @@ func TestSchemaCheckLatestIsRefreshedAfterItsTTL(t *testing.T) {
 		if err := w.Append(ctx, r, orderEvent(`{"id":"o-1","qty":2}`)); err != nil {
 			t.Fatal(err)
 		}
-		before := f.count()
+		before := f.Requests()
 		if err := w.Append(ctx, r, orderEvent(`{"id":"o-1","qty":2}`)); err != nil {
 			t.Fatal(err)
 		}
-		if n := f.count() - before; n != c.want {
+		if n := f.Requests() - before; n != c.want {
 			t.Errorf("LatestTTL %v: the second Append made %d requests, want %d", c.ttl, n, c.want)
 		}
 	}
@@ -383,8 +282,8 @@ func framed(id int, body ...byte) []byte {
 
 func TestSchemaCheckFramedPayloadIsCheckedByItsID(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	id := f.register("outbox.event.order-value", "", avroOrder)
-	other := f.register("payments-value", "", `"string"`)
+	id := f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
+	other := f.Register("payments-value", fakeregistry.Schema{Text: `"string"`})
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro}, outbox.WithBinaryPayload())
 	r := &recorder{}
 	ctx := context.Background()
@@ -396,8 +295,8 @@ func TestSchemaCheckFramedPayloadIsCheckedByItsID(t *testing.T) {
 	if len(r.calls) != 1 || string(r.calls[0].args[6].([]byte)) != string(e.Payload) {
 		t.Fatalf("calls = %+v, want the framed payload inserted as it is", r.calls)
 	}
-	if !containsPath(f, "/schemas/ids/"+strconv.Itoa(id)+"/versions") {
-		t.Fatalf("requests %v: the framed id was not looked up", f.requests)
+	if !slices.Contains(f.Paths(), "/schemas/ids/"+strconv.Itoa(id)+"/versions") {
+		t.Fatalf("requests %v: the framed id was not looked up", f.Paths())
 	}
 
 	e = validEvent()
@@ -416,20 +315,9 @@ func TestSchemaCheckFramedPayloadIsCheckedByItsID(t *testing.T) {
 	}
 }
 
-func containsPath(f *fakeRegistry, path string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.requests {
-		if p == path {
-			return true
-		}
-	}
-	return false
-}
-
 func TestSchemaCheckTopicTemplateNamesTheSubject(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("shop.order.order.confirmed-value", "", avroOrder)
+	f.Register("shop.order.order.confirmed-value", fakeregistry.Schema{Text: avroOrder})
 	c, err := outboxschema.New(outboxschema.Config{Record: record.Config{Format: record.FormatAvro, Registry: record.RegistryConfig{URL: srv.URL}},
 		TopicTemplate: "shop.{aggregate_type}.{event_type}"})
 	if err != nil {
@@ -448,7 +336,7 @@ func TestSchemaCheckTopicTemplateNamesTheSubject(t *testing.T) {
 
 func TestSchemaCheckBatchAndTransition(t *testing.T) {
 	f, srv := newFakeRegistry(t)
-	f.register("outbox.event.order-value", "", avroOrder)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
 	w := checkedWriter(t, srv, record.Config{Format: record.FormatAvro})
 	ctx := context.Background()
 	r := &recorder{}
@@ -506,9 +394,9 @@ func TestNewRefusesWhatTheRelayWouldNotRun(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkAppendSchemaCheck -benchmem ./outbox/outboxschema/
 func BenchmarkAppendSchemaCheck(b *testing.B) {
 	f, srv := newFakeRegistry(b)
-	f.register("outbox.event.order-value", "", avroOrder)
-	f.register("shop.v1.OrderConfirmed", record.SchemaTypeProtobuf, protoOrder)
-	f.register("outbox.event.order-order.confirmed", record.SchemaTypeJSON, jsonOrder)
+	f.Register("outbox.event.order-value", fakeregistry.Schema{Text: avroOrder})
+	f.Register("shop.v1.OrderConfirmed", fakeregistry.Schema{Type: record.SchemaTypeProtobuf, Text: protoOrder})
+	f.Register("outbox.event.order-order.confirmed", fakeregistry.Schema{Type: record.SchemaTypeJSON, Text: jsonOrder})
 	cases := []struct {
 		name      string
 		rc        *record.Config // nil: no check
@@ -533,7 +421,7 @@ func BenchmarkAppendSchemaCheck(b *testing.B) {
 			if err := w.Append(ctx, nopExecer{}, e); err != nil { // warms the cache
 				b.Fatal(err)
 			}
-			before := f.count()
+			before := f.Requests()
 			b.ReportAllocs()
 			for b.Loop() {
 				e.EventID = uuid.Nil
@@ -541,7 +429,7 @@ func BenchmarkAppendSchemaCheck(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if n := f.count() - before; n != 0 {
+			if n := f.Requests() - before; n != 0 {
 				b.Fatalf("%d registry requests while the schema was cached", n)
 			}
 		})
