@@ -260,10 +260,14 @@ func (s StatsConfig) validate(cs *checks) {
 	}
 }
 
-// unjoin lists the errors err joins (err itself when it joins none).
+// unjoin lists the errors err joins (err itself when it joins none;
+// none for nil).
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
 	}
 	return []error{err}
 }
@@ -308,7 +312,7 @@ func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
 		cs.Fail("Publish.Record.SchemaVersion", string(r.SchemaVersion), "use row or latest")
 	}
 	if format.Registry() {
-		for _, e := range unjoinErrs(r.Registry.Validate()) {
+		for _, e := range unjoin(r.Registry.Validate()) {
 			var fe *FieldError
 			if errors.As(e, &fe) {
 				cs.Fail("Publish.Record.Registry."+fe.Field, fe.Value, "%w", fe.Err)
@@ -330,15 +334,4 @@ func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
 	if r.Registry.URL != "" {
 		unused("Publish.Record.Registry.URL", nil)
 	}
-}
-
-// unjoinErrs lists the errors err joins (none for nil).
-func unjoinErrs(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	if err == nil {
-		return nil
-	}
-	return []error{err}
 }
