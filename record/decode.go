@@ -50,8 +50,23 @@ type Event struct {
 	Offset    int64
 	// Time is the record timestamp: the outbox transaction's commit time.
 	Time time.Time
-	// Format is the format the record was read in (never empty).
+	// Format is the format the record was read in (never empty). A
+	// registry format's headers are the native format's, so DetectFormat
+	// reads such a record as FormatNative: SchemaID tells it apart.
 	Format Format
+
+	// SchemaID is the schema registry id of a value in the Confluent
+	// wire format (the registry formats': magic byte 0, then the 4-byte
+	// id), whatever the format the record was read in; 0 when the value
+	// is not framed. Decode only reads it: Payload stays the framed
+	// value, since decoding the body needs the registry (the inbox does
+	// it, see inbox.SchemaConfig).
+	SchemaID uint32
+	// Subject is the registry subject of the value's schema as the
+	// producer's subject strategy names it (record.Config.SchemaRef):
+	// Decode cannot know the strategy and leaves it empty; the inbox sets
+	// it from its configuration when SchemaID is set.
+	Subject string
 }
 
 // DecodeError is a record that is not an outbox event (a missing or
@@ -64,7 +79,14 @@ type DecodeError struct {
 	Offset    int64
 	// Reason says why the record is not an outbox event.
 	Reason string
+	// Err is the cause, when there is one to test with errors.Is
+	// (ErrNotFramed; record.ErrSchemaNotFound or ErrSchemaInvalid from
+	// the inbox's registry lookup); Reason already says it.
+	Err error
 }
+
+// Unwrap returns Err.
+func (e *DecodeError) Unwrap() error { return e.Err }
 
 // Error names the record and says why it is not an outbox event.
 func (e *DecodeError) Error() string {
@@ -74,6 +96,8 @@ func (e *DecodeError) Error() string {
 // Decode maps a record written by outbox-relay, in any of its formats
 // (detected from the headers: DetectFormat), back to an Event. The first
 // occurrence of each standard header wins (the relay writes them first).
+// A value in the Confluent wire format sets Event.SchemaID, in any format;
+// Decode does no I/O, so the Payload is the framed value.
 func Decode(m kafka.Message) (Event, error) {
 	return DecodeFormat(m, "")
 }
@@ -82,7 +106,10 @@ func Decode(m kafka.Message) (Event, error) {
 // of application/cloudevents... (structured) or a ce_specversion header
 // (binary) is a CloudEvent, an event_id header the native format, an id
 // header without event_id the debezium format; a record with none of
-// these is taken for native (and fails to decode).
+// these is taken for native (and fails to decode). The registry formats
+// (FormatAvro, FormatProtobuf, FormatJSONSchema) carry the native headers:
+// their records are detected as FormatNative, with Event.SchemaID set by
+// the framed value.
 func DetectFormat(m kafka.Message) Format {
 	debezium := false
 	for _, h := range m.Headers {
@@ -113,7 +140,9 @@ func isStructuredCE(ct []byte) bool {
 // DecodeFormat maps a record in format f back to an Event; the empty f
 // detects the format (Decode). An error is a *DecodeError; the Event
 // then holds what was read (the key, the value, where the record was
-// read from, whatever fields were decoded).
+// read from, whatever fields were decoded). A registry format reads the
+// native headers and requires a framed value (or none: a tombstone); any
+// format sets Event.SchemaID when the value is framed.
 func DecodeFormat(m kafka.Message, f Format) (Event, error) {
 	if f == "" {
 		f = DetectFormat(m)
@@ -130,7 +159,7 @@ func DecodeFormat(m kafka.Message, f Format) (Event, error) {
 	var f5 fields
 	var err error
 	switch f {
-	case FormatNative:
+	case FormatNative, FormatAvro, FormatProtobuf, FormatJSONSchema:
 		f5, err = headerFields(&ev, m.Headers, HeaderEventID, "event_id header")
 	case FormatDebezium:
 		f5, err = headerFields(&ev, m.Headers, HeaderDebeziumID, "id header")
@@ -142,10 +171,28 @@ func DecodeFormat(m kafka.Message, f Format) (Event, error) {
 	if err == nil {
 		err = f5.apply(&ev)
 	}
+	if err == nil {
+		err = schemaID(&ev, f)
+	}
 	if err != nil {
-		return ev, &DecodeError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Reason: err.Error()}
+		return ev, &DecodeError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Reason: err.Error(), Err: errors.Unwrap(err)}
 	}
 	return ev, nil
+}
+
+// schemaID sets ev.SchemaID from a framed payload. A registry format's
+// value must be framed (a tombstone has none); in another format an
+// unframed value is just the payload.
+func schemaID(ev *Event, f Format) error {
+	if id, ok := FramedSchemaID(ev.Payload); ok {
+		ev.SchemaID = id
+		return nil
+	}
+	if f.Registry() && len(ev.Payload) > 0 {
+		_, err := SchemaIDOf(ev.Payload)
+		return fmt.Errorf("the %s format's value is not framed: %w", f, err)
+	}
+	return nil
 }
 
 // fields are an event's standard fields as the record carries them, with

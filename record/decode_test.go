@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -69,6 +70,10 @@ func TestDecodeFormats(t *testing.T) {
 					ev.AggregateVersion != 3 || ev.EventType != "order.confirmed" || ev.SchemaVersion != 2 || ev.Format != c.want ||
 					!bytes.Equal(ev.Payload, wantPayload) || ev.Partition != 4 || ev.Offset != 9 || !ev.Time.Equal(m.Time) {
 					t.Fatalf("%s (%q): decoded %+v", c.name, f, ev)
+				}
+				// The second payload is framed (schema id 42): SchemaID says so in every format.
+				if wantID := uint32(0); payload[0] == 0 && ev.SchemaID != 42 || payload[0] != 0 && ev.SchemaID != wantID || ev.Subject != "" {
+					t.Fatalf("%s (%q): SchemaID %d, Subject %q", c.name, f, ev.SchemaID, ev.Subject)
 				}
 				if len(ev.Headers) != 2 || ev.Headers["tenant"] != "acme" || !strings.HasPrefix(ev.Headers["traceparent"], "00-4bf9") {
 					t.Fatalf("%s: headers %v", c.name, ev.Headers)
@@ -149,6 +154,71 @@ func TestDecodeFormatErrors(t *testing.T) {
 	}
 	if _, err := DecodeFormat(m, FormatDebezium); err == nil || !strings.Contains(err.Error(), "no id header") {
 		t.Fatalf("a native record decoded as debezium: %v", err)
+	}
+}
+
+// TestDecodeRegistryFormats: a registry format's record decodes with the
+// native headers and its framed value untouched (Decode does no I/O),
+// SchemaID the value's id; detected, it is native, with SchemaID set
+// all the same. Given the format, a value that is not framed is a
+// DecodeError, a tombstone is not.
+func TestDecodeRegistryFormats(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		format     Format
+		schemaType string
+		text       string
+	}{
+		{FormatAvro, "", avroOrder},
+		{FormatProtobuf, SchemaTypeProtobuf, `syntax = "proto3"; package shop.v1; message OrderPlaced { string id = 1; int32 qty = 2; }`},
+		{FormatJSONSchema, SchemaTypeJSON, `{"type":"object"}`},
+	} {
+		s, err := ParseSchema(ctx, 31, c.schemaType, c.text, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := NewEncoder(Config{Format: c.format, TombstoneOnNullPayload: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := sourceEvent([]byte(`{"id":"o-1","qty":2}`))
+		m, err := enc.EncodeRegistered("orders", row, SchemaRef{"orders-value", "2"}, s)
+		if err != nil {
+			t.Fatalf("%s: %v", c.format, err)
+		}
+		if got := DetectFormat(m); got != FormatNative {
+			t.Fatalf("%s: detected %q", c.format, got)
+		}
+		for _, f := range []Format{"", c.format} {
+			ev, err := DecodeFormat(m, f)
+			wantFormat := f
+			if f == "" {
+				wantFormat = FormatNative
+			}
+			if err != nil || ev.SchemaID != 31 || ev.Subject != "" || !bytes.Equal(ev.Payload, m.Value) || ev.Format != wantFormat ||
+				ev.ID != row.EventID || ev.AggregateID != "order-1" || ev.SchemaVersion != 2 || ev.Headers["tenant"] != "acme" {
+				t.Fatalf("%s (%q): %+v, %v", c.format, f, ev, err)
+			}
+		}
+		plain := m
+		plain.Value = []byte(`{"id":"o-1"}`)
+		_, err = DecodeFormat(plain, c.format)
+		var de *DecodeError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), "value is not framed") || !errors.Is(err, ErrNotFramed) {
+			t.Fatalf("%s: unframed value: %v", c.format, err)
+		}
+		if ev, err := DecodeFormat(plain, FormatNative); err != nil || ev.SchemaID != 0 {
+			t.Fatalf("%s: native unframed value: %+v, %v", c.format, ev, err)
+		}
+		tomb := sourceEvent(nil)
+		tomb.Invalid = InvalidNullPayload
+		tm, err := enc.EncodeRegistered("orders", tomb, SchemaRef{"orders-value", "2"}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := DecodeFormat(tm, c.format); err != nil || ev.Payload != nil || ev.SchemaID != 0 {
+			t.Fatalf("%s: tombstone %+v, %v", c.format, ev, err)
+		}
 	}
 }
 

@@ -56,6 +56,38 @@ func (c *Client) Schema(ctx context.Context, ref record.SchemaRef) (*record.Sche
 	if e, _, ok := c.parsed.get(idKey(s.ID)); ok {
 		return e.schema, e.err
 	}
+	return c.parse(ctx, s, fmt.Sprintf("subject %q version %d", s.Subject, s.Version))
+}
+
+// Parsed returns the schema registered under id, parsed, with its
+// references resolved: what a consumer needs to decode a framed value
+// (record.Event.SchemaID). It shares Schema's cache of parsed schemas by
+// id, so after the first lookup of an id no request is made for it, and
+// a schema that cannot be used is not parsed again. The errors are
+// Schema's: record.ErrSchemaNotFound for an id (or a referenced schema)
+// the registry does not have (asked again next time: the id may be
+// registered meanwhile), record.ErrSchemaInvalid for a schema that cannot
+// be used (cached), anything else transient.
+func (c *Client) Parsed(ctx context.Context, id uint32) (*record.Schema, error) {
+	if e, _, ok := c.parsed.get(idKey(int(id))); ok {
+		return e.schema, e.err
+	}
+	s, err := c.SchemaByID(ctx, int(id))
+	if err != nil {
+		err = poisonOrTransient(err)
+		if errors.Is(err, record.ErrSchemaInvalid) && id >= 1 && id <= 1<<31-1 {
+			// what the registry answered for the id cannot be used, and never will
+			c.parsed.put(idKey(int(id)), parsedEntry{err: err}, time.Time{})
+		}
+		return nil, err
+	}
+	return c.parse(ctx, s, fmt.Sprintf("schema id %d", id))
+}
+
+// parse resolves s's references and parses it, caching the outcome by id
+// unless a reference could not be looked up for now (transient). what
+// names s in errors.
+func (c *Client) parse(ctx context.Context, s *Schema, what string) (*record.Schema, error) {
 	refs, err := c.references(ctx, s)
 	if err != nil {
 		if errors.Is(err, record.ErrSchemaInvalid) {
@@ -65,7 +97,7 @@ func (c *Client) Schema(ctx context.Context, ref record.SchemaRef) (*record.Sche
 	}
 	parsed, err := record.ParseSchema(ctx, uint32(s.ID), string(s.Type), s.Text, refs)
 	if err != nil {
-		err = fmt.Errorf("%w: subject %q version %d: %w", record.ErrSchemaInvalid, s.Subject, s.Version, err)
+		err = fmt.Errorf("%w: %s: %w", record.ErrSchemaInvalid, what, err)
 	}
 	c.parsed.put(idKey(s.ID), parsedEntry{schema: parsed, err: err}, time.Time{})
 	return parsed, err

@@ -179,3 +179,55 @@ func TestRegistered(t *testing.T) {
 
 // The client is the publisher's view of the registry.
 var _ publisher.Schemas = (*Client)(nil)
+
+// TestParsedByID: a consumer's lookup by the id in the value: parsed
+// with its references resolved, then cached (no request for the next
+// value of that id, nor after the registry goes down); an id the
+// registry does not have is ErrSchemaNotFound, an unusable schema
+// ErrSchemaInvalid (not parsed again), a registry that does not answer
+// neither.
+func TestParsedByID(t *testing.T) {
+	f := fakeregistry.New()
+	f.Register("money", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; message Money { int64 cents = 1; }`})
+	id := f.Register("orders-value", fakeregistry.Schema{Type: "PROTOBUF", Text: `syntax = "proto3"; package shop; import "money.proto"; message Order { Money total = 1; }`,
+		Refs: []fakeregistry.Reference{{Name: "money.proto", Subject: "money", Version: 1}}})
+	bad := f.Register("bad-value", fakeregistry.Schema{Type: "XML", Text: `<x/>`})
+	c := newClient(t, Config{URL: f.Serve(t).URL})
+	ctx := t.Context()
+	s, err := c.Parsed(ctx, uint32(id))
+	if err != nil || s.ID != uint32(id) || s.Type != record.SchemaTypeProtobuf {
+		t.Fatalf("Parsed(%d) = %+v, %v", id, s, err)
+	}
+	v, err := s.AppendValue(nil, []byte(`{"total":{"cents":"250"}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, err := s.DecodeValue(v); err != nil || !strings.Contains(string(js), "250") {
+		t.Fatalf("DecodeValue = %s, %v", js, err)
+	}
+	before := f.Requests()
+	if again, err := c.Parsed(ctx, uint32(id)); err != nil || again != s {
+		t.Errorf("second lookup: %p, %v; want the cached %p", again, err, s)
+	}
+	if _, err := c.Parsed(ctx, uint32(bad)); !errors.Is(err, record.ErrSchemaInvalid) {
+		t.Errorf("unusable schema: %v, want ErrSchemaInvalid", err)
+	}
+	mid := f.Requests()
+	if _, err := c.Parsed(ctx, uint32(bad)); !errors.Is(err, record.ErrSchemaInvalid) || f.Requests() != mid {
+		t.Errorf("unusable schema again: %v after %d requests, want ErrSchemaInvalid from the cache", err, f.Requests()-mid)
+	}
+	if n := mid - before; n != 1 {
+		t.Errorf("%d requests for a cached id and an unusable one, want 1", n)
+	}
+	if _, err := c.Parsed(ctx, 999); !errors.Is(err, record.ErrSchemaNotFound) {
+		t.Errorf("unknown id: %v, want ErrSchemaNotFound", err)
+	}
+	f.SetDown(true)
+	if again, err := c.Parsed(ctx, uint32(id)); err != nil || again != s {
+		t.Errorf("cached id with the registry down: %v", err)
+	}
+	_, err = c.Parsed(ctx, 998)
+	if err == nil || errors.Is(err, record.ErrSchemaNotFound) || errors.Is(err, record.ErrSchemaInvalid) || !errors.Is(err, ErrTransient) {
+		t.Errorf("registry down: %v, want ErrTransient only", err)
+	}
+}
