@@ -60,13 +60,32 @@ func (e *handlerError) Unwrap() error { return e.err }
 // order. It returns how many leading records have one (their offsets may
 // be committed) and an error: a fatal one (*poison.HaltError, the inbox's own
 // tables failing) or ctx's when the generation or Run ended first.
-// Records that are not outbox events are dead-lettered where they stand.
+// Records that are not outbox events are dead-lettered where they stand,
+// and so are events whose framed value cannot be decoded (schemaValue);
+// a schema registry that does not answer holds the partition at that
+// record (the events before it are applied) until it does.
 func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message) (int, error) {
 	evs := make([]record.Event, len(msgs))
 	batch := make([]*record.Event, 0, len(msgs))
 	start := 0
 	for i, m := range msgs {
 		ev, err := record.DecodeFormat(m, c.cfg.RecordFormat)
+		headersOK := err == nil
+		if headersOK {
+			var re *registryError
+			if err = c.schemaValue(ctx, &ev); errors.As(err, &re) {
+				// Apply what came before (its offsets may be committed),
+				// then wait here for the registry.
+				done, aerr := c.apply(ctx, txCtx, batch)
+				if aerr != nil {
+					return start + done, aerr
+				}
+				start, batch = i, batch[:0]
+				if err = c.awaitSchema(ctx, &ev, err); err != nil && ctx.Err() != nil {
+					return i, ctx.Err()
+				}
+			}
+		}
 		evs[i] = ev
 		if err == nil {
 			batch = append(batch, &evs[i])
@@ -76,7 +95,10 @@ func (c *Consumer) applyRecords(ctx, txCtx context.Context, msgs []kafka.Message
 		if aerr != nil {
 			return start + done, aerr
 		}
-		evs[i].ID = recordID(m.Topic, m.Partition, m.Offset)
+		if !headersOK {
+			// Not an outbox event: its fields may be anything.
+			evs[i].ID = recordID(m.Topic, m.Partition, m.Offset)
+		}
 		c.m.errors("decode")
 		if err := c.fail(ctx, &evs[i], err, 0); err != nil {
 			return i, err

@@ -127,8 +127,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// RecordFormat is the format of the topics' records (the relay's
 	// --record-format); empty (or "auto"), the default, detects it per
-	// record from its headers (record.DetectFormat).
+	// record from its headers (record.DetectFormat). The registry formats
+	// (avro, protobuf, json-schema) carry the native headers: detected,
+	// they read as native, their framed values as Schemas says.
 	RecordFormat record.Format
+	// Schemas is how values in the Confluent wire format (the registry
+	// formats') reach the handler: decoded to JSON with the registry's
+	// schema (the default, which needs Schemas.Registry with a registry
+	// RecordFormat), or raw. Event.SchemaID and Event.Subject say which
+	// schema a value was written with.
+	Schemas SchemaConfig
 	// TuneReader, if set, may adjust the kafka-go configuration before the
 	// consumer group and the partition readers are created: the group
 	// settings (SessionTimeout, RebalanceTimeout, HeartbeatInterval,
@@ -166,6 +174,10 @@ type Consumer struct {
 	// loopExitHook is a test hook (loopExit); nil outside tests.
 	loopExitHook func(loop string)
 
+	// reg looks up the schemas of framed values; nil without
+	// Schemas.Registry.
+	reg schemaLookup
+
 	// sem bounds the transactions in flight (Concurrency).
 	sem chan struct{}
 
@@ -185,7 +197,11 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency)}
+	reg, err := newSchemaLookup(cfg.Schemas)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency), reg: reg}
 	if o.logger != nil {
 		c.log = o.logger.With(slog.String("consumer", cfg.Name))
 	}
@@ -248,6 +264,7 @@ func (c Config) withDefaults() Config {
 	if f, err := parseRecordFormat(c.RecordFormat); err == nil {
 		c.RecordFormat = f
 	}
+	c.Schemas = c.Schemas.withDefaults()
 	return c
 }
 
@@ -281,6 +298,7 @@ func (c Config) validate() error {
 	if _, err := parseRecordFormat(c.RecordFormat); err != nil {
 		l.Wrap("RecordFormat", err)
 	}
+	c.validateSchemas(&l)
 	for _, n := range []struct {
 		field string
 		v     int

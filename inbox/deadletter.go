@@ -54,6 +54,7 @@ func scanDeadLetter(row pgx.CollectableRow) (DeadLetter, error) {
 	if len(d.Headers) == 0 {
 		d.Headers = nil
 	}
+	d.SchemaID, _ = record.FramedSchemaID(d.Payload)
 	return d, err
 }
 
@@ -106,9 +107,23 @@ func (c *Consumer) retryOne(ctx context.Context, aggType, aggID string) (done bo
 	}
 	_, fresh := inserted[ev.ID]
 	resolution := "applied by retry"
+	var herr error
 	if !fresh {
 		resolution = "already processed"
-	} else if herr := c.applyIsolated(ctx, tx, &ev); herr != nil {
+	} else {
+		// A framed payload (SchemaID set) is one the consumer did not
+		// decode: its schema was not found, or it was read raw. Decode it
+		// as Run would now.
+		herr = c.schemaValue(ctx, &ev)
+		var re *registryError
+		if errors.As(herr, &re) {
+			return false, fmt.Errorf("inbox: retry: event %s: %w", ev.ID, herr)
+		}
+		if herr == nil {
+			herr = c.applyIsolated(ctx, tx, &ev)
+		}
+	}
+	if herr != nil {
 		tx.Rollback(ctx) //nolint:errcheck
 		if _, err := c.cfg.Pool.Exec(ctx, `UPDATE `+s.dl+` SET status = 'dead', attempts = attempts + 1, reason = $3, last_failed_at = now()
 			WHERE consumer = $1 AND event_id = $2`, s.consumer, ev.ID, herr.Error()); err != nil {

@@ -16,10 +16,11 @@ func parseRecordFormat(f record.Format) (record.Format, error) {
 	switch f {
 	case "auto":
 		return "", nil
-	case "", record.FormatNative, record.FormatDebezium, record.FormatCloudEvents:
+	case "", record.FormatNative, record.FormatDebezium, record.FormatCloudEvents,
+		record.FormatAvro, record.FormatProtobuf, record.FormatJSONSchema:
 		return f, nil
 	}
-	return "", fmt.Errorf("record format %q: use native, debezium, cloudevents or auto", f)
+	return "", fmt.Errorf("record format %q: use native, debezium, cloudevents, avro, protobuf, json-schema or auto", f)
 }
 
 // recordNamespace derives stable ids for records that have no usable

@@ -29,13 +29,14 @@ func TestDecodeErrorIdentity(t *testing.T) {
 }
 
 func TestParseRecordFormat(t *testing.T) {
-	for in, want := range map[record.Format]record.Format{"": "", "auto": "", "native": record.FormatNative, "cloudevents": record.FormatCloudEvents} {
+	for in, want := range map[record.Format]record.Format{"": "", "auto": "", "native": record.FormatNative, "cloudevents": record.FormatCloudEvents,
+		"avro": record.FormatAvro, "protobuf": record.FormatProtobuf, "json-schema": record.FormatJSONSchema} {
 		if got, err := parseRecordFormat(in); err != nil || got != want {
 			t.Errorf("parseRecordFormat(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := parseRecordFormat("avro"); err == nil || err.Error() != `record format "avro": use native, debezium, cloudevents or auto` {
-		t.Fatalf("avro: %v", err)
+	if _, err := parseRecordFormat("xml"); err == nil || err.Error() != `record format "xml": use native, debezium, cloudevents, avro, protobuf, json-schema or auto` {
+		t.Fatalf("xml: %v", err)
 	}
 }
 

@@ -19,8 +19,10 @@ type Metrics interface {
 	// DeadLettered counts an event that failed for good and became a dead
 	// letter.
 	DeadLettered(consumer string)
-	// Error counts a failure by reason: handler, permanent, decode,
-	// database, offset_commit.
+	// Error counts a failure by reason: handler, permanent, decode (a
+	// record that is not an outbox event, or whose framed value cannot be
+	// decoded), database, registry (the schema registry did not answer:
+	// retried), offset_commit.
 	Error(consumer, reason string)
 	// OffsetCommit counts a batched offset commit and its duration.
 	OffsetCommit(consumer string, d time.Duration)

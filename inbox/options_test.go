@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/poison"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // TestNewDefaults: a Config with only the required fields gets every
@@ -44,7 +45,8 @@ func TestNewDefaults(t *testing.T) {
 		PruneInterval:   time.Hour,
 		StartOffset:     kafka.FirstOffset,
 		ShutdownTimeout: 10 * time.Second,
-		RecordFormat:    "", // detected per record
+		RecordFormat:    "",                                                                         // detected per record
+		Schemas:         SchemaConfig{SubjectStrategy: record.SubjectTopic, PayloadAs: PayloadJSON}, // no registry: framed values raw
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", got, want)

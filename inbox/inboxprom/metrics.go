@@ -43,7 +43,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		duplicates:   counter("duplicates_absorbed_total", "Redelivered events skipped because they were already processed or dead-lettered."),
 		parked:       counter("events_parked_total", "Events written to the dead-letter table because their aggregate waits on a dead-lettered event."),
 		deadLettered: counter("events_dead_lettered_total", "Events that failed permanently and were written to the dead-letter table."),
-		errs:         counter("errors_total", "Failures by reason: handler, permanent, decode, database, offset_commit.", "reason"),
+		errs:         counter("errors_total", "Failures by reason: handler, permanent, decode, database, registry, offset_commit.", "reason"),
 		commits:      counter("offset_commits_total", "Successful batched offset commits."),
 		pruned:       counter("pruned_total", "processed_events rows deleted past the retention."),
 		processing: hist("processing_seconds", "Time from the start of an event's transaction to its outcome, per attempt that succeeded.",

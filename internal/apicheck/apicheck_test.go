@@ -226,8 +226,9 @@ func TestEventShapesAgree(t *testing.T) {
 	w, r := reflect.TypeFor[outbox.Event](), reflect.TypeFor[record.Event]()
 	shared := []string{"AggregateType", "AggregateID", "AggregateVersion", "EventType", "SchemaVersion", "Payload", "Headers"}
 	own := map[reflect.Type][]string{
-		w: {"EventID", "Priority"},                                  // the id is a uuid.UUID the writer generates
-		r: {"ID", "Topic", "Partition", "Offset", "Time", "Format"}, // the id as the record carries it
+		w: {"EventID", "Priority"}, // the id is a uuid.UUID the writer generates
+		r: {"ID", "Topic", "Partition", "Offset", "Time", "Format", // the id as the record carries it
+			"SchemaID", "Subject"}, // the registry schema a framed value was written with (issue 48)
 	}
 	for _, name := range shared {
 		fw, okw := w.FieldByName(name)
