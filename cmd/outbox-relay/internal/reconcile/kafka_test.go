@@ -73,3 +73,41 @@ func TestEventIDOf(t *testing.T) {
 		}
 	}
 }
+
+// TestEventIDOfRegistryFormats: the registry formats' records carry the
+// native headers, so reconcile reads their event ids without a registry
+// (the framed value is never decoded), and so it does for a value whose
+// schema id no registry has (issue 48).
+func TestEventIDOfRegistryFormats(t *testing.T) {
+	id := uuid.New()
+	row := record.Row{EventID: id.String(), AggregateType: "a", AggregateID: "k", AggregateVersion: "1", EventType: "shop.E", SchemaVersion: "1",
+		Payload: []byte(`{"id":"x"}`)}
+	for _, c := range []struct {
+		format     record.Format
+		schemaType string
+		text       string
+	}{
+		{record.FormatAvro, "", `{"type":"record","name":"E","namespace":"shop","fields":[{"name":"id","type":"string"}]}`},
+		{record.FormatProtobuf, record.SchemaTypeProtobuf, `syntax = "proto3"; package shop; message E { string id = 1; }`},
+		{record.FormatJSONSchema, record.SchemaTypeJSON, `{"type":"object"}`},
+	} {
+		s, err := record.ParseSchema(t.Context(), 77, c.schemaType, c.text, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := record.NewEncoder(record.Config{Format: c.format})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := enc.EncodeRegistered("t", &row, record.SchemaRef{Subject: "t-value", Version: "1"}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Value[0] != 0 {
+			t.Fatalf("%s: value %x is not framed", c.format, m.Value)
+		}
+		if got, ok := eventIDOf(m); !ok || got != id {
+			t.Errorf("%s: %v %v", c.format, got, ok)
+		}
+	}
+}
