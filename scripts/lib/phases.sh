@@ -70,7 +70,10 @@ beside() {
 	# setsid: a process group of its own (the job's pid is its id), so that an interrupt can
 	# stop the whole job; a background child of this shell is no group leader, so setsid
 	# execs in place and $! is the job's pid.
-	setsid nice -n "$nice" "$@" >"$_ph_dir/$name.out" 2>&1 </dev/null &
+	# The wrapper notes when the job itself ended (collect may come much later), so the
+	# summary says whether it overlapped the phases after it.
+	setsid nice -n "$nice" bash -c '"$@"; rc=$?; echo "$SECONDS" >"$0.ended"; exit $rc' "$_ph_dir/$name" "$@" \
+		>"$_ph_dir/$name.out" 2>&1 </dev/null &
 	_ph_pid[$name]=$!
 	_ph_nice[$name]=$nice
 	_ph_t0[$name]=$SECONDS
@@ -82,16 +85,17 @@ collect() {
 	[ -n "${_ph_pid[$name]:-}" ] || return 0
 	wait "${_ph_pid[$name]}" || rc=$?
 	unset "_ph_pid[$name]"
-	local took=$((SECONDS - ${_ph_t0[$name]}))
+	local took=$((SECONDS - ${_ph_t0[$name]})) ran=""
 	cat "$_ph_dir/$name.out"
-	rm -f "$_ph_dir/$name.out"
-	echo "=== phase $name (beside, nice ${_ph_nice[$name]}): $took s"
+	[ ! -f "$_ph_dir/$name.ended" ] || ran=" (ran $(cat "$_ph_dir/$name.ended") s)"
+	rm -f "$_ph_dir/$name.out" "$_ph_dir/$name.ended"
+	echo "=== phase $name (beside, nice ${_ph_nice[$name]}): $took s$ran"
 	if [ $rc -ne 0 ]; then
 		_ph_failed="$_ph_failed $name"
 		echo "=== phase $name (beside): FAILED (exit $rc; its output is above)"
-		_ph_note "$name (beside, nice ${_ph_nice[$name]}): FAILED after $took s"
+		_ph_note "$name (beside, nice ${_ph_nice[$name]}): FAILED after $took s$ran"
 	else
-		_ph_note "$name (beside, nice ${_ph_nice[$name]}): $took s"
+		_ph_note "$name (beside, nice ${_ph_nice[$name]}): $took s$ran"
 	fi
 }
 
