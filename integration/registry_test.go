@@ -470,3 +470,78 @@ func TestDoctorRegistry(t *testing.T) {
 		t.Fatalf("doctor with no registry at the URL: exit %d, want 1 with the registry unreachable:\n%s", res.Code, res.Stdout)
 	}
 }
+
+// setCompatibility sets subject's compatibility level in the registry at
+// base (PUT /config/{subject}).
+func setCompatibility(t testing.TB, base, subject, level string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"compatibility": level})
+	req, err := http.NewRequest(http.MethodPut, base+"/config/"+url.PathEscape(subject), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("set compatibility of %s: %v", subject, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("set compatibility of %s: HTTP %d: %s", subject, resp.StatusCode, out)
+	}
+}
+
+// TestRegistryCompatibility: the registry's own rules govern the topic:
+// with BACKWARD on the subject, a v2 that adds a field with a default is
+// accepted and a v3 that adds one without is refused (HTTP 409), and rows
+// written for v1 and for v2 both deliver, each framed with its version's
+// id, in per-aggregate order.
+func TestRegistryCompatibility(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	env := NewEnv(t, EnvOptions{Partitions: 1})
+	subject := env.Topic + "-value"
+	setCompatibility(t, reg, subject, "BACKWARD")
+	const v1 = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"sku","type":"string"}]}`
+	const v2 = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"long","default":1}]}`
+	const v3 = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"long","default":1},{"name":"note","type":"string"}]}`
+	id1 := register(t, reg, subject, "AVRO", v1)
+	id2 := register(t, reg, subject, "AVRO", v2)
+	body, _ := json.Marshal(map[string]string{"schema": v3, "schemaType": "AVRO"})
+	resp, err := http.Post(reg+"/subjects/"+url.PathEscape(subject)+"/versions", "application/vnd.schemaregistry.v1+json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("an incompatible v3 under BACKWARD: HTTP %d %s, want 409", resp.StatusCode, out)
+	}
+	t.Logf("v3 refused by the registry: HTTP %d %s", resp.StatusCode, out)
+
+	relay := env.StartRelay(registryEnv("avro", reg)...)
+	defer relay.Term(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, row := range []struct {
+		version int
+		payload string
+	}{{1, `{"sku": "a"}`}, {2, `{"sku": "b", "qty": 3}`}, {1, `{"sku": "c"}`}, {2, `{"sku": "d"}`}} {
+		if _, err := env.DB.Exec(ctx, `insert into `+env.QuotedTable()+` (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload)
+			values (gen_random_uuid(), $1, 'o-1', $2, 'order.changed', $3, $4)`, env.AggType, i+1, row.version, row.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := waitRaw(t, env.Topic, env.Partitions, 4, 60*time.Second)
+	var ids []uint32
+	for _, r := range recs {
+		ids = append(ids, binary.BigEndian.Uint32(r.Value[1:5]))
+	}
+	if want := []uint32{uint32(id1), uint32(id2), uint32(id1), uint32(id2)}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("records framed with ids %v, want %v (v1, v2, v1, v2 in commit order)", ids, want)
+	}
+	if dl := dlRows(t, env, ""); len(dl) != 0 {
+		t.Fatalf("dead letters: %v", dl)
+	}
+}
