@@ -14,10 +14,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
-// Default is the relay's default template (publisher.DefaultTopicTemplate,
-// the Debezium outbox router's).
-const Default = "outbox.event.{aggregate_type}"
-
 // Template renders a topic name from an event's fields. Placeholders:
 // {aggregate_type} and {event_type}.
 type Template struct {

@@ -35,6 +35,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/schemareg"
 	"github.com/outbox-relay/outbox-relay/internal/topictemplate"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/record"
 )
 
@@ -106,7 +107,7 @@ func New(cfg Config) (*Checker, error) {
 	}
 	tmpl := cfg.TopicTemplate
 	if tmpl == "" {
-		tmpl = topictemplate.Default
+		tmpl = publisher.DefaultTopicTemplate
 	}
 	t, err := topictemplate.Parse(tmpl)
 	if err != nil {
