@@ -335,12 +335,17 @@ func TestRegistryOutage(t *testing.T) {
 		t.Fatalf("/readyz during the outage: %+v, want 503 naming the schema registry", h)
 	}
 	t.Logf("/readyz during the outage: %d %q", h.code, h.Reason)
-	for i := 0; i < 10; i++ {
-		// wall-clock: samples across the stream's restarts: never ready while the registry is away
-		time.Sleep(200 * time.Millisecond)
+	// Never ready while the registry is away: sampled until the stream
+	// has ended and restarted twice more (the moments the probe flapped).
+	const restarted = "replication stream ended, reconnecting"
+	before := len(relay.LogLines(restarted, 1000))
+	if !within(30*time.Second, 50*time.Millisecond, func() bool {
 		if h, err := node.ready(); err == nil && h.code == 200 {
 			t.Fatalf("/readyz 200 during the registry outage: %+v", h)
 		}
+		return len(relay.LogLines(restarted, 1000)) >= before+2
+	}) {
+		t.Fatalf("the stream did not restart twice within 30s of the outage; tail:\n%s", relay.LogTail(20))
 	}
 	if recs, err := fetchRaw(env.Topic, env.Partitions); err != nil || len(recs) != 0 {
 		t.Fatalf("with the registry unreachable: %d records (%v), want none", len(recs), err)
@@ -413,11 +418,14 @@ func TestRegistryExactlyOnce(t *testing.T) {
 	relay = env.StartRelay(relayEnv...)
 	defer relay.Term(10 * time.Second)
 	want := len(first) + len(second)
-	if !rc.WaitCount(want, 60*time.Second) {
+	expected := map[string]Event{}
+	for _, id := range append(first, second...) {
+		expected[id] = Event{ID: id}
+	}
+	// WaitFor keeps reading for a grace window in which a late duplicate would show up.
+	if !rc.WaitFor(expected, 60*time.Second, 2*time.Second) {
 		t.Fatalf("read_committed consumer got %d records, want %d; relay tail:\n%s", rc.Count(), want, relay.LogTail(20))
 	}
-	// wall-clock: a window for a late duplicate to show up
-	time.Sleep(2 * time.Second)
 	seen := map[string]int{}
 	for _, r := range rc.Records() {
 		seen[r.EventID()]++
