@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -108,7 +107,7 @@ func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {
 		if err != nil {
 			return configError{err}
 		}
-		o.Registry = &doctor.RegistryTarget{Record: rc, URL: withoutUserinfo(rc.Registry.URL), Schemas: schemas}
+		o.Registry = &doctor.RegistryTarget{Record: rc, URL: rc.Registry.URL, Schemas: schemas}
 	}
 	if u := d.ReplicationURL; u != "" {
 		s, closeStandby := doctor.OpenStandby(ctx, u, d.BeforeConnect)
@@ -139,14 +138,3 @@ type notCheckedError struct{ err error }
 
 func (e notCheckedError) Error() string { return e.err.Error() }
 func (e notCheckedError) Unwrap() error { return e.err }
-
-// withoutUserinfo is a registry URL fit to print in a fix: no user, no
-// password (Validate parsed it).
-func withoutUserinfo(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<--schema-registry-url>"
-	}
-	u.User = nil
-	return strings.TrimSuffix(u.String(), "/")
-}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/record"
@@ -20,7 +21,8 @@ type Schemas interface {
 
 // RegistryTarget is a registry record format's registry: what the relay
 // looks up for each row (Record's strategy and version source), where
-// (URL, without credentials, for the fix), and the client.
+// (URL, as configured: the fix prints it without its credentials), and
+// the client.
 type RegistryTarget struct {
 	Record  record.Config
 	URL     string
@@ -81,7 +83,7 @@ func CheckRegistry(ctx context.Context, db Querier, table migrations.Table, rend
 		switch {
 		case errors.Is(err, record.ErrSchemaNotFound):
 			r.add("schema "+ref.Subject, Fail, what+" is not registered: the relay dead-letters these events",
-				registerFix(t.URL, ref, t.Record.Format))
+				registerFix(withoutUserinfo(t.URL), ref, t.Record.Format))
 		case errors.Is(err, record.ErrSchemaInvalid):
 			r.add("schema "+ref.Subject, Fail, fmt.Sprintf("%s cannot be used: %v", what, err),
 				"register a schema the relay can parse (docs/schemas.md), or use --schema-version latest after registering one")
@@ -111,4 +113,15 @@ func registerFix(base string, ref record.SchemaRef, f record.Format) string {
 	}
 	return fmt.Sprintf(`curl -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' --data '{"schemaType":"%s","schema":"<the schema, JSON-escaped>"}' %s/subjects/%s/versions%s`,
 		f.SchemaType(), base, url.PathEscape(ref.Subject), version)
+}
+
+// withoutUserinfo is a registry URL fit to print in a fix: no user, no
+// password.
+func withoutUserinfo(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<--schema-registry-url>"
+	}
+	u.User = nil
+	return strings.TrimSuffix(u.String(), "/")
 }
