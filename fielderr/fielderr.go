@@ -57,5 +57,27 @@ func (l *List) Wrap(field string, err error) {
 	*l = append(*l, &Error{Field: field, Err: err})
 }
 
+// Nested adds the errors of a nested configuration's Validate (err, one
+// error or several joined) under prefix: each *Error's Field becomes
+// prefix.Field, and any other error is the Error of prefix itself. A
+// configuration that embeds another's (the relay's and the inbox's
+// registry settings) then names its fields by their whole path.
+func (l *List) Nested(prefix string, err error) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *Error
+		switch {
+		case e == nil:
+		case errors.As(e, &fe):
+			*l = append(*l, &Error{Field: prefix + "." + fe.Field, Value: fe.Value, Err: fe.Err})
+		default:
+			l.Wrap(prefix, e)
+		}
+	}
+}
+
 // Err joins the list (nil when empty).
 func (l List) Err() error { return errors.Join(l...) }

@@ -40,3 +40,17 @@ func TestList(t *testing.T) {
 		t.Errorf("%q, want %q", err, want)
 	}
 }
+
+func TestNested(t *testing.T) {
+	var l List
+	l.Nested("Registry", errors.Join(&Error{Field: "URL", Err: ErrRequired}, errors.New("plain")))
+	l.Nested("Registry", nil)
+	l.Nested("Other", &Error{Field: "Timeout", Value: -1, Err: errors.New("must be positive")})
+	want := "Registry.URL: is required\nRegistry: plain\nOther.Timeout -1: must be positive"
+	if got := l.Err().Error(); got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if !errors.Is(l.Err(), ErrRequired) {
+		t.Error("the nested field error's cause is lost")
+	}
+}

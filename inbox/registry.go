@@ -93,21 +93,7 @@ func (c Config) validateSchemas(l *fielderr.List) {
 		}
 		return
 	}
-	err := s.Registry.Validate()
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else if err != nil {
-		errs = []error{err}
-	}
-	for _, e := range errs {
-		var fe *FieldError
-		if errors.As(e, &fe) {
-			*l = append(*l, &FieldError{Field: "Schemas.Registry." + fe.Field, Value: fe.Value, Err: fe.Err})
-		} else {
-			l.Wrap("Schemas.Registry", e)
-		}
-	}
+	l.Nested("Schemas.Registry", s.Registry.Validate())
 }
 
 // schemaLookup is what the consumer needs of a registry client: the

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"math"
 	"net"
 	"time"
@@ -312,14 +311,7 @@ func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
 		cs.Fail("Publish.Record.SchemaVersion", string(r.SchemaVersion), "use row or latest")
 	}
 	if format.Registry() {
-		for _, e := range unjoin(r.Registry.Validate()) {
-			var fe *FieldError
-			if errors.As(e, &fe) {
-				cs.Fail("Publish.Record.Registry."+fe.Field, fe.Value, "%w", fe.Err)
-			} else {
-				cs.Wrap("Publish.Record.Registry", e)
-			}
-		}
+		cs.Nested("Publish.Record.Registry", r.Registry.Validate())
 		return
 	}
 	unused := func(field string, value any) {
