@@ -143,6 +143,13 @@ func (r *Relay) connect(ctx, sctx context.Context) (conn *pgconn.PgConn, start p
 		if errors.As(err, &active) {
 			return nil, 0, rs, r.fence(sctx, active) // likely our previous connection, or the former leader's, still closing
 		}
+		if sctx.Err() != nil {
+			// Check's own query was cut off (a SIGTERM or a lost lease
+			// while it ran): no verdict on the slot, so not permanent.
+			// Marked permanent, a SIGTERM right after the lock was taken
+			// ended the relay with exit 1 (TestWALSafety in CI).
+			return nil, 0, rs, err
+		}
 		return nil, 0, rs, poison.Permanent(err)
 	}
 	var params map[string]string
