@@ -181,7 +181,7 @@ func TestBadInputEveryFlag(t *testing.T) {
 					t.Errorf("%s --%s with a control character: exit %d, and the output must not show the value:\n%s", cmd, f.Name, o.code, o.stderr)
 				}
 			}
-			unused := slices.Contains(p.about().unused, f.Name)
+			unused := slices.Contains(unused(leafOf(p.k, p.name)), f.Name)
 			for _, v := range vals.edge {
 				if !unused { // refused whatever its value
 					check(v, false)

@@ -9,14 +9,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
-const cleanupSummary = `Deletes outbox rows the relay has confirmed: created before now() - --older-than, committed
-before the newest checkpoint's fence (so Kafka acknowledged them), without an open dead-letter row
-and not of a quarantined aggregate. Small batches (--batch-size rows, each its own transaction) with
---pause between them, so there is no long lock and no WAL burst; safe beside a running relay.
-A partitioned outbox (range on created_at) has its old partitions detached and dropped instead.
-Refused without a checkpoint, or with one of another system identifier or timeline.
-Checkpoints older than the cutoff are pruned (a replay from them would miss deleted rows).`
-
 // cleanupCmd is cleanup; its options are cleanup.Options (Validate names
 // them Options.OlderThan: the error prints --older-than).
 type cleanupCmd struct {
@@ -29,10 +21,6 @@ type cleanupCmd struct {
 	DryRun      bool          `name:"dry-run" help:"count what would be deleted, delete nothing" to:"Options.DryRun"`
 
 	Options cleanup.Options `kong:"-"`
-}
-
-func (*cleanupCmd) about(string) about {
-	return about{summary: cleanupSummary, scope: config.ScopeDB, unused: []string{"publication"}}
 }
 
 func (c *cleanupCmd) Run(ctx context.Context, x *invocation) error {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +35,13 @@ import (
 // bounds (envflag's mappers) and defaults (those of relay.Config, filled
 // into the model: defaults) plug into kong, and walking the model lists
 // every flag (knownEnv, the tests, the generated docs/configuration.md).
+//
+// A command's --help text is its file in help/ (helpText); the groups it
+// embeds set which of its flags Validate checks (config.ScopeOf); its
+// unused tag lists the flags of those groups it does not use (slot status
+// never reads --table). Given on its command line they are refused; from
+// the environment, which the commands of one deployment share, they are
+// ignored. --help leaves them out.
 type cli struct {
 	Version    kong.VersionFlag `name:"version" help:"print the version and exit (also: outbox-relay version)"`
 	Migrate    migrateCmd       `cmd:"" help:"create or upgrade the outbox table, its publication and the slot"`
@@ -41,10 +50,10 @@ type cli struct {
 	Dlq        dlqGroup         `cmd:"" help:"the dead-letter table: list, show, retry and discard poison and parked events"`
 	Checkpoint cpGroup          `cmd:"" help:"the saved position: show, reset"`
 	Recover    recoverCmd       `cmd:"" help:"recreate a missing or lost slot and back-fill from the outbox table"`
-	Replay     replayCmd        `cmd:"" help:"re-publish events still in the outbox table (marked as replayed)"`
-	Cleanup    cleanupCmd       `cmd:"" help:"delete confirmed outbox rows older than --older-than (batched; drops old partitions)"`
+	Replay     replayCmd        `cmd:"" help:"re-publish events still in the outbox table (marked as replayed)" unused:"publication"`
+	Cleanup    cleanupCmd       `cmd:"" help:"delete confirmed outbox rows older than --older-than (batched; drops old partitions)" unused:"publication"`
 	Doctor     doctorCmd        `cmd:"" help:"check PostgreSQL settings, publication and slot; print fixes"`
-	Reconcile  reconcileCmd     `cmd:"" help:"compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing"`
+	Reconcile  reconcileCmd     `cmd:"" help:"compare the outbox with Kafka (and a consumer's inbox); exit 3 if missing" unused:"slot,publication"`
 }
 
 // description is the tree's --help text above its commands.
@@ -55,44 +64,53 @@ and OUTBOX_RELAY_DATABASE_URL; an OUTBOX_RELAY_* variable no flag reads is an
 error.`
 
 type slotGroup struct {
-	Status slotCmd       `cmd:"" help:"show the slot's position, lag and WAL health (JSON)"`
+	Status slotCmd       `cmd:"" help:"show the slot's position, lag and WAL health (JSON)" unused:"table"`
 	Create slotCreateCmd `cmd:"" help:"create the publication (if missing) and the slot (pgoutput)"`
-	Drop   slotCmd       `cmd:"" help:"drop the slot"`
+	Drop   slotCmd       `cmd:"" help:"drop the slot" unused:"table"`
 }
 
 type dlqGroup struct {
-	List    dlqListCmd    `cmd:"" help:"list poison and parked events (dead-letter table), in commit order"`
-	Show    dlqShowCmd    `cmd:"" help:"show one dead-letter entry (JSON)"`
-	Retry   dlqRetryCmd   `cmd:"" help:"re-publish a quarantined aggregate's events in order"`
-	Discard dlqDiscardCmd `cmd:"" help:"discard a poison event (with a reason); its aggregate continues"`
+	List    dlqListCmd    `cmd:"" help:"list poison and parked events (dead-letter table), in commit order" unused:"slot,publication"`
+	Show    dlqShowCmd    `cmd:"" help:"show one dead-letter entry (JSON)" unused:"slot,publication"`
+	Retry   dlqRetryCmd   `cmd:"" help:"re-publish a quarantined aggregate's events in order" unused:"idempotent"`
+	Discard dlqDiscardCmd `cmd:"" help:"discard a poison event (with a reason); its aggregate continues" unused:"idempotent"`
 }
 
 // Help is the dlq group's --help text (kong.HelpProvider).
-func (dlqGroup) Help() string { return dlqHelp }
+func (dlqGroup) Help() string { return helpText("dlq") + "\n" }
 
 type cpGroup struct {
 	Show  checkpointCmd `cmd:"" help:"show the newest saved position of the slot (JSON), compared with the slot and the server"`
-	Reset checkpointCmd `cmd:"" help:"delete the slot's checkpoints (after a deliberate restore or re-initialisation)"`
+	Reset checkpointCmd `cmd:"" help:"delete the slot's checkpoints (after a deliberate restore or re-initialisation)" unused:"publication,replication-url"`
 }
 
-// cmd is a command of the tree.
+// cmd is a command of the tree: its work, with the configuration parsed
+// and validated. Its --help text is help/<command line>.txt (helpText).
 type cmd interface {
-	// about describes it (name, its command line: "slot drop") for
-	// --help and says which shared flags are validated (scope).
-	about(name string) about
-	// Run is its work, with the configuration parsed and validated.
 	Run(ctx context.Context, x *invocation) error
 }
 
-// about is what --help says of a command, and its scope.
-type about struct {
-	summary string
-	scope   config.Scope
-	// unused are flags of the groups it embeds that it does not use
-	// (slot status never reads --table). Given on its command line they
-	// are refused; from the environment, which the commands of one
-	// deployment share, they are ignored. --help leaves them out.
-	unused []string
+// helpFiles are the commands' --help texts, one file per command line
+// ("slot-drop.txt"), and dlq.txt the group's.
+//
+//go:embed help/*.txt
+var helpFiles embed.FS
+
+// helpText is the --help text of command line name ("slot drop").
+func helpText(name string) string {
+	b, err := helpFiles.ReadFile("help/" + strings.ReplaceAll(name, " ", "-") + ".txt")
+	if err != nil {
+		panic(err) // the tree is static: TestTreeCommands fails first
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// unused are the flags the unused tag of node lists.
+func unused(node *kong.Node) []string {
+	if u := node.Tag.Get("unused"); u != "" {
+		return strings.Split(u, ",")
+	}
+	return nil
 }
 
 // invocation is what a command's Run gets: the configuration, the
@@ -144,14 +162,13 @@ func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, erro
 	return kong.New(&cli{}, opts...)
 }
 
-// describe gives each command's node its --help text (about) and hides
-// the flags it does not use.
+// describe gives each command's node its --help text (helpText) and
+// hides the flags it does not use.
 func describe(k *kong.Kong) error {
 	for _, leaf := range k.Model.Leaves(true) {
-		a := leaf.Target.Addr().Interface().(cmd).about(nodeName(leaf))
-		leaf.Detail = a.summary
+		leaf.Detail = helpText(nodeName(leaf))
 		for _, f := range leaf.Flags {
-			f.Hidden = f.Hidden || slices.Contains(a.unused, f.Name)
+			f.Hidden = f.Hidden || slices.Contains(unused(leaf), f.Name)
 			if kind, _ := envflag.FlagKind(f); f.Default == "" && kind != envflag.KindList {
 				f.PlaceHolder = strings.ToUpper(string(kind)) // --database-url=STRING, not =""
 			} else if f.Default == "" {
@@ -225,16 +242,6 @@ type commandParser struct {
 	valueFlags func(name string) bool
 }
 
-// about is what the command says of itself (cmd.about).
-func (p *commandParser) about() about {
-	for _, leaf := range p.k.Model.Leaves(true) {
-		if nodeName(leaf) == p.name {
-			return leaf.Target.Addr().Interface().(cmd).about(p.name)
-		}
-	}
-	return about{}
-}
-
 // newCommandParser returns the parser of command name.
 func newCommandParser(name string) (*commandParser, error) {
 	p := &commandParser{name: name, env: envflag.NewEnv(config.EnvPrefix)}
@@ -269,9 +276,9 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		return nil, nil, &usageError{name, parseError(err)}
 	}
 	c, _ := selected(ctx)
-	a := c.about(commandName(ctx))
+	scope := config.ScopeOf(reflect.TypeOf(c).Elem())
 	set := envflag.NewSet(ctx, env)
-	for _, f := range a.unused {
+	for _, f := range unused(ctx.Selected()) {
 		if set.OnCommandLine(f) {
 			return nil, nil, configError{fmt.Errorf("--%s is not used by %s: drop it", f, commandName(ctx))}
 		}
@@ -294,14 +301,14 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		return nil, nil, err
 	}
 	out.Add(config.Secrets(set)...)
-	if err := cfg.Validate(set, a.scope); err != nil {
+	if err := cfg.Validate(set, scope); err != nil {
 		return nil, nil, configError{err}
 	}
 	// Every command that connects warns about the settings that weaken
 	// a secure setup, not only run: replay, recover, dlq, doctor and
 	// reconcile send the same credentials.
-	if a.scope&(config.ScopeDB|config.ScopeKafka) != 0 {
-		cfg.WarnInsecure(newLogger(cfg, out), a.scope&config.ScopeKafka != 0)
+	if scope&(config.ScopeDB|config.ScopeKafka) != 0 {
+		cfg.WarnInsecure(newLogger(cfg, out), scope&config.ScopeKafka != 0)
 	}
 	return c, &invocation{cfg: cfg, name: commandName(ctx), stderr: out, kctx: ctx}, nil
 }

@@ -133,7 +133,7 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 		t.Fatal(err)
 	}
 	node := leafOf(k, args)
-	desc = node.Target.Addr().Interface().(cmd).about(args).summary
+	desc = helpText(args)
 	fs := envflag.Flags(node)
 	slices.SortFunc(fs, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })
 	for _, f := range fs {

@@ -17,31 +17,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-// dlqHelp is the dlq group's --help text.
-const dlqHelp = `All are safe while the relay runs: a retry holds the aggregate's lock, and the
-relay publishes that aggregate's new events only after it. retry and discard
-first wait (--wait, 30s) until the relay has delivered past the aggregate's
-earliest open event, and otherwise refuse, publishing nothing: run them again
-once the relay has caught up.
-`
-
-// dlqSummaries describe each dlq command in its --help.
-var dlqSummaries = map[string]string{
-	"list": "Lists the open (dead and parked) events of the dead-letter table, in commit order;\n" +
-		"--all also lists the resolved (published, discarded) ones.",
-	"show": "Shows one dead-letter entry, as JSON.",
-	"retry": "Re-publishes the open events of an aggregate (of EVENT_ID, or --aggregate A) in order; stops at\n" +
-		"the first that still fails (exit 1). Safe while the relay runs: the retry holds the aggregate's lock.\n" +
-		dlqWaitSummary,
-	"discard": "Discards a poison event (recorded with --reason), then re-publishes the rest of its aggregate.\n" +
-		dlqWaitSummary,
-}
-
-// dlqWaitSummary is what retry and discard wait for (deadletter.Guard).
-const dlqWaitSummary = "It first waits (--wait) until the relay's checkpoint or slot is past the aggregate's earliest open\n" +
-	"event, so that nothing published before it is still to be replayed, and otherwise refuses (exit 1),\n" +
-	"publishing nothing: run it again once the relay has caught up."
-
 // dlqWait are the flags of the commands that re-publish.
 type dlqWait struct {
 	config.StandbyFlags
@@ -65,9 +40,6 @@ type dlqListCmd struct {
 	JSON bool `name:"json" help:"print JSON lines"`
 }
 
-func (*dlqListCmd) about(string) about {
-	return about{summary: dlqSummaries["list"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
-}
 func (c *dlqListCmd) Run(ctx context.Context, x *invocation) error {
 	return withStore(ctx, x.cfg, func(store *deadletter.Store) error {
 		entries, err := store.List(ctx, deadletter.Filter{AggregateID: c.Target.AggregateID, AggregateType: c.Target.AggregateType, All: c.All})
@@ -88,9 +60,6 @@ type dlqShowCmd struct {
 	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`
 }
 
-func (*dlqShowCmd) about(string) about {
-	return about{summary: dlqSummaries["show"], scope: config.ScopeDB, unused: []string{"slot", "publication"}}
-}
 func (c *dlqShowCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
 		return fmt.Errorf("%w: dlq show needs one EVENT_ID", errUsage)
@@ -116,9 +85,6 @@ type dlqRetryCmd struct {
 	EventID string `arg:"" optional:"" name:"event-id" help:"an event of the aggregate"`
 }
 
-func (*dlqRetryCmd) about(string) about {
-	return about{summary: dlqSummaries["retry"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
-}
 func (c *dlqRetryCmd) Run(ctx context.Context, x *invocation) error {
 	if (c.EventID == "") == (c.Target.AggregateID == "") {
 		return fmt.Errorf("%w: dlq retry needs EVENT_ID or --aggregate A", errUsage)
@@ -144,9 +110,6 @@ type dlqDiscardCmd struct {
 	EventID string `arg:"" optional:"" name:"event-id" help:"the event"`
 }
 
-func (*dlqDiscardCmd) about(string) about {
-	return about{summary: dlqSummaries["discard"], scope: config.ScopeDB | config.ScopeKafka, unused: []string{"idempotent"}}
-}
 func (c *dlqDiscardCmd) Run(ctx context.Context, x *invocation) error {
 	if c.EventID == "" {
 		return fmt.Errorf("%w: dlq discard needs one EVENT_ID and --reason", errUsage)

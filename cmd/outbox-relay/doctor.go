@@ -19,28 +19,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// doctorSummary is doctor's --help text.
-const doctorSummary = "Checks wal_level, max_replication_slots, max_wal_senders, max_slot_wal_keep_size, wal_sender_timeout,\n" +
-	"the publication (table set, publish = 'insert'), the role's privileges (REPLICATION and the grants\n" +
-	"migrate --grant-role gives; superuser warns), the slot (plugin, wal_status, lag), Kafka reachability,\n" +
-	"the idempotent producer (with --idempotent, that the principal gets a producer id: InitProducerId),\n" +
-	"each topic's partitions, replication factor (3 recommended), min.insync.replicas (2),\n" +
-	"unclean.leader.election.enable (false) and retention.ms, and prints each finding with its fix.\n" +
-	"With --delivery exactly-once it also checks the transactional id (DESCRIBE: FindCoordinator; WRITE: an\n" +
-	"AddPartitionsToTxn under producer id -1, which the coordinator refuses unchanged; never InitProducerId,\n" +
-	"which would fence a running relay), WRITE on the positions and outbox topics in a transaction, the brokers'\n" +
-	"transaction.state.log.replication.factor (3) and transaction.state.log.min.isr (2), transaction.max.timeout.ms\n" +
-	"against --transaction-timeout, and the positions topic (cleanup.policy=compact, READ, replication; when\n" +
-	"missing, whether the relay may create it).\n" +
-	"Exit code 1 when any check fails, 4 when the checks could not run (PostgreSQL unreachable or\n" +
-	"refusing the connection).\n" +
-	"On PostgreSQL 17+ it also checks the slot's failover chain: the slot's failover flag, the primary's\n" +
-	"synchronized_standby_slots (existing, active physical slots) and, on each --standby-url, recovery,\n" +
-	"system identifier, sync_replication_slots, hot_standby_feedback, primary_slot_name (named in\n" +
-	"synchronized_standby_slots), a dbname in primary_conninfo, wal_level and the slot's synchronized copy\n" +
-	"(synced, failover, persistent). A gap fails when the slot has failover = true and warns otherwise;\n" +
-	"failover = false fails when --standby-url is given. Before 17 a standby gets the checks that exist there."
-
 // doctorCmd is doctor: it checks PostgreSQL's settings, the publication, the slot and
 // the Kafka topics and prints pass/warn/fail findings with their fixes; a
 // fail exits 1, a database it cannot connect to (nothing checked) exits 4.
@@ -58,10 +36,6 @@ type doctorCmd struct {
 	ConsumerDedupeRetention time.Duration `name:"consumer-dedupe-retention" help:"how long consumers remember event ids; warns when a topic retains records longer (0 skips)"`
 	CleanupOlderThan        time.Duration `name:"cleanup-older-than" help:"the outbox retention (run --cleanup-older-than or your cleanup job's --older-than), checked against the other retention periods (0: no cleanup)"`
 	CheckpointRetention     time.Duration `name:"checkpoint-retention" default:"168h0m0s" help:"the relay's --checkpoint-retention, checked against the other retention periods (0: kept for ever)"`
-}
-
-func (*doctorCmd) about(string) about {
-	return about{summary: doctorSummary, scope: config.ScopeDB | config.ScopeKafka}
 }
 
 func (c *doctorCmd) Run(ctx context.Context, x *invocation) error {

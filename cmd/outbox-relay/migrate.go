@@ -23,18 +23,6 @@ type migrateCmd struct {
 	config.MigrateFlags
 }
 
-func (*migrateCmd) about(string) about {
-	return about{scope: config.ScopeDB | config.ScopeMigrate,
-		summary: "Creates or upgrades the outbox table (versioned, idempotent), the publication (publish = 'insert')\n" +
-			"and the logical replication slot, so events committed from now on are retained until relayed; on PostgreSQL 17+\n" +
-			"the slot is a failover slot (--failover-slot; given explicitly, it also sets an existing slot's flag).\n" +
-			"With --grant-role NAME it also creates the least-privilege role `run` needs (LOGIN REPLICATION) and\n" +
-			"grants it exactly the table privileges listed in the README; run it as a superuser (on a managed service,\n" +
-			"its admin role) for that. On RDS and Aurora the role gets membership in rds_replication instead of\n" +
-			"REPLICATION; on a managed service it also prints what only the provider's console can do.",
-	}
-}
-
 func (*migrateCmd) Run(ctx context.Context, x *invocation) error {
 	cfg, stdout, stderr := x.cfg, x.stdout, x.stderr
 	pool, err := connectPool(ctx, cfg)

@@ -46,9 +46,11 @@ func TestTreeCommands(t *testing.T) {
 			t.Errorf("%q twice", name)
 		}
 		seen[name] = true
-		c, ok := node.Target.Addr().Interface().(cmd)
-		if !ok || c.about(name).summary == "" {
-			t.Errorf("%q: no about", name)
+		if _, ok := node.Target.Addr().Interface().(cmd); !ok {
+			t.Errorf("%q: no Run", name)
+		}
+		if b, err := helpFiles.ReadFile("help/" + strings.ReplaceAll(name, " ", "-") + ".txt"); err != nil || len(b) < 2 {
+			t.Errorf("%q: no help text: %v", name, err)
 		}
 		if group, _, ok := strings.Cut(name, " "); ok && nodeName(node.Parent) != group {
 			t.Errorf("%q: %s is no group", name, group)
@@ -95,4 +97,22 @@ func leafOf(k *kong.Kong, name string) *kong.Node {
 		}
 	}
 	panic("no command " + name)
+}
+
+// TestScopeOf: each command's scope, derived from the flag groups it
+// embeds, is the one it declared before (an about method per command).
+func TestScopeOf(t *testing.T) {
+	db, kafka, run, migrate := config.ScopeDB, config.ScopeKafka, config.ScopeRun, config.ScopeMigrate
+	want := map[string]config.Scope{
+		"migrate": db | migrate, "run": db | kafka | run, "recover": db | kafka | run,
+		"slot status": db, "slot create": db, "slot drop": db,
+		"dlq list": db, "dlq show": db, "dlq retry": db | kafka, "dlq discard": db | kafka,
+		"checkpoint show": db, "checkpoint reset": db, "cleanup": db,
+		"replay": db | kafka, "doctor": db | kafka, "reconcile": db | kafka,
+	}
+	visitCommands(func(name string, node *kong.Node, _ *envflag.Env) {
+		if got := config.ScopeOf(node.Target.Type()); got != want[name] {
+			t.Errorf("%s: scope %b, want %b", name, got, want[name])
+		}
+	})
 }

@@ -12,13 +12,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/reconcile"
 )
 
-const reconcileSummary = `Compares the events committed to the outbox table in a time range with the
-records in Kafka (read from the topics by timestamp) and, with --consumer, with
-that consumer's inbox (processed_events). Prints counts per event type, lists
-what is missing, and exits 3 when anything is missing (0 when nothing is, 1 on
-errors). Memory is bounded: Kafka's event ids are streamed into a temporary
-table and compared in SQL; the consumer is checked in chunks.`
-
 // errMissing makes the command exit 3: the comparison found missing events.
 var errMissing = reconcile.ErrMissing
 
@@ -38,10 +31,6 @@ type reconcileCmd struct {
 	ReadTimeout         time.Duration `name:"read-timeout" default:"30s" help:"give up on a partition that yields no record for this long" to:"Options.ReadTimeout"`
 
 	Options reconcile.Config `kong:"-"`
-}
-
-func (*reconcileCmd) about(string) about {
-	return about{summary: reconcileSummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"slot", "publication"}}
 }
 
 func (c *reconcileCmd) Run(ctx context.Context, x *invocation) error {

@@ -11,15 +11,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxdb"
 )
 
-const recoverSummary = `Recovers from a missing or invalidated (wal_status = lost, or conflicting on a standby) slot without losing events:
-creates a new slot with an exported snapshot, back-fills from the outbox table every event committed
-since the last checkpoint that the new slot will not deliver (header outbox_replay=recover), then
-streams like "run". The boundary is exact at the new slot (its snapshot sees exactly what committed
-before its consistent point) and conservative at the checkpoint (a few events before it are re-sent).
-The slot is held active during the back-fill, so a relay started meanwhile refuses it.
-With --replication-url the new slot is the standby's, and the back-fill reads the table there.
-Without a usable checkpoint pass --since TIME or --all.`
-
 // recoverCmd is recover: a back-fill, then the relay.
 type recoverCmd struct {
 	config.LogFlags
@@ -32,10 +23,6 @@ type recoverCmd struct {
 	Since string `name:"since" help:"back-fill events committed since this time (RFC 3339), instead of since the checkpoint"`
 	All   bool   `name:"all" help:"back-fill every row still in the table"`
 	NoRun bool   `name:"no-run" help:"exit after the back-fill instead of streaming"`
-}
-
-func (*recoverCmd) about(string) about {
-	return about{summary: recoverSummary, scope: config.ScopeDB | config.ScopeKafka | config.ScopeRun}
 }
 
 func (c *recoverCmd) Run(ctx context.Context, x *invocation) error {

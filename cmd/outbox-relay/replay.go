@@ -15,18 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
-const replaySummary = `Re-publishes events still in the outbox table, per aggregate in commit order, each with the
-header outbox_replay=replay. Safe beside a running relay: it reads the table in one snapshot and
-publishes; it never touches the slot or the checkpoints. Aggregates quarantined in the dead-letter
-table are left out (outbox-relay dlq retry handles them).
-
-Positions map to rows through the checkpoint history (conservative: a few events before the start
-may be included, none inside the range is missed):
-  --from-lsn LSN | --from-checkpoint | --since TIME | --all     where to start (one is required)
-  --to-lsn LSN                                                 where to stop (default: now)
-  --aggregate A [--aggregate-type T] --event-type E            filters
-  --dry-run                                                    count and list, publish nothing`
-
 // replayCmd is replay; its options are replay.Config.
 type replayCmd struct {
 	config.LogFlags
@@ -45,10 +33,6 @@ type replayCmd struct {
 	List           int    `name:"list" default:"20" help:"with --dry-run, how many events to list (0: count only)" to:"Options.List"`
 
 	Options replay.Config `kong:"-"`
-}
-
-func (*replayCmd) about(string) about {
-	return about{summary: replaySummary, scope: config.ScopeDB | config.ScopeKafka, unused: []string{"publication"}}
 }
 
 func (c *replayCmd) Run(ctx context.Context, x *invocation) error {

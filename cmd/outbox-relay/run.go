@@ -27,13 +27,6 @@ type runCmd struct {
 	config.RunFlags
 }
 
-func (*runCmd) about(string) about {
-	return about{scope: config.ScopeDB | config.ScopeKafka | config.ScopeRun,
-		summary: "Streams outbox inserts from the replication slot to Kafka (acks=all, keyed by aggregate_id,\n" +
-			"murmur2 partitioning) and confirms the slot only past events Kafka acknowledged.\n" +
-			"SIGTERM stops reading, waits up to --shutdown-timeout for in-flight acks, confirms and exits 0."}
-}
-
 func (*runCmd) Run(ctx context.Context, x *invocation) error {
 	log := newLogger(x.cfg, x.stderr)
 	r, err := newRelay(x.cfg, log)

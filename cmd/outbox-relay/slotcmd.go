@@ -11,13 +11,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/slot"
 )
 
-// slotSummaries describe each slot command in its --help.
-var slotSummaries = map[string]string{
-	"status": "Shows the slot's confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size, active pid and lag.",
-	"create": "Creates the publication (if missing) and the slot with the pgoutput plugin, on PostgreSQL 17+ as a failover slot.",
-	"drop":   "Drops the slot. Events not yet confirmed will no longer be delivered by it.",
-}
-
 // slotCmd is slot status and slot drop (and, with its flag, create).
 type slotCmd struct {
 	config.LogFlags
@@ -25,13 +18,6 @@ type slotCmd struct {
 	config.StandbyFlags
 }
 
-func (*slotCmd) about(name string) about {
-	a := about{summary: slotSummaries[verbOf(name)], scope: config.ScopeDB}
-	if verbOf(name) != "create" {
-		a.unused = []string{"table"} // only create reads it (the publication's table)
-	}
-	return a
-}
 func (*slotCmd) Run(ctx context.Context, x *invocation) error {
 	return slotVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
 }

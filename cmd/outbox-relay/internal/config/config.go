@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,15 +113,32 @@ func (c *Config) ReplOpts() []replication.Option {
 // kafkaconn's errors name without it ("TLS.CAFile").
 const kafkaConnPrefix = "kafkaconn."
 
-// Scope selects which flags a subcommand takes.
+// Scope selects which flags of a command Validate checks: those of the
+// groups it embeds (ScopeOf).
 type Scope int
 
 const (
-	ScopeDB      Scope = 1 << iota // database, slot, publication, table
-	ScopeKafka                     // brokers, topics, batching
-	ScopeRun                       // run-only knobs
-	ScopeMigrate                   // migrate-only knobs
+	ScopeDB      Scope = 1 << iota // DBFlags: database, slot, publication, table
+	ScopeKafka                     // KafkaFlags: brokers, topics, batching
+	ScopeRun                       // RunFlags: run-only knobs
+	ScopeMigrate                   // MigrateFlags: migrate-only knobs
 )
+
+// ScopeOf is the scope of command options of type t (a struct): the
+// groups it embeds, directly or through another embedded struct, say which
+// flags it takes, so the scope is never declared twice.
+func ScopeOf(t reflect.Type) Scope {
+	var s Scope
+	for g, bit := range map[reflect.Type]Scope{
+		reflect.TypeFor[DBFlags](): ScopeDB, reflect.TypeFor[KafkaFlags](): ScopeKafka,
+		reflect.TypeFor[RunFlags](): ScopeRun, reflect.TypeFor[MigrateFlags](): ScopeMigrate,
+	} {
+		if f, ok := t.FieldByName(g.Name()); ok && f.Anonymous && f.Type == g {
+			s |= bit
+		}
+	}
+	return s
+}
 
 // explicitZeros passes a flag's 0 on to relay.Config as -1, generically:
 // every numeric field of c whose default (relay.DefaultConfig) is not 0.
