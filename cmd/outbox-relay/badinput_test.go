@@ -181,7 +181,7 @@ func TestBadInputEveryFlag(t *testing.T) {
 					t.Errorf("%s --%s with a control character: exit %d, and the output must not show the value:\n%s", cmd, f.Name, o.code, o.stderr)
 				}
 			}
-			unused := slices.Contains(unused(leafOf(p.k, p.name)), f.Name)
+			unused := slices.Contains(unused(nodeOf(p.k, p.name)), f.Name)
 			for _, v := range vals.edge {
 				if !unused { // refused whatever its value
 					check(v, false)
@@ -230,7 +230,7 @@ func checkHyphenValue(t *testing.T, p *commandParser, f *kong.Flag, kind envflag
 func received(p *commandParser, name string) (string, bool) {
 	var got string
 	found := false
-	for _, f := range envflag.Flags(leafOf(p.k, p.name)) {
+	for _, f := range envflag.Flags(nodeOf(p.k, p.name)) {
 		if f.Name == name && f.Target.IsValid() {
 			got, found = fmt.Sprint(f.Target.Interface()), true
 		}

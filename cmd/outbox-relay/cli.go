@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/process"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/flagtext"
 
 	"github.com/alecthomas/kong"
 
@@ -202,6 +203,16 @@ func nodeName(node *kong.Node) string {
 	return strings.Join(names, " ")
 }
 
+// nodeOf is the node of command line name in k's model ("dlq show").
+func nodeOf(k *kong.Kong, name string) *kong.Node {
+	for _, n := range k.Model.Leaves(true) {
+		if nodeName(n) == name {
+			return n
+		}
+	}
+	panic("no command " + name) // the tree is static: its tests fail first
+}
+
 // commandNames are the command lines of every command and verb, in the
 // tree's order ("migrate", "slot status").
 func commandNames() []string {
@@ -290,10 +301,11 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 	set.Fill(c) // the command's own options (cleanup's, replay's)
 	// Built when first used (an error, a library's log record): it needs
 	// run's model besides this command's.
-	names := sync.OnceValue(func() map[string]string { return config.FlagNames(set) })
-	text := sync.OnceValue(func() func(string) string { return envflag.FlagText(names()) })
-	cfg.FlagText = func(s string) string { return text()(s) }
-	cfg.FieldFlags = func(s string) map[string]string { return envflag.FlagsIn(names(), s) }
+	names := sync.OnceValue(func() *flagtext.Table {
+		return flagtext.NewTable(config.FlagNames(set, envflag.Names(envflag.Flags(nodeOf(p.k, "run")))))
+	})
+	cfg.FlagText = func(s string) string { return names().Replace(s) }
+	cfg.FieldFlags = func(s string) map[string]string { return names().Find(s) }
 	out.flagText = cfg.FlagText
 	// Before validate: a misspelt variable explains a missing or default
 	// value better than the error about that value would.

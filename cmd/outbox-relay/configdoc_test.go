@@ -132,7 +132,7 @@ func docOf(t *testing.T, args string) (desc string, flags []docFlag) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := leafOf(k, args)
+	node := nodeOf(k, args)
 	desc = helpText(args)
 	fs := envflag.Flags(node)
 	slices.SortFunc(fs, func(a, b *kong.Flag) int { return strings.Compare(a.Name, b.Name) })

@@ -212,7 +212,7 @@ func TestEveryFlagHonouredOrRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := leafOf(p.k, cmd).Target.Addr().Interface().(configured); !ok {
+		if _, ok := nodeOf(p.k, cmd).Target.Addr().Interface().(configured); !ok {
 			t.Errorf("%s: no effective configuration (configured)", cmd)
 			continue
 		}

@@ -86,17 +86,7 @@ func commandFlags(name string) []*kong.Flag {
 	if err != nil {
 		panic(err) // the tree is static: its tests fail first
 	}
-	return envflag.Flags(leafOf(k, name))
-}
-
-// leafOf is the node of command name ("dlq show") in k's model.
-func leafOf(k *kong.Kong, name string) *kong.Node {
-	for _, leaf := range k.Model.Leaves(true) {
-		if nodeName(leaf) == name {
-			return leaf
-		}
-	}
-	panic("no command " + name)
+	return envflag.Flags(nodeOf(k, name))
 }
 
 // TestScopeOf: each command's scope, derived from the flag groups it

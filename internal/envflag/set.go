@@ -54,10 +54,8 @@ func NewSet(ctx *kong.Context, env *Env) *Set {
 
 // Field is the configuration field flag f sets, as library errors name
 // it; empty for a flag that sets none.
-func Field(f *kong.Flag) string { return FieldOf(f.Tag.Get("field"), f.Tag.Get("to")) }
-
-// FieldOf is Field from a flag's field and to tags.
-func FieldOf(field, to string) string {
+func Field(f *kong.Flag) string {
+	field, to := f.Tag.Get("field"), f.Tag.Get("to")
 	if field != "" {
 		return field
 	}
@@ -245,71 +243,3 @@ func (s *Set) EnvNames() []string {
 
 // FieldNames are the fields the command's flags set, sorted.
 func (s *Set) FieldNames() []string { return slices.Sorted(maps.Keys(s.byField)) }
-
-// FlagText returns the function that rewrites text naming configuration
-// fields by their Go paths (a library's error, log message or reason:
-// "exceeds Publish.MaxBatchBytes") in the terms of names, the flags that
-// set them (FlagNames): "exceeds --max-batch-bytes". It builds one
-// strings.Replacer, longest path first, so that Publish.MaxBatchBytes is
-// not read as Publish.MaxBatch.
-func FlagText(names map[string]string) func(string) string {
-	paths := slices.SortedFunc(maps.Keys(names), func(x, y string) int {
-		if d := len(y) - len(x); d != 0 {
-			return d
-		}
-		return strings.Compare(x, y)
-	})
-	pairs := make([]string, 0, 2*len(paths))
-	for _, p := range paths {
-		pairs = append(pairs, p, names[p])
-	}
-	return strings.NewReplacer(pairs...).Replace
-}
-
-// FlagsIn returns the fields text names among names' (field paths to
-// flags), with their flags: the longest path wins where paths overlap
-// ("Publish.MaxBatchBytes", not "Publish.MaxBatch"), and a path inside a
-// longer word does not count. nil when text names none.
-func FlagsIn(names map[string]string, text string) map[string]string {
-	paths := slices.SortedFunc(maps.Keys(names), func(x, y string) int {
-		if d := len(y) - len(x); d != 0 {
-			return d
-		}
-		return strings.Compare(x, y)
-	})
-	var out map[string]string
-	var taken []bool
-	for _, p := range paths {
-		for i := 0; i < len(text); {
-			j := strings.Index(text[i:], p)
-			if j < 0 {
-				break
-			}
-			j += i
-			end := j + len(p)
-			i = end
-			if (j > 0 && word(text[j-1])) || (end < len(text) && word(text[end])) {
-				continue
-			}
-			if taken == nil {
-				taken = make([]bool, len(text))
-			}
-			if slices.Contains(taken[j:end], true) {
-				continue
-			}
-			for k := j; k < end; k++ {
-				taken[k] = true
-			}
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[p] = names[p]
-		}
-	}
-	return out
-}
-
-// word reports whether c continues a field path's word.
-func word(c byte) bool {
-	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}

@@ -12,22 +12,6 @@ import (
 // variable.
 func Configures(f *kong.Flag) bool { return f.Name != "help" && f.Name != "version" }
 
-// Declared calls visit with every flag field of command type t (its
-// embedded groups' and its own; not its positional arguments).
-func Declared(t reflect.Type, visit func(tag reflect.StructTag)) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		switch {
-		case f.Anonymous && f.Type.Kind() == reflect.Struct:
-			Declared(f.Type, visit)
-		case f.Tag.Get("name") != "" && f.Tag.Get("kong") != "-":
-			if _, positional := f.Tag.Lookup("arg"); !positional {
-				visit(f.Tag)
-			}
-		}
-	}
-}
-
 // Flags are the flags of a command's node (its groups' and its own),
 // without --help and --version.
 func Flags(node *kong.Node) []*kong.Flag {

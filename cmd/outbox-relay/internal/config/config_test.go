@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -27,10 +28,29 @@ func TestLoopbackHostLists(t *testing.T) {
 // TestKafkaSecurityFieldsHaveFlags: every path of kafkaSecurityFields
 // names flags (run's, which every command falls back to).
 func TestKafkaSecurityFieldsHaveFlags(t *testing.T) {
-	names := FlagNames(nil)
+	run := map[string]string{}
+	declared(reflect.TypeFor[struct {
+		KafkaFlags
+		RunFlags
+	}](), run)
+	names := FlagNames(nil, run)
 	for field := range kafkaSecurityFields {
 		if got := names[field]; !strings.HasPrefix(got, "--kafka-") {
 			t.Errorf("%s: %q", field, got)
+		}
+	}
+}
+
+// declared adds the flags of the fields of t (and of the structs it
+// embeds) to names, by their to tags: run's flags, without its model.
+func declared(t reflect.Type, names map[string]string) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			declared(f.Type, names)
+		} else if to := f.Tag.Get("to"); to != "" {
+			to = strings.Replace(strings.TrimPrefix(to, "Relay."), "KafkaConn.", kafkaConnPrefix, 1)
+			names[to] = "--" + f.Tag.Get("name")
 		}
 	}
 }

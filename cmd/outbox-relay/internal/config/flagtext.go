@@ -2,7 +2,6 @@ package config
 
 import (
 	"maps"
-	"reflect"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/envflag"
@@ -45,27 +44,11 @@ var kafkaSecurityFields = map[string][]string{
 // FlagNames is the table from field paths to the flags that set them, for
 // a command whose flags set holds: its own (the relay's fields, and the
 // options of its own flags such as cleanup's Options.OlderThan), those of
-// the relay's fields it lacks from run's flags (cleanup names
-// Checkpoints.Interval, migrate Cleanup.OlderThan: run's settings), and
-// kafkaSecurityFields.
-func FlagNames(set *envflag.Set) map[string]string { // set nil: run's names only
-	names := map[string]string{}
-	envflag.Declared(reflect.TypeFor[struct {
-		LogFlags
-		DBFlags
-		KafkaFlags
-		PublishFlags
-		DeliveryFlags
-		RunFlags
-		StandbyFlags
-	}](), func(tag reflect.StructTag) {
-		if field := envflag.FieldOf(tag.Get("field"), tag.Get("to")); field != "" {
-			names[field] = "--" + tag.Get("name")
-			if _, neg := tag.Lookup("negate"); neg {
-				names[field] += "=false"
-			}
-		}
-	})
+// the relay's fields it lacks from run's flags, run (cleanup names
+// Checkpoints.Interval, migrate Cleanup.OlderThan: run's settings; see
+// envflag.Names), and kafkaSecurityFields.
+func FlagNames(set *envflag.Set, run map[string]string) map[string]string { // set nil: run's names only
+	names := maps.Clone(run)
 	if set != nil {
 		maps.Copy(names, set.Names())
 	}
