@@ -213,20 +213,6 @@ func nodeOf(k *kong.Kong, name string) *kong.Node {
 	panic("no command " + name) // the tree is static: its tests fail first
 }
 
-// commandNames are the command lines of every command and verb, in the
-// tree's order ("migrate", "slot status").
-func commandNames() []string {
-	k, err := newParser(envflag.NewEnv(config.EnvPrefix), io.Discard, new(bool))
-	if err != nil {
-		panic(err) // the tree is static: its tests fail first
-	}
-	var names []string
-	for _, leaf := range k.Model.Leaves(true) {
-		names = append(names, nodeName(leaf))
-	}
-	return names
-}
-
 // configure parses a command line (flags, their environment fallbacks,
 // positional arguments) into the tree, checks the environment for
 // unknown variables, gives out the secrets to mask and the flag names of
@@ -333,17 +319,6 @@ func parseError(err error) error {
 		msg = msg[:i]
 	}
 	return errors.New(msg)
-}
-
-// knownEnv returns the environment variables of every flag of every
-// command and verb, walking the command tree.
-func knownEnv() map[string]bool {
-	env := envflag.NewEnv(config.EnvPrefix)
-	k, err := newParser(env, io.Discard, new(bool))
-	if err != nil {
-		return map[string]bool{}
-	}
-	return knownEnvOf(k.Model, env)
 }
 
 // knownEnvOf is knownEnv of the tree model, whose variables env names.

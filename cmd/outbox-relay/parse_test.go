@@ -106,3 +106,28 @@ func TestScopeOf(t *testing.T) {
 		}
 	})
 }
+
+// commandNames are the command lines of every command and verb, in the
+// tree's order ("migrate", "slot status").
+func commandNames() []string {
+	k, err := newParser(envflag.NewEnv(config.EnvPrefix), io.Discard, new(bool))
+	if err != nil {
+		panic(err) // the tree is static: its tests fail first
+	}
+	var names []string
+	for _, leaf := range k.Model.Leaves(true) {
+		names = append(names, nodeName(leaf))
+	}
+	return names
+}
+
+// knownEnv returns the environment variables of every flag of every
+// command and verb, walking the command tree.
+func knownEnv() map[string]bool {
+	env := envflag.NewEnv(config.EnvPrefix)
+	k, err := newParser(env, io.Discard, new(bool))
+	if err != nil {
+		return map[string]bool{}
+	}
+	return knownEnvOf(k.Model, env)
+}
