@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/outbox-relay/outbox-relay/internal/kafkaclients"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -147,9 +146,6 @@ func withPool(ctx context.Context, cfg *config.Config, f func(*pgxpool.Pool, *de
 // checkpoints and the slot, on the standby with --replication-url), and
 // prints what became of them.
 func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadletter.Store, *publisher.SyncWriter, deadletter.Guard) (deadletter.Result, error)) error {
-	if wait.Wait < 0 {
-		return configError{fmt.Errorf("--wait %s: use 0 (refuse at once) or more", wait.Wait)}
-	}
 	return withPool(ctx, x.cfg, func(pool *pgxpool.Pool, store *deadletter.Store) error {
 		d := x.cfg.Relay.Database
 		slots, closeStandby, err := x.cfg.SlotManager(ctx, pool, slot.Config{Name: d.Slot, Publication: d.Publication})
@@ -157,16 +153,9 @@ func republish(ctx context.Context, x *invocation, wait dlqWait, f func(*deadlet
 			return err
 		}
 		defer closeStandby()
-		log := newLogger(x.cfg, x.stderr)
 		g := deadletter.Guard{
 			Progress: deadletter.RelayPosition{DB: pool, Checkpoints: checkpoint.NewStore(pool, x.cfg.Table(), d.Slot), Slot: slots, SlotName: d.Slot},
-			Wait:     wait.Wait,
-			OnWait: func(a *deadletter.AheadError) {
-				log.Info("waiting for the relay's position to pass the aggregate's earliest open event before publishing",
-					slog.String("stage", "dlq"), slog.String("event_id", a.EventID), slog.String("aggregate_type", a.Aggregate.Type),
-					slog.String("aggregate_id", a.Aggregate.ID), slog.String("tx_lsn", a.Pos.TxLSN.String()),
-					slog.String("delivered", a.Delivered.String()), slog.Duration("wait", wait.Wait))
-			},
+			Wait:     wait.Wait, Log: newLogger(x.cfg, x.stderr),
 		}
 		w := dlqPublish(x.cfg).SyncWriter()
 		defer w.Close()

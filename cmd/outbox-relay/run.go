@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 
 	"github.com/outbox-relay/outbox-relay/cmd/outbox-relay/internal/process"
 
@@ -61,31 +58,20 @@ func newRelay(cfg *config.Config, log *slog.Logger) (*relay.Relay, error) {
 func runRelay(ctx context.Context, cfg *config.Config, r *relay.Relay, log *slog.Logger) error {
 	defer cfg.Trace.Shutdown(log) // after Run: the last spans are exported
 	if cfg.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		addr, stop, err := httpserve.Serve(cfg.MetricsAddr, r.Handler(), httpserve.Probe)
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %s: %w (set --metrics-addr to a free address, or empty to disable)", cfg.MetricsAddr, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/", r.Handler())
-		srv, ln := httpserve.Server(mux, ln, httpserve.Probe)
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
+		defer stop()
+		log.Info("serving /metrics, /healthz, /readyz", slog.String("stage", "startup"), slog.String("addr", addr.String()))
 	}
 	if cfg.PProf {
-		ln, err := net.Listen("tcp", cfg.PProfAddr)
+		addr, stop, err := httpserve.Serve(cfg.PProfAddr, httpserve.ProfileHandler(), httpserve.Profiles)
 		if err != nil {
 			return fmt.Errorf("pprof: listen on %s: %w (set --pprof-addr to a free loopback address)", cfg.PProfAddr, err)
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		srv, ln := httpserve.Server(mux, ln, httpserve.Profiles)
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		log.Info("serving /debug/pprof/", slog.String("stage", "startup"), slog.String("addr", ln.Addr().String()))
+		defer stop()
+		log.Info("serving /debug/pprof/", slog.String("stage", "startup"), slog.String("addr", addr.String()))
 	}
 	return r.Run(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -85,6 +86,9 @@ type Guard struct {
 	// OnWait, if set, is called once when the wait starts, with what it
 	// waits for.
 	OnWait func(*AheadError)
+	// Log, if set, records the start of a wait (stage dlq), so that an
+	// operator sees what a retry or discard is waiting for.
+	Log *slog.Logger
 }
 
 // ErrAhead is what an AheadError matches with errors.Is.
@@ -195,6 +199,12 @@ func (s *Store) awaitBehind(ctx context.Context, agg Aggregate, except string, g
 	}
 	if g.OnWait != nil {
 		g.OnWait(a)
+	}
+	if g.Log != nil {
+		g.Log.Info("waiting for the relay's position to pass the aggregate's earliest open event before publishing",
+			slog.String("stage", "dlq"), slog.String("event_id", a.EventID), slog.String("aggregate_type", a.Aggregate.Type),
+			slog.String("aggregate_id", a.Aggregate.ID), slog.String("tx_lsn", a.Pos.TxLSN.String()),
+			slog.String("delivered", a.Delivered.String()), slog.Duration("wait", g.Wait))
 	}
 	poll := g.Poll
 	if poll <= 0 {
