@@ -89,9 +89,15 @@ func TestVariantNames(t *testing.T) {
 	if got := d.modeLabel(); got != "1 (at-least-once, round 1)" {
 		t.Fatalf("a default drain's label changed: %q", got)
 	}
+	if got := d.checkSuffix(); got != "" {
+		t.Fatalf("a default drain's target line changed: suffix %q", got)
+	}
 	d.variant = newVariant(deliveryALO, formatAvro)
 	if got := d.modeLabel(); got != "1 (at-least-once, avro, round 1)" {
 		t.Fatalf("avro drain label %q", got)
+	}
+	if got := d.checkSuffix(); got != " (at-least-once, avro, round 1)" {
+		t.Fatalf("avro drain target suffix %q", got)
 	}
 }
 
@@ -145,6 +151,24 @@ func TestFormatChecks(t *testing.T) {
 	}
 	if n != len(want) {
 		t.Fatalf("%d of the format checks in checks()", n)
+	}
+	// The drain targets and the peak RSS name a registry relay's drain.
+	r.Drains[2].PeakRSS, r.Drains[0].PeakRSS = 80<<20, 50<<20
+	var names, rss []string
+	for _, c := range r.checks() {
+		if strings.HasPrefix(c.Name, "drain, 1-event transactions") && strings.HasSuffix(c.Name, "pg_recvlogical") {
+			names = append(names, c.Name)
+		}
+		if strings.HasPrefix(c.Name, "peak RSS") {
+			rss = append(rss, c.Detail)
+		}
+	}
+	if len(names) != 6 || names[0] != "drain, 1-event transactions ≥ 0.9 × pg_recvlogical" ||
+		names[5] != "drain, 1-event transactions (at-least-once, protobuf, round 2) ≥ 0.9 × pg_recvlogical" {
+		t.Errorf("drain target lines %q", names)
+	}
+	if len(rss) != 1 || rss[0] != "80.0 MiB (VmHWM, the drain of 1-event transactions (at-least-once, protobuf, round 1))" {
+		t.Errorf("peak RSS %q", rss)
 	}
 }
 

@@ -165,6 +165,16 @@ func (d *drainResult) modeLabel() string {
 	return fmt.Sprintf("%d (%s, round %d)", d.Mode, d.variant, d.Round)
 }
 
+// checkSuffix names a drain's relay variant and round in a target's
+// line, unless it is the default relay's only round (whose lines read as
+// they always did).
+func (d *drainResult) checkSuffix() string {
+	if d.short() == "" && d.Round <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (%s, round %d)", d.variant, d.Round)
+}
+
 func (l *latencyResult) label() string {
 	s := fmt.Sprintf("%s events/s in %d-event transactions", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
 	if l.Delivery != "" {
@@ -259,7 +269,7 @@ func (c check) String() string {
 func (r *results) checks() []check {
 	var out []check
 	for _, d := range r.Drains {
-		c := check{Name: fmt.Sprintf("drain, %d-event transactions ≥ %.1f × pg_recvlogical", d.Mode, targetDrainRatio)}
+		c := check{Name: fmt.Sprintf("drain, %d-event transactions%s ≥ %.1f × pg_recvlogical", d.Mode, d.checkSuffix(), targetDrainRatio)}
 		if d.CeilingSec > 0 && d.RelaySec > 0 {
 			c.Pass = d.Ratio() >= targetDrainRatio
 			c.Detail = fmt.Sprintf("%.2f × (relay %.0f events/s, pg_recvlogical %.0f events/s)", d.Ratio(), d.RelayRate(), d.CeilingRate())
@@ -281,7 +291,7 @@ func (r *results) checks() []check {
 		if at.registry() {
 			// Not a native relay's peak: name the drain, so the target
 			// is read against the right relay.
-			c.Detail = fmt.Sprintf("%.1f MiB (VmHWM, the drain of %s-event transactions)", benchkit.MiB(peak), at.modeLabel())
+			c.Detail = fmt.Sprintf("%.1f MiB (VmHWM, the drain of %d-event transactions%s)", benchkit.MiB(peak), at.Mode, at.checkSuffix())
 		}
 		if peak == 0 {
 			c.Detail = "not measured"
