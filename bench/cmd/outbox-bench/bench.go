@@ -42,14 +42,21 @@ type bench struct {
 	schema string
 	topic  string
 
-	mu      sync.Mutex
-	relays  []*relayProc
-	targets []*target
-	topics  []string
-	cleaned bool
+	// registry is the schema registry of the registry formats; nil
+	// without -schema-registry-url.
+	registry *registry
 
-	// delivery is the --delivery of the relays started now.
-	delivery string
+	mu       sync.Mutex
+	relays   []*relayProc
+	targets  []*target
+	topics   []string
+	subjects []string // registry subjects
+	cleaned  bool
+
+	// variant and round are those of the relays started now: their
+	// --delivery and --record-format, and the suffix of their names.
+	variant variant
+	round   int
 }
 
 func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) {
@@ -69,6 +76,12 @@ func newBench(ctx context.Context, cfg *config, logw io.Writer) (*bench, error) 
 	}
 	b.schema = b.prefix
 	b.topic = b.prefix + "_events"
+	b.variant = newVariant(deliveryALO, formatNative)
+	// Only a run that uses the registry (or -cleanup) talks to it, so a
+	// default run never depends on it, not even to drop stale subjects.
+	if cfg.RegistryURL != "" && (len(cfg.registryFormats()) > 0 || cfg.CleanupOnly) {
+		b.registry = newRegistry(cfg.RegistryURL)
+	}
 	return b, nil
 }
 
@@ -91,7 +104,7 @@ func (b *bench) cleanup() {
 		return
 	}
 	b.cleaned = true
-	relays, targets, topics := b.relays, b.targets, b.topics
+	relays, targets, topics, subjects := b.relays, b.targets, b.topics, b.subjects
 	b.mu.Unlock()
 	for _, r := range relays {
 		_ = r.stop()
@@ -104,9 +117,10 @@ func (b *bench) cleanup() {
 		}
 	}
 	if b.cfg.Keep {
-		b.logf("-keep: left schema %s, slots and publications %s_*, topics %v", b.schema, b.prefix, topics)
+		b.logf("-keep: left schema %s, slots and publications %s_*, topics %v, registry subjects %v", b.schema, b.prefix, topics, subjects)
 		return
 	}
+	b.deleteSubjects(ctx, subjects)
 	if len(targets) > 0 {
 		if _, err := b.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+b.schema+` CASCADE`); err != nil {
 			b.logf("cleanup: drop schema %s: %v", b.schema, err)
@@ -114,6 +128,10 @@ func (b *bench) cleanup() {
 	}
 	if err := benchkit.DeleteTopics(ctx, b.kafka, topics); err != nil {
 		b.logf("cleanup: %v", err)
+	}
+	if len(subjects) > 0 {
+		b.logf("cleaned up schema %s, slots/publications %s_*, topics %v, registry subjects %v", b.schema, b.prefix, topics, subjects)
+		return
 	}
 	b.logf("cleaned up schema %s, slots/publications %s_*, topics %v", b.schema, b.prefix, topics)
 }
@@ -132,6 +150,11 @@ func (b *bench) run(ctx context.Context) *results {
 		res.Errors = append(res.Errors, msg)
 	}
 	if err := b.createTopic(ctx, b.topic); err != nil {
+		fail("setup", err)
+		res.Finished = time.Now()
+		return res
+	}
+	if err := b.setupFormats(ctx); err != nil {
 		fail("setup", err)
 		res.Finished = time.Now()
 		return res
@@ -156,18 +179,18 @@ func (b *bench) run(ctx context.Context) *results {
 	if b.cfg.Phases["drain"] && ctx.Err() == nil {
 		for round := 1; round <= b.cfg.Rounds; round++ {
 			for _, mode := range b.cfg.Modes {
-				for _, delivery := range b.cfg.Deliveries {
+				for _, v := range b.cfg.variants() {
 					if ctx.Err() != nil {
 						break
 					}
-					b.delivery = delivery
+					b.variant, b.round = v, round
 					d, err := b.drain(ctx, mode)
 					if d != nil {
-						d.Delivery, d.Round = delivery, round
+						d.variant, d.Round = v, round
 						res.Drains = append(res.Drains, *d)
 					}
 					if err != nil {
-						fail(fmt.Sprintf("drain (%d-event transactions, %s)", mode, delivery), err)
+						fail(fmt.Sprintf("drain (%d-event transactions, %s)", mode, v), err)
 					}
 				}
 			}
@@ -182,23 +205,27 @@ func (b *bench) run(ctx context.Context) *results {
 	}
 	if b.cfg.Phases["latency"] && ctx.Err() == nil {
 		for round := 1; round <= b.cfg.Rounds; round++ {
-			for _, delivery := range b.cfg.Deliveries {
+			for _, v := range b.cfg.variants() {
 				if ctx.Err() != nil {
 					break
 				}
-				b.delivery = delivery
-				l, err := b.latency(ctx)
+				b.variant, b.round = v, round
+				l, dec, err := b.latency(ctx)
 				for i := range l {
-					l[i].Delivery, l[i].Round = delivery, round
+					l[i].variant, l[i].Round = v, round
 				}
 				res.Latency = append(res.Latency, l...)
+				if dec != nil {
+					dec.variant, dec.Round = v, round
+					res.Decodes = append(res.Decodes, *dec)
+				}
 				if err != nil {
-					fail("latency ("+delivery+")", err)
+					fail("latency ("+v.String()+")", err)
 				}
 			}
 		}
-		b.delivery = deliveryALO
 	}
+	b.variant, b.round = newVariant(deliveryALO, formatNative), 0
 	if b.cfg.Phases["bigtx"] && b.cfg.BigTx > 0 && ctx.Err() == nil {
 		bt, err := b.bigTx(ctx)
 		res.BigTx = bt
@@ -217,6 +244,9 @@ func (b *bench) configSummary() string {
 		c.N, benchkit.JoinInts(c.Modes), benchkit.JoinInts(c.Rates), benchkit.JoinInts(c.LatencyTx), c.Duration, c.BigTx, c.Parallel)
 	if len(c.Deliveries) > 1 || c.Deliveries[0] != deliveryALO {
 		s += " -delivery " + strings.Join(c.Deliveries, ",")
+	}
+	if len(c.Formats) > 1 || c.Formats[0] != formatNative {
+		s += " -formats " + strings.Join(c.Formats, ",")
 	}
 	if c.Rounds > 1 {
 		s += fmt.Sprintf(" -rounds %d", c.Rounds)

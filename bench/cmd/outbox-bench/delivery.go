@@ -89,22 +89,34 @@ func meanOf(v []float64) float64 {
 	return t / float64(len(v))
 }
 
-// drainRates is the relay's events/s of every complete drain of mode with
-// delivery, in run order.
-func (r *results) drainRates(mode int, delivery string) []float64 {
+// drainRates is the relay's events/s of every complete drain of mode by
+// the relay variant v, in run order.
+func (r *results) drainRates(mode int, v variant) []float64 {
 	var out []float64
+	for _, d := range r.drains(mode, v) {
+		out = append(out, d.RelayRate())
+	}
+	return out
+}
+
+// drains are the complete drains of mode by the relay variant v, in run
+// order.
+func (r *results) drains(mode int, v variant) []drainResult {
+	var out []drainResult
 	for _, d := range r.Drains {
-		if d.Mode == mode && d.Delivery == delivery && d.RelaySec > 0 {
-			out = append(out, d.RelayRate())
+		if d.Mode == mode && d.variant == v && d.RelaySec > 0 {
+			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func (r *results) latencies(rate, txSize int, delivery string) []latencyResult {
+// latencies are the measured windows at rate in transactions of txSize
+// events by the relay variant v, in run order.
+func (r *results) latencies(rate, txSize int, v variant) []latencyResult {
 	var out []latencyResult
 	for _, l := range r.Latency {
-		if l.Target == rate && l.TxSize == txSize && l.Delivery == delivery && l.Samples > 0 {
+		if l.Target == rate && l.TxSize == txSize && l.variant == v && l.Samples > 0 {
 			out = append(out, l)
 		}
 	}
@@ -121,9 +133,12 @@ func (r *results) deliveryChecks() []check {
 	if !r.bothDeliveries() {
 		return nil
 	}
+	// The native relays of each delivery: a -formats run's registry
+	// formats are renderFormats'.
+	alo, eos := variant{Delivery: deliveryALO}, variant{Delivery: deliveryEOS}
 	var out []check
 	for _, mode := range uniqueModes(r.Drains) {
-		a, e := meanOf(r.drainRates(mode, deliveryALO)), meanOf(r.drainRates(mode, deliveryEOS))
+		a, e := meanOf(r.drainRates(mode, alo)), meanOf(r.drainRates(mode, eos))
 		c := check{Name: fmt.Sprintf("drain, %d-event transactions: exactly-once ≥ %.0f %% of at-least-once", mode, 100*targetEOSDrainRatio)}
 		if a > 0 && e > 0 {
 			c.Pass = e/a >= targetEOSDrainRatio
@@ -134,7 +149,7 @@ func (r *results) deliveryChecks() []check {
 		out = append(out, c)
 	}
 	for _, tx := range uniqueTx(r.Latency) {
-		ls := r.latencies(targetEOSP99Rate, tx, deliveryEOS)
+		ls := r.latencies(targetEOSP99Rate, tx, eos)
 		if len(ls) == 0 {
 			continue
 		}
@@ -195,6 +210,7 @@ func renderDeliveries(r *results) string {
 	if !r.bothDeliveries() {
 		return ""
 	}
+	alo, eos := variant{Delivery: deliveryALO}, variant{Delivery: deliveryEOS}
 	var w strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
 	p("### Exactly-once against at-least-once\n\n")
@@ -204,10 +220,10 @@ func renderDeliveries(r *results) string {
 		p("| drain | at-least-once events/s (runs) | mean | exactly-once events/s (runs) | mean | exactly-once / at-least-once | transactions: commits, mean commit, events per transaction |\n")
 		p("|---|---|---:|---|---:|---:|---|\n")
 		for _, mode := range uniqueModes(r.Drains) {
-			a, e := r.drainRates(mode, deliveryALO), r.drainRates(mode, deliveryEOS)
+			a, e := r.drainRates(mode, alo), r.drainRates(mode, eos)
 			var tx []string
-			for _, d := range r.Drains {
-				if d.Mode == mode && d.Delivery == deliveryEOS && d.TxCommits > 0 {
+			for _, d := range r.drains(mode, eos) {
+				if d.TxCommits > 0 {
 					tx = append(tx, fmt.Sprintf("%.0f, %.1f ms, %s", d.TxCommits, d.TxCommitMeanMs, benchkit.Num(d.TxEventsMean)))
 				}
 			}
@@ -221,9 +237,9 @@ func renderDeliveries(r *results) string {
 		p("|---:|---:|---|---|---|\n")
 		for _, tx := range uniqueTx(r.Latency) {
 			for _, rate := range uniqueRates(r.Latency) {
-				cell := func(delivery string) string {
+				cell := func(v variant) string {
 					var s []string
-					for _, l := range r.latencies(rate, tx, delivery) {
+					for _, l := range r.latencies(rate, tx, v) {
 						s = append(s, fmt.Sprintf("%s / %s", benchkit.F1(l.ConsP50), benchkit.F1(l.ConsP99)))
 					}
 					if len(s) == 0 {
@@ -232,10 +248,10 @@ func renderDeliveries(r *results) string {
 					return strings.Join(s, "; ") + " ms"
 				}
 				var txs []string
-				for _, l := range r.latencies(rate, tx, deliveryEOS) {
+				for _, l := range r.latencies(rate, tx, eos) {
 					txs = append(txs, fmt.Sprintf("%.1f ms, %.1f", l.TxCommitMeanMs, l.TxEventsMean))
 				}
-				p("| %s | %d | %s | %s | %s |\n", benchkit.Num(float64(rate)), tx, cell(deliveryALO), cell(deliveryEOS), strings.Join(txs, "; "))
+				p("| %s | %d | %s | %s | %s |\n", benchkit.Num(float64(rate)), tx, cell(alo), cell(eos), strings.Join(txs, "; "))
 			}
 		}
 		p("\n")

@@ -35,12 +35,12 @@ outbox_relay_publish_errors_total{class="transient",reason="not_enough_replicas"
 func TestDeliveryChecks(t *testing.T) {
 	r := &results{
 		Drains: []drainResult{
-			{Mode: 1, Events: 1000, RelaySec: 1, Delivery: deliveryALO, Round: 1},
-			{Mode: 1, Events: 1000, RelaySec: 1.25, Delivery: deliveryEOS, Round: 1},
+			{Mode: 1, Events: 1000, RelaySec: 1, variant: variant{Delivery: deliveryALO}, Round: 1},
+			{Mode: 1, Events: 1000, RelaySec: 1.25, variant: variant{Delivery: deliveryEOS}, Round: 1},
 		},
 		Latency: []latencyResult{
-			{Target: 1000, TxSize: 1, Samples: 1, ConsP99: 20, Delivery: deliveryALO},
-			{Target: 1000, TxSize: 1, Samples: 1, ConsP99: 160, Delivery: deliveryEOS},
+			{Target: 1000, TxSize: 1, Samples: 1, ConsP99: 20, variant: variant{Delivery: deliveryALO}},
+			{Target: 1000, TxSize: 1, Samples: 1, ConsP99: 160, variant: variant{Delivery: deliveryEOS}},
 		},
 	}
 	cs := r.deliveryChecks()

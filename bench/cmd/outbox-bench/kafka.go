@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,6 +123,7 @@ type sample struct {
 type consumer struct {
 	mu      sync.Mutex
 	samples []sample
+	first   []kafka.Message // the first keepRecords records, for checkDecodable
 	readers []*kafkafetch.PartitionReader
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
@@ -180,11 +182,25 @@ func (b *bench) startConsumer(ctx context.Context, topic string) (*consumer, err
 				}
 				c.mu.Lock()
 				c.samples = append(c.samples, sample{ts: m.Time, recv: now})
+				if len(c.first) < keepRecords {
+					c.first = append(c.first, m)
+				}
 				c.mu.Unlock()
 			}
 		}()
 	}
 	return c, nil
+}
+
+// keepRecords is how many records a consumer keeps whole: enough to
+// decode a sample of every partition, few enough to cost nothing.
+const keepRecords = 100
+
+// kept returns the first records received (at most keepRecords).
+func (c *consumer) kept() []kafka.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.first)
 }
 
 // window returns the latencies (seconds) of records committed in

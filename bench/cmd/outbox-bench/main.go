@@ -10,12 +10,17 @@
 //	go -C bench run ./cmd/outbox-bench -report "$PWD/docs/benchmarks.md" -png "$PWD/docs/benchmarks.png"
 //
 // (`make bench` does exactly that; `make bench BENCH_ARGS="-n 20000 -quick"`
-// is a run of about a minute.) Every object the bench creates (a schema,
-// slots, publications, topics) carries the run id and is removed at the
-// end, also after an error or Ctrl-C.
+// is a run of about a minute.) -delivery and -formats run every drain and
+// latency measurement once per relay variant, interleaved, and compare
+// them side by side; a registry format (-formats avro,protobuf) needs the
+// stack's schema registry (-schema-registry-url, by default
+// $TEST_SCHEMA_REGISTRY_URL). Every object the bench creates (a schema,
+// slots, publications, topics, registry subjects) carries the run id and
+// is removed at the end, also after an error or Ctrl-C.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -60,7 +65,9 @@ type config struct {
 	PProf       bool
 	Warmup      bool
 	Deliveries  []string // relay --delivery of each run of drain and latency, interleaved
-	Rounds      int      // repetitions of drain and latency, deliveries interleaved
+	Formats     []string // relay --record-format of each run of drain and latency, interleaved
+	RegistryURL string   // the schema registry of the registry formats (Confluent API)
+	Rounds      int      // repetitions of drain and latency, variants interleaved
 }
 
 var allPhases = []string{"drain", "kafka", "latency", "bigtx"}
@@ -142,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("outbox-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &config{}
-	var modes, rates, latencyTx, phases, delivery string
+	var modes, rates, latencyTx, phases, delivery, formats string
 	fs.IntVar(&cfg.N, "n", 200000, "events preloaded per drain mode")
 	fs.StringVar(&modes, "modes", "1,10", "events per transaction of the drain modes, comma-separated")
 	fs.StringVar(&rates, "rates", "1000,5000,20000", "offered rates (events/s) of the latency phase")
@@ -167,7 +174,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.Warmup, "warmup", true, "warm the broker up with ProducerPerformance before the drains when -phases has no kafka phase (which warms it)")
 	fs.BoolVar(&cfg.PProf, "pprof", false, "save CPU profiles of the relay during each drain (cpu-drain-m<mode>.pprof) and CPU and allocation profiles for each latency window (cpu-<rate>-tx<size>.pprof, allocs-<rate>-tx<size>.pprof) in the log directory")
 	fs.StringVar(&delivery, "delivery", deliveryALO, "the relay's --delivery: at-least-once, exactly-once, or both (each drain and latency run once per delivery, interleaved, and a side-by-side table)")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the drain and latency phases this many times (deliveries interleaved in each round: A, B, A, B …)")
+	fs.StringVar(&formats, "formats", formatNative, "the relay's --record-format, comma-separated: "+strings.Join(allFormats, ",")+
+		" (each drain and latency run once per format, interleaved, and a side-by-side table; a registry format's relay encodes with a schema the bench registers under <topic>-value, version 1)")
+	fs.StringVar(&cfg.RegistryURL, "schema-registry-url", cmp.Or(os.Getenv("OUTBOX_RELAY_SCHEMA_REGISTRY_URL"), os.Getenv("TEST_SCHEMA_REGISTRY_URL")),
+		"Confluent-compatible schema registry API of the registry formats (default $OUTBOX_RELAY_SCHEMA_REGISTRY_URL, else $TEST_SCHEMA_REGISTRY_URL)")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the drain and latency phases this many times (deliveries and formats interleaved in each round: A, B, A, B …)")
 	fs.StringVar(&cfg.LogDir, "log-dir", "", "directory for relay logs and raw results (default: a new one under $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -230,6 +241,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		cfg.Deliveries = []string{deliveryALO, deliveryEOS}
 	default:
 		return nil, fmt.Errorf("-delivery: %q is not at-least-once, exactly-once or both", delivery)
+	}
+	if cfg.Formats, err = parseFormats(formats); err != nil {
+		return nil, fmt.Errorf("-formats: %w", err)
+	}
+	if len(cfg.registryFormats()) > 0 && cfg.RegistryURL == "" {
+		return nil, errors.New(`-formats ` + strings.Join(cfg.registryFormats(), ",") + ` needs -schema-registry-url (or TEST_SCHEMA_REGISTRY_URL: eval "$(scripts/stack.sh env)")`)
 	}
 	if cfg.LogDir, err = benchkit.LogDir(cfg.LogDir, "outbox-bench-"); err != nil {
 		return nil, err

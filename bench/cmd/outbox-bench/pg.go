@@ -359,6 +359,7 @@ func (b *bench) dropStale(ctx context.Context, age time.Duration) {
 		}
 	}
 	b.dropStaleTopics(ctx, stale)
+	b.dropStaleSubjects(ctx, stale)
 }
 
 func lastLines(s string, n int) string {

@@ -40,8 +40,8 @@ func drainTimeout(n int) time.Duration {
 func (b *bench) drain(ctx context.Context, mode int) (*drainResult, error) {
 	n := b.cfg.N
 	d := &drainResult{Mode: mode, Events: n}
-	tag := fmt.Sprintf("m%d", mode)
-	b.logf("drain, %d-event transactions: migrate %s and create the ceiling slot", mode, tag)
+	tag := fmt.Sprintf("m%d", mode) + b.variant.tag(b.round)
+	b.logf("drain, %d-event transactions (%s): migrate %s and create the ceiling slot", mode, b.variant, tag)
 	t, err := b.newTarget(ctx, tag, true)
 	defer func() {
 		if t != nil && t.ceilingCreated {
@@ -325,34 +325,37 @@ SELECT gen_random_uuid(), 'bench', 'agg-' || (j %% 1000), j, 'bench.created', 1,
 	return w, nil
 }
 
-// latency runs the fixed-rate windows against one caught-up relay.
-func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
-	b.logf("latency: migrate and start the relay")
-	t, err := b.newTarget(ctx, "lat", false)
+// latency runs the fixed-rate windows against one caught-up relay. With a
+// registry format it also decodes the first records the consumer
+// received (checkDecodable); the decodeResult is nil for native.
+func (b *bench) latency(ctx context.Context) ([]latencyResult, *decodeResult, error) {
+	tag := b.variant.tag(b.round)
+	b.logf("latency (%s): migrate and start the relay", b.variant)
+	t, err := b.newTarget(ctx, "lat"+tag, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	r, err := b.startRelay(t, "latency")
+	r, err := b.startRelay(t, "latency"+tag)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer r.stop()
 	if err := r.waitReady(ctx, time.Minute); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c, err := b.startConsumer(ctx, b.topic)
+	c, err := b.startConsumer(ctx, b.topicFor(b.variant.Format))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer c.close()
 	// Warm-up: topic metadata, partition lanes, broker connections.
 	w, err := b.runWriter(ctx, t, 200, 1, 2*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("warm-up writer: %w", err)
+		return nil, nil, fmt.Errorf("warm-up writer: %w", err)
 	}
 	published := float64(w.committed)
 	if _, err := r.waitPublished(ctx, published, time.Minute); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
+		return nil, nil, fmt.Errorf("warm-up: %w", err)
 	}
 	var out []latencyResult
 	for _, txSize := range b.cfg.LatencyTx {
@@ -362,7 +365,7 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 			}
 			l, err := b.latencyWindow(ctx, t, r, c, rate, txSize, &published)
 			if err != nil {
-				return out, err
+				return out, nil, err
 			}
 			out = append(out, l)
 		}
@@ -370,7 +373,17 @@ func (b *bench) latency(ctx context.Context) ([]latencyResult, error) {
 	if err := r.stop(); err != nil {
 		b.logf("latency: relay stop: %v", err)
 	}
-	return out, nil
+	if !b.variant.registry() {
+		return out, nil, nil
+	}
+	kept := c.kept()
+	dec := &decodeResult{Checked: len(kept)}
+	if err := b.checkDecodable(ctx, b.variant.Format, kept); err != nil {
+		dec.Error = err.Error()
+		return out, dec, fmt.Errorf("%s records not decodable: %w", b.variant.Format, err)
+	}
+	b.logf("latency (%s): %d records decoded with their registered schema, every field equal to the row's payload", b.variant, len(kept))
+	return out, dec, nil
 }
 
 // latencyWindow offers rate events/s in transactions of txSize events for
@@ -386,7 +399,7 @@ func (b *bench) latencyWindow(ctx context.Context, t *target, r *relayProc, c *c
 	cpu0, _ := benchkit.ProcCPU(r.pid)
 	others0 := b.otherCPU(ctx, t.slot)
 	b.logf("latency: %d events/s in %d-event transactions for %s", rate, txSize, b.cfg.Duration)
-	profiled := b.profileWindow(ctx, r, rate, txSize)
+	profiled := b.profileWindow(ctx, r, fmt.Sprintf("%d-tx%d%s", rate, txSize, b.variant.tag(b.round)))
 	w, err := b.runWriter(ctx, t, rate, txSize, b.cfg.Duration)
 	profiled()
 	if err != nil {
@@ -483,7 +496,7 @@ func (s cpuSample) per100k(before cpuSample, name string, events int64) float64 
 // profileWindow starts a CPU profile of the relay covering the coming
 // latency window (when -pprof is set); the returned func waits for it and
 // saves the allocation profile too.
-func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate, txSize int) func() {
+func (b *bench) profileWindow(ctx context.Context, r *relayProc, name string) func() {
 	if !b.cfg.PProf {
 		return func() {}
 	}
@@ -491,16 +504,16 @@ func (b *bench) profileWindow(ctx context.Context, r *relayProc, rate, txSize in
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("cpu-%d-tx%d.pprof", rate, txSize))
+		path := filepath.Join(b.cfg.LogDir, "cpu-"+name+".pprof")
 		if err := r.profile(ctx, fmt.Sprintf("profile?seconds=%d", secs), path); err != nil {
-			b.logf("latency: CPU profile at %d events/s: %v", rate, err)
+			b.logf("latency: CPU profile %s: %v", name, err)
 		}
 	}()
 	return func() {
 		<-done
-		path := filepath.Join(b.cfg.LogDir, fmt.Sprintf("allocs-%d-tx%d.pprof", rate, txSize))
+		path := filepath.Join(b.cfg.LogDir, "allocs-"+name+".pprof")
 		if err := r.profile(ctx, "allocs", path); err != nil {
-			b.logf("latency: allocation profile at %d events/s: %v", rate, err)
+			b.logf("latency: allocation profile %s: %v", name, err)
 		}
 	}
 }

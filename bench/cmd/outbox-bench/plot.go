@@ -74,7 +74,7 @@ func throughputPlot(r *results) *plot.Plot {
 		if !d.complete() {
 			continue
 		}
-		names = append(names, fmt.Sprintf("%d-event tx (%.2f×)", d.Mode, d.Ratio()))
+		names = append(names, fmt.Sprintf("%d-event tx%s (%.2f×)", d.Mode, d.short(), d.Ratio()))
 		ceil = append(ceil, d.CeilingRate())
 		relay = append(relay, d.RelayRate())
 	}
@@ -146,7 +146,7 @@ func latencyPlot(r *results) *plot.Plot {
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(2)
 		p.Add(line)
-		label := fmt.Sprintf("%s/s ×%d", benchkit.Num(float64(l.Target)), max(l.TxSize, 1))
+		label := fmt.Sprintf("%s/s ×%d%s", benchkit.Num(float64(l.Target)), max(l.TxSize, 1), l.short())
 		if !l.Held {
 			label += fmt.Sprintf(" (got %s)", benchkit.Num(l.Achieved))
 		}
@@ -182,7 +182,7 @@ func memoryPlot(r *results) *plot.Plot {
 	var v plotter.Values
 	for _, d := range r.Drains {
 		if d.PeakRSS > 0 {
-			names = append(names, fmt.Sprintf("drain %d-event tx", d.Mode))
+			names = append(names, fmt.Sprintf("drain %d-event tx%s", d.Mode, d.short()))
 			v = append(v, benchkit.MiB(d.PeakRSS))
 		}
 	}

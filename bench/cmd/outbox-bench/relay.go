@@ -35,7 +35,9 @@ type relayProc struct {
 }
 
 // relayEnv is the relay's environment: the machine's, without any
-// OUTBOX_RELAY_* setting (defaults only), plus the target's names.
+// OUTBOX_RELAY_* setting (defaults only), plus the target's names and
+// the current variant's delivery and topic (its record format is
+// startRelay's).
 func (b *bench) relayEnv(t *target, metricsAddr, pprofAddr string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -49,14 +51,25 @@ func (b *bench) relayEnv(t *target, metricsAddr, pprofAddr string) []string {
 		"OUTBOX_RELAY_TABLE="+t.table,
 		"OUTBOX_RELAY_SLOT="+t.slot,
 		"OUTBOX_RELAY_PUBLICATION="+t.pub,
-		"OUTBOX_RELAY_TOPIC_TEMPLATE="+b.topic,
+		"OUTBOX_RELAY_TOPIC_TEMPLATE="+b.topicFor(b.variant.Format),
 		"OUTBOX_RELAY_CREATE_TOPICS=false",
 		"OUTBOX_RELAY_METRICS_ADDR="+metricsAddr,
 		"OUTBOX_RELAY_LOG_LEVEL=info",
 		fmt.Sprintf("OUTBOX_RELAY_PPROF=%t", b.cfg.PProf),
 		"OUTBOX_RELAY_PPROF_ADDR="+pprofAddr,
-		"OUTBOX_RELAY_DELIVERY="+cmp.Or(b.delivery, deliveryALO),
+		"OUTBOX_RELAY_DELIVERY="+cmp.Or(b.variant.Delivery, deliveryALO),
 	)
+}
+
+// formatArgs are the relay's flags of the current variant's record
+// format: none for native (the default), else --record-format and
+// --schema-registry-url (in the environment, where a password in the URL
+// is not shown to ps).
+func (b *bench) formatArgs() (args, env []string) {
+	if !b.variant.registry() {
+		return nil, nil
+	}
+	return []string{"--record-format", b.variant.Format}, []string{"OUTBOX_RELAY_SCHEMA_REGISTRY_URL=" + b.cfg.RegistryURL}
 }
 
 func freePort() (string, error) {
@@ -79,12 +92,13 @@ func (b *bench) startRelay(t *target, phase string) (*relayProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.cfg.RelayBin, "run")
+	args, env := b.formatArgs()
+	cmd := exec.Command(b.cfg.RelayBin, append([]string{"run"}, args...)...)
 	pprofAddr, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Env = b.relayEnv(t, addr, pprofAddr)
+	cmd.Env = append(b.relayEnv(t, addr, pprofAddr), env...)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	r := &relayProc{

@@ -64,6 +64,7 @@ func renderMarkdown(r *results, cfg *config) string {
 	}
 
 	p("%s", renderDeliveries(r))
+	p("%s", renderFormats(r))
 	if len(r.Drains) > 0 {
 		p("### 1. Drain: the relay against pg_recvlogical on the same WAL\n\n")
 		p("| events / tx | events | WAL | payload | pg_recvlogical | relay | relay / ceiling | walsender busy (ceiling / relay) | relay CPU | relay cores | relay peak RSS |\n")
