@@ -10,7 +10,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/alecthomas/kong v1.17.0 // indirect
+require (
+	github.com/alecthomas/kong v1.17.0 // indirect
+	github.com/hbollon/go-edlib v1.7.0 // indirect
+)
 
 require (
 	dario.cat/mergo v1.0.1 // indirect

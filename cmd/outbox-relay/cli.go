@@ -270,7 +270,7 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		if errors.As(err, &pe) {
 			name = commandName(pe.Context)
 		}
-		return nil, nil, &usageError{name, parseError(err)}
+		return nil, nil, &usageError{name, err}
 	}
 	c, _ := selected(ctx)
 	scope := config.ScopeOf(reflect.TypeOf(c).Elem())
@@ -309,16 +309,6 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		cfg.WarnInsecure(newLogger(cfg, out), scope&config.ScopeKafka != 0)
 	}
 	return c, &invocation{cfg: cfg, name: commandName(ctx), stderr: out, kctx: ctx}, nil
-}
-
-// parseError is kong's error about a command line, in the words the
-// binary used before: "unknown flag --foo".
-func parseError(err error) error {
-	msg := err.Error()
-	if i := strings.Index(msg, ", did you mean"); i > 0 {
-		msg = msg[:i]
-	}
-	return errors.New(msg)
 }
 
 // knownEnvOf is knownEnv of the tree model, whose variables env names.

@@ -2,8 +2,11 @@ package envflag
 
 import (
 	"testing"
+
+	edlib "github.com/hbollon/go-edlib"
 )
 
+// TestDistance pins the distance Closest uses (the library's).
 func TestDistance(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
@@ -24,10 +27,10 @@ func TestDistance(t *testing.T) {
 		{"kitten", "sitting", 3},
 		{"ÄB", "BÄ", 1}, // runes, not bytes
 	} {
-		if got := Distance(c.a, c.b); got != c.want {
+		if got := edlib.OSADamerauLevenshteinDistance(c.a, c.b); got != c.want {
 			t.Errorf("Distance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
 		}
-		if got := Distance(c.b, c.a); got != c.want {
+		if got := edlib.OSADamerauLevenshteinDistance(c.b, c.a); got != c.want {
 			t.Errorf("Distance(%q, %q) = %d, want %d (symmetric)", c.b, c.a, got, c.want)
 		}
 	}
