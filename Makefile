@@ -365,7 +365,13 @@ fuzz-short:
 		done; \
 	done
 
-demo: up build
+# The stack is started only if PostgreSQL or Kafka does not answer at the stack's addresses
+# (a stack started from another checkout answers there while `stack.sh status` of this one
+# says down), the schema registry only if it does not answer.
+demo: build
+	@eval "$$($(STACK) env)"; b="$${OUTBOX_RELAY_KAFKA_BROKERS%%,*}"; \
+	if ! { pg_isready -q -d "$$OUTBOX_RELAY_DATABASE_URL" && (exec 3<>"/dev/tcp/$${b%:*}/$${b##*:}") 2>/dev/null; }; then $(STACK) up; \
+	elif ! curl -fsS -m 5 -o /dev/null "$$TEST_SCHEMA_REGISTRY_URL/subjects"; then $(STACK) registry-start; fi
 	bash scripts/demo.sh
 
 lint:
