@@ -9,14 +9,16 @@
 // with the schema their id names, through the registry client the relay
 // and the inbox use (internal/schemareg, record.Schema.DecodeValue), and
 // prints each such value whole, as JSON, after its schema_id. --since
-// starts at the records of a time (or of a duration ago) instead.
+// starts at the records of a time (or of a duration ago) rather than at the
+// end, and
+// --max-records ends the tail once it has read that many.
 //
 // Usage:
 //
 //	go run ./examples/tail --from-beginning --duration 8s
 //	go run ./examples/tail --topic outbox.avro.order --since 1m --schema-registry-url http://127.0.0.1:19081/apis/ccompat/v7
 //
-// It exits after --duration (or on SIGINT/SIGTERM) and prints how many
+// It exits after --duration, --max-records or SIGINT/SIGTERM, and prints how many
 // records it saw (and, with a registry, how many values it decoded). The
 // exit status is 1 if the topic never appeared or a framed value did not
 // decode.
@@ -62,6 +64,8 @@ type config struct {
 	since time.Time
 	// registryURL, when set, decodes framed values (docs/schemas.md).
 	registryURL string
+	// maxRecords, when positive, ends the tail at that many records.
+	maxRecords int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -76,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.topic, "topic", "outbox.event.order", "topic to read")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to read before exiting")
 	fs.BoolVar(&cfg.fromBeginning, "from-beginning", false, "start at the oldest record instead of only new ones")
+	fs.IntVar(&cfg.maxRecords, "max-records", 0, "exit once this many records were read (0 = read until --duration)")
 	since := fs.String("since", "", "start at the records of this time (RFC 3339) or of this long ago (e.g. 1m) instead of only new ones")
 	fs.StringVar(&cfg.registryURL, "schema-registry-url", "",
 		"decode values in the Confluent wire format (--record-format avro, protobuf, json-schema) with this registry, its Confluent-compatible API, and print them as JSON")
@@ -108,6 +113,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.duration <= 0 {
 		return config{}, fmt.Errorf("--duration must be positive, got %s", cfg.duration)
+	}
+	if cfg.maxRecords < 0 {
+		return config{}, fmt.Errorf("--max-records must not be negative, got %d", cfg.maxRecords)
 	}
 	return cfg, nil
 }
@@ -257,6 +265,9 @@ func tail(ctx context.Context, cfg config, dec *decoder, stdout, stderr io.Write
 		return 0, err
 	}
 	fmt.Fprintf(stdout, "tail: reading %s partitions %v from %s\n", cfg.topic, ids, startName(cfg))
+	// enough ends the readers once maxRecords were printed.
+	ctx, enough := context.WithCancel(ctx)
+	defer enough()
 
 	var (
 		mu    sync.Mutex // serialises output lines and count
@@ -303,6 +314,10 @@ func tail(ctx context.Context, cfg config, dec *decoder, stdout, stderr io.Write
 					line = formatRecord(m)
 				}
 				mu.Lock()
+				if cfg.maxRecords > 0 && count >= cfg.maxRecords {
+					mu.Unlock()
+					return
+				}
 				if dec != nil {
 					switch {
 					case !framed:
@@ -315,6 +330,9 @@ func tail(ctx context.Context, cfg config, dec *decoder, stdout, stderr io.Write
 				}
 				count++
 				fmt.Fprintln(stdout, line)
+				if count == cfg.maxRecords {
+					enough()
+				}
 				mu.Unlock()
 			}
 		}()

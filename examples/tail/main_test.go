@@ -87,6 +87,13 @@ func TestParseSince(t *testing.T) {
 	if _, err := parseFlags([]string{"--since=1m", "--from-beginning"}, io.Discard); err == nil {
 		t.Error("--since with --from-beginning accepted")
 	}
+	if _, err := parseFlags([]string{"--max-records=-1"}, io.Discard); err == nil {
+		t.Error("negative --max-records accepted")
+	}
+	if cfg, err := parseFlags([]string{"--max-records=20", "--since=2026-01-02T03:00:00Z"}, io.Discard); err != nil ||
+		cfg.maxRecords != 20 || startName(cfg) != "2026-01-02T03:00:00Z" {
+		t.Errorf("--max-records 20 --since: %+v, %v", cfg, err)
+	}
 }
 
 // schemas is a registry of parsed schemas by id, for the decoder.
