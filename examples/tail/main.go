@@ -9,9 +9,8 @@
 // with the schema their id names, through the registry client the relay
 // and the inbox use (internal/schemareg, record.Schema.DecodeValue), and
 // prints each such value whole, as JSON, after its schema_id. --since
-// starts at the records of a time (or of a duration ago) rather than at the
-// end, and
-// --max-records ends the tail once it has read that many.
+// starts at the records of a time (or of a duration ago) rather than at
+// the end, and --max-records ends the tail once it has read that many.
 //
 // Usage:
 //
