@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test it-build it-build-stack demo lint vulncheck fuzz-short bench bench-inbox chaos interop
+.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test it-build it-build-stack demo lint vulncheck fuzz-short bench bench-inbox chaos interop interop-schemas
 
 all: build
 
@@ -365,7 +365,13 @@ fuzz-short:
 		done; \
 	done
 
-demo: up build
+# The stack is started only if PostgreSQL or Kafka does not answer at the stack's addresses
+# (a stack started from another checkout answers there while `stack.sh status` of this one
+# says down), the schema registry only if it does not answer.
+demo: build
+	@eval "$$($(STACK) env)"; b="$${OUTBOX_RELAY_KAFKA_BROKERS%%,*}"; \
+	if ! { pg_isready -q -d "$$OUTBOX_RELAY_DATABASE_URL" && (exec 3<>"/dev/tcp/$${b%:*}/$${b##*:}") 2>/dev/null; }; then $(STACK) up; \
+	elif ! curl -fsS -m 5 -o /dev/null "$$TEST_SCHEMA_REGISTRY_URL/subjects"; then $(STACK) registry-start; fi
 	bash scripts/demo.sh
 
 lint:
@@ -421,6 +427,15 @@ bench-inbox:
 # explain), then both drain the same backlog and the interop section of docs/benchmarks.md
 # is rewritten. About a minute (more the first time: the jars). Quick run:
 # make interop INTEROP_ARGS="-n 5000 -drain-n 20000 -drain-rounds 1".
-# The stack is started only if PostgreSQL or Kafka does not answer.
+# Then the registry formats' outside check (make interop-schemas, issue 48): the relay's
+# avro, protobuf and json-schema records decoded by Apache Avro's and protobuf-java's
+# readers (interop/schemas/SchemaDecode.java), every field equal to the row's payload
+# (TestRegistryJavaDecode, run by scripts/interop.sh schemas; about 30 s).
+# The stack is started only if PostgreSQL or Kafka does not answer, the registry only if
+# it does not answer.
 interop: build
 	scripts/interop.sh run -command 'make interop$(if $(strip $(INTEROP_ARGS)), INTEROP_ARGS="$(strip $(INTEROP_ARGS))")' $(INTEROP_ARGS)
+	scripts/interop.sh schemas
+
+interop-schemas:
+	scripts/interop.sh schemas

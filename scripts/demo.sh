@@ -15,10 +15,20 @@
 #      order, then replays the topic under a fresh consumer group (a forced
 #      redelivery): every event is absorbed as a duplicate, none applied twice;
 #   7. outbox-relay reconcile over the last 10 minutes (outbox vs Kafka vs shipping);
-#   8. show "outbox-relay slot status", then stop the relay with SIGTERM.
+#   8. show "outbox-relay slot status", then stop the relay with SIGTERM;
+#   9. schema registry (docs/schemas.md): a second relay, on a table, slot and topic of its
+#      own (public.outbox_avro, outbox_relay_avro, outbox.avro.order), writes Avro in the
+#      Confluent wire format (--record-format avro); examples/orders --record-format avro
+#      registers the order.confirmed schema (subject outbox.avro.order-value, version 1 =
+#      the events' schema_version), checks every event before commit (outboxschema), and
+#      one order with a bad payload is refused before commit (*outboxschema.SchemaError);
+#      examples/tail decodes the Avro values with the registry and prints them as JSON.
+#      The scene's slot is dropped at its end.
 #
-# Assumes the stack is up: "make demo" runs scripts/stack.sh up first.
+# Assumes the stack is up: "make demo" starts it first if it does not answer (and the
+# registry, which this script also starts if it does not answer).
 # Tunables (env): DEMO_ORDERS_DURATION (5s), DEMO_TAIL_DURATION (8s), DEMO_SHIPPING_IDLE (4s),
+# DEMO_AVRO_DURATION (2s: the Avro scene's orders, 2 workers x 5 orders/s),
 # DEMO_BACKPRESSURE_SECONDS (6: the budget is the WAL the orders write in that long, above
 # the slot's current retention), OUTBOX_RELAY_METRICS_ADDR (127.0.0.1:9187), PSQL (psql from
 # PATH, else PostgreSQL 15's); OUTBOX_RELAY_TABLE, _SLOT and _PUBLICATION are honoured by the
@@ -70,12 +80,13 @@ sql() {
 	"$PSQL" -X -q -t -A -v ON_ERROR_STOP=1 -v slot="$SLOT" "$OUTBOX_RELAY_DATABASE_URL" <<<"$1"
 }
 
-# start_relay runs "outbox-relay run" in the background, its log appended to $RELAY_LOG.
-# Heartbeats every second (default 10 s) let the idle relay confirm past new WAL soon.
+# start_relay [FLAGS...] runs "outbox-relay run FLAGS" in the background, its log appended
+# to $RELAY_LOG. Heartbeats every second (default 10 s) let the idle relay confirm past new
+# WAL soon.
 start_relay() {
 	OUTBOX_RELAY_CREATE_TOPICS=true OUTBOX_RELAY_LOG_FORMAT=console \
 		OUTBOX_RELAY_HEARTBEAT_INTERVAL=${OUTBOX_RELAY_HEARTBEAT_INTERVAL:-1s} \
-		"$RELAY_BIN" run >>"$RELAY_LOG" 2>&1 &
+		"$RELAY_BIN" run "$@" >>"$RELAY_LOG" 2>&1 &
 	RELAY_PID=$!
 	sleep 1
 	kill -0 "$RELAY_PID" 2>/dev/null || {
@@ -205,32 +216,87 @@ backpressure_scene() {
 	echo "order.viewed events were refused while the relay was down and resumed after it caught up; no order.confirmed was refused"
 }
 
-status=$(scripts/stack.sh status)
-if ! grep -q '^postgres: *up' <<<"$status" || ! grep -q '^kafka: *up' <<<"$status"; then
-	die "the local stack is not up (run \"scripts/stack.sh up\" or \"make demo\"):
-$status"
-fi
+# The stack answers at its addresses: a stack started from another checkout of the repo
+# (whose "scripts/stack.sh status" here says down) serves the demo as well.
 eval "$(scripts/stack.sh env)"
+b=${OUTBOX_RELAY_KAFKA_BROKERS%%,*}
+if ! sql "select 1" >/dev/null 2>&1 || ! timeout 2 bash -c "exec 3<>/dev/tcp/${b%:*}/${b##*:}" 2>/dev/null; then
+	die "the local stack does not answer at $b and PostgreSQL (run \"scripts/stack.sh up\" or \"make demo\"):
+$(scripts/stack.sh status)"
+fi
 export OUTBOX_RELAY_METRICS_ADDR=${OUTBOX_RELAY_METRICS_ADDR:-127.0.0.1:9187}
 mkdir -p .stack bin
 
 say "build $RELAY_BIN"
 make --no-print-directory build
 
+# migrate [--table T --slot S --publication P] runs "outbox-relay migrate" with them.
+migrate() {
+	local out
+	if ! out=$("$RELAY_BIN" migrate "$@" 2>&1); then
+		# On this throwaway stack, an earlier demo's slot may have been
+		# invalidated (max_slot_wal_keep_size) while other work (make test,
+		# make bench) wrote lots of WAL. Its events are disposable demo
+		# events: start over with a new slot. On a real database that is what
+		# "outbox-relay recover" is for, never a silent drop.
+		grep -q 'was invalidated (wal_status = lost)' <<<"$out" || die "migrate failed: $out"
+		echo "the demo's slot on this local stack was invalidated by earlier runs; dropping and recreating it (demo data only)"
+		"$RELAY_BIN" slot drop "${@:3}" # the flags but --table
+		"$RELAY_BIN" migrate "$@"
+	else
+		echo "$out"
+	fi
+}
+
+# The schema registry scene's relay: its own table, slot, publication and topic, so that
+# its record format (avro) is not the first relay's (native).
+AVRO_TABLE=public.outbox_avro
+AVRO_SLOT=outbox_relay_avro
+AVRO_TOPIC_TEMPLATE='outbox.avro.{aggregate_type}'
+AVRO_TOPIC=outbox.avro.order
+
+# avro_scene: the schema registry formats end to end (step 9 above).
+avro_scene() {
+	local reg=$TEST_SCHEMA_REGISTRY_URL
+	say "schema registry: a second relay writes Avro to $AVRO_TOPIC (table $AVRO_TABLE, registry $reg)"
+	if ! curl -fsS -m 5 -o /dev/null "$reg/subjects" 2>/dev/null; then
+		scripts/stack.sh registry-start
+	fi
+	local where=(--table "$AVRO_TABLE" --slot "$AVRO_SLOT" --publication "$AVRO_SLOT")
+	migrate "${where[@]}"
+	RELAY_LOG=.stack/demo-relay-avro.log
+	: >"$RELAY_LOG"
+	echo "outbox-relay run ${where[*]} --topic-template '$AVRO_TOPIC_TEMPLATE' --record-format avro --schema-registry-url $reg (log: $RELAY_LOG)"
+	start_relay "${where[@]}" --topic-template "$AVRO_TOPIC_TEMPLATE" --record-format avro --schema-registry-url "$reg"
+
+	echo "-- examples/orders --record-format avro --bad-order: register the schema, check every event before commit"
+	local since written
+	since=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+	"$ORDERS_BIN" --table "$AVRO_TABLE" --topic-template "$AVRO_TOPIC_TEMPLATE" --record-format avro \
+		--schema-registry-url "$reg" --bad-order --duration "${DEMO_AVRO_DURATION:-2s}" --workers 2 --rate 5 --progress 0 |
+		tee .stack/demo-avro-orders.out
+	grep -q 'refused before commit: \*outboxschema.SchemaError, Field "amount_cents"' .stack/demo-avro-orders.out ||
+		die "the bad order was not refused by the schema check"
+	written=$(sed -n 's/.*, events written \([0-9]*\) (.*/\1/p' .stack/demo-avro-orders.out)
+	[ "${written:-0}" -gt 0 ] || die "examples/orders wrote no Avro events"
+
+	echo "-- examples/tail --schema-registry-url: the $written records decoded with their Avro schema, printed as JSON"
+	go run ./examples/tail --topic "$AVRO_TOPIC" --since "$since" --schema-registry-url "$reg" \
+		--max-records "$written" --duration 30s >.stack/demo-avro-tail.out ||
+		die "examples/tail could not decode the Avro records (see .stack/demo-avro-tail.out)"
+	sed -n '1,3p' .stack/demo-avro-tail.out
+	echo "  ... ($(($(wc -l <.stack/demo-avro-tail.out) - 5)) more lines in .stack/demo-avro-tail.out) ..."
+	tail -n 2 .stack/demo-avro-tail.out
+	grep -q "^tail: $written values decoded with the schema registry, 0 not framed, 0 did not decode" .stack/demo-avro-tail.out ||
+		die "examples/tail did not decode the $written Avro records"
+
+	stop_relay
+	"$RELAY_BIN" slot drop --slot "$AVRO_SLOT" --publication "$AVRO_SLOT"
+	echo "the scene's slot $AVRO_SLOT is dropped: nothing retains WAL for it after the demo"
+}
+
 say "outbox-relay migrate"
-if ! out=$("$RELAY_BIN" migrate 2>&1); then
-	# On this throwaway stack, an earlier demo's slot may have been
-	# invalidated (max_slot_wal_keep_size) while other work (make test,
-	# make bench) wrote lots of WAL. Its events are disposable demo
-	# events: start over with a new slot. On a real database that is what
-	# "outbox-relay recover" is for, never a silent drop.
-	grep -q 'was invalidated (wal_status = lost)' <<<"$out" || die "migrate failed: $out"
-	echo "the demo's slot on this local stack was invalidated by earlier runs; dropping and recreating it (demo data only)"
-	"$RELAY_BIN" slot drop
-	"$RELAY_BIN" migrate
-else
-	echo "$out"
-fi
+migrate
 
 say "outbox-relay run (background, log: $RELAY_LOG)"
 : >"$RELAY_LOG"
@@ -277,4 +343,6 @@ say "stop the relay (SIGTERM)"
 stop_relay
 echo "----- last 10 lines of $RELAY_LOG -----"
 tail -n 10 "$RELAY_LOG"
+
+avro_scene
 say "demo done"

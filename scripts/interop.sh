@@ -7,6 +7,14 @@
 #   scripts/interop.sh fetch          # fetch the Debezium and Connect jars (cached), print their directory
 #   scripts/interop.sh classpath      # print the Connect classpath
 #   scripts/interop.sh run [ARGS...]  # fetch, then the interop program (interop/debezium) with ARGS
+#   scripts/interop.sh schemas        # the registry formats read by Java (issue 48), see below
+#
+# `schemas` is the outside check of the avro, protobuf and json-schema formats: the relay's
+# records of each, decoded by Apache Avro's and protobuf-java's own readers
+# (interop/schemas/SchemaDecode.java, jars by scripts/schemacheck.sh), every field equal to
+# the row's payload. It runs the integration test that does exactly that,
+# TestRegistryJavaDecode (integration/registry_java_test.go), against the stack and its
+# Apicurio Registry, each started if it does not answer; it fails if the test is skipped.
 #
 # The jars come from Maven, as scripts/stack.sh fetches Kafka's, into
 # ${OUTBOX_RELAY_CACHE:-$HOME/.cache/outbox-relay}/debezium-<version>-connect-<version>/libs.
@@ -195,7 +203,49 @@ cmd_run() {
 	return $rc
 }
 
-usage() { print_usage 18; }
+# registry_answers: the stack's schema registry (TEST_SCHEMA_REGISTRY_URL) answers; one
+# started from another checkout answers at the same address.
+registry_answers() {
+	curl -fsS -m 5 -o /dev/null "$TEST_SCHEMA_REGISTRY_URL/subjects" 2>/dev/null
+}
+
+# cmd_schemas: TestRegistryJavaDecode, the Java decoders on the relay's records of the three
+# registry formats. The test writes the rows, runs its own build of the relay, and hands
+# the records to scripts/schemacheck.sh; this only makes sure the stack, the registry and
+# the jars are there, and that the test ran rather than skipped.
+cmd_schemas() {
+	eval "$("$REPO/scripts/stack.sh" env)"
+	if ! stack_answers; then
+		"$REPO/scripts/stack.sh" up
+	fi
+	if ! registry_answers; then
+		"$REPO/scripts/stack.sh" registry-start
+	fi
+	# Fetched before the test's clock starts (the first time Maven takes a while).
+	"$REPO/scripts/schemacheck.sh" classpath >/dev/null
+	log "the registry formats decoded by Java: TestRegistryJavaDecode against $TEST_SCHEMA_REGISTRY_URL"
+	local out rc=0
+	out=$(mktemp)
+	(cd "$REPO" && go test -tags integration -count=1 -timeout 10m -v -run '^TestRegistryJavaDecode$' ./integration/) >"$out" 2>&1 || rc=$?
+	# The verdicts and the test's own lines (each subtest logs one decoded record), not the relay's logs.
+	grep -E '^\s*(--- |=== RUN|PASS|FAIL|ok |registry_java_test\.go)|^\s+registry_java_test\.go' "$out" || true
+	if [ "$rc" -ne 0 ]; then
+		tail -n 40 "$out" >&2
+		rm -f "$out"
+		die "TestRegistryJavaDecode failed (exit $rc)"
+	fi
+	local f
+	for f in avro protobuf json-schema; do
+		grep -q -- "--- PASS: TestRegistryJavaDecode/$f " "$out" || {
+			rm -f "$out"
+			die "TestRegistryJavaDecode/$f did not pass (skipped?)"
+		}
+	done
+	rm -f "$out"
+	log "the registry formats decoded by Java: avro, protobuf and json-schema, every field equal to the row's payload"
+}
+
+usage() { print_usage 26; }
 
 main() {
 	local verb=${1:-}
@@ -211,6 +261,7 @@ main() {
 		echo "$DBZ_LIBS/*"
 		;;
 	run) cmd_run "$@" ;;
+	schemas) cmd_schemas ;;
 	-h | --help | help) usage ;;
 	*)
 		log "unknown verb: $verb"

@@ -22,10 +22,22 @@
 // writes its W3C trace context into the event's traceparent header, which
 // the relay and examples/shipping continue (docs/tracing.md).
 //
+// With --record-format avro, for a relay that runs with --record-format
+// avro (docs/schemas.md), the example first registers the Avro schema of
+// order.confirmed through the registry's Confluent API (subject
+// <topic>-value, version 1, the events' schema_version), and its Writer
+// checks every event against it before the INSERT (outboxschema,
+// outbox.WithEventCheck). With --bad-order it then confirms one order
+// with amount_cents as a string: the check refuses it with an
+// *outboxschema.SchemaError naming the field, and the transaction rolls
+// back before commit. order.viewed events are off in this mode: they would
+// share the topic, and so the subject, with order.confirmed.
+//
 // Usage:
 //
 //	go run ./examples/orders --duration 5s --workers 4 --rate 50
 //	go run ./examples/orders --duration 1m --view-rate 50 --progress 1s --backpressure-max-retained-wal 64MiB --backpressure-interval 1s
+//	go run ./examples/orders --record-format avro --schema-registry-url http://127.0.0.1:19081/apis/ccompat/v7 --bad-order
 //
 // The outbox table must exist ("outbox-relay migrate"); the orders table is
 // created if missing, in the outbox table's schema.
@@ -56,6 +68,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func main() {
@@ -72,6 +86,12 @@ type config struct {
 	viewRate    float64
 	progress    time.Duration
 	bp          backpressureConfig
+	// recordFormat is the relay's record format the events are written
+	// for: native (the default: no schema) or avro (registered, checked).
+	recordFormat  record.Format
+	registryURL   string
+	topicTemplate string
+	badOrder      bool
 }
 
 // backpressureConfig are the --backpressure-* flags. Back-pressure is on
@@ -83,6 +103,14 @@ type backpressureConfig struct {
 	minForecast    time.Duration
 	maxOldestEvent time.Duration
 	diskBudget     int64
+}
+
+// envOr is the environment variable name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func (b backpressureConfig) enabled() bool {
@@ -117,8 +145,36 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.bp.maxOldestEvent, "backpressure-max-oldest-event", 0,
 		"soft budget: refuse order.viewed once the oldest unacknowledged event is older, e.g. 10m (0 = not checked)")
 	fs.Var(sizeFlag{&cfg.bp.diskBudget}, "backpressure-disk-budget", "disk the forecast aims at, like the relay's --wal-disk-budget (0 = safe_wal_size only)")
+	format := fs.String("record-format", string(record.FormatNative),
+		"the relay's record format: native, or avro (register the order.confirmed schema and check every event against it before commit)")
+	fs.StringVar(&cfg.registryURL, "schema-registry-url", os.Getenv("OUTBOX_RELAY_SCHEMA_REGISTRY_URL"),
+		"the relay's schema registry, its Confluent-compatible API, with --record-format avro (env OUTBOX_RELAY_SCHEMA_REGISTRY_URL)")
+	fs.StringVar(&cfg.topicTemplate, "topic-template", envOr("OUTBOX_RELAY_TOPIC_TEMPLATE", publisher.DefaultTopicTemplate),
+		"the relay's topic template: it names the subject, <topic>-value (env OUTBOX_RELAY_TOPIC_TEMPLATE)")
+	fs.BoolVar(&cfg.badOrder, "bad-order", false,
+		"with --record-format avro, confirm one more order with amount_cents as a string at the end: the schema check refuses it before commit")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	switch f := record.Format(*format); f {
+	case record.FormatNative, record.FormatAvro:
+		cfg.recordFormat = f
+	default:
+		return config{}, fmt.Errorf("--record-format %q: use native or avro", *format)
+	}
+	if cfg.recordFormat == record.FormatAvro {
+		if cfg.registryURL == "" {
+			return config{}, errors.New("--schema-registry-url (or OUTBOX_RELAY_SCHEMA_REGISTRY_URL) is required with --record-format avro")
+		}
+		viewRateSet := false
+		fs.Visit(func(f *flag.Flag) { viewRateSet = viewRateSet || f.Name == "view-rate" })
+		if viewRateSet && cfg.viewRate > 0 {
+			return config{}, errors.New("--view-rate must be 0 with --record-format avro: order.viewed would share the topic, " +
+				"and so the subject, with order.confirmed's schema")
+		}
+		cfg.viewRate = 0
+	} else if cfg.badOrder {
+		return config{}, errors.New("--bad-order needs --record-format avro: without a schema there is nothing to refuse it")
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -258,6 +314,13 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	metrics := &counters{}
 	opts := []outbox.Option{outbox.WithSchema(schema), outbox.WithMetrics(metrics), outbox.WithPropagator(propagation.TraceContext{})}
+	if cfg.recordFormat == record.FormatAvro {
+		check, err := avroSetup(ctx, cfg, stdout)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, outbox.WithEventCheck(check))
+	}
 	var monitor *outbox.HealthMonitor
 	if cfg.bp.enabled() {
 		monitor, err = outbox.NewHealthMonitor(pool, outbox.HealthConfig{
@@ -285,6 +348,7 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	s := &shop{
 		pool:   pool,
+		outbox: cfg.table,
 		orders: migrations.Table{Schema: cfg.table.Schema, Name: "orders"},
 		writer: outbox.NewWriter(cfg.table, opts...),
 		runID:  fmt.Sprintf("%08x", rand.Uint32()),
@@ -298,6 +362,9 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "orders: %d workers x %s orders/s for %s into %s (events into %s, payload %s)\n",
 		cfg.workers, rate, cfg.duration, s.orders, cfg.table, schema.PayloadType)
+	if cfg.recordFormat == record.FormatAvro {
+		fmt.Fprintln(stdout, "orders: every order.confirmed is checked against its Avro schema before its INSERT (outboxschema)")
+	}
 	if cfg.viewRate > 0 {
 		bp := "off"
 		if monitor != nil {
@@ -384,6 +451,11 @@ func produce(ctx context.Context, cfg config, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "orders: confirming order %s again: no row updated, no event written, conflict counted\n", o.id)
 	}
+	if cfg.badOrder {
+		if err := s.badOrder(ctx, stdout); err != nil {
+			return err
+		}
+	}
 
 	var stored, storedViews int64
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE event_type = 'order.confirmed'), count(*) FILTER (WHERE event_type = 'order.viewed')
@@ -458,6 +530,7 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 // shop is the tiny order service: the orders table plus its outbox.
 type shop struct {
 	pool   *pgxpool.Pool
+	outbox migrations.Table
 	orders migrations.Table
 	writer *outbox.Writer
 	// runID is part of every order id so this run's events can be counted
@@ -634,6 +707,13 @@ var errNotPending = errors.New("order is not pending")
 // whether the order changed; an order that is not pending (already
 // confirmed) yields no event and counts a conflict.
 func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error) {
+	return s.confirmWith(ctx, o, nil)
+}
+
+// confirmWith is confirm with the payload, as JSON members, changed by
+// spoil first (nil: as built): how badOrder makes a payload that does
+// not match its schema.
+func (s *shop) confirmWith(ctx context.Context, o order, spoil func(map[string]any)) (confirmed bool, err error) {
 	ctx = requestContext(ctx)
 	// The payload is built before the change: Transition appends it as
 	// given. The new version is in the record's aggregate_version header.
@@ -648,6 +728,16 @@ func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error)
 	})
 	if err != nil {
 		return false, fmt.Errorf("encode payload: %w", err)
+	}
+	if spoil != nil {
+		var members map[string]any
+		if err := json.Unmarshal(payload, &members); err != nil {
+			return false, fmt.Errorf("spoil payload: %w", err)
+		}
+		spoil(members)
+		if payload, err = json.Marshal(members); err != nil {
+			return false, fmt.Errorf("spoil payload: %w", err)
+		}
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -668,7 +758,7 @@ func (s *shop) confirm(ctx context.Context, o order) (confirmed bool, err error)
 			AggregateType: "order",
 			AggregateID:   o.id,
 			EventType:     "order.confirmed",
-			SchemaVersion: 1,
+			SchemaVersion: orderConfirmedVersion,
 			Payload:       payload, // JSON is also fine as bytea
 			// The Writer adds traceparent from ctx (docs/tracing.md).
 			Headers: map[string]string{"source": "examples/orders"},

@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +18,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/testutil/testenv"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -79,7 +85,11 @@ func TestParseFlagsErrors(t *testing.T) {
 		"--database-url=u --backpressure-interval=0s":           "--backpressure-interval",
 		"--database-url=u --backpressure-max-retained-wal=lots": "not a size",
 		"--database-url=u --backpressure-max-retained-wal=1MiB --backpressure-slot=": "--backpressure-slot",
-		"--database-url=u extra": "unexpected arguments",
+		"--database-url=u extra":                                                      "unexpected arguments",
+		"--database-url=u --record-format=protobuf":                                   "use native or avro",
+		"--database-url=u --record-format=avro --schema-registry-url=":                "--schema-registry-url",
+		"--database-url=u --record-format=avro --schema-registry-url=r --view-rate=5": "--view-rate must be 0",
+		"--database-url=u --bad-order":                                                "--bad-order needs --record-format avro",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -170,6 +180,132 @@ func TestProduceAgainstStack(t *testing.T) {
 				t.Errorf("the second confirmation is not reported:\n%s", out.String())
 			}
 			t.Logf("%s: %s", tc.name, m[0])
+		})
+	}
+}
+
+// TestProduceAvroAgainstStack runs the example with --record-format avro
+// against the local stack and its registry, on a topic (so a subject) of
+// its own: it registers the order.confirmed schema as version 1, every
+// confirmation passes the check and is written, and the bad order is
+// refused before commit with the *outboxschema.SchemaError naming
+// amount_cents, leaving the order pending and the outbox without its
+// event. A second run finds the schema registered already.
+func TestProduceAvroAgainstStack(t *testing.T) {
+	reg := os.Getenv("TEST_SCHEMA_REGISTRY_URL")
+	if reg == "" {
+		t.Skip("TEST_SCHEMA_REGISTRY_URL not set: run `eval \"$(scripts/stack.sh env)\"` to run this test against the stack's registry")
+	}
+	sc := testenv.Reserve(t)
+	table := migrations.Table{Schema: sc.Schema, Name: "outbox"}
+	if _, err := sc.Pool.Exec(sc.Ctx, "CREATE SCHEMA "+pgx.Identifier{sc.Schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(sc.Ctx, sc.Pool, table, migrations.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	topicTemplate := "examples." + sc.Schema + ".{aggregate_type}"
+	subject := "examples." + sc.Schema + ".order-value"
+	finalLine := regexp.MustCompile(`orders confirmed (\d+), events written (\d+) .*; events in \S+ for this run (\d+); views written 0,`)
+	for run1 := range 2 {
+		var out, errs strings.Builder
+		args := strings.Fields("--database-url " + testenv.DatabaseURL(t) + " --table " + table.String() +
+			" --duration 1s --workers 2 --rate 20 --progress 0 --record-format avro --bad-order" +
+			" --schema-registry-url " + reg + " --topic-template " + topicTemplate)
+		if rc := run(args, &out, &errs); rc != 0 {
+			t.Fatalf("run %d: exit %d\nstdout:\n%s\nstderr:\n%s", run1+1, rc, out.String(), errs.String())
+		}
+		o := out.String()
+		if !strings.Contains(o, "registered the Avro schema of order.confirmed as subject "+subject+" version 1 (schema id ") {
+			t.Errorf("run %d: no registration line for %s:\n%s", run1+1, subject, o)
+		}
+		m := finalLine.FindStringSubmatch(o)
+		if m == nil || m[1] == "0" || m[1] != m[2] || m[2] != m[3] {
+			t.Fatalf("run %d: final line %q: want confirmed = written = stored > 0, no views:\n%s", run1+1, m, o)
+		}
+		refused := regexp.MustCompile(`order (\S+) refused before commit: \*outboxschema\.SchemaError, Field "amount_cents", ` +
+			`errors\.Is\(err, outbox\.ErrInvalidEvent\) true:\n .* subject ` + regexp.QuoteMeta(subject) + ` version 1 \(schema id \d+\): .*amount_cents`).FindStringSubmatch(o)
+		if refused == nil || !strings.Contains(o, "order "+refused[1]+" is still pending, and the outbox holds no event of it") {
+			t.Fatalf("run %d: the bad order's refusal is not reported:\n%s", run1+1, o)
+		}
+		t.Logf("run %d: %s", run1+1, refused[0])
+	}
+	var bad int
+	if err := sc.Pool.QueryRow(sc.Ctx, `SELECT count(*) FROM `+table.Quoted()+` WHERE payload->>'amount_cents' LIKE '%.%'`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Errorf("%d events with a decimal-string amount_cents in the outbox", bad)
+	}
+}
+
+func TestParseFlagsAvro(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_DATABASE_URL", "postgres://x/y")
+	t.Setenv("OUTBOX_RELAY_SCHEMA_REGISTRY_URL", "")
+	t.Setenv("OUTBOX_RELAY_TOPIC_TEMPLATE", "")
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.recordFormat != record.FormatNative || cfg.badOrder || cfg.topicTemplate != publisher.DefaultTopicTemplate {
+		t.Fatalf("defaults = %+v, want native, no bad order, the relay's topic template", cfg)
+	}
+	t.Setenv("OUTBOX_RELAY_SCHEMA_REGISTRY_URL", "http://r/apis/ccompat/v7")
+	t.Setenv("OUTBOX_RELAY_TOPIC_TEMPLATE", "shop.{aggregate_type}")
+	cfg, err = parseFlags(strings.Fields("--record-format avro --bad-order --view-rate 0"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.recordFormat != record.FormatAvro || !cfg.badOrder || cfg.viewRate != 0 ||
+		cfg.registryURL != "http://r/apis/ccompat/v7" || cfg.topicTemplate != "shop.{aggregate_type}" {
+		t.Fatalf("cfg = %+v", cfg)
+	}
+	// The views' default rate is dropped, not refused: they would share the subject.
+	if cfg, err = parseFlags(strings.Fields("--record-format avro"), io.Discard); err != nil || cfg.viewRate != 0 {
+		t.Fatalf("avro without --view-rate: view rate %g, %v; want 0", cfg.viewRate, err)
+	}
+}
+
+// TestRegisterSchemaVersion: the schema registered must be the version
+// the events name; a subject whose version 1 is another schema, or that
+// has no version 1, is an error that says what to do, and a user:password
+// in the URL goes as basic auth, not into the error.
+func TestRegisterSchemaVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		versionID int // id of version 1; 0 = no version 1
+		want      string
+	}{
+		{"registered as version 1", 7, ""},
+		{"version 1 is another schema", 3, "version 1 is schema id 3, not this example's (schema id 7)"},
+		{"no version 1", 0, "the subject has no version 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if u, p, ok := r.BasicAuth(); !ok || u != "key" || p != "secret" {
+					http.Error(w, `{"error_code":40101}`, http.StatusUnauthorized)
+					return
+				}
+				switch {
+				case r.Method == http.MethodPost && r.URL.Path == "/subjects/shop.order-value/versions":
+					fmt.Fprint(w, `{"id":7}`)
+				case r.Method == http.MethodGet && r.URL.Path == "/subjects/shop.order-value/versions/1" && tc.versionID > 0:
+					fmt.Fprintf(w, `{"subject":"shop.order-value","version":1,"id":%d}`, tc.versionID)
+				default:
+					http.Error(w, `{"error_code":40402,"message":"Version not found"}`, http.StatusNotFound)
+				}
+			}))
+			defer srv.Close()
+			base := strings.Replace(srv.URL, "http://", "http://key:secret@", 1)
+			id, err := registerSchema(context.Background(), base, "shop.order-value", orderConfirmedAvro, 1)
+			switch {
+			case tc.want == "" && (err != nil || id != 7):
+				t.Fatalf("registerSchema = %d, %v; want 7", id, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("registerSchema = %d, %v; want an error with %q", id, err, tc.want)
+			case err != nil && strings.Contains(err.Error(), "secret"):
+				t.Fatalf("the error carries the password: %v", err)
+			}
 		})
 	}
 }

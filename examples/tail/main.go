@@ -4,16 +4,29 @@
 // record: topic, partition, offset, key, timestamp, headers and the start
 // of the value.
 //
+// With --schema-registry-url it decodes values in the Confluent wire
+// format (the relay's --record-format avro, protobuf or json-schema)
+// with the schema their id names, through the registry client the relay
+// and the inbox use (internal/schemareg, record.Schema.DecodeValue), and
+// prints each such value whole, as JSON, after its schema_id. --since
+// starts at the records of a time (or of a duration ago) rather than at
+// the end, and --max-records ends the tail once it has read that many.
+//
 // Usage:
 //
 //	go run ./examples/tail --from-beginning --duration 8s
+//	go run ./examples/tail --topic outbox.avro.order --since 1m --schema-registry-url http://127.0.0.1:19081/apis/ccompat/v7
 //
-// It exits after --duration (or on SIGINT/SIGTERM) and prints how many
-// records it saw. The exit status is 1 if the topic never appeared.
+// It exits after --duration, --max-records or SIGINT/SIGTERM, and prints how many
+// records it saw (and, with a registry, how many values it decoded). The
+// exit status is 1 if the topic never appeared or a framed value did not
+// decode.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +43,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/schemareg"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 func main() {
@@ -42,6 +58,13 @@ type config struct {
 	topic         string
 	duration      time.Duration
 	fromBeginning bool
+	// since, when not zero, is where reading starts: the first record of
+	// each partition at or after it.
+	since time.Time
+	// registryURL, when set, decodes framed values (docs/schemas.md).
+	registryURL string
+	// maxRecords, when positive, ends the tail at that many records.
+	maxRecords int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -56,8 +79,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.topic, "topic", "outbox.event.order", "topic to read")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to read before exiting")
 	fs.BoolVar(&cfg.fromBeginning, "from-beginning", false, "start at the oldest record instead of only new ones")
+	fs.IntVar(&cfg.maxRecords, "max-records", 0, "exit once this many records were read (0 = read until --duration)")
+	since := fs.String("since", "", "start at the records of this time (RFC 3339) or of this long ago (e.g. 1m) instead of only new ones")
+	fs.StringVar(&cfg.registryURL, "schema-registry-url", "",
+		"decode values in the Confluent wire format (--record-format avro, protobuf, json-schema) with this registry, its Confluent-compatible API, and print them as JSON")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if *since != "" {
+		t, err := parseSince(*since, time.Now())
+		if err != nil {
+			return config{}, err
+		}
+		if cfg.fromBeginning {
+			return config{}, errors.New("--since and --from-beginning: use one")
+		}
+		cfg.since = t
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -76,6 +113,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.duration <= 0 {
 		return config{}, fmt.Errorf("--duration must be positive, got %s", cfg.duration)
 	}
+	if cfg.maxRecords < 0 {
+		return config{}, fmt.Errorf("--max-records must not be negative, got %d", cfg.maxRecords)
+	}
 	return cfg, nil
 }
 
@@ -92,13 +132,81 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 
-	n, err := tail(ctx, cfg, stdout, stderr)
+	var dec *decoder
+	if cfg.registryURL != "" {
+		reg, err := schemareg.New(record.RegistryConfig{URL: cfg.registryURL})
+		if err != nil {
+			fmt.Fprintln(stderr, "tail: --schema-registry-url:", err)
+			return 2
+		}
+		dec = &decoder{reg: reg}
+	}
+	n, err := tail(ctx, cfg, dec, stdout, stderr)
 	fmt.Fprintf(stdout, "tail: %d records from %s\n", n, cfg.topic)
+	if dec != nil {
+		fmt.Fprintf(stdout, "tail: %d values decoded with the schema registry, %d not framed, %d did not decode\n",
+			dec.decoded, dec.plain, dec.failed)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "tail:", err)
 		return 1
 	}
+	if dec != nil && dec.failed > 0 {
+		return 1
+	}
 	return 0
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since must not be negative, got %s", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time or a duration such as 1m", s)
+	}
+	return t, nil
+}
+
+// schemaLookup is what the tail needs of a registry client: the parsed
+// schema of an id (schemareg.Client.Parsed, cached per id).
+type schemaLookup interface {
+	Parsed(ctx context.Context, id uint32) (*record.Schema, error)
+}
+
+// decoder decodes framed values to JSON; its counts are guarded by the
+// tail's output mutex.
+type decoder struct {
+	reg                    schemaLookup
+	decoded, plain, failed int
+}
+
+// format renders m, its value decoded when it is framed: the JSON whole
+// (a record is read here to be looked at), after its schema id. A value
+// that is not framed is shown as formatRecord shows it; one that does not
+// decode keeps its bytes, with the reason.
+func (d *decoder) format(ctx context.Context, m kafka.Message) (line string, ok, framed bool) {
+	id, err := record.SchemaIDOf(m.Value)
+	if err != nil {
+		return formatRecord(m), true, false
+	}
+	s, err := d.reg.Parsed(ctx, id)
+	var js []byte
+	if err == nil {
+		js, err = s.DecodeValue(m.Value)
+	}
+	if err == nil {
+		var compact bytes.Buffer
+		if err = json.Compact(&compact, js); err == nil {
+			return fmt.Sprintf("%sschema_id=%d value=%s", recordPrefix(m), id, compact.Bytes()), true, true
+		}
+	}
+	return fmt.Sprintf("%sschema_id=%d decode_error=%s value=%s", recordPrefix(m), id,
+		strconv.Quote(err.Error()), truncate(m.Value, maxValueChars)), false, true
 }
 
 // partitions looks the topic up, retrying until it exists: in the demo the
@@ -148,13 +256,17 @@ func lookup(ctx context.Context, client *kafka.Client, topic string) ([]int, err
 	return nil, kafka.UnknownTopicOrPartition
 }
 
-// tail reads every partition until ctx ends and returns the record count.
-func tail(ctx context.Context, cfg config, stdout, stderr io.Writer) (int, error) {
+// tail reads every partition until ctx ends and returns the record
+// count; dec, if not nil, decodes the framed values.
+func tail(ctx context.Context, cfg config, dec *decoder, stdout, stderr io.Writer) (int, error) {
 	ids, err := partitions(ctx, cfg, stderr)
 	if err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(stdout, "tail: reading %s partitions %v from %s\n", cfg.topic, ids, startName(cfg.fromBeginning))
+	fmt.Fprintf(stdout, "tail: reading %s partitions %v from %s\n", cfg.topic, ids, startName(cfg))
+	// enough ends the readers once maxRecords were printed.
+	ctx, enough := context.WithCancel(ctx)
+	defer enough()
 
 	var (
 		mu    sync.Mutex // serialises output lines and count
@@ -170,11 +282,16 @@ func tail(ctx context.Context, cfg config, stdout, stderr io.Writer) (int, error
 			MaxBytes:  10 << 20,
 			MaxWait:   250 * time.Millisecond,
 		})
-		if !cfg.fromBeginning {
-			if err := r.SetOffset(kafka.LastOffset); err != nil {
-				_ = r.Close()
-				return count, fmt.Errorf("partition %d: %w", id, err)
-			}
+		var err error
+		switch {
+		case !cfg.since.IsZero():
+			err = r.SetOffsetAt(ctx, cfg.since)
+		case !cfg.fromBeginning:
+			err = r.SetOffset(kafka.LastOffset)
+		}
+		if err != nil {
+			_ = r.Close()
+			return count, fmt.Errorf("partition %d: %w", id, err)
 		}
 		wg.Add(1)
 		go func() {
@@ -188,10 +305,33 @@ func tail(ctx context.Context, cfg config, stdout, stderr io.Writer) (int, error
 					}
 					return
 				}
-				line := formatRecord(m)
+				var line string
+				ok, framed := true, false
+				if dec != nil {
+					line, ok, framed = dec.format(ctx, m)
+				} else {
+					line = formatRecord(m)
+				}
 				mu.Lock()
+				if cfg.maxRecords > 0 && count >= cfg.maxRecords {
+					mu.Unlock()
+					return
+				}
+				if dec != nil {
+					switch {
+					case !framed:
+						dec.plain++
+					case ok:
+						dec.decoded++
+					default:
+						dec.failed++
+					}
+				}
 				count++
 				fmt.Fprintln(stdout, line)
+				if count == cfg.maxRecords {
+					enough()
+				}
 				mu.Unlock()
 			}
 		}()
@@ -200,8 +340,11 @@ func tail(ctx context.Context, cfg config, stdout, stderr io.Writer) (int, error
 	return count, nil
 }
 
-func startName(fromBeginning bool) string {
-	if fromBeginning {
+func startName(cfg config) string {
+	switch {
+	case !cfg.since.IsZero():
+		return cfg.since.UTC().Format(time.RFC3339Nano)
+	case cfg.fromBeginning:
 		return "the beginning"
 	}
 	return "the end"
@@ -213,6 +356,12 @@ const maxValueChars = 60
 
 // formatRecord renders one record on one line.
 func formatRecord(m kafka.Message) string {
+	return recordPrefix(m) + "value=" + truncate(m.Value, maxValueChars)
+}
+
+// recordPrefix is the line of m up to its value: where it is, its key,
+// time and headers, and a space.
+func recordPrefix(m kafka.Message) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s p=%d off=%d key=%s ts=%s headers=[", m.Topic, m.Partition, m.Offset,
 		printable(m.Key), m.Time.UTC().Format("2006-01-02T15:04:05.000Z"))
@@ -224,8 +373,7 @@ func formatRecord(m kafka.Message) string {
 		b.WriteByte('=')
 		b.WriteString(printable(h.Value))
 	}
-	b.WriteString("] value=")
-	b.WriteString(truncate(m.Value, maxValueChars))
+	b.WriteString("] ")
 	return b.String()
 }
 
