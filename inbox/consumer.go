@@ -197,15 +197,15 @@ func New(cfg Config, opts ...Option) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	reg, err := newSchemaLookup(cfg.Schemas)
+	m := forConsumer(o.metrics, cfg.Name)
+	reg, err := newSchemaLookup(cfg.Schemas, m.registry())
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency), reg: reg}
+	c := &Consumer{cfg: cfg, store: newStore(cfg.Pool, cfg.Schema, cfg.Name), log: slog.New(slog.DiscardHandler), sem: make(chan struct{}, cfg.Concurrency), reg: reg, m: m}
 	if o.logger != nil {
 		c.log = o.logger.With(slog.String("consumer", cfg.Name))
 	}
-	c.m = forConsumer(o.metrics, cfg.Name)
 	c.tr = newTracing(o, cfg.GroupID)
 	return c, nil
 }

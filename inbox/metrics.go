@@ -1,6 +1,10 @@
 package inbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/schemareg"
+)
 
 // Metrics receives a Consumer's measurements, each with the consumer's
 // name. Package inboxprom implements it with Prometheus collectors; nil
@@ -45,11 +49,30 @@ type BatchMetrics interface {
 	Batch(consumer string, events int, tx time.Duration)
 }
 
+// RegistryMetrics is implemented by a Metrics that also observes the
+// schema registry client the consumer builds for Config.Schemas.Registry
+// (inboxprom's does): the relay's outbox_relay_schema_registry_* for a
+// consumer. A separate interface, like BatchMetrics, so that Metrics
+// implementations written before the registry formats keep compiling. A
+// consumer without a registry never calls it.
+type RegistryMetrics interface {
+	// RegistryRequest observes one request to the registry by op
+	// (schema_by_id, the only lookup a consumer makes: an id's schema,
+	// with subject_version for the schemas it references), its outcome
+	// (ok, not_found, invalid, transient, unauthorized: the error's
+	// reason) and its duration, whatever the outcome.
+	RegistryRequest(consumer, op, outcome string, took time.Duration)
+	// RegistryCacheLookup counts a lookup of the client's cache by op,
+	// answered from it (hit) or passed on to the registry (miss).
+	RegistryCacheLookup(consumer, op string, hit bool)
+}
+
 // consumerMetrics binds Metrics to one consumer's name.
 type consumerMetrics struct {
 	name string
 	m    Metrics
-	bm   BatchMetrics // nil: not observed
+	bm   BatchMetrics    // nil: not observed
+	rm   RegistryMetrics // nil: not observed
 }
 
 type nopMetrics struct{}
@@ -69,7 +92,8 @@ func forConsumer(m Metrics, name string) *consumerMetrics {
 		m = nopMetrics{}
 	}
 	b, _ := m.(BatchMetrics)
-	return &consumerMetrics{name: name, m: m, bm: b}
+	r, _ := m.(RegistryMetrics)
+	return &consumerMetrics{name: name, m: m, bm: b, rm: r}
 }
 
 func (c *consumerMetrics) applied()               { c.m.Applied(c.name) }
@@ -90,3 +114,30 @@ func (c *consumerMetrics) batch(events int, d time.Duration) {
 func (c *consumerMetrics) processed(d time.Duration, recordTime time.Time) {
 	c.m.Processed(c.name, d, recordTime)
 }
+
+// registry is c as the registry client's schemareg.Metrics, nil when the
+// Metrics does not observe the registry (the client then measures
+// nothing).
+func (c *consumerMetrics) registry() schemareg.Metrics {
+	if c.rm == nil {
+		return nil
+	}
+	return registryMetrics{c}
+}
+
+// registryMetrics adapts a consumer's RegistryMetrics to the schemareg
+// client's interface, adding the consumer's name.
+type registryMetrics struct{ c *consumerMetrics }
+
+func (r registryMetrics) Request(op, outcome string, took time.Duration) {
+	r.c.rm.RegistryRequest(r.c.name, op, outcome, took)
+}
+
+func (r registryMetrics) CacheLookup(op string, hit bool) {
+	r.c.rm.RegistryCacheLookup(r.c.name, op, hit)
+}
+
+// StaleServed is never called for a consumer: a stale answer is a cached
+// latest version past its TTL, and a consumer looks schemas up by id,
+// which never goes stale.
+func (registryMetrics) StaleServed(string) {}

@@ -102,12 +102,17 @@ type schemaLookup interface {
 	Parsed(ctx context.Context, id uint32) (*record.Schema, error)
 }
 
-// newSchemaLookup is the registry client of cfg, nil without a URL.
-func newSchemaLookup(cfg SchemaConfig) (schemaLookup, error) {
+// newSchemaLookup is the registry client of cfg, nil without a URL. It
+// reports its requests and cache lookups to m (nil: to nothing).
+func newSchemaLookup(cfg SchemaConfig, m schemareg.Metrics) (schemaLookup, error) {
 	if cfg.Registry.URL == "" {
 		return nil, nil
 	}
-	c, err := schemareg.New(cfg.Registry)
+	var opts []schemareg.Option
+	if m != nil {
+		opts = append(opts, schemareg.WithMetrics(m))
+	}
+	c, err := schemareg.New(cfg.Registry, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: schema registry: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func newRegRig(t *testing.T) *regRig {
 }
 
 // consumer is a Consumer reading format with the rig's registry.
-func (r *regRig) consumer(t *testing.T, format record.Format, mod func(*SchemaConfig)) *Consumer {
+func (r *regRig) consumer(t *testing.T, format record.Format, mod func(*SchemaConfig), opts ...Option) *Consumer {
 	t.Helper()
 	cfg := validConfig()
 	cfg.RecordFormat = format
@@ -60,7 +61,7 @@ func (r *regRig) consumer(t *testing.T, format record.Format, mod func(*SchemaCo
 	if mod != nil {
 		mod(&cfg.Schemas)
 	}
-	c, err := New(cfg)
+	c, err := New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +260,85 @@ func TestRegistryOneRequest(t *testing.T) {
 	}
 	if n := r.f.Requests(); n != 1 {
 		t.Errorf("%d registry requests for 200 records of one schema, want 1", n)
+	}
+}
+
+// regMetrics records what a consumer reports of its registry client
+// (RegistryMetrics), beside a Metrics that measures nothing else.
+type regMetrics struct {
+	nopMetrics
+	mu       sync.Mutex
+	requests []string       // consumer op outcome, in order
+	lookups  map[string]int // consumer op hit|miss -> count
+}
+
+func (m *regMetrics) RegistryRequest(consumer, op, outcome string, took time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests = append(m.requests, consumer+" "+op+" "+outcome)
+}
+
+func (m *regMetrics) RegistryCacheLookup(consumer, op string, hit bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	if m.lookups == nil {
+		m.lookups = map[string]int{}
+	}
+	m.lookups[consumer+" "+op+" "+result]++
+}
+
+// take returns what was recorded and forgets it.
+func (m *regMetrics) take() ([]string, map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, l := m.requests, m.lookups
+	m.requests, m.lookups = nil, nil
+	return r, l
+}
+
+// TestRegistryMetrics: a Metrics that implements RegistryMetrics is told
+// of the consumer's registry requests (by op and outcome, the error's
+// reason) and of its cache's hits and misses, under the consumer's name
+// (issue 48: "registry requests, cache hits and misses, errors by
+// reason").
+func TestRegistryMetrics(t *testing.T) {
+	r := newRegRig(t)
+	m := &regMetrics{}
+	c := r.consumer(t, record.FormatAvro, nil, WithMetrics(m))
+	rec := r.encode(t, record.FormatAvro, "", `{"id":"o-1","qty":2}`, 0)
+	for range 3 {
+		if _, err := decode(t.Context(), c, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs, lookups := m.take()
+	if want := []string{"shipping schema_by_id ok"}; !reflect.DeepEqual(reqs, want) {
+		t.Errorf("requests %q, want %q", reqs, want)
+	}
+	if want := map[string]int{"shipping schema_by_id miss": 1, "shipping schema_by_id hit": 2}; !reflect.DeepEqual(lookups, want) {
+		t.Errorf("cache lookups %v, want %v", lookups, want)
+	}
+
+	unknown := r.encode(t, record.FormatAvro, "", `{"id":"o-1","qty":2}`, 1)
+	unknown.Value[4] = 99 // schema id 99
+	if _, err := decode(t.Context(), c, unknown); !errors.Is(err, record.ErrSchemaNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if reqs, _ := m.take(); !reflect.DeepEqual(reqs, []string{"shipping schema_by_id not_found"}) {
+		t.Errorf("unknown id: requests %q", reqs)
+	}
+
+	r.f.SetDown(true)
+	other := r.consumer(t, record.FormatAvro, nil, WithMetrics(m))
+	if _, err := decode(t.Context(), other, rec); err == nil {
+		t.Fatal("registry down: decoded")
+	}
+	if reqs, _ := m.take(); !reflect.DeepEqual(reqs, []string{"shipping schema_by_id transient"}) {
+		t.Errorf("registry down: requests %q", reqs)
 	}
 }
 

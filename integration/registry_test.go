@@ -553,3 +553,86 @@ func TestRegistryCompatibility(t *testing.T) {
 		t.Fatalf("dead letters: %v", dl)
 	}
 }
+
+// TestRegistryKeySchema runs the relay with --schema-key in avro and
+// json-schema against the stack's registry: every key is the aggregate_id
+// framed with the id of the <topic>-key schema, decodes with that
+// registered schema by an independent decoder (twmb/avro; encoding/json),
+// and the record sits on the partition murmur2 gives the plain aggregate_id,
+// as without the option.
+func TestRegistryKeySchema(t *testing.T) {
+	inSuites(t, parallel, stack)
+	reg := registryURL(t)
+	for _, c := range []struct {
+		f         registryFormat
+		keySchema string
+		decode    func(t *testing.T, schema string, body []byte) string
+	}{
+		{registryFormats[0], `"string"`, func(t *testing.T, schema string, body []byte) string {
+			s, err := avro.Parse(schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v string
+			rest, err := s.Decode(body, &v)
+			if err != nil || len(rest) != 0 {
+				t.Fatalf("avro key %x: %v (%d bytes left)", body, err, len(rest))
+			}
+			return v
+		}},
+		{registryFormats[2], `{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}`, func(t *testing.T, schema string, body []byte) string {
+			var js struct{ Type string }
+			if err := json.Unmarshal([]byte(schema), &js); err != nil || js.Type != "string" {
+				t.Fatalf("key schema %s: %v", schema, err)
+			}
+			var v string
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatalf("json-schema key %q: %v", body, err)
+			}
+			return v
+		}},
+	} {
+		t.Run(c.f.name, func(t *testing.T) {
+			env := NewEnv(t, EnvOptions{Partitions: 3})
+			register(t, reg, env.Topic+"-value", c.f.schemaType, c.f.v1)
+			register(t, reg, env.Topic+"-value", c.f.schemaType, c.f.v2)
+			keyID := register(t, reg, env.Topic+"-key", c.f.schemaType, c.keySchema)
+			keySchema := schemaByID(t, reg, keyID) // what a consumer's deserializer reads
+			relay := env.StartRelay(registryEnv(c.f.name, reg, "OUTBOX_RELAY_SCHEMA_KEY=true")...)
+			defer relay.Term(10 * time.Second)
+			rows := writeFormatRows(t, env, 12, false, func(i int) any {
+				return fmt.Sprintf(`{"n": %d, "sku": "s-%d", "qty": %d}`, i, i, 10*i)
+			})
+			recs := waitRaw(t, env.Topic, env.Partitions, len(rows), 60*time.Second)
+			byID := recordsByID(t, recs)
+			for _, row := range rows {
+				r := byID[row.id]
+				if len(r.Key) < 6 || r.Key[0] != 0 || binary.BigEndian.Uint32(r.Key[1:5]) != uint32(keyID) {
+					t.Fatalf("event %s: key %x, want the Confluent frame of key schema id %d", row.id, r.Key, keyID)
+				}
+				if got := c.decode(t, keySchema, r.Key[5:]); got != row.aggID {
+					t.Errorf("event %s: key decodes to %q, want %q", row.id, got, row.aggID)
+				}
+				if want := partitionOf(row.aggID, env.Partitions); r.Partition != want {
+					t.Errorf("event %s: partition %d, want %d, the aggregate_id's", row.id, r.Partition, want)
+				}
+			}
+			t.Logf("%d events keyed with key schema id %d, on their aggregate_id's partitions", len(rows), keyID)
+		})
+	}
+}
+
+// schemaByID is the text of schema id at base (GET /schemas/ids/{id}).
+func schemaByID(t testing.TB, base string, id int) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("%s/schemas/ids/%d", base, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct{ Schema string }
+	if out, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK || json.Unmarshal(out, &r) != nil || r.Schema == "" {
+		t.Fatalf("schema %d: HTTP %d: %s", id, resp.StatusCode, out)
+	}
+	return r.Schema
+}

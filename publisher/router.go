@@ -43,6 +43,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
+	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // router assigns a topic's records to partition lanes in arrival order.
@@ -130,7 +131,12 @@ func (r *router) run(ctx context.Context) {
 			continue
 		}
 		for _, rec := range batch {
-			part := balancer.Balance(rec.msg, r.partitions...)
+			key := rec.msg
+			if r.p.cfg.Record.KeySchema {
+				// the framed key is not what an aggregate is partitioned by
+				key = kafka.Message{Key: record.PartitionKey(&rec.ev.Row)}
+			}
+			part := balancer.Balance(key, r.partitions...)
 			rec.msg.Partition = part
 			l := r.lanes[part]
 			if l == nil {

@@ -103,6 +103,14 @@ func (p *Publisher) registered(ctx context.Context, topic string, ev *replicatio
 		return unavailable(err)
 	}
 	msg, err := p.enc.EncodeRegistered(topic, &ev.Row, ref, s)
+	if err == nil && p.cfg.Record.KeySchema {
+		if code, poison, err := p.registeredKey(ctx, topic, ev, &msg); err != nil {
+			if poison {
+				return poisoned(code, err.Error())
+			}
+			return kafka.Message{}, code, err
+		}
+	}
 	if err != nil {
 		var ee *record.EncodeError
 		if errors.As(err, &ee) {
@@ -111,6 +119,37 @@ func (p *Publisher) registered(ctx context.Context, topic string, ev *replicatio
 		return kafka.Message{}, record.CodeSchema, err
 	}
 	return msg, "", nil
+}
+
+// registeredKey frames msg's key with the key subject's latest schema
+// (record.Config.KeySchema). A key subject the registry does not have, or
+// whose schema is not a string's, is poison with the value's reasons
+// (poison true, code the reason, err's text the dead letter's); a
+// registry that does not answer is a *SchemaUnavailableError. The
+// partition does not change: the router hashes the aggregate_id, not the
+// framed key.
+func (p *Publisher) registeredKey(ctx context.Context, topic string, ev *replication.WALEvent, msg *kafka.Message) (code string, poison bool, err error) {
+	ref := p.cfg.Record.KeyRef(topic)
+	s, err := p.cfg.Schemas.Schema(ctx, ref)
+	switch {
+	case errors.Is(err, record.ErrSchemaNotFound):
+		return ReasonSchemaNotFound, true, fmt.Errorf("key subject %s version %s is not registered: register the key schema, then dlq retry (%v)", ref.Subject, ref.Version, err)
+	case errors.Is(err, record.ErrSchemaInvalid):
+		return ReasonSchemaInvalid, true, fmt.Errorf("key subject %s version %s cannot be used: %v", ref.Subject, ref.Version, err)
+	case err != nil:
+		return "schema_registry", false, &SchemaUnavailableError{EventID: ev.EventID, Ref: ref, Err: err}
+	}
+	if err := p.enc.EncodeKey(msg, &ev.Row, ref, s); err != nil {
+		var ee *record.EncodeError
+		if !errors.As(err, &ee) {
+			return record.CodeSchema, false, err
+		}
+		if errors.Is(err, record.ErrSchemaInvalid) {
+			return ReasonSchemaInvalid, true, errors.New(ee.Reason)
+		}
+		return ee.Code, true, errors.New(ee.Reason)
+	}
+	return "", false, nil
 }
 
 // forwardable waits out a registry that does not answer for an event the

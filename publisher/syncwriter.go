@@ -39,7 +39,7 @@ func NewSyncWriter(brokers []string, cfg Config, opts ...Option) *SyncWriter {
 	return &SyncWriter{cfg: c, err: err, w: &kafka.Writer{
 		Addr:         kafka.TCP(c.Brokers...),
 		Transport:    c.Transport,
-		Balancer:     &kafka.Murmur2Balancer{},
+		Balancer:     aggregateBalancer(c.Record),
 		RequiredAcks: kafka.RequireAll,
 		BatchSize:    1,
 		BatchBytes:   int64(c.MaxBatchBytes),
@@ -97,3 +97,19 @@ func (s *SyncWriter) Write(ctx context.Context, ev *replication.WALEvent) error 
 
 // Close releases the writer's connections.
 func (s *SyncWriter) Close() error { return s.w.Close() }
+
+// aggregateBalancer is murmur2 over the aggregate_id, as the router
+// partitions: the record key itself, unless the key is framed
+// (record.Config.KeySchema), whose aggregate_id it decodes.
+func aggregateBalancer(rc record.Config) kafka.Balancer {
+	var murmur kafka.Murmur2Balancer
+	if !rc.KeySchema {
+		return murmur
+	}
+	return kafka.BalancerFunc(func(m kafka.Message, partitions ...int) int {
+		if id, _, err := record.DecodeKey(m.Key, rc.Format); err == nil {
+			m.Key = []byte(id)
+		}
+		return murmur.Balance(m, partitions...)
+	})
+}

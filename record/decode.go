@@ -62,6 +62,10 @@ type Event struct {
 	// value, since decoding the body needs the registry (the inbox does
 	// it, see inbox.SchemaConfig).
 	SchemaID uint32
+	// KeySchemaID is the schema registry id of a key in the Confluent
+	// wire format (a relay's with --schema-key), 0 for a plain key.
+	// AggregateID is then the string the framed key holds (DecodeKey).
+	KeySchemaID uint32
 	// Subject is the registry subject of the value's schema as the
 	// producer's subject strategy names it (record.Config.SchemaRef):
 	// Decode cannot know the strategy and leaves it empty; the inbox sets
@@ -157,13 +161,19 @@ func DecodeFormat(m kafka.Message, f Format) (Event, error) {
 		Format:      f,
 	}
 	var f5 fields
-	var err error
-	switch f {
-	case FormatNative, FormatAvro, FormatProtobuf, FormatJSONSchema:
+	// A framed key (a key schema) holds the aggregate_id; a CloudEvent's
+	// subject, read below, still wins.
+	agg, keyID, err := DecodeKey(m.Key, f)
+	if err == nil {
+		ev.AggregateID, ev.KeySchemaID = agg, keyID
+	}
+	switch {
+	case err != nil:
+	case f == FormatNative || f == FormatAvro || f == FormatProtobuf || f == FormatJSONSchema:
 		f5, err = headerFields(&ev, m.Headers, HeaderEventID, "event_id header")
-	case FormatDebezium:
+	case f == FormatDebezium:
 		f5, err = headerFields(&ev, m.Headers, HeaderDebeziumID, "id header")
-	case FormatCloudEvents:
+	case f == FormatCloudEvents:
 		f5, err = cloudEventFields(&ev, m)
 	default:
 		err = fmt.Errorf("unknown record format %q", f)

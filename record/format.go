@@ -114,6 +114,14 @@ type Config struct {
 	// SchemaVersion says which version of the subject encodes an event;
 	// "" is VersionFromRow.
 	SchemaVersion SchemaVersionSource
+	// KeySchema frames the record key too, in a registry format other
+	// than FormatProtobuf: the aggregate_id as the format's string (Avro's
+	// "string", JSON Schema's {"type":"string"}) with the id of the
+	// latest schema of the key subject, "<topic>-key" (KeyRef), as
+	// Confluent's serializers write a key; EncodeKey. The partition stays
+	// the aggregate_id's (PartitionKey). Off, the key is the aggregate_id's
+	// bytes, as a StringSerializer writes it.
+	KeySchema bool
 	// Registry is where the registry formats' schemas live; the other
 	// formats do not use it.
 	Registry RegistryConfig
@@ -141,5 +149,24 @@ func (c Config) Validate() error {
 	if _, err := ParseSchemaVersionSource(string(c.SchemaVersion)); err != nil {
 		errs = append(errs, err)
 	}
+	if c.KeySchema && err == nil {
+		errs = append(errs, CheckKeySchema(f))
+	}
 	return errors.Join(errs...)
+}
+
+// CheckKeySchema says why format f cannot frame its keys (Config.KeySchema),
+// nil when it can: only the registry formats have a schema, and Protobuf
+// has no string form for a key (a Protobuf schema is messages; Confluent's
+// KafkaProtobufSerializer serializes only a message, so Protobuf shops key
+// their records with a StringSerializer, which is the key without the
+// option).
+func CheckKeySchema(f Format) error {
+	switch f {
+	case FormatAvro, FormatJSONSchema:
+		return nil
+	case FormatProtobuf:
+		return errors.New("a key schema is not available with the protobuf format: Protobuf has no string schema (a key of Confluent's Protobuf serializer is a message); keep the plain string key, as a StringSerializer writes it")
+	}
+	return fmt.Errorf("a key schema is only used with a registry format (avro or json-schema; the format is %s)", f)
 }

@@ -310,6 +310,9 @@ func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
 	if _, err := record.ParseSchemaVersionSource(string(r.SchemaVersion)); err != nil {
 		cs.Fail("Publish.Record.SchemaVersion", string(r.SchemaVersion), "use row or latest")
 	}
+	if r.KeySchema && format == record.FormatProtobuf {
+		cs.Fail("Publish.Record.KeySchema", nil, "%v", record.CheckKeySchema(format))
+	}
 	if format.Registry() {
 		cs.Nested("Publish.Record.Registry", r.Registry.Validate())
 		return
@@ -325,5 +328,8 @@ func (p *PublishConfig) validateRegistry(cs *checks, format record.Format) {
 	}
 	if r.Registry.URL != "" {
 		unused("Publish.Record.Registry.URL", nil)
+	}
+	if r.KeySchema {
+		unused("Publish.Record.KeySchema", nil)
 	}
 }

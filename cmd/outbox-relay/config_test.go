@@ -218,6 +218,8 @@ func TestRecordFormatFlags(t *testing.T) {
 		"--schema-registry-url http://r:8081":                                                        "--schema-registry-url: is only used with a registry format",
 		"--schema-version latest":                                                                    `--schema-version "latest": is only used with a registry format`,
 		"--schema-subject-strategy record":                                                           `--schema-subject-strategy "record": is only used with a registry format`,
+		"--schema-key":                                                                               `--schema-key: is only used with a registry format`,
+		"--record-format protobuf --schema-registry-url http://r --schema-key":                       `--schema-key: a key schema is not available with the protobuf format`,
 		"--record-format avro --schema-registry-url http://r --schema-version newest":                `--schema-version "newest": use row or latest`,
 		"--record-format avro --schema-registry-url http://r --schema-subject-strategy event":        `--schema-subject-strategy "event": use topic, record or topic-record`,
 		"--schema-registry-timeout 3s":                                                               "--schema-registry-timeout 3s is only used with a registry format",

@@ -25,6 +25,10 @@ type Metrics struct {
 	processing, age, commitSeconds            *prometheus.HistogramVec
 	batchEvents, txSeconds                    *prometheus.HistogramVec
 	lag                                       *prometheus.GaugeVec
+	// the consumer's schema registry client (inbox.RegistryMetrics): the
+	// relay's outbox_relay_schema_registry_* with the consumer label
+	regRequests, regLookups *prometheus.CounterVec
+	regSeconds              *prometheus.HistogramVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -55,11 +59,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000}),
 		txSeconds: hist("transaction_seconds", "Duration of the committed transactions that applied a batch, locks to COMMIT.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
+		regRequests: counter("schema_registry_requests_total", "Requests to the schema registry, by op (schema_by_id, subject_version) and outcome "+
+			"(ok, not_found, invalid, transient, unauthorized).", "op", "outcome"),
+		regLookups: counter("schema_registry_cache_lookups_total", "Lookups of the schema registry client's cache, by op and result: hit (answered from the cache) "+
+			"or miss (passed on to the registry).", "op", "result"),
+		regSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "schema_registry_request_duration_seconds",
+			Help:    "Duration of requests to the schema registry, whatever their outcome, by op.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer", "op"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lag_messages",
 			Help: "Records behind the partition's high watermark at the last fetched record."}, []string{"consumer", "topic", "partition"}),
 	}
 	reg.MustRegister(m.applied, m.duplicates, m.parked, m.deadLettered, m.errs, m.commits, m.pruned,
-		m.processing, m.age, m.commitSeconds, m.batchEvents, m.txSeconds, m.lag)
+		m.processing, m.age, m.commitSeconds, m.batchEvents, m.txSeconds, m.lag, m.regRequests, m.regLookups, m.regSeconds)
 	return m
 }
 
@@ -110,8 +121,29 @@ func (m *Metrics) Lag(consumer, topic string, partition int, records int64) {
 	m.lag.WithLabelValues(consumer, topic, strconv.Itoa(partition)).Set(float64(records))
 }
 
-// Metrics observes batches too.
+// RegistryRequest counts
+// outbox_relay_inbox_schema_registry_requests_total{op,outcome} and
+// observes outbox_relay_inbox_schema_registry_request_duration_seconds{op}
+// (inbox.RegistryMetrics).
+func (m *Metrics) RegistryRequest(consumer, op, outcome string, took time.Duration) {
+	m.regRequests.WithLabelValues(consumer, op, outcome).Inc()
+	m.regSeconds.WithLabelValues(consumer, op).Observe(took.Seconds())
+}
+
+// RegistryCacheLookup counts
+// outbox_relay_inbox_schema_registry_cache_lookups_total{op,result}, result
+// hit or miss (inbox.RegistryMetrics).
+func (m *Metrics) RegistryCacheLookup(consumer, op string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	m.regLookups.WithLabelValues(consumer, op, result).Inc()
+}
+
+// Metrics observes batches and the schema registry client too.
 var (
-	_ inbox.Metrics      = (*Metrics)(nil)
-	_ inbox.BatchMetrics = (*Metrics)(nil)
+	_ inbox.Metrics         = (*Metrics)(nil)
+	_ inbox.BatchMetrics    = (*Metrics)(nil)
+	_ inbox.RegistryMetrics = (*Metrics)(nil)
 )

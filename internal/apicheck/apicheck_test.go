@@ -228,7 +228,8 @@ func TestEventShapesAgree(t *testing.T) {
 	own := map[reflect.Type][]string{
 		w: {"EventID", "Priority"}, // the id is a uuid.UUID the writer generates
 		r: {"ID", "Topic", "Partition", "Offset", "Time", "Format", // the id as the record carries it
-			"SchemaID", "Subject"}, // the registry schema a framed value was written with (issue 48)
+			"SchemaID", "Subject", // the registry schema a framed value was written with (issue 48)
+			"KeySchemaID"}, // and a framed key's (--schema-key, issue 48)
 	}
 	for _, name := range shared {
 		fw, okw := w.FieldByName(name)

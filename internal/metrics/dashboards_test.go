@@ -92,6 +92,8 @@ func touchInbox(m *inboxprom.Metrics) {
 	m.Pruned(c, 1)
 	m.Processed(c, time.Millisecond, time.Now())
 	m.Lag(c, "t", 0, 1)
+	m.RegistryRequest(c, "schema_by_id", "ok", time.Millisecond)
+	m.RegistryCacheLookup(c, "schema_by_id", true)
 }
 
 // touchVecs creates one child of every metric vector in the struct v

@@ -68,8 +68,13 @@ func (c *Client) Schema(ctx context.Context, ref record.SchemaRef) (*record.Sche
 // the registry does not have (asked again next time: the id may be
 // registered meanwhile), record.ErrSchemaInvalid for a schema that cannot
 // be used (cached), anything else transient.
+//
+// Each call is one schema_by_id cache lookup for the metrics: a hit when
+// the parsed schema (or SchemaByID's entry) answers it, a miss when the
+// registry is asked.
 func (c *Client) Parsed(ctx context.Context, id uint32) (*record.Schema, error) {
 	if e, _, ok := c.parsed.get(idKey(int(id))); ok {
+		c.metrics.CacheLookup("schema_by_id", true)
 		return e.schema, e.err
 	}
 	s, err := c.SchemaByID(ctx, int(id))

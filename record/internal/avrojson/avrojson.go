@@ -312,3 +312,7 @@ func bytesAsCodePoints(b []byte) string {
 	}
 	return sb.String()
 }
+
+// IsString reports whether s is the primitive "string" (a logical type
+// on it, such as uuid, included): the schema of a key that is a string.
+func (s *Schema) IsString() bool { return s.root.kind == kString }

@@ -117,6 +117,7 @@ type FormatFlags struct {
 	SchemaRegistryLatestTtl time.Duration `name:"schema-registry-latest-ttl" help:"with --schema-version latest: how long a subject's latest version is trusted before it is asked again" to:"Relay.Publish.Record.Registry.LatestTTL"`
 	SchemaSubjectStrategy   string        `name:"schema-subject-strategy" help:"the subject of an event's value schema: topic (<topic>-value), record (<event_type>; with protobuf also the message's full name) or topic-record (<topic>-<event_type>)" to:"Relay.Publish.Record.SubjectStrategy"`
 	SchemaVersion           string        `name:"schema-version" help:"which version of the subject encodes an event: row (its schema_version column; an unregistered version is poison) or latest" to:"Relay.Publish.Record.SchemaVersion"`
+	SchemaKey               bool          `name:"schema-key" help:"frame the record key too, as Confluent's serializers write keys: the aggregate_id as the format's string (Avro \"string\", JSON Schema {\"type\":\"string\"}) with the id of the latest schema of <topic>-key; the partition stays murmur2 of the aggregate_id; avro and json-schema only" to:"Relay.Publish.Record.KeySchema"`
 }
 
 // DeliveryFlags are the delivery guarantee's: the streaming commands'

@@ -45,11 +45,13 @@ func CheckRegistry(ctx context.Context, db Querier, table migrations.Table, rend
 		return
 	}
 	refs := map[record.SchemaRef]bool{}
+	topics := map[string]bool{}
 	for rows.Next() {
 		var at, et, sv string
 		if rows.Scan(&at, &et, &sv) != nil {
 			continue
 		}
+		topics[render(at, et)] = true
 		ref, err := t.Record.SchemaRef(render(at, et), &record.Row{AggregateType: at, EventType: et, SchemaVersion: sv})
 		if err != nil {
 			r.add("schema registry", Fail, fmt.Sprintf("event type %q, schema_version %s: %v", et, sv, err),
@@ -103,6 +105,68 @@ func CheckRegistry(ctx context.Context, db Querier, table migrations.Table, rend
 	if passed > 0 {
 		r.add("schema registry", Pass, strconv.Itoa(passed)+" subject version(s) of the outbox's events registered and usable", "")
 	}
+	if t.Record.KeySchema {
+		checkKeySubjects(ctx, topics, t, r)
+	}
+}
+
+// checkKeySubjects looks up the key subject (<topic>-key, latest) of each
+// topic under --schema-key: one the registry does not have fails with the
+// command that registers the string schema; one that is not a string's
+// fails too (the relay dead-letters both).
+func checkKeySubjects(ctx context.Context, topics map[string]bool, t RegistryTarget, r *Report) {
+	sorted := make([]string, 0, len(topics))
+	for topic := range topics {
+		sorted = append(sorted, topic)
+	}
+	sort.Strings(sorted)
+	if len(sorted) > maxRegistryChecks {
+		sorted = sorted[:maxRegistryChecks]
+	}
+	passed := 0
+	for _, topic := range sorted {
+		ref := t.Record.KeyRef(topic)
+		s, err := t.Schemas.Schema(ctx, ref)
+		what := fmt.Sprintf("key subject %q version latest", ref.Subject)
+		fix := keyRegisterFix(withoutUserinfo(t.URL), ref, t.Record.Format)
+		if err != nil && !errors.Is(err, record.ErrSchemaNotFound) && !errors.Is(err, record.ErrSchemaInvalid) {
+			r.add("schema registry", Fail, "unreachable: "+err.Error(),
+				"check --schema-registry-url, the credentials (--schema-registry-username/-password or -token) and the network path")
+			return
+		}
+		if err == nil && s.Type != t.Record.Format.SchemaType() {
+			err = fmt.Errorf("%w: a %s schema; --record-format %s needs %s", record.ErrSchemaInvalid, s.Type, t.Record.Format, t.Record.Format.SchemaType())
+		}
+		if err == nil {
+			// a string's schema takes any string; a JSON Schema with a
+			// pattern may refuse some aggregate ids (those are poison)
+			if _, kerr := s.AppendKey(nil, "x"); errors.Is(kerr, record.ErrSchemaInvalid) {
+				err = kerr
+			}
+		}
+		switch {
+		case errors.Is(err, record.ErrSchemaNotFound):
+			r.add("schema "+ref.Subject, Fail, what+" is not registered: with --schema-key the relay dead-letters these events", fix)
+		case err != nil:
+			r.add("schema "+ref.Subject, Fail, fmt.Sprintf("%s cannot be used for the key: %v", what, err), "register a string key schema: "+fix)
+		default:
+			passed++
+		}
+	}
+	if passed > 0 {
+		r.add("schema registry", Pass, strconv.Itoa(passed)+" key subject(s) registered with a string schema", "")
+	}
+}
+
+// keyRegisterFix is the command that registers the string key schema of
+// format f under ref's subject.
+func keyRegisterFix(base string, ref record.SchemaRef, f record.Format) string {
+	schema := `\"string\"`
+	if f == record.FormatJSONSchema {
+		schema = `{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"string\"}` // Apicurio wants the $schema
+	}
+	return fmt.Sprintf(`curl -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' --data '{"schemaType":"%s","schema":"%s"}' %s/subjects/%s/versions`,
+		f.SchemaType(), schema, base, url.PathEscape(ref.Subject))
 }
 
 // registerFix is the command that registers a schema for ref.
