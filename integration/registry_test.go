@@ -477,6 +477,24 @@ func TestDoctorRegistry(t *testing.T) {
 	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  schema registry") || !strings.Contains(res.Stdout, "unreachable") {
 		t.Fatalf("doctor with no registry at the URL: exit %d, want 1 with the registry unreachable:\n%s", res.Code, res.Stdout)
 	}
+	// --schema-key: the topic's key subject, missing, then registered.
+	if _, err := env.DB.Exec(ctx, `update `+env.QuotedTable()+` set schema_version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	keySubject := env.Topic + "-key"
+	keyDoctor := func() CLIResult {
+		return env.RunCLI(60*time.Second, registryEnv(f.name, reg, "OUTBOX_RELAY_SCHEMA_KEY=true"), "doctor", "--topics", env.Topic)
+	}
+	res = keyDoctor()
+	if res.Code != 1 || !strings.Contains(res.Stdout, "FAIL  schema "+keySubject) || !strings.Contains(res.Stdout, "is not registered") ||
+		!strings.Contains(res.Stdout, "/subjects/"+url.PathEscape(keySubject)+"/versions") {
+		t.Fatalf("doctor --schema-key, key subject missing: exit %d, want 1 naming %s with the command that registers it:\n%s", res.Code, keySubject, res.Stdout)
+	}
+	register(t, reg, keySubject, f.schemaType, `"string"`)
+	res = keyDoctor()
+	if strings.Contains(res.Stdout, "FAIL  schema "+keySubject) || !strings.Contains(res.Stdout, "key subject(s) registered with a string schema") {
+		t.Fatalf("doctor --schema-key, key subject registered: exit %d, want its check passing:\n%s", res.Code, res.Stdout)
+	}
 }
 
 // setCompatibility sets subject's compatibility level in the registry at
