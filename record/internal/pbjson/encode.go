@@ -134,16 +134,16 @@ func (e *encoder) message(pl *plan) error {
 			}
 			idx, known := pl.byName[string(name)]
 			if !known {
-				return e.fail(nameStart, "unknown field %s", e.src[nameStart:nameEnd])
-			}
-			if !e.see(seenBase, idx) {
-				return e.fail(nameStart, "duplicate field %s", e.src[nameStart:nameEnd])
+				return e.failAt(nameStart, string(name), "unknown field %s", e.src[nameStart:nameEnd])
 			}
 			f := &pl.fields[idx]
+			if !e.see(seenBase, idx) {
+				return e.failAt(nameStart, f.name, "duplicate field %s", e.src[nameStart:nameEnd])
+			}
 			e.space()
 			if !e.literal("null") {
 				if f.oneof >= 0 && !e.see(seenBase, f.oneof) {
-					return e.fail(nameStart, "error parsing %s, oneof is already set", e.src[nameStart:nameEnd])
+					return e.failAt(nameStart, f.name, "error parsing %s, oneof is already set", e.src[nameStart:nameEnd])
 				}
 				e.path = append(e.path, step{f: f, index: -1, keyStart: -1})
 				start := len(e.dst)
@@ -1055,6 +1055,16 @@ func (e *encoder) fail(pos int, format string, args ...any) error {
 	line, col := position(e.src, pos)
 	return &Error{Message: e.name, Field: e.pathString(),
 		Reason: fmt.Sprintf("(line %d:%d): ", line, col) + fmt.Sprintf(format, args...)}
+}
+
+// failAt is fail for the member name of the object being encoded.
+func (e *encoder) failAt(pos int, name, format string, args ...any) error {
+	err := e.fail(pos, format, args...).(*Error)
+	if err.Field != "" {
+		name = err.Field + "." + name
+	}
+	err.Field = name
+	return err
 }
 
 // unexpected is a syntax error at the token that comes next.
