@@ -73,13 +73,25 @@ message Ed {
 }
 `
 
+// wideProto has more fields and oneofs than one 64-bit word of the
+// encoder's seen set holds, declared from the highest number down.
+var wideProto = func() string {
+	var b strings.Builder
+	b.WriteString(`syntax = "proto3"; package t.w; message Wide {`)
+	for i := 70; i > 0; i-- {
+		fmt.Fprintf(&b, " int32 f%d = %d;", i, i)
+	}
+	b.WriteString(" oneof o1 { string a1 = 80; int32 b1 = 81; } oneof o2 { bool a2 = 71; } }")
+	return b.String()
+}()
+
 // directMessages are the messages the differential tests encode both
 // ways.
 func directMessages(t testing.TB) []*Message {
 	t.Helper()
 	var ms []*Message
 	for _, c := range []struct{ text, name string }{
-		{richProto3, "All"}, {richProto3, "Inner"}, {richProto2, "P2"}, {richEditions, "Ed"},
+		{richProto3, "All"}, {richProto3, "Inner"}, {richProto2, "P2"}, {richEditions, "Ed"}, {wideProto, "Wide"},
 	} {
 		s, err := Parse(context.Background(), c.text, nil)
 		if err != nil {
@@ -173,6 +185,11 @@ var trickyPayloads = []string{
 	`{"f":"-Infinity"}`, `{"by":"AA"}`,
 	// editions
 	`{"a":0,"s":""}`, `{"r":[0,1],"p":[0,1]}`, `{"child":{"b":false}}`, `{"b":true}`,
+	// wide
+	`{"f70":1,"f1":2,"f64":3,"f65":4,"a2":false,"a1":"x","f69":5}`, `{"f66":1,"f66":2}`, `{"a1":"","b1":0}`, `{"b1":1,"a2":true,"f2":-1}`,
+	// protojson's recursion limit: 10,000 nested messages, not one more
+	strings.Repeat(`{"rec":`, 9999) + `{}` + strings.Repeat(`}`, 9999),
+	strings.Repeat(`{"rec":`, 10000) + `{}` + strings.Repeat(`}`, 10000),
 }
 
 // TestDirectMatchesProtojson: the tricky cases, against every rich
