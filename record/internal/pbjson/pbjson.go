@@ -7,9 +7,12 @@
 // with github.com/bufbuild/protocompile, with Google's well-known types
 // (google/protobuf/timestamp.proto and the others) available to import;
 // other imports are the registry's references, which Parse takes by their
-// import path. The payload is read with protojson, the canonical JSON
-// mapping: field names in lowerCamelCase or as declared, enums by name or
-// number, 64-bit integers as numbers or strings, Timestamp as RFC 3339.
+// import path. The payload is read as protojson reads it, the canonical
+// JSON mapping: field names in lowerCamelCase or as declared, enums by
+// name or number, 64-bit integers as numbers or strings, Timestamp as RFC
+// 3339. Most messages are encoded directly from the JSON (encode.go);
+// those with a well-known type, a group, an extension or a required field
+// by protojson itself and dynamicpb.
 // A member the message does not have is an error, as in the avro format: a
 // payload for another schema version is poison, not data to drop.
 package pbjson
