@@ -83,6 +83,9 @@ type encoder struct {
 
 var encoders = sync.Pool{New: func() any { return new(encoder) }}
 
+// maxPooled bounds the scratch buffers a pooled encoder keeps.
+const maxPooled = 64 << 10
+
 // appendDirect is Append's direct path.
 func appendDirect(pl *plan, name string, dst, payload []byte) ([]byte, error) {
 	e := encoders.Get().(*encoder)
@@ -98,6 +101,12 @@ func appendDirect(pl *plan, name string, dst, payload []byte) ([]byte, error) {
 	e.src, e.dst = nil, nil
 	e.segs, e.ents, e.seen, e.path = e.segs[:0], e.ents[:0], e.seen[:0], e.path[:0]
 	clear(e.path[:cap(e.path)]) // no plan kept alive by a pooled encoder
+	if cap(e.buf) > maxPooled {
+		e.buf = nil // a rare huge payload's buffers are not kept for every event after it
+	}
+	if cap(e.tmp) > maxPooled {
+		e.tmp = nil
+	}
 	encoders.Put(e)
 	if err != nil {
 		return dst, err
