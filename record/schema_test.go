@@ -250,7 +250,14 @@ func TestPayloadField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pb, err := ParseSchema(ctx, 9, SchemaTypeProtobuf, `syntax = "proto3"; message M { int32 q = 1; }`, nil)
+	pb, err := ParseSchema(ctx, 9, SchemaTypeProtobuf, `syntax = "proto3"; message M { int32 q = 1; repeated N ns = 2; } message N { map<string, int32> m = 1; }`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A message with a well-known type is read by protojson, whose
+	// account names the member in its text only.
+	pbWKT, err := ParseSchema(ctx, 10, SchemaTypeProtobuf, `syntax = "proto3"; import "google/protobuf/timestamp.proto";
+		message M { int32 q = 1; google.protobuf.Timestamp at = 2; }`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +268,10 @@ func TestPayloadField(t *testing.T) {
 	}{
 		{av, `{"id":"o-1","qty":"two"}`, "qty"},
 		{js, `{"items":[{"price":1},{"price":"x"}]}`, "items/1/price"},
-		{pb, `{"q":"x"}`, ""},
+		{pb, `{"q":"x"}`, "q"},
+		{pb, `{"ns":[{},{"m":{"k":true}}]}`, `ns[1].m["k"]`},
+		{pb, `{"q":1,"r":2}`, "r"},
+		{pbWKT, `{"q":"x"}`, ""},
 	} {
 		_, err := c.s.AppendValue(nil, []byte(c.payload), "")
 		field, ok := PayloadField(err)

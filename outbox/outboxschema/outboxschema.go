@@ -161,7 +161,8 @@ type SchemaError struct {
 	// Field is the first offending field of a payload that does not
 	// match (record.PayloadField: "items[2].price"), "" when the whole
 	// payload is at fault, when the format does not name it apart from
-	// Reason (Protobuf), or for the other failures.
+	// Reason (a Protobuf message with a well-known type, read by
+	// protojson), or for the other failures.
 	Field string
 	// Reason says what is wrong; it never carries the payload.
 	Reason string

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pbjson
+
+const raceEnabled = false
