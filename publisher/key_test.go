@@ -116,7 +116,7 @@ func TestKeySchemaPartition(t *testing.T) {
 		if got := aggregateBalancer(p.cfg.Record).Balance(msg, parts...); got != native {
 			t.Errorf("%s: SyncWriter partition %d, want %d", agg, got, native)
 		}
-		if got := murmur.Balance(kafka.Message{Key: record.PartitionKey(&ev.Row)}, parts...); got != native {
+		if got := murmur.Balance(kafka.Message{Key: []byte(ev.AggregateID)}, parts...); got != native {
 			t.Errorf("%s: router partition %d, want %d", agg, got, native)
 		}
 		if murmur.Balance(msg, parts...) != native {

@@ -43,7 +43,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
-	"github.com/outbox-relay/outbox-relay/record"
 )
 
 // router assigns a topic's records to partition lanes in arrival order.
@@ -134,7 +133,7 @@ func (r *router) run(ctx context.Context) {
 			key := rec.msg
 			if r.p.cfg.Record.KeySchema {
 				// the framed key is not what an aggregate is partitioned by
-				key = kafka.Message{Key: record.PartitionKey(&rec.ev.Row)}
+				key = kafka.Message{Key: []byte(rec.ev.AggregateID)}
 			}
 			part := balancer.Balance(key, r.partitions...)
 			rec.msg.Partition = part

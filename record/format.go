@@ -119,7 +119,7 @@ type Config struct {
 	// "string", JSON Schema's {"type":"string"}) with the id of the
 	// latest schema of the key subject, "<topic>-key" (KeyRef), as
 	// Confluent's serializers write a key; EncodeKey. The partition stays
-	// the aggregate_id's (PartitionKey). Off, the key is the aggregate_id's
+	// the aggregate_id's (EncodeKey). Off, the key is the aggregate_id's
 	// bytes, as a StringSerializer writes it.
 	KeySchema bool
 	// Registry is where the registry formats' schemas live; the other

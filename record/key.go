@@ -61,8 +61,10 @@ func (s *Schema) AppendKey(dst []byte, aggregateID string) ([]byte, error) {
 
 // EncodeKey replaces msg's key, ev's aggregate_id, with the key framed
 // with s, registered as ref (Config.KeySchema; KeyRef names ref). msg is
-// the record EncodeRegistered made of ev. Partition msg by
-// PartitionKey(ev), not by its new key. A key s cannot encode is an
+// the record EncodeRegistered made of ev. Partition msg by ev's
+// aggregate_id (murmur2 over its bytes, as without a key schema), not by
+// its new key: a Java producer with KafkaAvroSerializer keys partitions by
+// the framed bytes, so its records of an aggregate land elsewhere. A key s cannot encode is an
 // *EncodeError (CodeSchema) naming the key subject; it wraps
 // ErrSchemaInvalid when s is not a string's schema.
 func (e *Encoder) EncodeKey(msg *kafka.Message, ev *Row, ref SchemaRef, s *Schema) error {
@@ -77,15 +79,6 @@ func (e *Encoder) EncodeKey(msg *kafka.Message, ev *Row, ref SchemaRef, s *Schem
 	msg.Key = k
 	return nil
 }
-
-// PartitionKey is the bytes a record of ev is partitioned by (murmur2, as
-// the Java client's default partitioner hashes a key): the aggregate_id,
-// in every format, with or without a key schema. A framed key
-// (Config.KeySchema) is therefore on the partition its aggregate_id had
-// before the option; a Java producer with KafkaAvroSerializer keys
-// partitions by the framed bytes instead, so its records of an aggregate
-// land elsewhere than the relay's.
-func PartitionKey(ev *Row) []byte { return []byte(ev.AggregateID) }
 
 // DecodeKey returns the aggregate_id a record key holds, and the schema
 // id of a framed key (0 for a plain one). A plain key is the aggregate_id
