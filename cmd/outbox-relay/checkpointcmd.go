@@ -19,7 +19,7 @@ type checkpointCmd struct {
 }
 
 func (*checkpointCmd) Run(ctx context.Context, x *invocation) error {
-	return checkpointVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
+	return checkpointVerb(ctx, x.kctx.Selected().Name, x.cfg, x.stdout)
 }
 
 func checkpointVerb(ctx context.Context, verb string, cfg *config.Config, stdout io.Writer) error {

@@ -130,12 +130,6 @@ func (x *invocation) run(ctx context.Context) error {
 	return x.kctx.Run(x)
 }
 
-// verbOf is the verb of a group's command line ("drop" of "slot drop").
-func verbOf(name string) string {
-	_, verb, _ := strings.Cut(name, " ")
-	return verb
-}
-
 // newParser returns a parser of the tree that resolves the environment
 // with env and writes --help (and --version) to help.
 func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, error) {
@@ -167,7 +161,7 @@ func newParser(env *envflag.Env, help io.Writer, helped *bool) (*kong.Kong, erro
 // hides the flags it does not use.
 func describe(k *kong.Kong) error {
 	for _, leaf := range k.Model.Leaves(true) {
-		leaf.Detail = helpText(nodeName(leaf))
+		leaf.Detail = helpText(leaf.Path())
 		for _, f := range leaf.Flags {
 			f.Hidden = f.Hidden || slices.Contains(unused(leaf), f.Name)
 			if kind, _ := envflag.FlagKind(f); f.Default == "" && kind != envflag.KindList {
@@ -180,33 +174,19 @@ func describe(k *kong.Kong) error {
 	return nil
 }
 
-// selected is the command ctx selected, if a command (not a group).
-func selected(ctx *kong.Context) (cmd, bool) {
-	node := ctx.Selected()
-	if node == nil {
-		return nil, false
+// commandName is the command line ctx selected, without its positional
+// arguments ("dlq show"; kong's Node.Path), "" before one is.
+func commandName(ctx *kong.Context) string {
+	if n := ctx.Selected(); n != nil {
+		return n.Path()
 	}
-	c, ok := node.Target.Addr().Interface().(cmd)
-	return c, ok
-}
-
-// commandName is the command line of ctx's command, without its
-// positional arguments ("dlq show").
-func commandName(ctx *kong.Context) string { return nodeName(ctx.Selected()) }
-
-// nodeName is the command line of node ("dlq show").
-func nodeName(node *kong.Node) string {
-	var names []string
-	for n := node; n != nil && n.Type == kong.CommandNode; n = n.Parent {
-		names = append([]string{n.Name}, names...)
-	}
-	return strings.Join(names, " ")
+	return ""
 }
 
 // nodeOf is the node of command line name in k's model ("dlq show").
 func nodeOf(k *kong.Kong, name string) *kong.Node {
 	for _, n := range k.Model.Leaves(true) {
-		if nodeName(n) == name {
+		if n.Path() == name {
 			return n
 		}
 	}
@@ -272,7 +252,7 @@ func (p *commandParser) configure(args []string, out *cliStderr) (cmd, *invocati
 		}
 		return nil, nil, &usageError{name, err}
 	}
-	c, _ := selected(ctx)
+	c := ctx.Selected().Target.Addr().Interface().(cmd) // a group alone is a ParseError
 	scope := config.ScopeOf(reflect.TypeOf(c).Elem())
 	set := envflag.NewSet(ctx, env)
 	for _, f := range unused(ctx.Selected()) {

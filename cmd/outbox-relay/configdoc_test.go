@@ -72,7 +72,7 @@ func usageCommands(t *testing.T) []docCommand {
 	}
 	var cmds []docCommand
 	for _, leaf := range k.Model.Leaves(true) {
-		cmds = append(cmds, docCommand{args: nodeName(leaf), summary: leaf.Help})
+		cmds = append(cmds, docCommand{args: leaf.Path(), summary: leaf.Help})
 	}
 	return append(cmds, docCommand{"version", "print the version (also --version)"})
 }

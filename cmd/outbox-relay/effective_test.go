@@ -163,7 +163,7 @@ func (*checkpointCmd) effective(x *invocation) any {
 	// show compares with the slot (on the standby with --replication-url);
 	// reset only deletes the checkpoint rows.
 	parts := "ts"
-	if verbOf(x.name) == "show" {
+	if x.kctx.Selected().Name == "show" {
 		parts = "tspr"
 	}
 	return struct {

@@ -52,7 +52,7 @@ func TestTreeCommands(t *testing.T) {
 		if b, err := helpFiles.ReadFile("help/" + strings.ReplaceAll(name, " ", "-") + ".txt"); err != nil || len(b) < 2 {
 			t.Errorf("%q: no help text: %v", name, err)
 		}
-		if group, _, ok := strings.Cut(name, " "); ok && nodeName(node.Parent) != group {
+		if group, _, ok := strings.Cut(name, " "); ok && node.Parent.Path() != group {
 			t.Errorf("%q: %s is no group", name, group)
 		}
 	})
@@ -116,7 +116,7 @@ func commandNames() []string {
 	}
 	var names []string
 	for _, leaf := range k.Model.Leaves(true) {
-		names = append(names, nodeName(leaf))
+		names = append(names, leaf.Path())
 	}
 	return names
 }

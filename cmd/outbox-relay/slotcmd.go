@@ -19,7 +19,7 @@ type slotCmd struct {
 }
 
 func (*slotCmd) Run(ctx context.Context, x *invocation) error {
-	return slotVerb(ctx, verbOf(x.name), x.cfg, x.stdout)
+	return slotVerb(ctx, x.kctx.Selected().Name, x.cfg, x.stdout)
 }
 
 // slotCreateCmd is slot create.
