@@ -2,7 +2,6 @@ package envflag
 
 import (
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -240,6 +239,3 @@ func (s *Set) EnvNames() []string {
 	}
 	return names
 }
-
-// FieldNames are the fields the command's flags set, sorted.
-func (s *Set) FieldNames() []string { return slices.Sorted(maps.Keys(s.byField)) }
