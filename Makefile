@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 INTEGRATION_TIMEOUT ?= 25m
 
-.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test it-build it-build-stack demo lint vulncheck fuzz-short bench bench-inbox chaos interop interop-schemas
+.PHONY: all build release up down status env stack-clean clean unit integration integration-parallel integration-fast test-fast versions versions-fetch version-suite cluster-test kafka-versions test it-build it-build-stack demo lint vulncheck fuzz-short fuzz-calibrate bench bench-inbox chaos interop interop-schemas
 
 all: build
 
@@ -252,15 +252,18 @@ kafka-versions: up
 #   middle    what shares the stack without faulting it, TEST_JOBS at a time (each target's output
 #             printed whole when it ends): the stack suite's parallel tests, the Kafka versions
 #             (their own brokers, the stack's PostgreSQL), then the PostgreSQL versions of
-#             TEST_PG_MIDDLE (their own clusters, the stack's Kafka).
+#             TEST_PG_MIDDLE (their own clusters, the stack's Kafka). fuzz-short runs beside it at
+#             nice 19, in the CPU its waits leave (about 17 % of the phase), and is collected
+#             before the cluster phase: what is left of it then runs alone. Its targets run fixed
+#             numbers of executions (FUZZ_EXECS), so the contention costs none of its work.
 #   cluster   the cluster suite, which mostly waits on session timeouts and fault durations: its
 #             two halves side by side (cluster-test), with the PostgreSQL versions not in
 #             TEST_PG_MIDDLE beside it at nice TEST_PG_BESIDE_NICE (none by default). The Kafka
 #             versions cannot go there: they use the stack's PostgreSQL, and their single broker
 #             the cluster's node-1 ports (scripts/kafkacluster.sh).
-#   fuzz-short  last, alone: at nice 19 beside the two cluster halves it still took the CPU
-#             their elections need (TestClusterLeaderKill: delivery resumed 4 s after the
-#             election, bound 2 s).
+#             Nothing CPU-bound runs beside the cluster phase: fuzz-short at nice 19 beside the
+#             two cluster halves still took the CPU their elections need (TestClusterLeaderKill:
+#             delivery resumed 4 s after the election, bound 2 s).
 # TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered metadata too late for
 # kafka-go's 1 s refresh, and tests failed on it. The checks at normal priority beside the cluster
 # suite made a leader election take 28 s instead of 8: the versions beside it yield to it
@@ -279,11 +282,12 @@ test:
 	beside it-build 10 $(MAKE) --no-print-directory it-build; \
 	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
 	collect it-build; \
+	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
+	collect fuzz-short; \
 	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
 	phase cluster $(MAKE) --no-print-directory cluster-test; \
 	collect versions; \
-	phase fuzz-short $(MAKE) --no-print-directory fuzz-short; \
 	finish
 
 # phase and beside of make test-fast: one phase, its time printed after it; phase $(1) at
@@ -340,20 +344,35 @@ integration-fast: up
 	eval "$$($(STACK) env)"; \
 	$(IT_TEST) -tags integration -timeout $(INTEGRATION_TIMEOUT) ./integration/ -args -it.sharing=parallel
 
-# A short, bounded run of every fuzz target of FUZZ_PKGS, FUZZTIME each (seed corpora in
+# A short, bounded run of every fuzz target of FUZZ_PKGS (seed corpora in
 # <pkg>/testdata/fuzz/<Target>/). `go test -fuzz` takes one target per package per run, so
-# the targets (found with `go test -list`) run one after another. A run that fails only with
-# the fuzz coordinator's "context deadline exceeded" (a loaded machine, no failing input) is
-# retried once. New interesting inputs stay in GOCACHE; copy crashers into testdata/fuzz.
-FUZZTIME  ?= 5s
+# the targets (found with `go test -list`) run one after another. Each runs a fixed number of
+# executions, its line of FUZZ_EXECS (package, target, executions: what the target ran in
+# FUZZ_CALIBRATE_TIME on an idle 2-core machine, written by make fuzz-calibrate), so the fuzzing
+# work is the same on a loaded machine as on an idle one, and make test can run it at nice 19
+# beside a phase (issue 49): a wall-clock budget would lose executions to the contention. A target
+# without a line there (new since the calibration) runs for FUZZ_CALIBRATE_TIME, and says so.
+# FUZZTIME=1s (make test-fast) or FUZZTIME=10000x gives every target that budget instead. A run
+# that fails only with the fuzz coordinator's "context deadline exceeded" (a loaded machine, no
+# failing input) is retried once. New interesting inputs stay in GOCACHE; copy crashers into
+# testdata/fuzz.
+FUZZTIME            ?=
+FUZZ_EXECS          := scripts/fuzz-execs.tsv
+FUZZ_CALIBRATE_TIME := 5s
 FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./record/internal/wire/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
 	for pkg in $(FUZZ_PKGS); do \
 		for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+			budget='$(FUZZTIME)'; \
+			if [ -z "$$budget" ]; then \
+				n=$$(awk -v p="$$pkg" -v t="$$target" '$$1 == p && $$2 == t { print $$3 }' $(FUZZ_EXECS)); \
+				if [ -n "$$n" ]; then budget=$${n}x; else budget=$(FUZZ_CALIBRATE_TIME); \
+					echo "fuzz-short: $$pkg $$target has no line in $(FUZZ_EXECS) (make fuzz-calibrate): $$budget"; fi; \
+			fi; \
 			for try in 1 2; do \
-				echo "fuzz-short: $$pkg $$target for $(FUZZTIME)"; \
-				if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel 2 "$$pkg" >"$$log" 2>&1; then \
+				echo "fuzz-short: $$pkg $$target for $$budget"; \
+				if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime "$$budget" -parallel 2 "$$pkg" >"$$log" 2>&1; then \
 					tail -n 1 "$$log"; break; \
 				fi; \
 				cat "$$log"; \
@@ -364,6 +383,25 @@ fuzz-short:
 			done; \
 		done; \
 	done
+
+# Writes FUZZ_EXECS: how many executions each fuzz target of FUZZ_PKGS runs in
+# FUZZ_CALIBRATE_TIME (go test -fuzz -v's last count), on a machine doing nothing else. Run it
+# after adding a fuzz target, on the CI machine's kind of hardware, and commit the file. A
+# coordinator timeout is retried once, as in fuzz-short.
+fuzz-calibrate:
+	@log=$$(mktemp); out=$$(mktemp); trap 'rm -f "$$log" "$$out"' EXIT; \
+	echo "# package	target	executions in $(FUZZ_CALIBRATE_TIME) (make fuzz-calibrate, $$(nproc) cores, $$(date -u +%F))" >"$$out"; \
+	for pkg in $(FUZZ_PKGS); do \
+		for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_CALIBRATE_TIME) -parallel 2 -v "$$pkg" >"$$log" 2>&1 || \
+				{ grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log" && \
+				  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_CALIBRATE_TIME) -parallel 2 -v "$$pkg" >"$$log" 2>&1; } || { cat "$$log"; exit 1; }; \
+			n=$$(grep -o 'execs: [0-9]*' "$$log" | tail -n 1 | cut -d' ' -f2); \
+			[ -n "$$n" ] || { cat "$$log"; echo "fuzz-calibrate: no execution count for $$target"; exit 1; }; \
+			printf '%s\t%s\t%s\n' "$$pkg" "$$target" "$$n" | tee -a "$$out"; \
+		done; \
+	done; \
+	cp "$$out" $(FUZZ_EXECS)
 
 # The stack is started only if PostgreSQL or Kafka does not answer at the stack's addresses
 # (a stack started from another checkout answers there while `stack.sh status` of this one
