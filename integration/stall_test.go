@@ -60,12 +60,32 @@ func TestStallDetection(t *testing.T) {
 	stopLoad := steadyLoad(t, w)
 
 	// wall-clock: a moving drain is no stall: probe /readyz for three stall timeouts (negative check).
-	for end := time.Now().Add(3 * stallTimeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	// Every answer must be 200 and not stalled. A probe the relay did not answer within the probe
+	// client's 500 ms is no verdict (on the 2-core CI machine, a JVM starting beside the relay's
+	// one OS thread once held an answer back that long: ci25), so it is retried, but at most a
+	// quarter of the probes may go unanswered, and at least one answered probe must fall in
+	// each stall timeout of the window.
+	var probes, unanswered int
+	answered := map[int]bool{}
+	start := time.Now()
+	for end := start.Add(3 * stallTimeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		probes++
 		h, err := node.ready()
-		if err != nil || h.code != 200 || strings.HasPrefix(h.Reason, "stalled") {
-			stopLoad()
-			t.Fatalf("under moving load /readyz = %d %+v (%v); tail:\n%s", h.code, h, err, relay.LogTail(20))
+		if err != nil {
+			unanswered++
+			t.Logf("under moving load, /readyz probe %d unanswered: %v", probes, err)
+			continue
 		}
+		if h.code != 200 || strings.HasPrefix(h.Reason, "stalled") {
+			stopLoad()
+			t.Fatalf("under moving load /readyz = %d %+v; tail:\n%s", h.code, h, relay.LogTail(20))
+		}
+		answered[int(time.Since(start)/stallTimeout)] = true
+	}
+	if unanswered*4 > probes || !answered[0] || !answered[1] || !answered[2] {
+		stopLoad()
+		t.Fatalf("under moving load %d of %d /readyz probes unanswered (answered in stall timeouts %v of 0-2); tail:\n%s",
+			unanswered, probes, answered, relay.LogTail(20))
 	}
 	if n := k.count(env.Topic, partitions); n == 0 {
 		stopLoad()
