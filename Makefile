@@ -253,7 +253,7 @@ kafka-versions: up
 #             printed whole when it ends): the stack suite's parallel tests, the Kafka versions
 #             (their own brokers, the stack's PostgreSQL), then the PostgreSQL versions of
 #             TEST_PG_MIDDLE (their own clusters, the stack's Kafka). fuzz-short runs beside it at
-#             nice 19 with one worker, in the CPU its waits leave (about 17 % of it), and is collected
+#             nice 19, in the CPU its waits leave (about 17 % of it), and is collected
 #             before the cluster phase: what is left of it then runs alone. Its targets run fixed
 #             numbers of executions (FUZZ_EXECS), so the contention costs none of its work.
 #   cluster   the cluster suite, which mostly waits on session timeouts and fault durations: its
@@ -282,7 +282,7 @@ test:
 	beside it-build 10 $(MAKE) --no-print-directory it-build; \
 	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
 	collect it-build; \
-	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short FUZZ_PARALLEL=1; \
+	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
 	collect fuzz-short; \
 	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
@@ -359,9 +359,7 @@ integration-fast: up
 FUZZTIME            ?=
 FUZZ_EXECS          := scripts/fuzz-execs.tsv
 FUZZ_CALIBRATE_TIME := 5s
-# Fuzzing workers per target (go test -parallel). make test runs fuzz-short beside the middle
-# phase with one: at nice 19 two workers still slowed that phase's tests (ci25: 459 s instead of
-# 390, and TestStallDetection's /readyz probe unanswered for 500 ms once).
+# Fuzzing workers per target (go test -parallel).
 FUZZ_PARALLEL       ?= 2
 FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./record/internal/wire/
 fuzz-short:

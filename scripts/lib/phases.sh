@@ -72,7 +72,13 @@ beside() {
 	# execs in place and $! is the job's pid.
 	# The wrapper notes when the job itself ended (collect may come much later), so the
 	# summary says whether it overlapped the phases after it.
-	setsid nice -n "$nice" bash -c '"$@"; rc=$?; echo "$SECONDS" >"$0.ended"; exit $rc' "$_ph_dir/$name" "$@" \
+	# The job's nice value is also its autogroup's (/proc/self/autogroup): with the kernel's
+	# autogroup scheduling (sched_autogroup_enabled=1, as on the CI machines), a new session is a
+	# scheduling group of its own that shares the CPU equally with the phases' group, whatever
+	# the nice value of its processes, which then only orders them within the group. Without
+	# this, "nice 19" beside the middle phase took half the CPU (ci26: the phase 573 s instead
+	# of 390).
+	setsid nice -n "$nice" bash -c '{ echo "$1" >/proc/self/autogroup; } 2>/dev/null; shift; "$@"; rc=$?; echo "$SECONDS" >"$0.ended"; exit $rc' "$_ph_dir/$name" "$nice" "$@" \
 		>"$_ph_dir/$name.out" 2>&1 </dev/null &
 	_ph_pid[$name]=$!
 	_ph_nice[$name]=$nice
