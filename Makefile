@@ -361,6 +361,8 @@ FUZZ_EXECS          := scripts/fuzz-execs.tsv
 FUZZ_CALIBRATE_TIME := 5s
 # Fuzzing workers per target (go test -parallel).
 FUZZ_PARALLEL       ?= 2
+# A file fuzz-short appends each target's execution count to (fuzz-calibrate's).
+FUZZ_RECORD         ?=
 FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./record/internal/wire/
 fuzz-short:
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
@@ -374,8 +376,14 @@ fuzz-short:
 			fi; \
 			for try in 1 2; do \
 				echo "fuzz-short: $$pkg $$target for $$budget"; \
-				if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime "$$budget" -parallel $(FUZZ_PARALLEL) "$$pkg" >"$$log" 2>&1; then \
-					tail -n 1 "$$log"; break; \
+				if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime "$$budget" -parallel $(FUZZ_PARALLEL) -v "$$pkg" >"$$log" 2>&1; then \
+					tail -n 1 "$$log"; \
+					if [ -n '$(FUZZ_RECORD)' ]; then \
+						n=$$(grep -o 'execs: [0-9]*' "$$log" | tail -n 1 | cut -d' ' -f2); \
+						[ -n "$$n" ] || { cat "$$log"; echo "fuzz-short: no execution count for $$target"; exit 1; }; \
+						printf '%s\t%s\t%s\n' "$$pkg" "$$target" "$$n" >>'$(FUZZ_RECORD)'; \
+					fi; \
+					break; \
 				fi; \
 				cat "$$log"; \
 				if [ "$$try" = 1 ] && grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log"; then \
@@ -387,23 +395,13 @@ fuzz-short:
 	done
 
 # Writes FUZZ_EXECS: how many executions each fuzz target of FUZZ_PKGS runs in
-# FUZZ_CALIBRATE_TIME (go test -fuzz -v's last count), on a machine doing nothing else. Run it
-# after adding a fuzz target, on the CI machine's kind of hardware, and commit the file. A
-# coordinator timeout is retried once, as in fuzz-short.
+# FUZZ_CALIBRATE_TIME (fuzz-short with that budget, each run's last count, FUZZ_RECORD), on a
+# machine doing nothing else. Run it after adding a fuzz target, on the CI machine's kind of
+# hardware, and commit the file.
 fuzz-calibrate:
-	@log=$$(mktemp); out=$$(mktemp); trap 'rm -f "$$log" "$$out"' EXIT; \
+	@out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	echo "# package	target	executions in $(FUZZ_CALIBRATE_TIME) (make fuzz-calibrate, $$(nproc) cores, $$(date -u +%F))" >"$$out"; \
-	for pkg in $(FUZZ_PKGS); do \
-		for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_CALIBRATE_TIME) -parallel 2 -v "$$pkg" >"$$log" 2>&1 || \
-				{ grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log" && \
-				  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZ_CALIBRATE_TIME) -parallel 2 -v "$$pkg" >"$$log" 2>&1; } || { cat "$$log"; exit 1; }; \
-			n=$$(grep -o 'execs: [0-9]*' "$$log" | tail -n 1 | cut -d' ' -f2); \
-			[ -n "$$n" ] || { cat "$$log"; echo "fuzz-calibrate: no execution count for $$target"; exit 1; }; \
-			printf '%s\t%s\t%s\n' "$$pkg" "$$target" "$$n" | tee -a "$$out"; \
-		done; \
-	done; \
-	cp "$$out" $(FUZZ_EXECS)
+	$(MAKE) --no-print-directory fuzz-short FUZZTIME=$(FUZZ_CALIBRATE_TIME) FUZZ_RECORD="$$out" && cp "$$out" $(FUZZ_EXECS)
 
 # The stack is started only if PostgreSQL or Kafka does not answer at the stack's addresses
 # (a stack started from another checkout answers there while `stack.sh status` of this one

@@ -68,6 +68,8 @@ func TestStallDetection(t *testing.T) {
 	var probes, unanswered int
 	answered := map[int]bool{}
 	start := time.Now()
+	// The sleep is the probe interval of a negative check over a fixed window: there is no
+	// condition to wait on, only the window to sample.
 	for end := start.Add(3 * stallTimeout); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		probes++
 		h, err := node.ready()
