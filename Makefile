@@ -4,6 +4,12 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 GO          ?= go
+# -trimpath for every go command make runs (tests, vet, staticcheck's go list, the binaries): the
+# build cache keys a package compiled without it by its directory too, so every new clone (each
+# CI run's) compiled all of this module's packages again, for -race, the fuzzers and each tag,
+# and a warm cache saved only the dependencies' compiles (issue 49). Stack traces and
+# runtime.Caller then name files by import path, not by the clone's directory.
+export GOFLAGS := -trimpath $(GOFLAGS)
 STACK       := scripts/stack.sh
 BIN         := bin/outbox-relay
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -278,11 +284,11 @@ PHASES              := scripts/lib/phases.sh
 test:
 	@. $(PHASES); \
 	beside lint-unit 19 $(MAKE) --no-print-directory -j2 --output-sync=target lint unit; \
+	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase it-build-stack $(MAKE) --no-print-directory it-build-stack; \
 	beside it-build 10 $(MAKE) --no-print-directory it-build; \
 	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
 	collect it-build; \
-	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
 	collect fuzz-short; \
 	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
