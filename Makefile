@@ -351,8 +351,10 @@ integration-fast: up
 	$(IT_TEST) -tags integration -timeout $(INTEGRATION_TIMEOUT) ./integration/ -args -it.sharing=parallel
 
 # A short, bounded run of every fuzz target of FUZZ_PKGS (seed corpora in
-# <pkg>/testdata/fuzz/<Target>/). `go test -fuzz` takes one target per package per run, so
-# the targets (found with `go test -list`) run one after another. Each runs a fixed number of
+# <pkg>/testdata/fuzz/<Target>/). A fuzzing run takes one target, so each package's instrumented
+# test binary is built once (go test -c -fuzz) and runs its targets (its -test.list) one after
+# another, in the package's directory and with go test's corpus cache (GOCACHE/fuzz/<import
+# path>): a go test -fuzz per target linked the binary again for each, and a go test -list more. Each runs a fixed number of
 # executions, its line of FUZZ_EXECS (package, target, executions: what the target ran in
 # FUZZ_CALIBRATE_TIME on an idle 2-core machine, written by make fuzz-calibrate), so the fuzzing
 # work is the same on a loaded machine as on an idle one, and make test can run it at nice 19
@@ -371,9 +373,12 @@ FUZZ_PARALLEL       ?= 2
 FUZZ_RECORD         ?=
 FUZZ_PKGS ?= ./replication/ ./record/ ./record/internal/jsonexpand/ ./record/internal/avrojson/ ./record/internal/pbjson/ ./internal/jsontext/ ./publisher/ ./relay/ ./checkpoint/ ./outbox/ ./internal/kafkafetch/ ./oauthbearer/ ./record/internal/wire/
 fuzz-short:
-	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	@log=$$(mktemp); bin=$$(mktemp -d); trap 'rm -rf "$$log" "$$bin"' EXIT; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
 	for pkg in $(FUZZ_PKGS); do \
-		for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+		read -r path dir <<<"$$($(GO) list -f '{{.ImportPath}} {{.Dir}}' "$$pkg")"; \
+		$(GO) test -c -fuzz . -o "$$bin/fuzz.test" "$$pkg"; \
+		for target in $$(cd "$$dir" && "$$bin/fuzz.test" -test.list '^Fuzz' | grep '^Fuzz'); do \
 			budget='$(FUZZTIME)'; \
 			if [ -z "$$budget" ]; then \
 				n=$$(awk -v p="$$pkg" -v t="$$target" '$$1 == p && $$2 == t { print $$3 }' $(FUZZ_EXECS)); \
@@ -382,20 +387,19 @@ fuzz-short:
 			fi; \
 			for try in 1 2; do \
 				echo "fuzz-short: $$pkg $$target for $$budget"; \
-				if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime "$$budget" -parallel $(FUZZ_PARALLEL) -v "$$pkg" >"$$log" 2>&1; then \
-					tail -n 1 "$$log"; \
-					if [ -n '$(FUZZ_RECORD)' ]; then \
-						n=$$(grep -o 'execs: [0-9]*' "$$log" | tail -n 1 | cut -d' ' -f2); \
-						[ -n "$$n" ] || { cat "$$log"; echo "fuzz-short: no execution count for $$target"; exit 1; }; \
-						printf '%s\t%s\t%s\n' "$$pkg" "$$target" "$$n" >>'$(FUZZ_RECORD)'; \
-					fi; \
+				if (cd "$$dir" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$target\$$" -test.fuzztime "$$budget" \
+					-test.parallel $(FUZZ_PARALLEL) -test.fuzzcachedir "$$cache/$$path" -test.timeout 10m -test.v) >"$$log" 2>&1; then \
+					n=$$(grep -o 'execs: [0-9]*' "$$log" | tail -n 1 | cut -d' ' -f2); \
+					[ -n "$$n" ] || { cat "$$log"; echo "fuzz-short: no execution count for $$target"; exit 1; }; \
+					echo "ok  	$$path	$$target: $$n executions"; \
+					[ -z '$(FUZZ_RECORD)' ] || printf '%s\t%s\t%s\n' "$$pkg" "$$target" "$$n" >>'$(FUZZ_RECORD)'; \
 					break; \
 				fi; \
 				cat "$$log"; \
 				if [ "$$try" = 1 ] && grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log"; then \
 					echo "fuzz-short: $$target: coordinator timeout, retrying once"; continue; \
 				fi; \
-				exit 1; \
+				echo "FAIL	$$path	$$target"; exit 1; \
 			done; \
 		done; \
 	done
