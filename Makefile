@@ -214,8 +214,9 @@ cluster-test: up
 	[ $$rc = 0 ] && [ $$hrc = 0 ]
 
 # The oldest and newest Kafka the relay supports (docs/kafka.md): on each of KAFKA_VERSIONS a
-# throwaway single broker of that version (scripts/kafkacluster.sh run, KAFKA_NODES=1) runs
-# the kafka-versions suite of ./integration (tag suite_kafka_versions), then, when
+# throwaway single broker of that version (scripts/kafkacluster.sh run, KAFKA_NODES=1), with a
+# fresh PostgreSQL 15 cluster of its own (scripts/pgversions.sh run 15; the stack's registry),
+# runs the kafka-versions suite of ./integration (tag suite_kafka_versions), then, when
 # KAFKA_VERSION_CLUSTER_TESTS is set, those tests on a three-node cluster of that version
 # (e.g. KAFKA_VERSION_CLUSTER_TESTS='^TestClusterLeaderKill$$', about 95 s each; off in make
 # test to keep CI short). A failing version does not stop the others.
@@ -227,7 +228,7 @@ kafka-versions: up
 	failed=""; summary=""; \
 	for v in $(KAFKA_VERSIONS); do \
 		t0=$$SECONDS; r=ok; \
-		KAFKA_VERSION=$$v KAFKA_NODES=1 $(KAFKACLUSTER) run \
+		$(PGVERSIONS) run 15 env KAFKA_VERSION=$$v KAFKA_NODES=1 $(KAFKACLUSTER) run \
 			$(IT_TEST) -tags integration,suite_kafka_versions -timeout 15m ./integration/ || r=FAILED; \
 		if [ -n '$(KAFKA_VERSION_CLUSTER_TESTS)' ]; then \
 			KAFKA_VERSION=$$v KAFKA_NODES=3 $(KAFKACLUSTER) run \
@@ -245,31 +246,31 @@ kafka-versions: up
 # the phase that needs its result, its output printed whole there; a failed job fails make test
 # like a failed phase, and a failed phase skips the later phases (the jobs already started are
 # still waited for and printed).
-#   t=0       lint and unit (-race builds, staticcheck: CPU only, no server) start at nice 19 and
-#             run beside every phase; they are collected only at the end, so no phase waits for them.
-#             They run side by side (-j2): unit's longest package, cmd/outbox-relay, runs its tests
-#             one after another for minutes on one core, which lint uses the other for.
+#   t=0       lint and unit (-race builds, staticcheck: CPU only, no server), and fuzz-short, start
+#             at nice 19 and run beside the phases, in the CPU the phases leave (the exclusive phase
+#             uses about 0.8 of the 2 cores). lint and unit are collected only at the end, fuzz-short
+#             before the cluster phase. lint and unit run side by side (-j2): unit's longest
+#             package, cmd/outbox-relay, runs its tests one after another on one core. fuzz-short's
+#             targets run fixed numbers of executions (FUZZ_EXECS), so the contention costs none of
+#             its work.
 #   it-build-stack  compiles the relay binary (testhooks) and the stack suite's test binary, at
 #             normal priority: the exclusive tests need them first.
 #   exclusive the stack suite's exclusive tests (they stop, crash and freeze the stack's servers:
-#             no other server-bound work beside them), with it-build at nice 10 beside: the other
-#             suites' test binaries and the stack-backed packages', so the later phases only link
-#             (Go caches linked test binaries) and start their tests at once.
+#             nothing that uses those servers runs beside them), with two jobs at nice 10 beside:
+#             it-build (the other suites' and the stack-backed packages' compiles, so the later
+#             phases only link) and kafka-versions, which shares no server with the stack suite
+#             (its own brokers, its own PostgreSQL 15). kafka-versions is collected after the
+#             middle phase: the cluster phase needs its node-1 ports.
 #   middle    what shares the stack without faulting it, TEST_JOBS at a time (each target's output
-#             printed whole when it ends): the stack suite's parallel tests, the Kafka versions
-#             (their own brokers, the stack's PostgreSQL), then the PostgreSQL versions of
-#             TEST_PG_MIDDLE (their own clusters, the stack's Kafka). fuzz-short runs beside it at
-#             nice 19, in the CPU its waits leave (about 17 % of it), and is collected
-#             before the cluster phase: what is left of it then runs alone. Its targets run fixed
-#             numbers of executions (FUZZ_EXECS), so the contention costs none of its work.
+#             printed whole when it ends): the stack suite's parallel tests and the PostgreSQL
+#             versions of TEST_PG_MIDDLE (their own clusters, the stack's Kafka).
 #   cluster   the cluster suite, which mostly waits on session timeouts and fault durations: its
 #             two halves side by side (cluster-test), with the PostgreSQL versions not in
-#             TEST_PG_MIDDLE beside it at nice TEST_PG_BESIDE_NICE (none by default). The Kafka
-#             versions cannot go there: they use the stack's PostgreSQL, and their single broker
-#             the cluster's node-1 ports (scripts/kafkacluster.sh).
-#             Nothing CPU-bound runs beside the cluster phase: fuzz-short at nice 19 beside the
-#             two cluster halves still took the CPU their elections need (TestClusterLeaderKill:
-#             delivery resumed 4 s after the election, bound 2 s).
+#             TEST_PG_MIDDLE beside it at nice TEST_PG_BESIDE_NICE (none by default).
+#             Nothing CPU-bound runs beside the cluster phase by default: fuzz-short at nice 19
+#             beside the two cluster halves once took the CPU their elections need
+#             (TestClusterLeaderKill: delivery resumed 4 s after the election, bound 2 s), though
+#             that was before phases.sh set the autogroup's nice value too.
 # TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered metadata too late for
 # kafka-go's 1 s refresh, and tests failed on it. The checks at normal priority beside the cluster
 # suite made a leader election take 28 s instead of 8: the versions beside it yield to it
@@ -287,9 +288,11 @@ test:
 	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase it-build-stack $(MAKE) --no-print-directory it-build-stack; \
 	beside it-build 10 $(MAKE) --no-print-directory it-build; \
+	beside kafka-versions 10 $(MAKE) --no-print-directory kafka-versions; \
 	phase exclusive $(MAKE) --no-print-directory integration IT_SHARING=exclusive; \
 	collect it-build; \
-	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel kafka-versions $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
+	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
+	collect kafka-versions; \
 	collect fuzz-short; \
 	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
 	phase cluster $(MAKE) --no-print-directory cluster-test; \
@@ -315,7 +318,7 @@ versions-%:
 # directory deleted afterwards: Go caches linked binaries, so the phases' own `go test` (and the
 # harness's `go build` of the relay) then only find them there. it-build-stack: what the exclusive
 # phase runs first; it-build: the rest, beside it. Each also works alone (a warm-up).
-IT_BUILD_TAGS := integration,suite_kafka_versions integration,suite_cluster integration,suite_pg_versions
+IT_BUILD_TAGS := integration,suite_cluster integration,suite_pg_versions
 it-build-stack:
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	$(GO) build -tags testhooks -o "$$d/outbox-relay" ./cmd/outbox-relay; \
