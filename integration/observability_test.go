@@ -103,9 +103,9 @@ func TestObservabilitySlotStats(t *testing.T) {
 			last = m
 			return cond(m)
 		}) {
-			t.Fatalf("%s: not within %s (last scrape: lag %v, retained %v, age %v)", what, d,
+			t.Fatalf("%s: not within %s (last scrape: lag %v, retained %v, age %v, in flight %v)", what, d,
 				pick(last, "outbox_relay_slot_lag_bytes", slotL), pick(last, "outbox_relay_slot_retained_wal_bytes", slotL),
-				pick(last, "outbox_relay_oldest_unacknowledged_event_age_seconds", ""))
+				pick(last, "outbox_relay_oldest_unacknowledged_event_age_seconds", ""), pick(last, "outbox_relay_inflight_events", ""))
 		}
 		return last
 	}
@@ -218,13 +218,16 @@ func TestObservabilitySlotStats(t *testing.T) {
 	committed := ledger.Committed()
 	delivered := c.WaitFor(committed, 60*time.Second, time.Second)
 	rep := c.Check(committed, CheckOptions{TimestampSkew: 5 * time.Minute})
-	s3 := waitFor(leaderAddr, "lag falls back after delivery", 30*time.Second, func(m metricsScrape) bool {
-		lag, _ := m.get("outbox_relay_slot_lag_bytes", slotL)
-		ret, _ := m.get("outbox_relay_slot_retained_wal_bytes", slotL)
-		age, _ := m.get("outbox_relay_oldest_unacknowledged_event_age_seconds", "")
-		n, _ := m.get("outbox_relay_inflight_events", "")
-		return lag < lag2 && ret < ret2 && age == 0 && n == 0
-	})
+	// The description names the bounds, so that a failure says which one
+	// held up (ci36 printed lag 2688 B and retained 1.26 MB, not the bounds).
+	s3 := waitFor(leaderAddr, fmt.Sprintf("lag falls back after delivery (below lag %.0f B and retained %.0f B, no event in flight)", lag2, ret2),
+		30*time.Second, func(m metricsScrape) bool {
+			lag, _ := m.get("outbox_relay_slot_lag_bytes", slotL)
+			ret, _ := m.get("outbox_relay_slot_retained_wal_bytes", slotL)
+			age, _ := m.get("outbox_relay_oldest_unacknowledged_event_age_seconds", "")
+			n, _ := m.get("outbox_relay_inflight_events", "")
+			return lag < lag2 && ret < ret2 && age == 0 && n == 0
+		})
 	lag3, _ := s3.get("outbox_relay_slot_lag_bytes", slotL)
 	ret3, _ := s3.get("outbox_relay_slot_retained_wal_bytes", slotL)
 	published, _ := s3.get("outbox_relay_events_published_total", fmt.Sprintf(`topic=%q`, env.Topic))
