@@ -252,9 +252,9 @@ kafka-versions: up
 # like a failed phase, and a failed phase skips the later phases (the jobs already started are
 # still waited for and printed).
 #   t=0       lint and unit (-race builds, staticcheck: CPU only, no server), and fuzz-short, start
-#             at nice 19 and run beside every phase, in the CPU the phases leave (the exclusive phase
-#             uses about 0.8 of the 2 cores, the cluster phase 1.6); they are collected at the end, so
-#             no phase waits for them. lint and unit run side by side (-j2): unit's longest
+#             at nice 19 and run beside the phases, in the CPU the phases leave (the exclusive phase
+#             uses about 0.8 of the 2 cores). lint and unit are collected only at the end, fuzz-short
+#             before the cluster phase. lint and unit run side by side (-j2): unit's longest
 #             package, cmd/outbox-relay, runs its tests one after another on one core. fuzz-short's
 #             targets run fixed numbers of executions (FUZZ_EXECS), so the contention costs none of
 #             its work.
@@ -272,10 +272,10 @@ kafka-versions: up
 #   cluster   the cluster suite, which mostly waits on session timeouts and fault durations: its
 #             two halves side by side (cluster-test), with the PostgreSQL versions not in
 #             TEST_PG_MIDDLE beside it at nice TEST_PG_BESIDE_NICE (none by default).
-#             Only the nice-19 jobs run beside it: fuzz-short at nice 19 beside the two cluster
-#             halves once took the CPU their elections need (ci13, TestClusterLeaderKill: delivery
-#             resumed 4 s after the election, bound 2 s), but that was before phases.sh set the
-#             autogroup's nice value too, which made "nice 19" mean it (docs/design.md#tests).
+#             Nothing CPU-bound runs beside the cluster phase by default: fuzz-short at nice 19
+#             beside the two cluster halves once took the CPU their elections need
+#             (TestClusterLeaderKill: delivery resumed 4 s after the election, bound 2 s), though
+#             that was before phases.sh set the autogroup's nice value too.
 # TEST_JOBS=3 overloaded the 2 cores: the stack's broker then answered metadata too late for
 # kafka-go's 1 s refresh, and tests failed on it. The checks at normal priority beside the cluster
 # suite made a leader election take 28 s instead of 8: the versions beside it yield to it
@@ -299,10 +299,10 @@ test:
 	collect it-build; \
 	phase middle $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target integration-parallel $(addprefix versions-,$(filter $(TEST_PG_MIDDLE),$(PG_VERSIONS))); \
 	collect kafka-versions; \
+	collect fuzz-short; \
 	beside versions $(TEST_PG_BESIDE_NICE) $(MAKE) --no-print-directory versions PG_VERSIONS='$(filter-out $(TEST_PG_MIDDLE),$(PG_VERSIONS))'; \
 	phase cluster $(MAKE) --no-print-directory cluster-test; \
 	collect versions; \
-	collect fuzz-short; \
 	finish
 
 # phase and beside of make test-fast: one phase, its time printed after it; phase $(1) at
