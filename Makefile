@@ -89,11 +89,6 @@ unit:
 
 # Lists the packages whose in-process tests need the stack (they import internal/testutil/testenv).
 STACK_TEST_PKGS = $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testutil\/testenv/ {print $$1}'
-# Runs those packages' tests (the packages follow): from make test's test binaries when TESTBIN
-# names their directory (make it-build links them there once; scripts/testbin.sh), else go test.
-TESTBIN         ?=
-STACK_PKGS_TIMEOUT := 10m
-STACK_PKGS_RUN   = $(if $(TESTBIN),scripts/testbin.sh pkgs $(TESTBIN)/pkgs $(STACK_PKGS_TIMEOUT),$(GO) test -count=1 -timeout $(STACK_PKGS_TIMEOUT))
 
 # The integration suites (integration/suites_test.go): every test of ./integration/ declares the
 # suites it belongs to (stack, cluster, kafka-versions, pg-versions) and whether it is parallel or
@@ -119,7 +114,7 @@ integration: up
 	$(GO) test -tags integration -count=1 -timeout 10m ./migrations/ ./outbox/; \
 	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "in-process tests against the stack: $$pkgs"; \
-	if [ -n "$$pkgs" ]; then $(STACK_PKGS_RUN) $$pkgs; fi; \
+	if [ -n "$$pkgs" ]; then $(GO) test -count=1 -timeout 10m $$pkgs; fi; \
 	for m in $(INTEROP_MODULES); do echo "interop tests against the stack: $$m"; (cd $$m && $(GO) test -count=1 -timeout 10m ./...); done
 
 # The version matrix: on each of PG_VERSIONS, the pg-versions suite of ./integration (tag
@@ -159,7 +154,7 @@ version-suite:
 	$(IT_TEST) -tags integration,suite_pg_versions -timeout $(PG_VERSION_TIMEOUT) ./integration/
 	pkgs=$$($(STACK_TEST_PKGS)); \
 	echo "version-suite: in-process tests against $$OUTBOX_RELAY_TEST_DATABASE_URL: $$pkgs"; \
-	$(STACK_PKGS_RUN) $$pkgs
+	$(GO) test -count=1 -timeout 10m $$pkgs
 
 # The long chaos run (integration/chaos_test.go): 20+ kill -9, broker stops, PostgreSQL
 # restarts, network cuts and hangs under steady load; a few minutes. The short variant runs
@@ -289,7 +284,6 @@ TEST_PG_BESIDE_NICE ?= 5
 PHASES              := scripts/lib/phases.sh
 test:
 	@. $(PHASES); \
-	export TESTBIN=$$_ph_dir/testbin; \
 	beside lint-unit 19 $(MAKE) --no-print-directory -j2 --output-sync=target lint unit; \
 	beside fuzz-short 19 $(MAKE) --no-print-directory fuzz-short; \
 	phase it-build-stack $(MAKE) --no-print-directory it-build-stack; \
@@ -331,7 +325,7 @@ it-build-stack:
 	$(GO) test -c -o "$$d/stack.test" -tags integration ./integration/; \
 	echo "it-build-stack: the relay (testhooks) and the stack suite's test binary"
 it-build:
-	@d='$(TESTBIN)'; if [ -z "$$d" ]; then d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; else mkdir -p "$$d"; fi; \
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	for tags in $(IT_BUILD_TAGS); do \
 		$(GO) test -c -o "$$d/suite.test" -tags "$$tags" ./integration/; \
 		echo "it-build: the test binary of -tags $$tags"; \
