@@ -315,9 +315,10 @@ versions-%:
 	@$(MAKE) --no-print-directory versions PG_VERSIONS=$*
 
 # The test binaries of make test's integration phases, compiled without running anything, into a
-# directory deleted afterwards: Go caches linked binaries, so the phases' own `go test` (and the
-# harness's `go build` of the relay) then only find them there. it-build-stack: what the exclusive
-# phase runs first; it-build: the rest, beside it. Each also works alone (a warm-up).
+# directory deleted afterwards: Go caches the compiled packages (and the harness's `go build` of
+# the relay), so the phases' own `go test` then only links its test binary (Go does not cache
+# linked test binaries). it-build-stack: what the exclusive phase runs first; it-build: the rest,
+# beside it. Each also works alone (a warm-up).
 IT_BUILD_TAGS := integration,suite_cluster integration,suite_pg_versions
 it-build-stack:
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
@@ -357,10 +358,10 @@ integration-fast: up
 # <pkg>/testdata/fuzz/<Target>/). A fuzzing run takes one target, so each package's instrumented
 # test binary is built once (go test -c -fuzz) and runs its targets (its -test.list) one after
 # another, in the package's directory and with go test's corpus cache (GOCACHE/fuzz/<import
-# path>): a go test -fuzz per target linked the binary again for each, and a go test -list more. Each runs a fixed number of
-# executions, its line of FUZZ_EXECS (package, target, executions: what the target ran in
-# FUZZ_CALIBRATE_TIME on an idle 2-core machine, written by make fuzz-calibrate), so the fuzzing
-# work is the same on a loaded machine as on an idle one, and make test can run it at nice 19
+# path>): a go test -fuzz per target linked the binary again for each, and a go test -list more.
+# Each runs a fixed number of executions, its line of FUZZ_EXECS (package, target, executions:
+# what the target ran in FUZZ_CALIBRATE_TIME on an idle 2-core machine, written by make
+# fuzz-calibrate), so the fuzzing work is the same on a loaded machine as on an idle one, and make test can run it at nice 19
 # beside a phase (issue 49): a wall-clock budget would lose executions to the contention. A target
 # without a line there (new since the calibration) runs for FUZZ_CALIBRATE_TIME, and says so.
 # FUZZTIME=1s (make test-fast) or FUZZTIME=10000x gives every target that budget instead. A run
